@@ -1,0 +1,141 @@
+//! An in-process gateway for integration tests: started on free ports in front of a real
+//! destination cluster, on its own runtime thread, stopped when dropped.
+
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mirrorgate::app::Gateway;
+use mirrorgate::config::Config;
+
+/// A running in-process gateway.
+pub struct TestGateway {
+    pub gateway: Arc<Gateway>,
+    pub config: Config,
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+static NEXT_BASE: AtomicU16 = AtomicU16::new(0);
+
+/// A base port such that `base..base+n` are all free right now.
+pub fn free_port_range(n: u16) -> u16 {
+    if NEXT_BASE.load(Ordering::SeqCst) == 0 {
+        let seed = 41000 + (std::process::id() % 200) as u16 * 40;
+        let _ = NEXT_BASE.compare_exchange(0, seed, Ordering::SeqCst, Ordering::SeqCst);
+    }
+    for _ in 0..200 {
+        let base = NEXT_BASE.fetch_add(n + 1, Ordering::SeqCst);
+        if base > 60000 {
+            NEXT_BASE.store(41000, Ordering::SeqCst);
+            continue;
+        }
+        if (base..base + n).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok()) {
+            return base;
+        }
+    }
+    panic!("no free range of {n} ports found on 127.0.0.1");
+}
+
+/// A gateway config in front of `destination` with client, mirror and admin on free ports.
+pub fn test_config(destination: &str) -> Config {
+    let client = free_port_range(4);
+    let mirror = free_port_range(4);
+    let admin = free_port_range(1);
+    let state = tempfile::tempdir().expect("tempdir").keep();
+    let yaml = format!(
+        r#"
+destination:
+  bootstrap: ["{destination}"]
+  metadata_refresh_ms: 2000
+listeners:
+  client: {{ bind: 127.0.0.1, port_base: {client}, node_id_base: 1, max_brokers: 4 }}
+  mirror: {{ bind: 127.0.0.1, port_base: {mirror}, node_id_base: 1, max_brokers: 4 }}
+admin:
+  bind: 127.0.0.1:{admin}
+state_dir: {state}
+limits:
+  max_frame_bytes: 10485760
+  idle_timeout_ms: 60000
+  shutdown_grace_ms: 5000
+"#,
+        state = state.display()
+    );
+    mirrorgate::config::load_str(&yaml, "test-config").expect("test config is valid")
+}
+
+impl TestGateway {
+    /// Start a gateway with `config` and wait until it is ready (30 s at most).
+    pub fn start(config: Config) -> TestGateway {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .thread_name("test-gateway")
+            .build()
+            .expect("runtime");
+        let gateway = rt.block_on(async {
+            let gw = Gateway::start(config.clone()).await.expect("gateway starts");
+            if let Err(r) = gw.wait_ready(Duration::from_secs(30)).await {
+                panic!("gateway not ready after 30 s: {:?}", r.reasons);
+            }
+            gw
+        });
+        TestGateway { gateway, config, rt: Some(rt) }
+    }
+
+    /// Start in front of the rig's destination cluster.
+    pub fn in_front_of(destination: &str) -> TestGateway {
+        Self::start(test_config(destination))
+    }
+
+    /// Client-listener bootstrap address.
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.config.listeners.client.port_base)
+    }
+
+    /// Mirror-listener bootstrap address.
+    pub fn mirror_bootstrap(&self) -> String {
+        let m = self.config.listeners.mirror.as_ref().expect("mirror listener configured");
+        format!("127.0.0.1:{}", m.port_base)
+    }
+
+    /// Gateway port that serves destination broker `node`.
+    pub fn port_for(&self, node: i32) -> u16 {
+        self.config.listeners.client.port_for_node(node).expect("node in range")
+    }
+
+    /// Admin address.
+    pub fn admin(&self) -> String {
+        self.gateway.admin_addr().to_string()
+    }
+
+    /// Rendered metrics.
+    pub fn metrics(&self) -> String {
+        self.gateway.metrics.render()
+    }
+
+    /// Value of one sample line `name{labels} value` in the metrics output, or 0.
+    pub fn metric(&self, series: &str) -> f64 {
+        self.metrics()
+            .lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse::<f64>().ok()))
+            .unwrap_or(0.0)
+    }
+
+    /// Run a future on the gateway's runtime.
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.as_ref().expect("runtime").block_on(f)
+    }
+}
+
+impl Drop for TestGateway {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            let gw = self.gateway.clone();
+            rt.block_on(async move {
+                let _ = tokio::time::timeout(Duration::from_secs(10), gw.shutdown()).await;
+            });
+            rt.shutdown_timeout(Duration::from_secs(2));
+        }
+    }
+}

@@ -1,0 +1,4 @@
+//! integration tests
+mod harness;
+mod rig_tests;
+mod compose;

@@ -1,0 +1,166 @@
+//! Wires the modules into a running gateway: destination metadata refresh, the Kafka
+//! listeners, and the admin HTTP server; reports readiness; shuts down gracefully.
+//!
+//! Owns: the lifecycle of the gateway's tasks. Must not touch: wire formats (protocol), the
+//! forwarding logic (proxy) or HTTP routing (admin) beyond starting them.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+
+use crate::config::{Config, ListenerConfig};
+use crate::metrics::{ListenerKind, Metrics};
+use crate::proxy::{BoundPorts, ClusterView, ConnContext, ListenerAddressMap};
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("admin.bind {addr:?} is not an ip:port address")]
+    AdminAddr { addr: String },
+    #[error("cannot bind the admin server on {addr}: {source}")]
+    AdminBind { addr: String, source: std::io::Error },
+}
+
+/// One listener of the running gateway.
+pub struct RunningListener {
+    pub kind: ListenerKind,
+    pub config: ListenerConfig,
+    pub bound: Arc<BoundPorts>,
+}
+
+/// A running gateway.
+pub struct Gateway {
+    pub config: Config,
+    pub metrics: Arc<Metrics>,
+    pub cluster: Arc<ClusterView>,
+    pub listeners: Vec<RunningListener>,
+    admin_addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    drained: Mutex<Option<mpsc::Receiver<()>>>,
+}
+
+/// Why the gateway is or is not ready.
+#[derive(Debug, Clone, Serialize)]
+pub struct Readiness {
+    pub ready: bool,
+    pub metadata_known: bool,
+    pub reasons: Vec<String>,
+}
+
+impl Gateway {
+    /// Start every task of the gateway. Returns once the admin server is bound; the Kafka
+    /// listeners are bound as soon as destination metadata is known.
+    pub async fn start(config: Config) -> Result<Arc<Gateway>, StartError> {
+        let metrics = Metrics::new();
+        let cluster = ClusterView::new(config.destination.clone(), metrics.clone());
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let (drain_tx, drain_rx) = mpsc::channel::<()>(1);
+
+        let admin_addr: SocketAddr = config
+            .admin
+            .bind_addr()
+            .map_err(|_| StartError::AdminAddr { addr: config.admin.bind.clone() })?;
+        let admin_listener = TcpListener::bind(admin_addr)
+            .await
+            .map_err(|source| StartError::AdminBind { addr: config.admin.bind.clone(), source })?;
+        let admin_addr = admin_listener.local_addr().unwrap_or(admin_addr);
+
+        let mut listeners = Vec::new();
+        let mut specs = vec![(ListenerKind::Client, config.listeners.client.clone())];
+        if let Some(m) = &config.listeners.mirror {
+            specs.push((ListenerKind::Mirror, m.clone()));
+        }
+        for (kind, lcfg) in specs {
+            let ctx = Arc::new(ConnContext {
+                kind,
+                address_map: ListenerAddressMap::new(&lcfg),
+                cluster: cluster.clone(),
+                metrics: metrics.clone(),
+                handles: metrics.api_handles(kind),
+                limits: config.limits.clone(),
+                connect_timeout: Duration::from_millis(config.destination.connect_timeout_ms),
+            });
+            let bound = Arc::new(BoundPorts::default());
+            tokio::spawn(crate::proxy::listener::run_listener(
+                lcfg.clone(),
+                ctx,
+                bound.clone(),
+                shutdown_rx.clone(),
+                drain_tx.clone(),
+            ));
+            listeners.push(RunningListener { kind, config: lcfg, bound });
+        }
+        drop(drain_tx);
+        tokio::spawn(cluster.clone().refresh_loop(shutdown_rx.clone()));
+
+        let gw = Arc::new(Gateway {
+            config,
+            metrics,
+            cluster,
+            listeners,
+            admin_addr,
+            shutdown,
+            drained: Mutex::new(Some(drain_rx)),
+        });
+        tokio::spawn(crate::admin::serve(admin_listener, gw.clone(), shutdown_rx));
+        Ok(gw)
+    }
+
+    /// The bound admin address.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin_addr
+    }
+
+    /// Ready = destination metadata known and a port bound for every known broker on every
+    /// listener.
+    pub fn readiness(&self) -> Readiness {
+        let mut reasons = Vec::new();
+        let metadata_known = self.cluster.is_known();
+        if !metadata_known {
+            reasons.push("destination metadata not yet known".to_string());
+        }
+        let brokers = self.cluster.brokers();
+        for l in &self.listeners {
+            let bound = l.bound.snapshot();
+            for (node, _) in &brokers {
+                if !bound.iter().any(|(n, _)| n == node) {
+                    reasons.push(format!("{} listener has no port bound for broker {node}", l.kind.as_str()));
+                }
+            }
+        }
+        let ready = reasons.is_empty();
+        self.metrics.ready.set(i64::from(ready));
+        Readiness { ready, metadata_known, reasons }
+    }
+
+    /// Stop accepting, let in-flight requests finish (up to `limits.shutdown_grace_ms`), stop.
+    pub async fn shutdown(&self) {
+        let _ = self.shutdown.send(true);
+        let rx = self.drained.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(mut rx) = rx {
+            let grace = Duration::from_millis(self.config.limits.shutdown_grace_ms + 1000);
+            if tokio::time::timeout(grace, rx.recv()).await.is_err() {
+                tracing::warn!("connections still open after the shutdown grace period");
+            }
+        }
+    }
+
+    /// Wait until readiness or `timeout`.
+    pub async fn wait_ready(&self, timeout: Duration) -> Result<(), Readiness> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let r = self.readiness();
+            if r.ready {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(r);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}

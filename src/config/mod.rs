@@ -1,0 +1,288 @@
+//! Gateway configuration: the YAML file format, loading and validation.
+//!
+//! Owns: the typed configuration model, parsing (unknown keys rejected), semantic validation
+//! and error reporting with key paths and file positions.
+//! Must not touch: sockets, the state directory, or any runtime state. Everything here is pure.
+
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+mod error;
+mod load;
+mod positions;
+mod secret;
+mod topics;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+pub use error::{ConfigError, ConfigIssue};
+pub use load::{load_file, load_str, render_effective, validate};
+pub use secret::{SecretError, REDACTED};
+pub use topics::{
+    compile_topic_regex, is_valid_topic_name, TopicEntry, TopicMatcher, TopicRouter, REGEX_PREFIX,
+};
+pub use validate::check_host_port;
+
+/// The whole configuration file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The destination cluster the gateway stands in front of.
+    pub destination: ClusterConfig,
+    /// The Kafka listeners of the gateway.
+    pub listeners: ListenersConfig,
+    /// The admin HTTP server.
+    #[serde(default)]
+    pub admin: AdminConfig,
+    /// Directory for persisted state (mirror states, PSM snapshots).
+    #[serde(default = "default_state_dir")]
+    pub state_dir: PathBuf,
+    /// Protocol and connection limits.
+    #[serde(default)]
+    pub limits: LimitsConfig,
+    /// Metrics options.
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+    /// Logging options.
+    #[serde(default)]
+    pub logging: LoggingConfig,
+    /// Mirrors: sets of destination topics fed by mirroring.
+    #[serde(default)]
+    pub mirrors: Vec<MirrorConfig>,
+}
+
+/// A Kafka cluster the gateway connects to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Bootstrap addresses, `host:port`. At least one.
+    pub bootstrap: Vec<String>,
+    /// Timeout for connecting to a broker, milliseconds.
+    #[serde(default = "default_connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+    /// How often broker metadata is refreshed, milliseconds.
+    #[serde(default = "default_metadata_refresh_ms")]
+    pub metadata_refresh_ms: u64,
+}
+
+/// The client and mirror listeners.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenersConfig {
+    /// Listener for ordinary clients (local traffic).
+    pub client: ListenerConfig,
+    /// Listener for mirroring tools (mirror traffic). Optional.
+    #[serde(default)]
+    pub mirror: Option<ListenerConfig>,
+}
+
+/// One listener: a range of ports, one per destination broker.
+///
+/// Broker with node id `n` is served on `port_base + (n - node_id_base)`; node ids outside
+/// `node_id_base .. node_id_base + max_brokers` cannot be served (logged and counted).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerConfig {
+    /// Address to bind, an IP address.
+    #[serde(default = "default_bind_host")]
+    pub bind: String,
+    /// Host name advertised to clients in rewritten metadata. Defaults to `bind`.
+    #[serde(default)]
+    pub advertised_host: Option<String>,
+    /// First port of the range.
+    pub port_base: u16,
+    /// Node id served on `port_base`.
+    #[serde(default = "default_node_id_base")]
+    pub node_id_base: i32,
+    /// Number of ports reserved for this listener.
+    #[serde(default = "default_max_brokers")]
+    pub max_brokers: u16,
+}
+
+/// The admin HTTP server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Address to bind, `ip:port`.
+    #[serde(default = "default_admin_bind")]
+    pub bind: String,
+    /// Token for mutating calls, given inline (discouraged), from an environment variable, or a file.
+    #[serde(default)]
+    pub token: Option<SecretSource>,
+}
+
+/// Where a secret comes from. Exactly one of the fields is set.
+///
+/// `Debug` is implemented by hand (in `secret.rs`) so that an inline value is never printed.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretSource {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<PathBuf>,
+}
+
+/// Protocol and connection limits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Largest frame accepted from a client or broker, bytes (broker default socket.request.max.bytes).
+    #[serde(default = "default_max_frame_bytes")]
+    pub max_frame_bytes: u32,
+    /// Close a client connection idle for this long, milliseconds.
+    #[serde(default = "default_idle_timeout_ms")]
+    pub idle_timeout_ms: u64,
+    /// Requests in flight per connection before the gateway stops reading from the client.
+    #[serde(default = "default_max_in_flight")]
+    pub max_in_flight: usize,
+    /// On shutdown, wait this long for in-flight requests to complete, milliseconds.
+    #[serde(default = "default_shutdown_grace_ms")]
+    pub shutdown_grace_ms: u64,
+}
+
+/// Metrics options.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Per-partition series (`true`) or aggregated per topic (`false`).
+    #[serde(default = "default_true")]
+    pub per_partition: bool,
+}
+
+/// Logging options.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoggingConfig {
+    /// `text` (default) or `json`.
+    #[serde(default = "default_log_format")]
+    pub format: String,
+    /// Filter in `RUST_LOG` syntax; the environment variable wins when set.
+    #[serde(default = "default_log_level")]
+    pub level: String,
+}
+
+/// A mirror: destination topics fed from a source cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MirrorConfig {
+    /// Unique name, `[A-Za-z0-9._-]+`.
+    pub name: String,
+    /// Topic names; an entry starting with `regex:` is a regular expression over the whole name.
+    pub topics: Vec<String>,
+    /// Source cluster, used by the built-in mirror agent.
+    #[serde(default)]
+    pub source: Option<ClusterConfig>,
+}
+
+fn default_state_dir() -> PathBuf {
+    PathBuf::from("var/mirrorgate")
+}
+fn default_connect_timeout_ms() -> u64 {
+    10_000
+}
+fn default_metadata_refresh_ms() -> u64 {
+    30_000
+}
+fn default_bind_host() -> String {
+    "127.0.0.1".to_string()
+}
+fn default_node_id_base() -> i32 {
+    1
+}
+fn default_max_brokers() -> u16 {
+    16
+}
+fn default_admin_bind() -> String {
+    "127.0.0.1:9180".to_string()
+}
+fn default_max_frame_bytes() -> u32 {
+    104_857_600
+}
+fn default_idle_timeout_ms() -> u64 {
+    600_000
+}
+fn default_max_in_flight() -> usize {
+    128
+}
+fn default_shutdown_grace_ms() -> u64 {
+    10_000
+}
+fn default_true() -> bool {
+    true
+}
+fn default_log_format() -> String {
+    "text".to_string()
+}
+fn default_log_level() -> String {
+    "info".to_string()
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig {
+            bind: default_admin_bind(),
+            token: None,
+        }
+    }
+}
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_frame_bytes: default_max_frame_bytes(),
+            idle_timeout_ms: default_idle_timeout_ms(),
+            max_in_flight: default_max_in_flight(),
+            shutdown_grace_ms: default_shutdown_grace_ms(),
+        }
+    }
+}
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            per_partition: true,
+        }
+    }
+}
+impl Default for LoggingConfig {
+    fn default() -> Self {
+        LoggingConfig {
+            format: default_log_format(),
+            level: default_log_level(),
+        }
+    }
+}
+
+impl ListenerConfig {
+    /// The port serving broker `node_id`, or `None` when the node id is outside the range.
+    pub fn port_for_node(&self, node_id: i32) -> Option<u16> {
+        let idx = node_id.checked_sub(self.node_id_base)?;
+        if idx < 0 || idx >= i32::from(self.max_brokers) {
+            return None;
+        }
+        u16::try_from(i32::from(self.port_base) + idx).ok()
+    }
+    /// The node id served on `port`, the inverse of [`Self::port_for_node`].
+    pub fn node_for_port(&self, port: u16) -> Option<i32> {
+        let idx = i32::from(port) - i32::from(self.port_base);
+        if idx < 0 || idx >= i32::from(self.max_brokers) {
+            return None;
+        }
+        self.node_id_base.checked_add(idx)
+    }
+    /// The host advertised to clients.
+    pub fn advertised(&self) -> &str {
+        self.advertised_host.as_deref().unwrap_or(&self.bind)
+    }
+}
+
+impl AdminConfig {
+    /// The admin bind address, parsed.
+    pub fn bind_addr(&self) -> Result<SocketAddr, std::net::AddrParseError> {
+        self.bind.parse()
+    }
+}

@@ -1,0 +1,19 @@
+//! mirrorgate: a Kafka-wire-compatible gateway for the destination cluster of a mirrored
+//! Kafka deployment. See DESIGN (README) for the architecture; one module per responsibility:
+//!
+//! - [`protocol`]: framing, header peek, decode-on-demand of the APIs the gateway rewrites.
+//! - [`proxy`]: listeners, client/upstream connections, response rewriting.
+//! - [`psm`]: per-partition producer state (later issue).
+//! - [`mirror`]: mirror controller, failover, agent (later issues).
+//! - [`admin`]: the admin HTTP server.
+//! - [`state`]: the on-disk state store.
+//! - [`config`]: configuration model, loading, validation.
+//! - [`metrics`]: the Prometheus registry and the gateway's metric families.
+
+pub mod admin;
+pub mod app;
+pub mod config;
+pub mod metrics;
+pub mod protocol;
+pub mod proxy;
+pub mod state;

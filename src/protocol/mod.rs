@@ -1,0 +1,16 @@
+//! The Kafka wire protocol as the gateway needs it: framing, header peeks, and decode-on-demand
+//! of the few messages the gateway must read or rewrite.
+//!
+//! Owns: byte-level parsing and encoding. Everything here is synchronous and pure except
+//! [`frame::read_frame`] (reads one frame from an async stream) and [`client`] (a small client
+//! for gateway-originated requests).
+//! Must not touch: connection management, metrics, configuration, or any gateway state.
+//! Callers pass in what a rewrite needs (e.g. an [`rewrite::AddressMap`]).
+
+pub mod client;
+pub mod frame;
+pub mod produce;
+pub mod rewrite;
+pub mod versions;
+
+pub use frame::{parse_request_header, read_frame, FrameError, RequestHeaderInfo};

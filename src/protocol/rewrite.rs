@@ -1,0 +1,216 @@
+//! Decode-on-demand response rewriting: broker addresses in Metadata, FindCoordinator,
+//! DescribeCluster and the KIP-951 `NodeEndpoints` of Produce (v10+) and Fetch (v16+), and
+//! version capping in ApiVersions.
+//!
+//! A broker's real address never reaches a client: an endpoint whose node id the
+//! [`AddressMap`] cannot serve is removed (Metadata, DescribeCluster, NodeEndpoints) or turned
+//! into a retriable COORDINATOR_NOT_AVAILABLE (FindCoordinator). Node ids are kept as they are,
+//! so leader ids, replica lists and endpoints stay consistent with each other.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsResponse, DescribeClusterResponse, FetchResponse, FindCoordinatorResponse,
+    MetadataResponse, ProduceResponse, ResponseHeader,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+
+use super::frame::FrameError;
+use super::versions::cap_api_versions;
+
+/// Error code UNSUPPORTED_VERSION.
+pub const UNSUPPORTED_VERSION: i16 = 35;
+/// Error code COORDINATOR_NOT_AVAILABLE.
+pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+
+/// Maps a broker node id to the address clients must use for it.
+pub trait AddressMap {
+    /// `(host, port)` for `node_id`, or `None` when the gateway cannot serve that broker.
+    fn endpoint(&self, node_id: i32) -> Option<(StrBytes, i32)>;
+}
+
+/// A broker as the upstream cluster described it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerEndpoint {
+    pub node_id: i32,
+    pub host: String,
+    pub port: i32,
+}
+
+/// The outcome of [`rewrite_response`].
+#[derive(Debug, Default)]
+pub struct Rewritten {
+    /// The new frame (length prefix included), or `None` when the original can be forwarded.
+    pub frame: Option<Bytes>,
+    /// Brokers seen in a Metadata response (real addresses, before rewriting).
+    pub brokers: Vec<BrokerEndpoint>,
+    /// Topic ids and names seen in a Metadata response.
+    pub topics: Vec<(uuid::Uuid, String)>,
+    /// Endpoints removed because the gateway cannot serve their node id.
+    pub unmapped: usize,
+}
+
+/// Whether a response of `key`/`version` must go through [`rewrite_response`].
+pub fn needs_rewrite(key: ApiKey, version: i16) -> bool {
+    match key {
+        ApiKey::ApiVersions
+        | ApiKey::Metadata
+        | ApiKey::FindCoordinator
+        | ApiKey::DescribeCluster => true,
+        ApiKey::Produce => version >= 10,
+        ApiKey::Fetch => version >= 16,
+        _ => false,
+    }
+}
+
+fn bad(e: impl std::fmt::Display) -> FrameError {
+    FrameError::BadResponse(e.to_string())
+}
+
+fn encode_frame<M: Encodable>(
+    header: &ResponseHeader,
+    header_version: i16,
+    msg: &M,
+    version: i16,
+    size_hint: usize,
+) -> Result<Bytes, FrameError> {
+    let mut out = BytesMut::with_capacity(size_hint + 16);
+    out.put_i32(0);
+    header.encode(&mut out, header_version).map_err(bad)?;
+    msg.encode(&mut out, version).map_err(bad)?;
+    let len = (out.len() - 4) as i32;
+    out[0..4].copy_from_slice(&len.to_be_bytes());
+    Ok(out.freeze())
+}
+
+/// Rewrite the endpoints of `$list` in place (field `$id` is the node id), dropping the ones the
+/// map cannot serve; evaluates to the number dropped.
+macro_rules! retain_mapped {
+    ($list:expr, $id:ident, $map:expr) => {{
+        let before = $list.len();
+        $list.retain_mut(|b| match $map.endpoint(b.$id.0) {
+            Some((host, port)) => {
+                b.host = host;
+                b.port = port;
+                true
+            }
+            None => false,
+        });
+        before - $list.len()
+    }};
+}
+
+/// Rewrite one response frame (length prefix included) of `key`/`version`.
+pub fn rewrite_response(
+    key: ApiKey,
+    version: i16,
+    frame: &Bytes,
+    map: &dyn AddressMap,
+) -> Result<Rewritten, FrameError> {
+    let mut out = Rewritten::default();
+    if !needs_rewrite(key, version) {
+        return Ok(out);
+    }
+    if frame.len() < 8 {
+        return Err(bad(format!("response of {} bytes", frame.len())));
+    }
+    let size = frame.len();
+    let mut body = frame.slice(4..);
+    let hv = key.response_header_version(version);
+    let header = ResponseHeader::decode(&mut body, hv).map_err(bad)?;
+    match key {
+        ApiKey::ApiVersions => {
+            // An ApiVersions request newer than the broker gets a v0 body with error 35 (KIP-511).
+            let error = if body.len() >= 2 { i16::from_be_bytes([body[0], body[1]]) } else { 0 };
+            let v = if error == UNSUPPORTED_VERSION { 0 } else { version };
+            let mut resp = ApiVersionsResponse::decode(&mut body, v).map_err(bad)?;
+            cap_api_versions(&mut resp.api_keys);
+            out.frame = Some(encode_frame(&header, hv, &resp, v, size)?);
+        }
+        ApiKey::Metadata => {
+            let mut resp = MetadataResponse::decode(&mut body, version).map_err(bad)?;
+            for b in &resp.brokers {
+                out.brokers.push(BrokerEndpoint {
+                    node_id: b.node_id.0,
+                    host: b.host.to_string(),
+                    port: b.port,
+                });
+            }
+            for t in &resp.topics {
+                if let Some(name) = &t.name {
+                    if !t.topic_id.is_nil() {
+                        out.topics.push((t.topic_id, name.0.to_string()));
+                    }
+                }
+            }
+            out.unmapped = retain_mapped!(resp.brokers, node_id, map);
+            out.frame = Some(encode_frame(&header, hv, &resp, version, size)?);
+        }
+        ApiKey::FindCoordinator => {
+            let mut resp = FindCoordinatorResponse::decode(&mut body, version).map_err(bad)?;
+            if version < 4 {
+                if resp.node_id.0 >= 0 {
+                    match map.endpoint(resp.node_id.0) {
+                        Some((host, port)) => {
+                            resp.host = host;
+                            resp.port = port;
+                        }
+                        None => {
+                            out.unmapped += 1;
+                            resp.error_code = COORDINATOR_NOT_AVAILABLE;
+                            resp.node_id = (-1).into();
+                            resp.host = StrBytes::from_static_str("");
+                            resp.port = -1;
+                        }
+                    }
+                }
+            } else {
+                for c in resp.coordinators.iter_mut() {
+                    if c.node_id.0 < 0 {
+                        continue;
+                    }
+                    match map.endpoint(c.node_id.0) {
+                        Some((host, port)) => {
+                            c.host = host;
+                            c.port = port;
+                        }
+                        None => {
+                            out.unmapped += 1;
+                            c.error_code = COORDINATOR_NOT_AVAILABLE;
+                            c.node_id = (-1).into();
+                            c.host = StrBytes::from_static_str("");
+                            c.port = -1;
+                        }
+                    }
+                }
+            }
+            out.frame = Some(encode_frame(&header, hv, &resp, version, size)?);
+        }
+        ApiKey::DescribeCluster => {
+            let mut resp = DescribeClusterResponse::decode(&mut body, version).map_err(bad)?;
+            // endpoint_type 1 = brokers; 2 = controllers, which the gateway does not front.
+            if version == 0 || resp.endpoint_type == 1 {
+                out.unmapped = retain_mapped!(resp.brokers, broker_id, map);
+            }
+            out.frame = Some(encode_frame(&header, hv, &resp, version, size)?);
+        }
+        ApiKey::Produce => {
+            let mut resp = ProduceResponse::decode(&mut body, version).map_err(bad)?;
+            if !resp.node_endpoints.is_empty() {
+                out.unmapped = retain_mapped!(resp.node_endpoints, node_id, map);
+                out.frame = Some(encode_frame(&header, hv, &resp, version, size)?);
+            }
+        }
+        ApiKey::Fetch => {
+            let mut resp = FetchResponse::decode(&mut body, version).map_err(bad)?;
+            if !resp.node_endpoints.is_empty() {
+                out.unmapped = retain_mapped!(resp.node_endpoints, node_id, map);
+                out.frame = Some(encode_frame(&header, hv, &resp, version, size)?);
+            }
+        }
+        _ => {}
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,109 @@
+//! Which API versions the gateway can handle, and capping the broker's ApiVersions answer to
+//! them.
+//!
+//! The gateway forwards most requests as raw bytes, so for those it only needs to know the api
+//! key (unknown keys are removed from ApiVersions so that clients never send them). For the APIs
+//! whose responses it decodes or rewrites, it caps the advertised range to what the
+//! `kafka-protocol` crate can parse.
+
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::ApiKey;
+
+/// APIs whose responses the gateway decodes (to rewrite addresses or read results).
+pub const DECODED: &[ApiKey] = &[
+    ApiKey::ApiVersions,
+    ApiKey::Metadata,
+    ApiKey::FindCoordinator,
+    ApiKey::DescribeCluster,
+    ApiKey::Produce,
+    ApiKey::Fetch,
+];
+
+/// Whether the gateway decodes responses of `key`.
+pub fn is_decoded(key: ApiKey) -> bool {
+    DECODED.contains(&key)
+}
+
+/// The versions of `key` the gateway accepts from clients, or `None` when it forwards any
+/// version the broker accepts.
+pub fn gateway_range(key: ApiKey) -> Option<(i16, i16)> {
+    match key {
+        // SaslHandshake v0 switches the connection to raw SASL tokens without Kafka framing,
+        // which a frame-aware gateway cannot follow. v1 keeps tokens in SaslAuthenticate.
+        ApiKey::SaslHandshake => Some((1, key.valid_versions().max)),
+        k if is_decoded(k) => {
+            let r = k.valid_versions();
+            Some((r.min, r.max))
+        }
+        _ => None,
+    }
+}
+
+/// Whether a request of `key` at `version` can go through the gateway.
+pub fn accepts(key: ApiKey, version: i16) -> bool {
+    match gateway_range(key) {
+        Some((min, max)) => version >= min && version <= max,
+        None => true,
+    }
+}
+
+/// Cap a broker's ApiVersions entries in place to what the gateway supports. Unknown api keys
+/// and empty ranges are removed. Returns how many entries changed.
+pub fn cap_api_versions(entries: &mut Vec<ApiVersion>) -> usize {
+    let before = entries.clone();
+    entries.retain_mut(|e| {
+        let Ok(key) = ApiKey::try_from(e.api_key) else {
+            return false;
+        };
+        if let Some((min, max)) = gateway_range(key) {
+            e.min_version = e.min_version.max(min);
+            e.max_version = e.max_version.min(max);
+        }
+        e.min_version <= e.max_version
+    });
+    before.len() - entries.len()
+        + entries
+            .iter()
+            .zip(before.iter().filter(|b| entries.iter().any(|e| e.api_key == b.api_key)))
+            .filter(|(a, b)| a != b)
+            .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(key: i16, min: i16, max: i16) -> ApiVersion {
+        ApiVersion::default().with_api_key(key).with_min_version(min).with_max_version(max)
+    }
+
+    #[test]
+    fn caps_decoded_apis_to_the_crate_range() {
+        let mut v = vec![entry(3, 0, 99), entry(0, 3, 99)];
+        cap_api_versions(&mut v);
+        assert_eq!(v[0].max_version, ApiKey::Metadata.valid_versions().max);
+        assert_eq!(v[1].max_version, ApiKey::Produce.valid_versions().max);
+    }
+
+    #[test]
+    fn removes_unknown_api_keys() {
+        let mut v = vec![entry(3, 0, 12), entry(30000, 0, 1)];
+        assert_eq!(cap_api_versions(&mut v), 1);
+        assert_eq!(v.len(), 1);
+    }
+
+    #[test]
+    fn leaves_raw_forwarded_apis_alone() {
+        let mut v = vec![entry(ApiKey::JoinGroup as i16, 0, 42)];
+        assert_eq!(cap_api_versions(&mut v), 0);
+        assert_eq!(v[0].max_version, 42);
+    }
+
+    #[test]
+    fn sasl_handshake_v0_is_not_offered() {
+        let mut v = vec![entry(ApiKey::SaslHandshake as i16, 0, 1)];
+        cap_api_versions(&mut v);
+        assert_eq!(v[0].min_version, 1);
+        assert!(!accepts(ApiKey::SaslHandshake, 0));
+    }
+}

@@ -1,0 +1,207 @@
+//! The gateway's view of the destination cluster: broker node ids and their real addresses,
+//! topic ids and names, and whether metadata is known. Refreshed periodically with the gateway's
+//! own Metadata requests and updated from Metadata responses that pass through.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, MetadataRequest};
+use tokio::sync::watch;
+
+use crate::config::ClusterConfig;
+use crate::metrics::Metrics;
+use crate::protocol::client::{ClientError, KafkaClient};
+use crate::protocol::rewrite::BrokerEndpoint;
+
+#[derive(Default)]
+struct Inner {
+    brokers: HashMap<i32, String>,
+    topic_names: HashMap<uuid::Uuid, String>,
+    cluster_id: Option<String>,
+    known: bool,
+}
+
+/// Shared, cheap-to-read view of the destination cluster.
+pub struct ClusterView {
+    inner: RwLock<Inner>,
+    config: ClusterConfig,
+    metrics: Arc<Metrics>,
+    /// Bumped whenever the broker set changes.
+    changed: watch::Sender<u64>,
+}
+
+/// What one metadata fetch returned.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub brokers: Vec<BrokerEndpoint>,
+    pub topics: Vec<(uuid::Uuid, String)>,
+    pub cluster_id: Option<String>,
+}
+
+impl ClusterView {
+    /// A view with nothing known yet.
+    pub fn new(config: ClusterConfig, metrics: Arc<Metrics>) -> Arc<Self> {
+        let (changed, _) = watch::channel(0);
+        Arc::new(ClusterView { inner: RwLock::new(Inner::default()), config, metrics, changed })
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    }
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Real address (`host:port`) of broker `node_id`.
+    pub fn broker_addr(&self, node_id: i32) -> Option<String> {
+        self.read().brokers.get(&node_id).cloned()
+    }
+
+    /// All known brokers, sorted by node id.
+    pub fn brokers(&self) -> Vec<(i32, String)> {
+        let mut v: Vec<_> = self.read().brokers.iter().map(|(k, v)| (*k, v.clone())).collect();
+        v.sort();
+        v
+    }
+
+    /// Topic name for a topic id.
+    pub fn topic_name(&self, id: &uuid::Uuid) -> Option<String> {
+        self.read().topic_names.get(id).cloned()
+    }
+
+    /// Whether metadata has been fetched at least once.
+    pub fn is_known(&self) -> bool {
+        self.read().known
+    }
+
+    /// The destination cluster id.
+    pub fn cluster_id(&self) -> Option<String> {
+        self.read().cluster_id.clone()
+    }
+
+    /// Subscribe to broker-set changes.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Merge brokers and topics seen in a Metadata response passing through.
+    pub fn observe(&self, brokers: &[BrokerEndpoint], topics: &[(uuid::Uuid, String)]) {
+        let mut changed = false;
+        {
+            let mut inner = self.write();
+            for b in brokers {
+                let addr = format!("{}:{}", b.host, b.port);
+                if inner.brokers.get(&b.node_id) != Some(&addr) {
+                    inner.brokers.insert(b.node_id, addr);
+                    changed = true;
+                }
+            }
+            for (id, name) in topics {
+                inner.topic_names.insert(*id, name.clone());
+            }
+            self.metrics.upstream_brokers.set(inner.brokers.len() as i64);
+        }
+        if changed {
+            self.changed.send_modify(|v| *v += 1);
+        }
+    }
+
+    /// Replace the view with a full snapshot.
+    pub fn replace(&self, snap: Snapshot) {
+        let changed;
+        {
+            let mut inner = self.write();
+            let brokers: HashMap<i32, String> =
+                snap.brokers.iter().map(|b| (b.node_id, format!("{}:{}", b.host, b.port))).collect();
+            changed = brokers != inner.brokers || !inner.known;
+            inner.brokers = brokers;
+            inner.topic_names = snap.topics.into_iter().collect();
+            inner.cluster_id = snap.cluster_id;
+            inner.known = true;
+            self.metrics.upstream_brokers.set(inner.brokers.len() as i64);
+        }
+        if changed {
+            self.changed.send_modify(|v| *v += 1);
+        }
+    }
+
+    /// Fetch metadata once from any reachable broker (known brokers first, then bootstrap).
+    pub async fn fetch(&self) -> Result<Snapshot, ClientError> {
+        let timeout = Duration::from_millis(self.config.connect_timeout_ms);
+        let mut candidates: Vec<String> = self.brokers().into_iter().map(|(_, a)| a).collect();
+        candidates.extend(self.config.bootstrap.iter().cloned());
+        let mut last = None;
+        for addr in candidates {
+            match fetch_from(&addr, timeout).await {
+                Ok(s) => return Ok(s),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or(ClientError::Closed { addr: "no bootstrap address".into() }))
+    }
+
+    /// Refresh now; updates the view and the metrics.
+    pub async fn refresh(&self) -> Result<(), ClientError> {
+        match self.fetch().await {
+            Ok(s) => {
+                self.replace(s);
+                self.metrics.metadata_refresh.with_label_values(&["ok"]).inc();
+                Ok(())
+            }
+            Err(e) => {
+                self.metrics.metadata_refresh.with_label_values(&["error"]).inc();
+                Err(e)
+            }
+        }
+    }
+
+    /// Refresh every `metadata_refresh_ms` until `shutdown` fires. Retries faster while no
+    /// metadata is known.
+    pub async fn refresh_loop(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        loop {
+            let wait = match self.refresh().await {
+                Ok(()) => Duration::from_millis(self.config.metadata_refresh_ms),
+                Err(e) => {
+                    tracing::warn!(error = %e, "destination metadata refresh failed");
+                    Duration::from_millis(if self.is_known() { 2000 } else { 500 })
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+}
+
+/// The highest version of `key` both the broker (per its ApiVersions answer) and the crate know.
+fn negotiate(versions: &[(i16, i16, i16)], key: ApiKey) -> Option<i16> {
+    let (_, min, max) = versions.iter().find(|(k, _, _)| *k == key as i16)?;
+    let ours = key.valid_versions();
+    let v = (*max).min(ours.max);
+    (v >= (*min).max(ours.min)).then_some(v)
+}
+
+async fn fetch_from(addr: &str, timeout: Duration) -> Result<Snapshot, ClientError> {
+    let mut client = KafkaClient::connect(addr, timeout).await?;
+    let av = client.send(&ApiVersionsRequest::default(), 0).await?;
+    let versions: Vec<(i16, i16, i16)> =
+        av.api_keys.iter().map(|k| (k.api_key, k.min_version, k.max_version)).collect();
+    let version = negotiate(&versions, ApiKey::Metadata).unwrap_or(9);
+    let req = MetadataRequest::default().with_topics(None).with_allow_auto_topic_creation(false);
+    let resp = client.send(&req, version).await?;
+    Ok(Snapshot {
+        brokers: resp
+            .brokers
+            .iter()
+            .map(|b| BrokerEndpoint { node_id: b.node_id.0, host: b.host.to_string(), port: b.port })
+            .collect(),
+        topics: resp
+            .topics
+            .iter()
+            .filter_map(|t| t.name.as_ref().map(|n| (t.topic_id, n.0.to_string())))
+            .collect(),
+        cluster_id: resp.cluster_id.as_ref().map(|c| c.to_string()),
+    })
+}

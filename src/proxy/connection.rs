@@ -1,0 +1,306 @@
+//! One client connection and its upstream connection to one destination broker.
+//!
+//! Two halves run concurrently:
+//! - **requests** (client → broker): read a frame, validate the header, note the request in
+//!   the in-flight queue (unless it is an `acks=0` Produce, which gets no response), forward
+//!   the bytes unchanged;
+//! - **responses** (broker → client): for each in-flight request in order, read the broker's
+//!   response, check its correlation id, rewrite it when it carries broker addresses or
+//!   versions, write it to the client.
+//!
+//! The in-flight queue is bounded (`limits.max_in_flight`): when it is full the gateway stops
+//! reading from the client, and when the client stops reading responses the gateway stops
+//! reading from the broker. So each connection buffers at most one frame per direction.
+//!
+//! Bad input (oversized, truncated or unparsable frame, unknown api key, unsupported version)
+//! closes this connection with a logged reason; other connections are unaffected.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::ApiKey;
+use kafka_protocol::protocol::StrBytes;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch};
+use tracing::Instrument;
+
+use crate::config::{LimitsConfig, ListenerConfig};
+use crate::metrics::{ApiHandles, ListenerKind, Metrics};
+use crate::protocol::frame::{parse_request_header, read_frame, response_correlation_id, FrameError};
+use crate::protocol::produce::peek_acks;
+use crate::protocol::rewrite::{needs_rewrite, rewrite_response, AddressMap};
+use crate::protocol::versions;
+
+use super::cluster::ClusterView;
+
+/// Maps node ids to this listener's ports.
+pub struct ListenerAddressMap {
+    host: StrBytes,
+    listener: ListenerConfig,
+}
+
+impl ListenerAddressMap {
+    pub fn new(listener: &ListenerConfig) -> Self {
+        ListenerAddressMap {
+            host: StrBytes::from_string(listener.advertised().to_string()),
+            listener: listener.clone(),
+        }
+    }
+}
+
+impl AddressMap for ListenerAddressMap {
+    fn endpoint(&self, node_id: i32) -> Option<(StrBytes, i32)> {
+        self.listener.port_for_node(node_id).map(|p| (self.host.clone(), i32::from(p)))
+    }
+}
+
+/// Everything a connection needs, shared by all connections of one listener.
+pub struct ConnContext {
+    pub kind: ListenerKind,
+    pub address_map: ListenerAddressMap,
+    pub cluster: Arc<ClusterView>,
+    pub metrics: Arc<Metrics>,
+    pub handles: ApiHandles,
+    pub limits: LimitsConfig,
+    pub connect_timeout: Duration,
+}
+
+/// Why the gateway closed a connection on its own.
+#[derive(Debug, thiserror::Error)]
+enum Refused {
+    #[error("{0}")]
+    Frame(#[from] FrameError),
+    #[error("{api:?} v{version} is not supported by the gateway")]
+    UnsupportedVersion { api: ApiKey, version: i16 },
+    #[error("destination broker {addr} failed: {source}")]
+    Upstream { addr: String, source: std::io::Error },
+    #[error("destination broker {0} closed the connection")]
+    UpstreamClosed(String),
+    #[error("destination broker sent correlation id {got}, expected {want}")]
+    Correlation { got: i32, want: i32 },
+    #[error("client went away: {0}")]
+    ClientGone(std::io::Error),
+}
+
+impl Refused {
+    fn kind(&self) -> &'static str {
+        match self {
+            Refused::Frame(FrameError::TooLarge { .. }) => "frame_too_large",
+            Refused::Frame(FrameError::UnknownApiKey(_)) => "unknown_api",
+            Refused::Frame(FrameError::Truncated { .. }) => "truncated_frame",
+            Refused::Frame(FrameError::BadResponse(_)) => "bad_response",
+            Refused::Frame(FrameError::Io(_)) => "io",
+            Refused::Frame(_) => "bad_frame",
+            Refused::UnsupportedVersion { .. } => "unsupported_version",
+            Refused::Upstream { .. } | Refused::UpstreamClosed(_) => "upstream",
+            Refused::Correlation { .. } => "upstream_correlation",
+            Refused::ClientGone(_) => "client_gone",
+        }
+    }
+}
+
+/// How the request half ended without an error.
+enum End {
+    ClientClosed,
+    Idle,
+    Shutdown,
+}
+
+struct InFlight {
+    correlation_id: i32,
+    api: ApiKey,
+    version: i16,
+    started: Instant,
+}
+
+/// Decrements a gauge when dropped.
+struct GaugeGuard(prometheus::IntGauge);
+impl Drop for GaugeGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// Serve one accepted client connection for broker `node_id` until it ends.
+/// `_drain` is held until the connection is fully closed (graceful shutdown waits for it).
+pub async fn serve(
+    ctx: Arc<ConnContext>,
+    client: TcpStream,
+    peer: SocketAddr,
+    node_id: i32,
+    shutdown: watch::Receiver<bool>,
+    _drain: mpsc::Sender<()>,
+) {
+    let span = tracing::info_span!("conn", listener = ctx.kind.as_str(), %peer, node = node_id);
+    run(ctx, client, node_id, shutdown).instrument(span).await
+}
+
+async fn run(ctx: Arc<ConnContext>, client: TcpStream, node_id: i32, mut shutdown: watch::Receiver<bool>) {
+    let kind = ctx.kind;
+    let Some(addr) = ctx.cluster.broker_addr(node_id) else {
+        tracing::warn!("closing: no destination broker with node id {node_id} is known");
+        ctx.metrics.error(kind, "unknown_broker");
+        return;
+    };
+    let upstream = match tokio::time::timeout(ctx.connect_timeout, TcpStream::connect(&addr)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            tracing::warn!(upstream = %addr, error = %e, "closing: cannot connect to destination broker");
+            ctx.metrics.error(kind, "upstream_connect");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(upstream = %addr, "closing: connecting to destination broker timed out");
+            ctx.metrics.error(kind, "upstream_connect");
+            return;
+        }
+    };
+    let _ = client.set_nodelay(true);
+    let _ = upstream.set_nodelay(true);
+    let gauge = ctx.metrics.upstream_connections.with_label_values(&[&node_id.to_string()]);
+    gauge.inc();
+    let _upstream_guard = GaugeGuard(gauge);
+    tracing::debug!(upstream = %addr, "connected");
+
+    let (mut client_rd, mut client_wr) = client.into_split();
+    let (mut up_rd, mut up_wr) = upstream.into_split();
+    let (tx, mut rx) = mpsc::channel::<InFlight>(ctx.limits.max_in_flight.max(1));
+    let pending = Arc::new(AtomicUsize::new(0));
+    let max_request = ctx.limits.max_frame_bytes;
+    let max_response = ctx.limits.max_frame_bytes.max(256 * 1024 * 1024);
+    let idle = Duration::from_millis(ctx.limits.idle_timeout_ms);
+
+    let requests = {
+        let ctx = ctx.clone();
+        let pending = pending.clone();
+        let addr = addr.clone();
+        async move {
+            let mut buf = BytesMut::with_capacity(64 * 1024);
+            loop {
+                let read = tokio::select! {
+                    r = tokio::time::timeout(idle, read_frame(&mut client_rd, &mut buf, max_request)) => r,
+                    _ = shutdown.changed() => return Ok(End::Shutdown),
+                };
+                let frame: Bytes = match read {
+                    Err(_) if pending.load(Ordering::Acquire) == 0 => return Ok(End::Idle),
+                    Err(_) => continue,
+                    Ok(Ok(None)) => return Ok(End::ClientClosed),
+                    Ok(Ok(Some(f))) => f,
+                    Ok(Err(e)) => return Err(Refused::Frame(e)),
+                };
+                let body = &frame[4..];
+                let h = parse_request_header(body)?;
+                if !versions::accepts(h.api_key, h.api_version) {
+                    return Err(Refused::UnsupportedVersion { api: h.api_key, version: h.api_version });
+                }
+                let expects_response = h.api_key != ApiKey::Produce
+                    || peek_acks(h.api_version, &body[h.header_len..])? != 0;
+                ctx.handles.request(h.api_key);
+                ctx.handles.bytes_in.inc_by(frame.len() as u64);
+                let started = Instant::now();
+                if expects_response {
+                    pending.fetch_add(1, Ordering::AcqRel);
+                    let entry = InFlight {
+                        correlation_id: h.correlation_id,
+                        api: h.api_key,
+                        version: h.api_version,
+                        started,
+                    };
+                    if tx.send(entry).await.is_err() {
+                        // The response half has ended; it reports why.
+                        return Ok(End::ClientClosed);
+                    }
+                }
+                up_wr
+                    .write_all(&frame)
+                    .await
+                    .map_err(|source| Refused::Upstream { addr: addr.clone(), source })?;
+            }
+        }
+    };
+
+    let responses = {
+        let ctx = ctx.clone();
+        let addr = addr.clone();
+        async move {
+            let mut buf = BytesMut::with_capacity(64 * 1024);
+            while let Some(inf) = rx.recv().await {
+                let frame = read_frame(&mut up_rd, &mut buf, max_response)
+                    .await
+                    .map_err(|e| match e {
+                        FrameError::Io(source) => Refused::Upstream { addr: addr.clone(), source },
+                        FrameError::Truncated { .. } => Refused::UpstreamClosed(addr.clone()),
+                        other => Refused::Frame(other),
+                    })?
+                    .ok_or_else(|| Refused::UpstreamClosed(addr.clone()))?;
+                let got = response_correlation_id(&frame[4..])?;
+                if got != inf.correlation_id {
+                    return Err(Refused::Correlation { got, want: inf.correlation_id });
+                }
+                let out = if needs_rewrite(inf.api, inf.version) {
+                    let r = rewrite_response(inf.api, inf.version, &frame, &ctx.address_map)?;
+                    if !r.brokers.is_empty() || !r.topics.is_empty() {
+                        ctx.cluster.observe(&r.brokers, &r.topics);
+                    }
+                    if r.unmapped > 0 {
+                        ctx.metrics.unmapped_endpoints.inc_by(r.unmapped as u64);
+                        tracing::warn!(
+                            unmapped = r.unmapped,
+                            "removed broker endpoints without a gateway port (raise max_brokers?)"
+                        );
+                    }
+                    r.frame.unwrap_or(frame)
+                } else {
+                    frame
+                };
+                client_wr.write_all(&out).await.map_err(Refused::ClientGone)?;
+                pending.fetch_sub(1, Ordering::AcqRel);
+                ctx.handles.bytes_out.inc_by(out.len() as u64);
+                ctx.handles.latency(inf.api, inf.started.elapsed().as_secs_f64());
+            }
+            let _ = client_wr.shutdown().await;
+            Ok::<(), Refused>(())
+        }
+    };
+
+    tokio::pin!(requests);
+    tokio::pin!(responses);
+    tokio::select! {
+        r = &mut responses => {
+            if let Err(e) = r {
+                log_close(&ctx.metrics, kind, &e);
+            }
+        }
+        r = &mut requests => match r {
+            Ok(end) => {
+                match end {
+                    End::Idle => tracing::info!("closing idle connection"),
+                    End::Shutdown => tracing::debug!("draining for shutdown"),
+                    End::ClientClosed => tracing::debug!("client closed"),
+                }
+                let grace = Duration::from_millis(ctx.limits.shutdown_grace_ms);
+                match tokio::time::timeout(grace, responses).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => log_close(&ctx.metrics, kind, &e),
+                    Err(_) => {
+                        tracing::warn!("in-flight requests not answered within the grace period; closing");
+                        ctx.metrics.error(kind, "drain_timeout");
+                    }
+                }
+            }
+            Err(e) => log_close(&ctx.metrics, kind, &e),
+        },
+    }
+}
+
+fn log_close(metrics: &Metrics, kind: ListenerKind, e: &Refused) {
+    match e {
+        Refused::ClientGone(_) => tracing::debug!(reason = %e, "closing connection"),
+        _ => tracing::warn!(reason = %e, "closing connection"),
+    }
+    metrics.error(kind, e.kind());
+}
