@@ -57,7 +57,7 @@ fn java_tools_roundtrip(name: &str, bootstrap: &str, partitions: i32, assignment
     create_topic(bootstrap, &topic, partitions, assignment);
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = dir.path().join("producer.properties");
-    std::fs::write(&cfg, "enable.idempotence=true\nacks=all\nlinger.ms=5\n").expect("write config");
+    std::fs::write(&cfg, "enable.idempotence=true\nacks=all\nretries=2147483647\nmax.in.flight.requests.per.connection=5\nlinger.ms=5\n").expect("write config");
     let cfg = cfg.to_string_lossy().into_owned();
     let n = N.to_string();
 

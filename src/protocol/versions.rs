@@ -50,23 +50,27 @@ pub fn accepts(key: ApiKey, version: i16) -> bool {
 /// Cap a broker's ApiVersions entries in place to what the gateway supports. Unknown api keys
 /// and empty ranges are removed. Returns how many entries changed.
 pub fn cap_api_versions(entries: &mut Vec<ApiVersion>) -> usize {
-    let before = entries.clone();
+    let mut changed = 0;
     entries.retain_mut(|e| {
         let Ok(key) = ApiKey::try_from(e.api_key) else {
+            changed += 1;
             return false;
         };
         if let Some((min, max)) = gateway_range(key) {
+            let (old_min, old_max) = (e.min_version, e.max_version);
             e.min_version = e.min_version.max(min);
             e.max_version = e.max_version.min(max);
+            if (old_min, old_max) != (e.min_version, e.max_version) {
+                changed += 1;
+            }
         }
-        e.min_version <= e.max_version
+        if e.min_version > e.max_version {
+            // Counted above when the range was narrowed to nothing.
+            return false;
+        }
+        true
     });
-    before.len() - entries.len()
-        + entries
-            .iter()
-            .zip(before.iter().filter(|b| entries.iter().any(|e| e.api_key == b.api_key)))
-            .filter(|(a, b)| a != b)
-            .count()
+    changed
 }
 
 #[cfg(test)]
