@@ -48,6 +48,8 @@ pub struct Metrics {
     pub bytes: IntCounterVec,
     /// `mirrorgate_upstream_connections{node}`: open connections to each destination broker.
     pub upstream_connections: IntGaugeVec,
+    /// `mirrorgate_upstream_connections_total{node}`: connections opened to each destination broker.
+    pub upstream_connections_total: IntCounterVec,
     /// `mirrorgate_upstream_brokers`: brokers known from destination metadata.
     pub upstream_brokers: IntGauge,
     /// `mirrorgate_metadata_refresh_total{result}`.
@@ -138,6 +140,14 @@ impl Metrics {
                 &["node"],
             )
             .expect("valid metric"),
+            upstream_connections_total: IntCounterVec::new(
+                Opts::new(
+                    "mirrorgate_upstream_connections_total",
+                    "Connections opened to each destination broker.",
+                ),
+                &["node"],
+            )
+            .expect("valid metric"),
             upstream_brokers: IntGauge::new(
                 "mirrorgate_upstream_brokers",
                 "Destination brokers known from metadata.",
@@ -165,6 +175,7 @@ impl Metrics {
             Box::new(m.latency.clone()),
             Box::new(m.bytes.clone()),
             Box::new(m.upstream_connections.clone()),
+            Box::new(m.upstream_connections_total.clone()),
             Box::new(m.upstream_brokers.clone()),
             Box::new(m.metadata_refresh.clone()),
             Box::new(m.unmapped_endpoints.clone()),

@@ -1,6 +1,8 @@
 //! An in-process gateway for integration tests: started on free ports in front of a real
 //! destination cluster, on its own runtime thread, stopped when dropped.
 
+#![allow(dead_code)]
+
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
@@ -37,8 +39,11 @@ pub fn free_port_range(n: u16) -> u16 {
     panic!("no free range of {n} ports found on 127.0.0.1");
 }
 
-/// A gateway config in front of `destination` with client, mirror and admin on free ports.
+/// A gateway config in front of `destination` (comma-separated bootstrap addresses) with
+/// client, mirror and admin on free ports.
 pub fn test_config(destination: &str) -> Config {
+    let bootstrap: Vec<String> = destination.split(',').map(|a| format!("\"{}\"", a.trim())).collect();
+    let bootstrap = bootstrap.join(", ");
     let client = free_port_range(4);
     let mirror = free_port_range(4);
     let admin = free_port_range(1);
@@ -46,7 +51,7 @@ pub fn test_config(destination: &str) -> Config {
     let yaml = format!(
         r#"
 destination:
-  bootstrap: ["{destination}"]
+  bootstrap: [{bootstrap}]
   metadata_refresh_ms: 2000
 listeners:
   client: {{ bind: 127.0.0.1, port_base: {client}, node_id_base: 1, max_brokers: 4 }}

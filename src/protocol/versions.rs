@@ -31,6 +31,9 @@ pub fn gateway_range(key: ApiKey) -> Option<(i16, i16)> {
         // SaslHandshake v0 switches the connection to raw SASL tokens without Kafka framing,
         // which a frame-aware gateway cannot follow. v1 keeps tokens in SaslAuthenticate.
         ApiKey::SaslHandshake => Some((1, key.valid_versions().max)),
+        // Any ApiVersions version goes to the broker: one newer than the broker knows is
+        // answered with UNSUPPORTED_VERSION in a v0 body (KIP-511), which the gateway decodes.
+        ApiKey::ApiVersions => None,
         k if is_decoded(k) => {
             let r = k.valid_versions();
             Some((r.min, r.max))
@@ -56,7 +59,12 @@ pub fn cap_api_versions(entries: &mut Vec<ApiVersion>) -> usize {
             changed += 1;
             return false;
         };
-        if let Some((min, max)) = gateway_range(key) {
+        let advertised = match key {
+            // Accepted at any version, but only versions the gateway can decode are offered.
+            ApiKey::ApiVersions => Some((key.valid_versions().min, key.valid_versions().max)),
+            k => gateway_range(k),
+        };
+        if let Some((min, max)) = advertised {
             let (old_min, old_max) = (e.min_version, e.max_version);
             e.min_version = e.min_version.max(min);
             e.max_version = e.max_version.min(max);
@@ -101,6 +109,11 @@ mod tests {
         let mut v = vec![entry(ApiKey::JoinGroup as i16, 0, 42)];
         assert_eq!(cap_api_versions(&mut v), 0);
         assert_eq!(v[0].max_version, 42);
+    }
+
+    #[test]
+    fn any_api_versions_version_is_forwarded() {
+        assert!(accepts(ApiKey::ApiVersions, 77));
     }
 
     #[test]

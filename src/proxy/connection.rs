@@ -161,7 +161,9 @@ async fn run(ctx: Arc<ConnContext>, client: TcpStream, node_id: i32, mut shutdow
     };
     let _ = client.set_nodelay(true);
     let _ = upstream.set_nodelay(true);
-    let gauge = ctx.metrics.upstream_connections.with_label_values(&[&node_id.to_string()]);
+    let node_label = node_id.to_string();
+    ctx.metrics.upstream_connections_total.with_label_values(&[&node_label]).inc();
+    let gauge = ctx.metrics.upstream_connections.with_label_values(&[&node_label]);
     gauge.inc();
     let _upstream_guard = GaugeGuard(gauge);
     tracing::debug!(upstream = %addr, "connected");
