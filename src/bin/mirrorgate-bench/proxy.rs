@@ -1,125 +1,10 @@
-//! `mirrorgate-bench`: benchmarks that need real clusters. Each subcommand starts the clusters
-//! it needs through the rig when they are not running (and stops those it started), and prints
-//! its figures as one JSON object on its last line.
-//!
-//! - `proxy`: the Java producer and consumer perf tools against the destination directly and
-//!   through the gateway, alternating, in one run; medians and gateway ÷ direct ratios.
+//! `mirrorgate-bench proxy`: Java perf tools directly vs through the gateway.
 
-use std::path::PathBuf;
-use std::process::{Command, ExitCode};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use clap::{Parser, Subcommand};
 use serde_json::json;
 
-#[derive(Parser)]
-#[command(name = "mirrorgate-bench")]
-struct Cli {
-    #[command(subcommand)]
-    command: Bench,
-}
-
-#[derive(Subcommand)]
-enum Bench {
-    /// Producer/consumer perf tools: destination directly vs through the gateway.
-    Proxy {
-        /// A short run (under 3 minutes).
-        #[arg(long)]
-        quick: bool,
-        /// Runs per mode (at least 3).
-        #[arg(long, default_value_t = 3)]
-        runs: usize,
-        /// Records per run (default 200000, or 50000 with --quick).
-        #[arg(long)]
-        records: Option<u64>,
-    },
-}
-
-fn repo() -> PathBuf {
-    std::env::var_os("MIRRORGATE_HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
-}
-
-fn rig(args: &[&str]) -> Result<String, String> {
-    let out = Command::new(repo().join("integration/rig"))
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run integration/rig: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "integration/rig {} failed: {}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// Clusters started by this process, stopped on drop.
-struct Clusters {
-    started: Vec<String>,
-}
-
-impl Clusters {
-    fn ensure(names: &[&str]) -> Result<(Clusters, Vec<(String, String)>), String> {
-        let before = rig(&["status"])?;
-        let running: Vec<&str> = before.lines().filter_map(|l| l.split_once('=').map(|(n, _)| n)).collect();
-        let started: Vec<String> =
-            names.iter().filter(|n| !running.contains(n)).map(|s| s.to_string()).collect();
-        if !started.is_empty() {
-            eprintln!("starting clusters: {}", started.join(" "));
-            let mut args = vec!["up"];
-            args.extend(names.iter().copied());
-            rig(&args)?;
-        }
-        let status = rig(&["status"])?;
-        let addrs = status
-            .lines()
-            .filter_map(|l| l.split_once('=').map(|(n, a)| (n.to_string(), a.to_string())))
-            .collect();
-        Ok((Clusters { started }, addrs))
-    }
-}
-
-impl Drop for Clusters {
-    fn drop(&mut self) {
-        if !self.started.is_empty() {
-            let mut args = vec!["down"];
-            args.extend(self.started.iter().map(|s| s.as_str()));
-            if let Err(e) = rig(&args) {
-                eprintln!("{e}");
-            }
-        }
-    }
-}
-
-fn java(class: &str, args: &[String], timeout: Duration) -> Result<String, String> {
-    let mut child = Command::new(repo().join("integration/rig"))
-        .arg("java")
-        .arg(class)
-        .args(args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot start {class}: {e}"))?;
-    let start = Instant::now();
-    loop {
-        if let Some(_status) = child.try_wait().map_err(|e| e.to_string())? {
-            let out = child.wait_with_output().map_err(|e| e.to_string())?;
-            let text = String::from_utf8_lossy(&out.stdout).into_owned();
-            if !out.status.success() {
-                return Err(format!("{class} failed: {text}{}", String::from_utf8_lossy(&out.stderr)));
-            }
-            return Ok(text);
-        }
-        if start.elapsed() > timeout {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!("{class} did not finish within {timeout:?}"));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+use crate::{java, median, Clusters};
 
 #[derive(Debug, Clone, Copy, Default)]
 struct ProduceRun {
@@ -145,19 +30,6 @@ fn parse_consumer(out: &str) -> Option<f64> {
     let idx = header.split(',').position(|h| h.trim() == "fetch.MB.sec")?;
     let line = out.lines().rev().find(|l| l.split(',').count() == header.split(',').count() && !l.contains("fetch.MB.sec"))?;
     line.split(',').nth(idx)?.trim().parse().ok()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 fn create_topic(bootstrap: &str, topic: &str) -> Result<(), String> {
@@ -216,7 +88,7 @@ fn one_run(bootstrap: &str, topic: &str, records: u64) -> Result<(ProduceRun, f6
     Ok((produce, consume))
 }
 
-fn proxy_bench(quick: bool, runs: usize, records: Option<u64>) -> Result<serde_json::Value, String> {
+pub fn run(quick: bool, runs: usize, records: Option<u64>) -> Result<serde_json::Value, String> {
     let runs = runs.max(3);
     let records = records.unwrap_or(if quick { 50_000 } else { 200_000 });
     let (_clusters, addrs) = Clusters::ensure(&["destination"])?;
@@ -287,26 +159,10 @@ fn proxy_bench(quick: bool, runs: usize, records: Option<u64>) -> Result<serde_j
     }))
 }
 
-fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let result = match cli.command {
-        Bench::Proxy { quick, runs, records } => proxy_bench(quick, runs, records),
-    };
-    match result {
-        Ok(v) => {
-            println!("{v}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("mirrorgate-bench: {e}");
-            ExitCode::from(1)
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::median;
 
     #[test]
     fn parses_the_producer_perf_summary() {
