@@ -22,7 +22,10 @@ pub enum StartError {
     #[error("admin.bind {addr:?} is not an ip:port address")]
     AdminAddr { addr: String },
     #[error("cannot bind the admin server on {addr}: {source}")]
-    AdminBind { addr: String, source: std::io::Error },
+    AdminBind {
+        addr: String,
+        source: std::io::Error,
+    },
 }
 
 /// One listener of the running gateway.
@@ -60,13 +63,20 @@ impl Gateway {
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (drain_tx, drain_rx) = mpsc::channel::<()>(1);
 
-        let admin_addr: SocketAddr = config
-            .admin
-            .bind_addr()
-            .map_err(|_| StartError::AdminAddr { addr: config.admin.bind.clone() })?;
-        let admin_listener = TcpListener::bind(admin_addr)
-            .await
-            .map_err(|source| StartError::AdminBind { addr: config.admin.bind.clone(), source })?;
+        let admin_addr: SocketAddr =
+            config
+                .admin
+                .bind_addr()
+                .map_err(|_| StartError::AdminAddr {
+                    addr: config.admin.bind.clone(),
+                })?;
+        let admin_listener =
+            TcpListener::bind(admin_addr)
+                .await
+                .map_err(|source| StartError::AdminBind {
+                    addr: config.admin.bind.clone(),
+                    source,
+                })?;
         let admin_addr = admin_listener.local_addr().unwrap_or(admin_addr);
 
         let mut listeners = Vec::new();
@@ -92,7 +102,11 @@ impl Gateway {
                 shutdown_rx.clone(),
                 drain_tx.clone(),
             ));
-            listeners.push(RunningListener { kind, config: lcfg, bound });
+            listeners.push(RunningListener {
+                kind,
+                config: lcfg,
+                bound,
+            });
         }
         drop(drain_tx);
         tokio::spawn(cluster.clone().refresh_loop(shutdown_rx.clone()));
@@ -128,19 +142,30 @@ impl Gateway {
             let bound = l.bound.snapshot();
             for (node, _) in &brokers {
                 if !bound.iter().any(|(n, _)| n == node) {
-                    reasons.push(format!("{} listener has no port bound for broker {node}", l.kind.as_str()));
+                    reasons.push(format!(
+                        "{} listener has no port bound for broker {node}",
+                        l.kind.as_str()
+                    ));
                 }
             }
         }
         let ready = reasons.is_empty();
         self.metrics.ready.set(i64::from(ready));
-        Readiness { ready, metadata_known, reasons }
+        Readiness {
+            ready,
+            metadata_known,
+            reasons,
+        }
     }
 
     /// Stop accepting, let in-flight requests finish (up to `limits.shutdown_grace_ms`), stop.
     pub async fn shutdown(&self) {
         let _ = self.shutdown.send(true);
-        let rx = self.drained.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let rx = self
+            .drained
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         if let Some(mut rx) = rx {
             let grace = Duration::from_millis(self.config.limits.shutdown_grace_ms + 1000);
             if tokio::time::timeout(grace, rx.recv()).await.is_err() {

@@ -9,7 +9,11 @@ use mirrorgate::app::Gateway;
 use mirrorgate::config::{self, Config};
 
 #[derive(Parser)]
-#[command(name = "mirrorgate", version, about = "Kafka-wire gateway for the destination cluster of a mirrored Kafka deployment")]
+#[command(
+    name = "mirrorgate",
+    version,
+    about = "Kafka-wire gateway for the destination cluster of a mirrored Kafka deployment"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -45,15 +49,21 @@ enum Command {
 
 fn init_logging(cfg: Option<&Config>) {
     use tracing_subscriber::{fmt, prelude::*, EnvFilter};
-    let level = cfg.map(|c| c.logging.level.clone()).unwrap_or_else(|| "info".into());
+    let level = cfg
+        .map(|c| c.logging.level.clone())
+        .unwrap_or_else(|| "info".into());
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
     let reg = tracing_subscriber::registry().with(filter);
     if cfg.map(|c| c.logging.format == "json").unwrap_or(false) {
-        let _ = reg.with(fmt::layer().json().with_current_span(true)).try_init();
+        let _ = reg
+            .with(fmt::layer().json().with_current_span(true))
+            .try_init();
     } else {
-        let _ = reg.with(fmt::layer().with_writer(std::io::stderr)).try_init();
+        let _ = reg
+            .with(fmt::layer().with_writer(std::io::stderr))
+            .try_init();
     }
 }
 
@@ -108,7 +118,10 @@ fn main() -> ExitCode {
 }
 
 fn runtime() -> tokio::runtime::Runtime {
-    match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("cannot start the async runtime: {e}");
@@ -165,29 +178,57 @@ fn running_clusters() -> Vec<String> {
 
 fn demo(cfg: Config) -> ExitCode {
     let before = running_clusters();
-    println!("mirrorgate demo: starting the local source and destination clusters (integration/rig up)…");
+    println!(
+        "mirrorgate demo: starting the local source and destination clusters (integration/rig up)…"
+    );
     if let Err(e) = rig(&["up", "source", "destination"]) {
         eprintln!("{e}");
         return ExitCode::from(1);
     }
-    let started: Vec<String> =
-        ["source", "destination"].iter().filter(|c| !before.iter().any(|b| b == *c)).map(|s| s.to_string()).collect();
+    let started: Vec<String> = ["source", "destination"]
+        .iter()
+        .filter(|c| !before.iter().any(|b| b == *c))
+        .map(|s| s.to_string())
+        .collect();
     let clusters = rig(&["status"]).unwrap_or_default();
     let client = &cfg.listeners.client;
     let mut banner = String::new();
     banner.push_str("\nmirrorgate is ready.\n");
-    banner.push_str(&format!("  clusters (rig):      {}\n", clusters.trim().replace('\n', "\n                       ")));
-    banner.push_str(&format!("  Kafka clients:       {}:{}  (bootstrap through the gateway)\n", client.advertised(), client.port_base));
+    banner.push_str(&format!(
+        "  clusters (rig):      {}\n",
+        clusters.trim().replace('\n', "\n                       ")
+    ));
+    banner.push_str(&format!(
+        "  Kafka clients:       {}:{}  (bootstrap through the gateway)\n",
+        client.advertised(),
+        client.port_base
+    ));
     if let Some(m) = &cfg.listeners.mirror {
-        banner.push_str(&format!("  mirror listener:     {}:{}\n", m.advertised(), m.port_base));
+        banner.push_str(&format!(
+            "  mirror listener:     {}:{}\n",
+            m.advertised(),
+            m.port_base
+        ));
     }
-    banner.push_str(&format!("  admin API:           http://{}/v1/upstreams\n", cfg.admin.bind));
-    banner.push_str(&format!("  metrics:             http://{}/metrics\n", cfg.admin.bind));
-    banner.push_str(&format!("  readiness:           http://{}/readyz\n", cfg.admin.bind));
+    banner.push_str(&format!(
+        "  admin API:           http://{}/v1/upstreams\n",
+        cfg.admin.bind
+    ));
+    banner.push_str(&format!(
+        "  metrics:             http://{}/metrics\n",
+        cfg.admin.bind
+    ));
+    banner.push_str(&format!(
+        "  readiness:           http://{}/readyz\n",
+        cfg.admin.bind
+    ));
     banner.push_str("Press Ctrl-C to stop the gateway and the clusters this demo started.");
     let code = runtime().block_on(run(cfg, Some(banner)));
     if !started.is_empty() {
-        println!("stopping clusters started by the demo: {}", started.join(" "));
+        println!(
+            "stopping clusters started by the demo: {}",
+            started.join(" ")
+        );
         let mut args = vec!["down"];
         args.extend(started.iter().map(|s| s.as_str()));
         if let Err(e) = rig(&args) {

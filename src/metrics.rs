@@ -207,7 +207,9 @@ impl Metrics {
 
     /// Count an error of `kind` on `listener`.
     pub fn error(&self, listener: ListenerKind, kind: &str) {
-        self.errors.with_label_values(&[listener.as_str(), kind]).inc();
+        self.errors
+            .with_label_values(&[listener.as_str(), kind])
+            .inc();
     }
 
     /// The registry (other modules register their own families here).
@@ -234,7 +236,10 @@ mod tests {
         h.request(ApiKey::Metadata);
         h.latency(ApiKey::Metadata, 0.002);
         let text = m.render();
-        assert!(text.contains(r#"mirrorgate_requests_total{api="Metadata",listener="client"} 1"#), "{text}");
+        assert!(
+            text.contains(r#"mirrorgate_requests_total{api="Metadata",listener="client"} 1"#),
+            "{text}"
+        );
         assert!(text.contains("mirrorgate_request_duration_seconds_bucket"));
     }
 }

@@ -42,7 +42,10 @@ pub fn free_port_range(n: u16) -> u16 {
 /// A gateway config in front of `destination` (comma-separated bootstrap addresses) with
 /// client, mirror and admin on free ports.
 pub fn test_config(destination: &str) -> Config {
-    let bootstrap: Vec<String> = destination.split(',').map(|a| format!("\"{}\"", a.trim())).collect();
+    let bootstrap: Vec<String> = destination
+        .split(',')
+        .map(|a| format!("\"{}\"", a.trim()))
+        .collect();
     let bootstrap = bootstrap.join(", ");
     let client = free_port_range(4);
     let mirror = free_port_range(4);
@@ -79,13 +82,19 @@ impl TestGateway {
             .build()
             .expect("runtime");
         let gateway = rt.block_on(async {
-            let gw = Gateway::start(config.clone()).await.expect("gateway starts");
+            let gw = Gateway::start(config.clone())
+                .await
+                .expect("gateway starts");
             if let Err(r) = gw.wait_ready(Duration::from_secs(30)).await {
                 panic!("gateway not ready after 30 s: {:?}", r.reasons);
             }
             gw
         });
-        TestGateway { gateway, config, rt: Some(rt) }
+        TestGateway {
+            gateway,
+            config,
+            rt: Some(rt),
+        }
     }
 
     /// Start in front of the rig's destination cluster.
@@ -100,13 +109,22 @@ impl TestGateway {
 
     /// Mirror-listener bootstrap address.
     pub fn mirror_bootstrap(&self) -> String {
-        let m = self.config.listeners.mirror.as_ref().expect("mirror listener configured");
+        let m = self
+            .config
+            .listeners
+            .mirror
+            .as_ref()
+            .expect("mirror listener configured");
         format!("127.0.0.1:{}", m.port_base)
     }
 
     /// Gateway port that serves destination broker `node`.
     pub fn port_for(&self, node: i32) -> u16 {
-        self.config.listeners.client.port_for_node(node).expect("node in range")
+        self.config
+            .listeners
+            .client
+            .port_for_node(node)
+            .expect("node in range")
     }
 
     /// Admin address.
@@ -123,7 +141,10 @@ impl TestGateway {
     pub fn metric(&self, series: &str) -> f64 {
         self.metrics()
             .lines()
-            .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse::<f64>().ok()))
+            .find_map(|l| {
+                l.strip_prefix(series)
+                    .and_then(|rest| rest.trim().parse::<f64>().ok())
+            })
             .unwrap_or(0.0)
     }
 

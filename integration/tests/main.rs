@@ -1,7 +1,9 @@
 //! integration tests
-mod harness;
-mod rig_tests;
+mod admin_api;
+mod cli;
 mod compose;
 mod gw;
+mod harness;
 mod proxy_bad_input;
 mod proxy_clients;
+mod rig_tests;

@@ -26,7 +26,9 @@ fn frame(key: i16, version: i16, corr: i32, body: &[u8]) -> Vec<u8> {
         .with_request_api_version(version)
         .with_correlation_id(corr)
         .with_client_id(Some(StrBytes::from_static_str("bad-input-test")));
-    let hv = ApiKey::try_from(key).map(|k| k.request_header_version(version)).unwrap_or(1);
+    let hv = ApiKey::try_from(key)
+        .map(|k| k.request_header_version(version))
+        .unwrap_or(1);
     header.encode(&mut out, hv).expect("header encodes");
     out.extend_from_slice(body);
     let len = (out.len() - 4) as i32;
@@ -36,7 +38,8 @@ fn frame(key: i16, version: i16, corr: i32, body: &[u8]) -> Vec<u8> {
 
 /// Read until the gateway closes the connection; returns the bytes received before the close.
 fn read_until_closed(s: &mut TcpStream) -> Vec<u8> {
-    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -47,7 +50,10 @@ fn read_until_closed(s: &mut TcpStream) -> Vec<u8> {
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return got,
             Err(e) => panic!("gateway did not close the connection within 10 s: {e}"),
         }
-        assert!(Instant::now() < deadline, "gateway kept the connection open");
+        assert!(
+            Instant::now() < deadline,
+            "gateway kept the connection open"
+        );
     }
 }
 
@@ -67,7 +73,10 @@ impl BackgroundProducer {
         let (b, t) = (bootstrap.to_string(), topic.to_string());
         let (s2, a2, f2) = (stop.clone(), acked.clone(), failed.clone());
         let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("rt");
             rt.block_on(async move {
                 let producer: FutureProducer = ClientConfig::new()
                     .set("bootstrap.servers", &b)
@@ -88,7 +97,12 @@ impl BackgroundProducer {
                 }
             });
         });
-        BackgroundProducer { stop, acked, failed, thread: Some(thread) }
+        BackgroundProducer {
+            stop,
+            acked,
+            failed,
+            thread: Some(thread),
+        }
     }
 
     /// Stop and return (acknowledged, failed).
@@ -97,7 +111,10 @@ impl BackgroundProducer {
         if let Some(t) = self.thread.take() {
             t.join().expect("producer thread");
         }
-        (self.acked.load(Ordering::SeqCst), self.failed.load(Ordering::SeqCst))
+        (
+            self.acked.load(Ordering::SeqCst),
+            self.failed.load(Ordering::SeqCst),
+        )
     }
 }
 
@@ -110,18 +127,27 @@ fn with_gateway_and_producer(case: impl FnOnce(&TestGateway)) {
     // Let the producer get going before the bad input arrives.
     let deadline = Instant::now() + Duration::from_secs(30);
     while bg.acked.load(Ordering::SeqCst) < 10 {
-        assert!(Instant::now() < deadline, "background producer made no progress");
+        assert!(
+            Instant::now() < deadline,
+            "background producer made no progress"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     case(&gw);
     let before = bg.acked.load(Ordering::SeqCst);
     let deadline = Instant::now() + Duration::from_secs(30);
     while bg.acked.load(Ordering::SeqCst) < before + 10 {
-        assert!(Instant::now() < deadline, "producing stopped after the bad input");
+        assert!(
+            Instant::now() < deadline,
+            "producing stopped after the bad input"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let (acked, failed) = bg.finish();
-    assert_eq!(failed, 0, "the other connection's produce failed ({acked} acknowledged)");
+    assert_eq!(
+        failed, 0,
+        "the other connection's produce failed ({acked} acknowledged)"
+    );
 }
 
 fn connect(gw: &TestGateway) -> TcpStream {
@@ -129,13 +155,19 @@ fn connect(gw: &TestGateway) -> TcpStream {
 }
 
 fn errors(gw: &TestGateway, kind: &str) -> f64 {
-    gw.metric(&format!(r#"mirrorgate_request_errors_total{{kind="{kind}",listener="client"}}"#))
+    gw.metric(&format!(
+        r#"mirrorgate_request_errors_total{{kind="{kind}",listener="client"}}"#
+    ))
 }
 
 fn wait_for_error(gw: &TestGateway, kind: &str, at_least: f64) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while errors(gw, kind) < at_least {
-        assert!(Instant::now() < deadline, "error {kind} not counted; metrics:\n{}", gw.metrics());
+        assert!(
+            Instant::now() < deadline,
+            "error {kind} not counted; metrics:\n{}",
+            gw.metrics()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -164,7 +196,8 @@ fn random_bytes_close_only_that_connection() {
 fn length_prefix_over_the_maximum_closes_the_connection() {
     with_gateway_and_producer(|gw| {
         let mut s = connect(gw);
-        s.write_all(&(64 * 1024 * 1024i32).to_be_bytes()).expect("write");
+        s.write_all(&(64 * 1024 * 1024i32).to_be_bytes())
+            .expect("write");
         assert!(read_until_closed(&mut s).is_empty());
         wait_for_error(gw, "frame_too_large", 1.0);
     });
@@ -198,7 +231,8 @@ fn unknown_api_key_closes_the_connection() {
 fn unsupported_version_of_a_rewritten_api_closes_the_connection() {
     with_gateway_and_producer(|gw| {
         let mut s = connect(gw);
-        s.write_all(&frame(ApiKey::Metadata as i16, 99, 8, &[0, 0, 0, 0])).expect("write");
+        s.write_all(&frame(ApiKey::Metadata as i16, 99, 8, &[0, 0, 0, 0]))
+            .expect("write");
         assert!(read_until_closed(&mut s).is_empty());
         wait_for_error(gw, "unsupported_version", 1.0);
     });
@@ -210,18 +244,32 @@ fn unsupported_api_versions_version_gets_an_error_response() {
         let mut s = connect(gw);
         // KIP-511: an ApiVersions request newer than the broker is answered with a v0 body and
         // UNSUPPORTED_VERSION (35), not a close.
-        s.write_all(&frame(ApiKey::ApiVersions as i16, 77, 9, &[])).expect("write");
-        s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+        s.write_all(&frame(ApiKey::ApiVersions as i16, 77, 9, &[]))
+            .expect("write");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
         let mut len = [0u8; 4];
         s.read_exact(&mut len).expect("a response arrives");
         let mut body = vec![0u8; i32::from_be_bytes(len) as usize];
         s.read_exact(&mut body).expect("whole response");
-        assert_eq!(i32::from_be_bytes([body[0], body[1], body[2], body[3]]), 9, "correlation id");
-        assert_eq!(i16::from_be_bytes([body[4], body[5]]), 35, "UNSUPPORTED_VERSION");
+        assert_eq!(
+            i32::from_be_bytes([body[0], body[1], body[2], body[3]]),
+            9,
+            "correlation id"
+        );
+        assert_eq!(
+            i16::from_be_bytes([body[4], body[5]]),
+            35,
+            "UNSUPPORTED_VERSION"
+        );
         // The connection is still usable: a valid Metadata request gets an answer.
         let mut m = BytesMut::new();
-        MetadataRequest::default().with_topics(Some(vec![])).encode(&mut m, 12).expect("encode");
-        s.write_all(&frame(ApiKey::Metadata as i16, 12, 10, &m)).expect("write");
+        MetadataRequest::default()
+            .with_topics(Some(vec![]))
+            .encode(&mut m, 12)
+            .expect("encode");
+        s.write_all(&frame(ApiKey::Metadata as i16, 12, 10, &m))
+            .expect("write");
         s.read_exact(&mut len).expect("metadata response");
     });
 }

@@ -20,47 +20,86 @@ fn topic_on_both_brokers(destination: &str, prefix: &str) -> String {
     let topic = harness::unique_topic(prefix);
     harness::create_topic(destination, &topic, 4, Some(&[1, 2, 1, 2]));
     let leaders = harness::partition_leaders(destination, &topic);
-    assert!(leaders.values().any(|l| *l == 1) && leaders.values().any(|l| *l == 2), "leaders: {leaders:?}");
+    assert!(
+        leaders.values().any(|l| *l == 1) && leaders.values().any(|l| *l == 2),
+        "leaders: {leaders:?}"
+    );
     topic
 }
 
 /// Every broker a client learns about through the gateway is a gateway port, and the gateway
 /// opened upstream connections to both destination brokers.
 fn assert_only_gateway_addresses(gw: &TestGateway, brokers: &[String]) {
-    let ports: Vec<String> = [1, 2].iter().map(|n| format!("127.0.0.1:{}", gw.port_for(*n))).collect();
+    let ports: Vec<String> = [1, 2]
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", gw.port_for(*n)))
+        .collect();
     assert!(!brokers.is_empty());
     for b in brokers {
-        assert!(ports.contains(b), "client learned broker address {b}, not a gateway port ({ports:?})");
+        assert!(
+            ports.contains(b),
+            "client learned broker address {b}, not a gateway port ({ports:?})"
+        );
     }
     for node in [1, 2] {
-        let opened = gw.metric(&format!(r#"mirrorgate_upstream_connections_total{{node="{node}"}}"#));
-        assert!(opened >= 1.0, "no client traffic reached broker {node} through the gateway");
+        let opened = gw.metric(&format!(
+            r#"mirrorgate_upstream_connections_total{{node="{node}"}}"#
+        ));
+        assert!(
+            opened >= 1.0,
+            "no client traffic reached broker {node} through the gateway"
+        );
     }
 }
 
 fn brokers_seen_by_rdkafka(bootstrap: &str) -> Vec<String> {
-    let c: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("client");
-    let md = c.fetch_metadata(None, Duration::from_secs(30)).expect("metadata through the gateway");
-    md.brokers().iter().map(|b| format!("{}:{}", b.host(), b.port())).collect()
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("client");
+    let md = c
+        .fetch_metadata(None, Duration::from_secs(30))
+        .expect("metadata through the gateway");
+    md.brokers()
+        .iter()
+        .map(|b| format!("{}:{}", b.host(), b.port()))
+        .collect()
 }
 
 /// Committed offsets of `group` for `topic`, read through `bootstrap`.
 fn committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
-    let c: BaseConsumer =
-        ClientConfig::new().set("bootstrap.servers", bootstrap).set("group.id", group).create().expect("client");
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .create()
+        .expect("client");
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
         tpl.add_partition(topic, p);
     }
-    let got = c.committed_offsets(tpl, Duration::from_secs(30)).expect("committed offsets through the gateway");
+    let got = c
+        .committed_offsets(tpl, Duration::from_secs(30))
+        .expect("committed offsets through the gateway");
     got.elements()
         .iter()
-        .map(|e| (e.partition(), if let Offset::Offset(o) = e.offset() { o } else { -1 }))
+        .map(|e| {
+            (
+                e.partition(),
+                if let Offset::Offset(o) = e.offset() {
+                    o
+                } else {
+                    -1
+                },
+            )
+        })
         .collect()
 }
 
 fn record_counts(per_partition: &BTreeMap<i32, Vec<i64>>) -> BTreeMap<i32, i64> {
-    per_partition.iter().map(|(p, v)| (*p, v.len() as i64)).collect()
+    per_partition
+        .iter()
+        .map(|(p, v)| (*p, v.len() as i64))
+        .collect()
 }
 
 #[test]
@@ -70,10 +109,20 @@ fn librdkafka_round_trip_through_the_gateway_only() {
     let topic = topic_on_both_brokers(&destination, "rdkafka-gw");
     let acks = harness::produce_keyed(&gw.bootstrap(), &topic, N, &[]);
     let group = format!("{topic}-group");
-    let consumed = harness::consume_group(&gw.bootstrap(), &topic, &group, N, Duration::from_secs(120), &[]);
+    let consumed = harness::consume_group(
+        &gw.bootstrap(),
+        &topic,
+        &group,
+        N,
+        Duration::from_secs(120),
+        &[],
+    );
     harness::assert_same_per_partition(&acks, &consumed);
     // The consumer committed on close; the committed offsets are the partition ends.
-    let expected: BTreeMap<i32, i64> = consumed.iter().map(|(p, v)| (*p, v.last().map(|r| r.offset + 1).unwrap_or(0))).collect();
+    let expected: BTreeMap<i32, i64> = consumed
+        .iter()
+        .map(|(p, v)| (*p, v.last().map(|r| r.offset + 1).unwrap_or(0)))
+        .collect();
     let got = committed(&gw.bootstrap(), &group, &topic, 4);
     for (p, end) in &expected {
         assert_eq!(got.get(p), Some(end), "committed offset of partition {p}");
@@ -82,7 +131,10 @@ fn librdkafka_round_trip_through_the_gateway_only() {
 }
 
 fn json_lines(out: &[u8]) -> Vec<serde_json::Value> {
-    String::from_utf8_lossy(out).lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+    String::from_utf8_lossy(out)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
 }
 
 #[test]
@@ -96,15 +148,28 @@ fn java_clients_round_trip_through_the_gateway_only() {
     let n = N.to_string();
     let out = harness::rig_java(
         "org.apache.kafka.tools.VerifiableProducer",
-        &["--bootstrap-server", &gw.bootstrap(), "--topic", &topic, "--max-messages", &n, "--acks", "-1",
-          "--producer.config", props.to_str().expect("utf-8 path")],
+        &[
+            "--bootstrap-server",
+            &gw.bootstrap(),
+            "--topic",
+            &topic,
+            "--max-messages",
+            &n,
+            "--acks",
+            "-1",
+            "--producer.config",
+            props.to_str().expect("utf-8 path"),
+        ],
     );
     harness::expect_success("VerifiableProducer through the gateway", &out);
     let mut produced: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
     let mut values_by_offset: BTreeMap<(i32, i64), String> = BTreeMap::new();
     for e in json_lines(&out.stdout) {
         if e["name"] == "producer_send_success" {
-            let (p, o) = (e["partition"].as_i64().unwrap_or(-1) as i32, e["offset"].as_i64().unwrap_or(-1));
+            let (p, o) = (
+                e["partition"].as_i64().unwrap_or(-1) as i32,
+                e["offset"].as_i64().unwrap_or(-1),
+            );
             produced.entry(p).or_default().push(o);
             values_by_offset.insert((p, o), e["value"].as_str().unwrap_or_default().to_string());
         }
@@ -115,15 +180,29 @@ fn java_clients_round_trip_through_the_gateway_only() {
     let group = format!("{topic}-group");
     let out = harness::rig_java(
         "org.apache.kafka.tools.VerifiableConsumer",
-        &["--bootstrap-server", &gw.bootstrap(), "--topic", &topic, "--group-id", &group, "--max-messages", &n,
-          "--reset-policy", "earliest", "--verbose"],
+        &[
+            "--bootstrap-server",
+            &gw.bootstrap(),
+            "--topic",
+            &topic,
+            "--group-id",
+            &group,
+            "--max-messages",
+            &n,
+            "--reset-policy",
+            "earliest",
+            "--verbose",
+        ],
     );
     harness::expect_success("VerifiableConsumer through the gateway", &out);
     let mut consumed: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
     let mut commits_ok = 0;
     for e in json_lines(&out.stdout) {
         if e["name"] == "record_data" {
-            let (p, o) = (e["partition"].as_i64().unwrap_or(-1) as i32, e["offset"].as_i64().unwrap_or(-1));
+            let (p, o) = (
+                e["partition"].as_i64().unwrap_or(-1) as i32,
+                e["offset"].as_i64().unwrap_or(-1),
+            );
             assert_eq!(
                 values_by_offset.get(&(p, o)).map(String::as_str),
                 e["value"].as_str(),
@@ -135,9 +214,16 @@ fn java_clients_round_trip_through_the_gateway_only() {
             commits_ok += 1;
         }
     }
-    assert_eq!(record_counts(&consumed), record_counts(&produced), "records per partition");
+    assert_eq!(
+        record_counts(&consumed),
+        record_counts(&produced),
+        "records per partition"
+    );
     for (p, offsets) in &consumed {
-        assert!(offsets.windows(2).all(|w| w[0] < w[1]), "partition {p} not consumed in order");
+        assert!(
+            offsets.windows(2).all(|w| w[0] < w[1]),
+            "partition {p} not consumed in order"
+        );
     }
     assert!(commits_ok > 0, "the Java consumer committed no offsets");
     let got = committed(&gw.bootstrap(), &group, &topic, 4);
@@ -161,22 +247,48 @@ fn kafka_python_round_trip_through_the_gateway_only() {
     let python = String::from_utf8_lossy(&setup.stdout).trim().to_string();
     let mut cmd = std::process::Command::new(python);
     cmd.arg(harness::repo().join("integration/clients/python_roundtrip.py"))
-        .args([gw.bootstrap(), topic.clone(), N.to_string(), format!("{topic}-group")]);
+        .args([
+            gw.bootstrap(),
+            topic.clone(),
+            N.to_string(),
+            format!("{topic}-group"),
+        ]);
     let out = harness::run_with_timeout(cmd, Duration::from_secs(240));
     harness::expect_success("kafka-python round trip through the gateway", &out);
     let report: serde_json::Value = json_lines(&out.stdout).pop().expect("a JSON report");
-    let acked: i64 = report["acked"].as_object().expect("acked").values().filter_map(|v| v.as_i64()).sum();
+    let acked: i64 = report["acked"]
+        .as_object()
+        .expect("acked")
+        .values()
+        .filter_map(|v| v.as_i64())
+        .sum();
     assert_eq!(acked, N as i64);
     let mut total = 0;
     for (p, values) in report["consumed"].as_object().expect("consumed") {
-        let values: Vec<i64> = values.as_array().expect("list").iter().filter_map(|v| v.as_i64()).collect();
-        assert!(values.windows(2).all(|w| w[0] < w[1]), "partition {p}: values out of send order");
-        assert_eq!(report["committed"][p].as_i64(), Some(values.len() as i64), "committed offset of partition {p}");
+        let values: Vec<i64> = values
+            .as_array()
+            .expect("list")
+            .iter()
+            .filter_map(|v| v.as_i64())
+            .collect();
+        assert!(
+            values.windows(2).all(|w| w[0] < w[1]),
+            "partition {p}: values out of send order"
+        );
+        assert_eq!(
+            report["committed"][p].as_i64(),
+            Some(values.len() as i64),
+            "committed offset of partition {p}"
+        );
         total += values.len();
     }
     assert_eq!(total, N);
-    let brokers: Vec<String> =
-        report["brokers"].as_array().expect("brokers").iter().filter_map(|b| b.as_str().map(String::from)).collect();
+    let brokers: Vec<String> = report["brokers"]
+        .as_array()
+        .expect("brokers")
+        .iter()
+        .filter_map(|b| b.as_str().map(String::from))
+        .collect();
     assert_only_gateway_addresses(&gw, &brokers);
 }
 
@@ -189,12 +301,35 @@ fn disruptive_broker_restart_during_produce_loses_nothing_acknowledged() {
     let bootstrap = gw.bootstrap();
     let t = topic.clone();
     let producer = std::thread::spawn(move || {
-        harness::produce_keyed(&bootstrap, &t, 30_000, &[("message.timeout.ms", "120000"), ("queue.buffering.max.kbytes", "1024")])
+        harness::produce_keyed(
+            &bootstrap,
+            &t,
+            30_000,
+            &[
+                ("message.timeout.ms", "120000"),
+                ("queue.buffering.max.kbytes", "1024"),
+            ],
+        )
     });
     std::thread::sleep(Duration::from_millis(1500));
-    harness::expect_success("rig stop-node destination 2", &harness::rig(&["stop-node", "destination", "2"]));
-    harness::expect_success("rig start-node destination 2", &harness::rig(&["start-node", "destination", "2"]));
-    let acks = producer.join().expect("producer thread (every record acknowledged)");
-    let consumed = harness::consume_group(&gw.bootstrap(), &topic, &format!("{topic}-g"), acks.len(), Duration::from_secs(120), &[]);
+    harness::expect_success(
+        "rig stop-node destination 2",
+        &harness::rig(&["stop-node", "destination", "2"]),
+    );
+    harness::expect_success(
+        "rig start-node destination 2",
+        &harness::rig(&["start-node", "destination", "2"]),
+    );
+    let acks = producer
+        .join()
+        .expect("producer thread (every record acknowledged)");
+    let consumed = harness::consume_group(
+        &gw.bootstrap(),
+        &topic,
+        &format!("{topic}-g"),
+        acks.len(),
+        Duration::from_secs(120),
+        &[],
+    );
     harness::assert_same_per_partition(&acks, &consumed);
 }

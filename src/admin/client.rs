@@ -10,7 +10,10 @@ use tokio::net::TcpStream;
 #[derive(Debug, thiserror::Error)]
 pub enum AdminClientError {
     #[error("cannot reach the admin API at {addr}: {source}")]
-    Connect { addr: String, source: std::io::Error },
+    Connect {
+        addr: String,
+        source: std::io::Error,
+    },
     #[error("admin API at {addr}: {reason}")]
     Http { addr: String, reason: String },
 }
@@ -23,22 +26,40 @@ pub async fn call(
     token: Option<&str>,
     body: Option<String>,
 ) -> Result<(u16, String), AdminClientError> {
-    let http = |e: &dyn std::fmt::Display| AdminClientError::Http { addr: addr.to_string(), reason: e.to_string() };
+    let http = |e: &dyn std::fmt::Display| AdminClientError::Http {
+        addr: addr.to_string(),
+        reason: e.to_string(),
+    };
     let stream = TcpStream::connect(addr)
         .await
-        .map_err(|source| AdminClientError::Connect { addr: addr.to_string(), source })?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| http(&e))?;
+        .map_err(|source| AdminClientError::Connect {
+            addr: addr.to_string(),
+            source,
+        })?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| http(&e))?;
     tokio::spawn(conn);
-    let mut req = Request::builder().method(method).uri(path).header("host", addr);
+    let mut req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", addr);
     if let Some(t) = token {
         req = req.header("authorization", format!("Bearer {t}"));
     }
     if body.is_some() {
         req = req.header("content-type", "application/json");
     }
-    let req = req.body(Full::new(Bytes::from(body.unwrap_or_default()))).map_err(|e| http(&e))?;
+    let req = req
+        .body(Full::new(Bytes::from(body.unwrap_or_default())))
+        .map_err(|e| http(&e))?;
     let resp = sender.send_request(req).await.map_err(|e| http(&e))?;
     let status = resp.status().as_u16();
-    let bytes = resp.into_body().collect().await.map_err(|e| http(&e))?.to_bytes();
+    let bytes = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| http(&e))?
+        .to_bytes();
     Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
 }

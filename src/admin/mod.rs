@@ -16,7 +16,7 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use serde::Serialize;
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -35,6 +35,7 @@ pub async fn serve(listener: TcpListener, gw: Arc<Gateway>, mut shutdown: watch:
                     tokio::spawn(async move {
                         let svc = service_fn(move |req| handle(gw.clone(), req));
                         let conn = http1::Builder::new()
+                            .timer(TokioTimer::new())
                             .header_read_timeout(std::time::Duration::from_secs(10))
                             .serve_connection(TokioIo::new(stream), svc);
                         if let Err(e) = conn.await {
@@ -62,7 +63,8 @@ fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Resp
 }
 
 fn json_reply<T: Serialize>(status: StatusCode, value: &T) -> Response<Full<Bytes>> {
-    let body = serde_json::to_vec_pretty(value).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}").into_bytes());
+    let body = serde_json::to_vec_pretty(value)
+        .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}").into_bytes());
     reply(status, "application/json", body)
 }
 
@@ -96,10 +98,14 @@ fn upstreams(gw: &Gateway) -> serde_json::Value {
                 .listeners
                 .iter()
                 .filter_map(|l| {
-                    l.bound.snapshot().into_iter().find(|(n, _)| *n == node_id).map(|(_, a)| GatewayPort {
-                        listener: l.kind.as_str(),
-                        address: a.to_string(),
-                    })
+                    l.bound
+                        .snapshot()
+                        .into_iter()
+                        .find(|(n, _)| *n == node_id)
+                        .map(|(_, a)| GatewayPort {
+                            listener: l.kind.as_str(),
+                            address: a.to_string(),
+                        })
                 })
                 .collect(),
         })
@@ -107,29 +113,46 @@ fn upstreams(gw: &Gateway) -> serde_json::Value {
     json!({ "cluster_id": gw.cluster.cluster_id(), "brokers": brokers })
 }
 
-async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn handle(
+    gw: Arc<Gateway>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
     let path = req.uri().path().trim_end_matches('/').to_string();
     let method = req.method().clone();
     let resp = match (method.clone(), path.as_str()) {
         (Method::GET, "/healthz") => reply(StatusCode::OK, "text/plain", "ok\n"),
         (Method::GET, "/readyz") => {
             let r = gw.readiness();
-            let status = if r.ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+            let status = if r.ready {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
             json_reply(status, &r)
         }
         (Method::GET, "/metrics") => {
             gw.readiness();
-            reply(StatusCode::OK, "text/plain; version=0.0.4", gw.metrics.render())
+            reply(
+                StatusCode::OK,
+                "text/plain; version=0.0.4",
+                gw.metrics.render(),
+            )
         }
         (Method::GET, "/v1/upstreams") => json_reply(StatusCode::OK, &upstreams(&gw)),
         (_, "/healthz" | "/readyz" | "/metrics" | "/v1/upstreams") => {
-            let mut r = error_reply(StatusCode::METHOD_NOT_ALLOWED, &format!("{method} is not allowed on {path}"));
+            let mut r = error_reply(
+                StatusCode::METHOD_NOT_ALLOWED,
+                &format!("{method} is not allowed on {path}"),
+            );
             if let Ok(v) = "GET".parse() {
                 r.headers_mut().insert(hyper::header::ALLOW, v);
             }
             r
         }
-        _ => error_reply(StatusCode::NOT_FOUND, &format!("no such endpoint: {method} {path}")),
+        _ => error_reply(
+            StatusCode::NOT_FOUND,
+            &format!("no such endpoint: {method} {path}"),
+        ),
     };
     Ok(resp)
 }

@@ -57,7 +57,10 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
                 return Err(FrameError::NegativeLength(len));
             }
             if len as u32 > max {
-                return Err(FrameError::TooLarge { size: len as u64, max });
+                return Err(FrameError::TooLarge {
+                    size: len as u64,
+                    max,
+                });
             }
             let total = 4 + len as usize;
             if buf.len() >= total {
@@ -77,7 +80,10 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
             } else {
                 4
             };
-            return Err(FrameError::Truncated { got: buf.len(), want });
+            return Err(FrameError::Truncated {
+                got: buf.len(),
+                want,
+            });
         }
     }
 }
@@ -130,7 +136,9 @@ pub fn parse_request_header(body: &[u8]) -> Result<RequestHeaderInfo, FrameError
     } else {
         let end = pos + cid_len as usize;
         if end > body.len() {
-            return Err(FrameError::BadHeader("client id runs past the end of the frame"));
+            return Err(FrameError::BadHeader(
+                "client id runs past the end of the frame",
+            ));
         }
         let r = (pos, end);
         pos = end;
@@ -153,7 +161,9 @@ pub fn parse_request_header(body: &[u8]) -> Result<RequestHeaderInfo, FrameError
 pub fn read_uvarint(buf: &[u8], mut pos: usize) -> Result<(u32, usize), FrameError> {
     let mut value: u32 = 0;
     for shift in (0..35).step_by(7) {
-        let b = *buf.get(pos).ok_or(FrameError::BadHeader("varint runs past the end"))?;
+        let b = *buf
+            .get(pos)
+            .ok_or(FrameError::BadHeader("varint runs past the end"))?;
         pos += 1;
         value |= u32::from(b & 0x7f) << shift;
         if b & 0x80 == 0 {
@@ -180,7 +190,10 @@ pub fn skip_tagged_fields(buf: &[u8], pos: usize) -> Result<usize, FrameError> {
 /// The correlation id of a response frame body (without the length prefix).
 pub fn response_correlation_id(body: &[u8]) -> Result<i32, FrameError> {
     if body.len() < 4 {
-        return Err(FrameError::BadResponse(format!("response of {} bytes", body.len())));
+        return Err(FrameError::BadResponse(format!(
+            "response of {} bytes",
+            body.len()
+        )));
     }
     Ok(i32::from_be_bytes([body[0], body[1], body[2], body[3]]))
 }
@@ -237,26 +250,38 @@ mod tests {
     #[test]
     fn unknown_api_key_is_refused() {
         let body = header(9999, 0, 1, None, false);
-        assert!(matches!(parse_request_header(&body), Err(FrameError::UnknownApiKey(9999))));
+        assert!(matches!(
+            parse_request_header(&body),
+            Err(FrameError::UnknownApiKey(9999))
+        ));
     }
 
     #[test]
     fn client_id_past_the_end_is_refused() {
         let mut body = header(18, 0, 1, None, false);
         body[8..10].copy_from_slice(&100i16.to_be_bytes());
-        assert!(matches!(parse_request_header(&body), Err(FrameError::BadHeader(_))));
+        assert!(matches!(
+            parse_request_header(&body),
+            Err(FrameError::BadHeader(_))
+        ));
     }
 
     #[test]
     fn short_frame_is_refused() {
-        assert!(matches!(parse_request_header(&[0, 1, 2]), Err(FrameError::TooShort(3))));
+        assert!(matches!(
+            parse_request_header(&[0, 1, 2]),
+            Err(FrameError::TooShort(3))
+        ));
     }
 
     #[test]
     fn truncated_tagged_section_is_refused() {
         let mut body = header(3, 12, 1, None, false);
         body.extend_from_slice(&[1, 0, 9, 1]); // one tagged field claiming 9 bytes, 1 present
-        assert!(matches!(parse_request_header(&body), Err(FrameError::BadHeader(_))));
+        assert!(matches!(
+            parse_request_header(&body),
+            Err(FrameError::BadHeader(_))
+        ));
     }
 
     #[tokio::test]
@@ -281,7 +306,13 @@ mod tests {
         let mut r = &data[..];
         let mut buf = BytesMut::new();
         let err = read_frame(&mut r, &mut buf, 1_000_000).await.unwrap_err();
-        assert!(matches!(err, FrameError::TooLarge { size: 2_000_000, max: 1_000_000 }));
+        assert!(matches!(
+            err,
+            FrameError::TooLarge {
+                size: 2_000_000,
+                max: 1_000_000
+            }
+        ));
     }
 
     #[tokio::test]

@@ -120,8 +120,16 @@ pub fn rewrite_response(
     match key {
         ApiKey::ApiVersions => {
             // An ApiVersions request newer than the broker gets a v0 body with error 35 (KIP-511).
-            let error = if body.len() >= 2 { i16::from_be_bytes([body[0], body[1]]) } else { 0 };
-            let v = if error == UNSUPPORTED_VERSION { 0 } else { version };
+            let error = if body.len() >= 2 {
+                i16::from_be_bytes([body[0], body[1]])
+            } else {
+                0
+            };
+            let v = if error == UNSUPPORTED_VERSION {
+                0
+            } else {
+                version
+            };
             let mut resp = ApiVersionsResponse::decode(&mut body, v).map_err(bad)?;
             cap_api_versions(&mut resp.api_keys);
             out.frame = Some(encode_frame(&header, hv, &resp, v, size)?);

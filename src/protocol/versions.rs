@@ -86,7 +86,10 @@ mod tests {
     use super::*;
 
     fn entry(key: i16, min: i16, max: i16) -> ApiVersion {
-        ApiVersion::default().with_api_key(key).with_min_version(min).with_max_version(max)
+        ApiVersion::default()
+            .with_api_key(key)
+            .with_min_version(min)
+            .with_max_version(max)
     }
 
     #[test]

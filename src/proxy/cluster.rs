@@ -43,7 +43,12 @@ impl ClusterView {
     /// A view with nothing known yet.
     pub fn new(config: ClusterConfig, metrics: Arc<Metrics>) -> Arc<Self> {
         let (changed, _) = watch::channel(0);
-        Arc::new(ClusterView { inner: RwLock::new(Inner::default()), config, metrics, changed })
+        Arc::new(ClusterView {
+            inner: RwLock::new(Inner::default()),
+            config,
+            metrics,
+            changed,
+        })
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
@@ -60,7 +65,12 @@ impl ClusterView {
 
     /// All known brokers, sorted by node id.
     pub fn brokers(&self) -> Vec<(i32, String)> {
-        let mut v: Vec<_> = self.read().brokers.iter().map(|(k, v)| (*k, v.clone())).collect();
+        let mut v: Vec<_> = self
+            .read()
+            .brokers
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
         v.sort();
         v
     }
@@ -100,7 +110,9 @@ impl ClusterView {
             for (id, name) in topics {
                 inner.topic_names.insert(*id, name.clone());
             }
-            self.metrics.upstream_brokers.set(inner.brokers.len() as i64);
+            self.metrics
+                .upstream_brokers
+                .set(inner.brokers.len() as i64);
         }
         if changed {
             self.changed.send_modify(|v| *v += 1);
@@ -112,14 +124,19 @@ impl ClusterView {
         let changed;
         {
             let mut inner = self.write();
-            let brokers: HashMap<i32, String> =
-                snap.brokers.iter().map(|b| (b.node_id, format!("{}:{}", b.host, b.port))).collect();
+            let brokers: HashMap<i32, String> = snap
+                .brokers
+                .iter()
+                .map(|b| (b.node_id, format!("{}:{}", b.host, b.port)))
+                .collect();
             changed = brokers != inner.brokers || !inner.known;
             inner.brokers = brokers;
             inner.topic_names = snap.topics.into_iter().collect();
             inner.cluster_id = snap.cluster_id;
             inner.known = true;
-            self.metrics.upstream_brokers.set(inner.brokers.len() as i64);
+            self.metrics
+                .upstream_brokers
+                .set(inner.brokers.len() as i64);
         }
         if changed {
             self.changed.send_modify(|v| *v += 1);
@@ -138,7 +155,9 @@ impl ClusterView {
                 Err(e) => last = Some(e),
             }
         }
-        Err(last.unwrap_or(ClientError::Closed { addr: "no bootstrap address".into() }))
+        Err(last.unwrap_or(ClientError::Closed {
+            addr: "no bootstrap address".into(),
+        }))
     }
 
     /// Refresh now; updates the view and the metrics.
@@ -146,11 +165,17 @@ impl ClusterView {
         match self.fetch().await {
             Ok(s) => {
                 self.replace(s);
-                self.metrics.metadata_refresh.with_label_values(&["ok"]).inc();
+                self.metrics
+                    .metadata_refresh
+                    .with_label_values(&["ok"])
+                    .inc();
                 Ok(())
             }
             Err(e) => {
-                self.metrics.metadata_refresh.with_label_values(&["error"]).inc();
+                self.metrics
+                    .metadata_refresh
+                    .with_label_values(&["error"])
+                    .inc();
                 Err(e)
             }
         }
@@ -186,16 +211,25 @@ fn negotiate(versions: &[(i16, i16, i16)], key: ApiKey) -> Option<i16> {
 async fn fetch_from(addr: &str, timeout: Duration) -> Result<Snapshot, ClientError> {
     let mut client = KafkaClient::connect(addr, timeout).await?;
     let av = client.send(&ApiVersionsRequest::default(), 0).await?;
-    let versions: Vec<(i16, i16, i16)> =
-        av.api_keys.iter().map(|k| (k.api_key, k.min_version, k.max_version)).collect();
+    let versions: Vec<(i16, i16, i16)> = av
+        .api_keys
+        .iter()
+        .map(|k| (k.api_key, k.min_version, k.max_version))
+        .collect();
     let version = negotiate(&versions, ApiKey::Metadata).unwrap_or(9);
-    let req = MetadataRequest::default().with_topics(None).with_allow_auto_topic_creation(false);
+    let req = MetadataRequest::default()
+        .with_topics(None)
+        .with_allow_auto_topic_creation(false);
     let resp = client.send(&req, version).await?;
     Ok(Snapshot {
         brokers: resp
             .brokers
             .iter()
-            .map(|b| BrokerEndpoint { node_id: b.node_id.0, host: b.host.to_string(), port: b.port })
+            .map(|b| BrokerEndpoint {
+                node_id: b.node_id.0,
+                host: b.host.to_string(),
+                port: b.port,
+            })
             .collect(),
         topics: resp
             .topics

@@ -30,7 +30,9 @@ use tracing::Instrument;
 
 use crate::config::{LimitsConfig, ListenerConfig};
 use crate::metrics::{ApiHandles, ListenerKind, Metrics};
-use crate::protocol::frame::{parse_request_header, read_frame, response_correlation_id, FrameError};
+use crate::protocol::frame::{
+    parse_request_header, read_frame, response_correlation_id, FrameError,
+};
 use crate::protocol::produce::peek_acks;
 use crate::protocol::rewrite::{needs_rewrite, rewrite_response, AddressMap};
 use crate::protocol::versions;
@@ -54,7 +56,9 @@ impl ListenerAddressMap {
 
 impl AddressMap for ListenerAddressMap {
     fn endpoint(&self, node_id: i32) -> Option<(StrBytes, i32)> {
-        self.listener.port_for_node(node_id).map(|p| (self.host.clone(), i32::from(p)))
+        self.listener
+            .port_for_node(node_id)
+            .map(|p| (self.host.clone(), i32::from(p)))
     }
 }
 
@@ -77,7 +81,10 @@ enum Refused {
     #[error("{api:?} v{version} is not supported by the gateway")]
     UnsupportedVersion { api: ApiKey, version: i16 },
     #[error("destination broker {addr} failed: {source}")]
-    Upstream { addr: String, source: std::io::Error },
+    Upstream {
+        addr: String,
+        source: std::io::Error,
+    },
     #[error("destination broker {0} closed the connection")]
     UpstreamClosed(String),
     #[error("destination broker sent correlation id {got}, expected {want}")]
@@ -139,14 +146,20 @@ pub async fn serve(
     run(ctx, client, node_id, shutdown).instrument(span).await
 }
 
-async fn run(ctx: Arc<ConnContext>, client: TcpStream, node_id: i32, mut shutdown: watch::Receiver<bool>) {
+async fn run(
+    ctx: Arc<ConnContext>,
+    client: TcpStream,
+    node_id: i32,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let kind = ctx.kind;
     let Some(addr) = ctx.cluster.broker_addr(node_id) else {
         tracing::warn!("closing: no destination broker with node id {node_id} is known");
         ctx.metrics.error(kind, "unknown_broker");
         return;
     };
-    let upstream = match tokio::time::timeout(ctx.connect_timeout, TcpStream::connect(&addr)).await {
+    let upstream = match tokio::time::timeout(ctx.connect_timeout, TcpStream::connect(&addr)).await
+    {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             tracing::warn!(upstream = %addr, error = %e, "closing: cannot connect to destination broker");
@@ -162,8 +175,14 @@ async fn run(ctx: Arc<ConnContext>, client: TcpStream, node_id: i32, mut shutdow
     let _ = client.set_nodelay(true);
     let _ = upstream.set_nodelay(true);
     let node_label = node_id.to_string();
-    ctx.metrics.upstream_connections_total.with_label_values(&[&node_label]).inc();
-    let gauge = ctx.metrics.upstream_connections.with_label_values(&[&node_label]);
+    ctx.metrics
+        .upstream_connections_total
+        .with_label_values(&[&node_label])
+        .inc();
+    let gauge = ctx
+        .metrics
+        .upstream_connections
+        .with_label_values(&[&node_label]);
     gauge.inc();
     let _upstream_guard = GaugeGuard(gauge);
     tracing::debug!(upstream = %addr, "connected");
@@ -197,7 +216,10 @@ async fn run(ctx: Arc<ConnContext>, client: TcpStream, node_id: i32, mut shutdow
                 let body = &frame[4..];
                 let h = parse_request_header(body)?;
                 if !versions::accepts(h.api_key, h.api_version) {
-                    return Err(Refused::UnsupportedVersion { api: h.api_key, version: h.api_version });
+                    return Err(Refused::UnsupportedVersion {
+                        api: h.api_key,
+                        version: h.api_version,
+                    });
                 }
                 let expects_response = h.api_key != ApiKey::Produce
                     || peek_acks(h.api_version, &body[h.header_len..])? != 0;
@@ -220,7 +242,10 @@ async fn run(ctx: Arc<ConnContext>, client: TcpStream, node_id: i32, mut shutdow
                 up_wr
                     .write_all(&frame)
                     .await
-                    .map_err(|source| Refused::Upstream { addr: addr.clone(), source })?;
+                    .map_err(|source| Refused::Upstream {
+                        addr: addr.clone(),
+                        source,
+                    })?;
             }
         }
     };
@@ -234,14 +259,20 @@ async fn run(ctx: Arc<ConnContext>, client: TcpStream, node_id: i32, mut shutdow
                 let frame = read_frame(&mut up_rd, &mut buf, max_response)
                     .await
                     .map_err(|e| match e {
-                        FrameError::Io(source) => Refused::Upstream { addr: addr.clone(), source },
+                        FrameError::Io(source) => Refused::Upstream {
+                            addr: addr.clone(),
+                            source,
+                        },
                         FrameError::Truncated { .. } => Refused::UpstreamClosed(addr.clone()),
                         other => Refused::Frame(other),
                     })?
                     .ok_or_else(|| Refused::UpstreamClosed(addr.clone()))?;
                 let got = response_correlation_id(&frame[4..])?;
                 if got != inf.correlation_id {
-                    return Err(Refused::Correlation { got, want: inf.correlation_id });
+                    return Err(Refused::Correlation {
+                        got,
+                        want: inf.correlation_id,
+                    });
                 }
                 let out = if needs_rewrite(inf.api, inf.version) {
                     let r = rewrite_response(inf.api, inf.version, &frame, &ctx.address_map)?;
@@ -259,10 +290,14 @@ async fn run(ctx: Arc<ConnContext>, client: TcpStream, node_id: i32, mut shutdow
                 } else {
                     frame
                 };
-                client_wr.write_all(&out).await.map_err(Refused::ClientGone)?;
+                client_wr
+                    .write_all(&out)
+                    .await
+                    .map_err(Refused::ClientGone)?;
                 pending.fetch_sub(1, Ordering::AcqRel);
                 ctx.handles.bytes_out.inc_by(out.len() as u64);
-                ctx.handles.latency(inf.api, inf.started.elapsed().as_secs_f64());
+                ctx.handles
+                    .latency(inf.api, inf.started.elapsed().as_secs_f64());
             }
             let _ = client_wr.shutdown().await;
             Ok::<(), Refused>(())

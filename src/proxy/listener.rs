@@ -22,16 +22,27 @@ pub struct BoundPorts {
 impl BoundPorts {
     /// Node ids and the addresses bound for them.
     pub fn snapshot(&self) -> Vec<(i32, SocketAddr)> {
-        let mut v: Vec<_> =
-            self.inner.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(k, v)| (*k, *v)).collect();
+        let mut v: Vec<_> = self
+            .inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(k, v)| (*k, *v))
+            .collect();
         v.sort();
         v
     }
     fn contains(&self, node: i32) -> bool {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&node)
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(&node)
     }
     fn insert(&self, node: i32, addr: SocketAddr) {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).insert(node, addr);
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(node, addr);
     }
 }
 
@@ -61,10 +72,18 @@ pub async fn run_listener(
             let addr = format!("{}:{}", cfg.bind, port);
             match TcpListener::bind(&addr).await {
                 Ok(l) => {
-                    let local = l.local_addr().unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], port)));
+                    let local = l
+                        .local_addr()
+                        .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], port)));
                     tracing::info!(listener = kind.as_str(), node, %local, "listening for broker {node}");
                     bound.insert(node, local);
-                    tokio::spawn(accept_loop(l, node, ctx.clone(), shutdown.clone(), drain.clone()));
+                    tokio::spawn(accept_loop(
+                        l,
+                        node,
+                        ctx.clone(),
+                        shutdown.clone(),
+                        drain.clone(),
+                    ));
                 }
                 Err(e) => {
                     tracing::error!(listener = kind.as_str(), node, %addr, error = %e, "cannot bind listener port");

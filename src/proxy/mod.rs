@@ -12,3 +12,6 @@ pub mod listener;
 pub use cluster::ClusterView;
 pub use connection::{ConnContext, ListenerAddressMap};
 pub use listener::BoundPorts;
+
+#[cfg(test)]
+mod tests;

@@ -44,7 +44,9 @@ enum Bench {
 }
 
 pub fn repo() -> PathBuf {
-    std::env::var_os("MIRRORGATE_HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+    std::env::var_os("MIRRORGATE_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
 
 pub fn rig(args: &[&str]) -> Result<String, String> {
@@ -71,9 +73,15 @@ pub struct Clusters {
 impl Clusters {
     pub fn ensure(names: &[&str]) -> Result<(Clusters, Vec<(String, String)>), String> {
         let before = rig(&["status"])?;
-        let running: Vec<&str> = before.lines().filter_map(|l| l.split_once('=').map(|(n, _)| n)).collect();
-        let started: Vec<String> =
-            names.iter().filter(|n| !running.contains(n)).map(|s| s.to_string()).collect();
+        let running: Vec<&str> = before
+            .lines()
+            .filter_map(|l| l.split_once('=').map(|(n, _)| n))
+            .collect();
+        let started: Vec<String> = names
+            .iter()
+            .filter(|n| !running.contains(n))
+            .map(|s| s.to_string())
+            .collect();
         if !started.is_empty() {
             eprintln!("starting clusters: {}", started.join(" "));
             let mut args = vec!["up"];
@@ -83,7 +91,10 @@ impl Clusters {
         let status = rig(&["status"])?;
         let addrs = status
             .lines()
-            .filter_map(|l| l.split_once('=').map(|(n, a)| (n.to_string(), a.to_string())))
+            .filter_map(|l| {
+                l.split_once('=')
+                    .map(|(n, a)| (n.to_string(), a.to_string()))
+            })
             .collect();
         Ok((Clusters { started }, addrs))
     }
@@ -116,7 +127,10 @@ pub fn java(class: &str, args: &[String], timeout: Duration) -> Result<String, S
             let out = child.wait_with_output().map_err(|e| e.to_string())?;
             let text = String::from_utf8_lossy(&out.stdout).into_owned();
             if !out.status.success() {
-                return Err(format!("{class} failed: {text}{}", String::from_utf8_lossy(&out.stderr)));
+                return Err(format!(
+                    "{class} failed: {text}{}",
+                    String::from_utf8_lossy(&out.stderr)
+                ));
             }
             return Ok(text);
         }
@@ -145,7 +159,11 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Bench::Proxy { quick, runs, records } => proxy::run(quick, runs, records),
+        Bench::Proxy {
+            quick,
+            runs,
+            records,
+        } => proxy::run(quick, runs, records),
         Bench::Psm { quick } => psm::run(quick),
     };
     match result {
@@ -159,4 +177,3 @@ fn main() -> ExitCode {
         }
     }
 }
-

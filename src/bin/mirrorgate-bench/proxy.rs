@@ -16,19 +16,39 @@ struct ProduceRun {
 /// Parse the final summary line of ProducerPerformance:
 /// `N records sent, R records/sec (M MB/sec), A ms avg latency, X ms max latency, P ms 50th, ... P ms 99th, ...`
 fn parse_producer(out: &str) -> Option<ProduceRun> {
-    let line = out.lines().rev().find(|l| l.contains("records sent") && l.contains("50th"))?;
-    let mb = line.split('(').nth(1)?.split_whitespace().next()?.parse().ok()?;
+    let line = out
+        .lines()
+        .rev()
+        .find(|l| l.contains("records sent") && l.contains("50th"))?;
+    let mb = line
+        .split('(')
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
     let field = |suffix: &str| -> Option<f64> {
-        line.split(',').find(|p| p.trim().ends_with(suffix))?.split_whitespace().next()?.parse().ok()
+        line.split(',')
+            .find(|p| p.trim().ends_with(suffix))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
     };
-    Some(ProduceRun { mb_per_s: mb, p50_ms: field("ms 50th")?, p99_ms: field("ms 99th")? })
+    Some(ProduceRun {
+        mb_per_s: mb,
+        p50_ms: field("ms 50th")?,
+        p99_ms: field("ms 99th")?,
+    })
 }
 
 /// Parse ConsumerPerformance's CSV line; returns fetch MB/s (excludes group join time).
 fn parse_consumer(out: &str) -> Option<f64> {
     let header = out.lines().find(|l| l.contains("fetch.MB.sec"))?;
     let idx = header.split(',').position(|h| h.trim() == "fetch.MB.sec")?;
-    let line = out.lines().rev().find(|l| l.split(',').count() == header.split(',').count() && !l.contains("fetch.MB.sec"))?;
+    let line = out.lines().rev().find(|l| {
+        l.split(',').count() == header.split(',').count() && !l.contains("fetch.MB.sec")
+    })?;
     line.split(',').nth(idx)?.trim().parse().ok()
 }
 
@@ -98,7 +118,10 @@ pub fn run(quick: bool, runs: usize, records: Option<u64>) -> Result<serde_json:
         .map(|(_, a)| a.split(',').next().unwrap_or_default().to_string())
         .ok_or("destination cluster not running")?;
 
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
     let base = 47092u16;
     let yaml = format!(
         "destination: {{ bootstrap: [\"{destination}\"] }}\n\
@@ -109,17 +132,27 @@ pub fn run(quick: bool, runs: usize, records: Option<u64>) -> Result<serde_json:
     );
     let cfg = mirrorgate::config::load_str(&yaml, "bench").map_err(|e| e.to_string())?;
     let gw = rt.block_on(async {
-        let gw = mirrorgate::app::Gateway::start(cfg).await.map_err(|e| e.to_string())?;
-        gw.wait_ready(Duration::from_secs(60)).await.map_err(|r| r.reasons.join("; "))?;
+        let gw = mirrorgate::app::Gateway::start(cfg)
+            .await
+            .map_err(|e| e.to_string())?;
+        gw.wait_ready(Duration::from_secs(60))
+            .await
+            .map_err(|r| r.reasons.join("; "))?;
         Ok::<_, String>(gw)
     })?;
     let gateway = format!("127.0.0.1:{base}");
-    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
 
     let mut direct = Vec::new();
     let mut through = Vec::new();
     for i in 0..runs {
-        for (mode, bootstrap) in [("direct", destination.as_str()), ("gateway", gateway.as_str())] {
+        for (mode, bootstrap) in [
+            ("direct", destination.as_str()),
+            ("gateway", gateway.as_str()),
+        ] {
             let topic = format!("bench-proxy-{stamp}-{mode}-{i}");
             create_topic(&destination, &topic)?;
             let (p, c) = one_run(bootstrap, &topic, records)?;
@@ -127,11 +160,17 @@ pub fn run(quick: bool, runs: usize, records: Option<u64>) -> Result<serde_json:
                 "run {i} {mode:>7}: produce {:.1} MB/s p50 {:.0} ms p99 {:.0} ms, consume {:.1} MB/s",
                 p.mb_per_s, p.p50_ms, p.p99_ms, c
             );
-            if mode == "direct" { direct.push((p, c)) } else { through.push((p, c)) }
+            if mode == "direct" {
+                direct.push((p, c))
+            } else {
+                through.push((p, c))
+            }
         }
     }
     rt.block_on(gw.shutdown());
-    let med = |v: &[(ProduceRun, f64)], f: &dyn Fn(&(ProduceRun, f64)) -> f64| median(v.iter().map(f).collect());
+    let med = |v: &[(ProduceRun, f64)], f: &dyn Fn(&(ProduceRun, f64)) -> f64| {
+        median(v.iter().map(f).collect())
+    };
     let d_tp = med(&direct, &|r| r.0.mb_per_s);
     let g_tp = med(&through, &|r| r.0.mb_per_s);
     let d_c = med(&direct, &|r| r.1);

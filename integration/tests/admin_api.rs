@@ -1,0 +1,112 @@
+//! The admin HTTP API of a gateway in front of the real destination cluster.
+
+use hyper::Method;
+use mirrorgate::admin::client::call;
+
+use crate::gw::TestGateway;
+use crate::harness;
+
+fn get(gw: &TestGateway, method: Method, path: &str) -> (u16, String) {
+    let admin = gw.admin();
+    gw.block_on(async move {
+        call(&admin, method, path, None, None)
+            .await
+            .expect("admin call")
+    })
+}
+
+#[test]
+fn healthz_answers_ok() {
+    let gw = TestGateway::in_front_of(&harness::cluster("destination"));
+    assert_eq!(get(&gw, Method::GET, "/healthz"), (200, "ok\n".to_string()));
+}
+
+#[test]
+fn readyz_is_ready_once_metadata_is_known_and_ports_are_bound() {
+    let gw = TestGateway::in_front_of(&harness::cluster("destination"));
+    let (status, body) = get(&gw, Method::GET, "/readyz");
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(v["ready"], true);
+    assert_eq!(v["metadata_known"], true);
+}
+
+#[test]
+fn readyz_is_not_ready_while_the_destination_is_unreachable() {
+    // A bootstrap address where nothing listens.
+    let dead = format!("127.0.0.1:{}", crate::gw::free_port_range(1));
+    let cfg = crate::gw::test_config(&dead);
+    let rt = tokio::runtime::Runtime::new().expect("rt");
+    rt.block_on(async {
+        let gw = mirrorgate::app::Gateway::start(cfg)
+            .await
+            .expect("starts without the destination");
+        let (status, body) = call(
+            &gw.admin_addr().to_string(),
+            Method::GET,
+            "/readyz",
+            None,
+            None,
+        )
+        .await
+        .expect("call");
+        assert_eq!(status, 503);
+        assert!(
+            body.contains("destination metadata not yet known"),
+            "{body}"
+        );
+        gw.shutdown().await;
+    });
+}
+
+#[test]
+fn metrics_are_prometheus_text_with_the_gateway_families() {
+    let gw = TestGateway::in_front_of(&harness::cluster("destination"));
+    let (status, body) = get(&gw, Method::GET, "/metrics");
+    assert_eq!(status, 200);
+    for family in [
+        "mirrorgate_ready 1",
+        "mirrorgate_upstream_brokers 2",
+        "mirrorgate_metadata_refresh_total",
+    ] {
+        assert!(body.contains(family), "missing {family} in\n{body}");
+    }
+}
+
+#[test]
+fn upstreams_lists_each_broker_with_its_gateway_ports() {
+    let gw = TestGateway::in_front_of(&harness::cluster("destination"));
+    let (status, body) = get(&gw, Method::GET, "/v1/upstreams");
+    assert_eq!(status, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let brokers = v["brokers"].as_array().expect("brokers");
+    assert_eq!(brokers.len(), 2);
+    for b in brokers {
+        let node = b["node_id"].as_i64().expect("node id") as i32;
+        let ports: Vec<&str> = b["gateway_ports"]
+            .as_array()
+            .expect("ports")
+            .iter()
+            .filter_map(|p| p["address"].as_str())
+            .collect();
+        assert!(
+            ports.contains(&format!("127.0.0.1:{}", gw.port_for(node)).as_str()),
+            "{body}"
+        );
+    }
+}
+
+#[test]
+fn unknown_path_is_a_json_404() {
+    let gw = TestGateway::in_front_of(&harness::cluster("destination"));
+    let (status, body) = get(&gw, Method::GET, "/v1/nope");
+    assert_eq!(status, 404);
+    assert!(body.contains("no such endpoint"), "{body}");
+}
+
+#[test]
+fn wrong_method_is_a_405() {
+    let gw = TestGateway::in_front_of(&harness::cluster("destination"));
+    let (status, _) = get(&gw, Method::POST, "/healthz");
+    assert_eq!(status, 405);
+}

@@ -1,0 +1,128 @@
+//! The `mirrorgate` command line, run as a user would.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::harness;
+
+fn mirrorgate() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_mirrorgate"))
+}
+
+#[test]
+fn check_config_prints_the_effective_config_of_the_default_file() {
+    let out = mirrorgate()
+        .arg("check-config")
+        .arg(harness::repo().join("config/mirrorgate.yaml"))
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("port_base: 9092") && text.contains("max_frame_bytes"),
+        "{text}"
+    );
+}
+
+#[test]
+fn check_config_reports_errors_with_position_and_key_path_and_exits_non_zero() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("bad.yaml");
+    std::fs::write(
+        &file,
+        "destination:\n  bootstrap: [\"127.0.0.1:29092\"]\nlisteners:\n  client: { port_base: 9092 }\n  mirror: { port_base: 9093 }\n",
+    )
+    .expect("write");
+    let out = mirrorgate()
+        .arg("check-config")
+        .arg(&file)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bad.yaml:") && err.contains("listeners.mirror"),
+        "{err}"
+    );
+}
+
+#[test]
+fn check_config_of_a_missing_file_names_it() {
+    let out = mirrorgate()
+        .args(["check-config", "/nonexistent/mirrorgate.yaml"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/mirrorgate.yaml"));
+}
+
+#[test]
+fn demo_starts_the_gateway_in_front_of_the_rig_and_stops_on_ctrl_c() {
+    // The demo reuses clusters that are already running (and leaves them running).
+    harness::cluster("source");
+    harness::cluster("destination");
+    let mut child = mirrorgate()
+        .arg("demo")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start demo");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut seen = Vec::new();
+    while !seen
+        .iter()
+        .any(|l: &String| l.contains("mirrorgate is ready"))
+    {
+        match rx.recv_timeout(Duration::from_secs(1)) {
+            Ok(l) => seen.push(l),
+            Err(_) if Instant::now() < deadline => {}
+            Err(_) => {
+                let _ = child.kill();
+                panic!("demo did not become ready: {seen:?}");
+            }
+        }
+    }
+    // Kafka clients work through the demo's gateway.
+    let topic = harness::unique_topic("demo-cli");
+    harness::create_topic(&harness::cluster("destination"), &topic, 1, None);
+    let acks = harness::produce_keyed("127.0.0.1:9092", &topic, 10, &[]);
+    assert_eq!(acks.len(), 10);
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .expect("kill")
+        .success());
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            assert!(status.success(), "demo exited with {status}");
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "demo did not stop after Ctrl-C"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The clusters it did not start are still running.
+    let status = harness::rig(&["status"]);
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        text.contains("source=") && text.contains("destination="),
+        "{text}"
+    );
+}

@@ -1,0 +1,358 @@
+//! Stream-correctness tests of one proxied connection against a scripted fake broker:
+//! pipelining and order, `acks=0`, backpressure, idle timeout, graceful drain, upstream faults.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{BufMut, BytesMut};
+use kafka_protocol::messages::{ApiKey, ProduceRequest, RequestHeader};
+use kafka_protocol::protocol::{Encodable, StrBytes};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+
+use crate::config::{ClusterConfig, LimitsConfig, ListenerConfig};
+use crate::metrics::{ListenerKind, Metrics};
+use crate::protocol::frame::{parse_request_header, read_frame};
+use crate::protocol::rewrite::BrokerEndpoint;
+
+use super::cluster::{ClusterView, Snapshot};
+use super::connection::{serve, ConnContext, ListenerAddressMap};
+
+/// How the fake broker answers.
+#[derive(Clone, Copy)]
+struct Script {
+    /// Bytes of response body after the correlation id.
+    response_body: usize,
+    /// Delay before each response.
+    delay: Duration,
+    /// Add this to the correlation id of responses.
+    corrupt_correlation: i32,
+    /// Close the connection after reading this many requests.
+    close_after: Option<usize>,
+}
+
+impl Default for Script {
+    fn default() -> Self {
+        Script {
+            response_body: 8,
+            delay: Duration::ZERO,
+            corrupt_correlation: 0,
+            close_after: None,
+        }
+    }
+}
+
+/// A fake broker on a random port; counts the requests it has read.
+async fn fake_broker(
+    script: Script,
+) -> (
+    String,
+    Arc<AtomicUsize>,
+    Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let frames = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (seen2, frames2) = (seen.clone(), frames.clone());
+    tokio::spawn(async move {
+        let Ok((mut s, _)) = l.accept().await else {
+            return;
+        };
+        let mut buf = BytesMut::new();
+        while let Ok(Some(f)) = read_frame(&mut s, &mut buf, 1 << 24).await {
+            let n = seen2.fetch_add(1, Ordering::SeqCst) + 1;
+            frames2.lock().unwrap().push(f.to_vec());
+            if script.close_after.is_some_and(|c| n >= c) {
+                return;
+            }
+            let h = parse_request_header(&f[4..]).unwrap();
+            if h.api_key == ApiKey::Produce
+                && crate::protocol::produce::peek_acks(h.api_version, &f[4 + h.header_len..])
+                    .unwrap()
+                    == 0
+            {
+                continue;
+            }
+            tokio::time::sleep(script.delay).await;
+            let mut out = BytesMut::new();
+            out.put_i32((4 + script.response_body) as i32);
+            out.put_i32(h.correlation_id + script.corrupt_correlation);
+            out.extend_from_slice(&vec![0u8; script.response_body]);
+            if s.write_all(&out).await.is_err() {
+                return;
+            }
+        }
+    });
+    (addr, seen, frames)
+}
+
+fn request(key: ApiKey, version: i16, corr: i32, body: &[u8]) -> Vec<u8> {
+    let mut out = BytesMut::new();
+    out.put_i32(0);
+    RequestHeader::default()
+        .with_request_api_key(key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(corr)
+        .with_client_id(Some(StrBytes::from_static_str("t")))
+        .encode(&mut out, key.request_header_version(version))
+        .unwrap();
+    out.extend_from_slice(body);
+    let len = (out.len() - 4) as i32;
+    out[0..4].copy_from_slice(&len.to_be_bytes());
+    out.to_vec()
+}
+
+/// Heartbeat v4: forwarded raw, its response is not rewritten.
+fn heartbeat(corr: i32) -> Vec<u8> {
+    request(ApiKey::Heartbeat, 4, corr, &[0, 0, 0, 0, 0, 0, 0])
+}
+
+struct Setup {
+    client: TcpStream,
+    shutdown: watch::Sender<bool>,
+    done: tokio::task::JoinHandle<()>,
+    metrics: Arc<Metrics>,
+}
+
+async fn connect_through_gateway(upstream: &str, limits: LimitsConfig, node: i32) -> Setup {
+    let metrics = Metrics::new();
+    let cluster = ClusterView::new(
+        ClusterConfig {
+            bootstrap: vec![upstream.to_string()],
+            connect_timeout_ms: 2000,
+            metadata_refresh_ms: 1000,
+        },
+        metrics.clone(),
+    );
+    let (host, port) = upstream.rsplit_once(':').unwrap();
+    cluster.replace(Snapshot {
+        brokers: vec![BrokerEndpoint {
+            node_id: 1,
+            host: host.into(),
+            port: port.parse().unwrap(),
+        }],
+        ..Snapshot::default()
+    });
+    let listener_cfg = ListenerConfig {
+        bind: "127.0.0.1".into(),
+        advertised_host: None,
+        port_base: 39999,
+        node_id_base: 1,
+        max_brokers: 4,
+    };
+    let ctx = Arc::new(ConnContext {
+        kind: ListenerKind::Client,
+        address_map: ListenerAddressMap::new(&listener_cfg),
+        cluster,
+        metrics: metrics.clone(),
+        handles: metrics.api_handles(ListenerKind::Client),
+        limits,
+        connect_timeout: Duration::from_secs(2),
+    });
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let client = TcpStream::connect(addr).await.unwrap();
+    let (server_side, peer) = l.accept().await.unwrap();
+    let (shutdown, rx) = watch::channel(false);
+    let (drain, _drain_rx) = mpsc::channel(1);
+    let done = tokio::spawn(serve(ctx, server_side, peer, node, rx, drain));
+    Setup {
+        client,
+        shutdown,
+        done,
+        metrics,
+    }
+}
+
+async fn read_response(c: &mut TcpStream) -> Option<(i32, usize)> {
+    let mut len = [0u8; 4];
+    tokio::time::timeout(Duration::from_secs(5), c.read_exact(&mut len))
+        .await
+        .ok()?
+        .ok()?;
+    let mut body = vec![0u8; i32::from_be_bytes(len) as usize];
+    c.read_exact(&mut body).await.ok()?;
+    Some((
+        i32::from_be_bytes([body[0], body[1], body[2], body[3]]),
+        body.len(),
+    ))
+}
+
+async fn expect_closed(c: &mut TcpStream) {
+    let mut b = [0u8; 1];
+    let r = tokio::time::timeout(Duration::from_secs(5), c.read(&mut b))
+        .await
+        .expect("closed within 5 s");
+    assert!(
+        matches!(r, Ok(0) | Err(_)),
+        "expected the gateway to close the connection"
+    );
+}
+
+fn limits() -> LimitsConfig {
+    LimitsConfig {
+        max_frame_bytes: 1 << 20,
+        idle_timeout_ms: 60_000,
+        max_in_flight: 16,
+        shutdown_grace_ms: 3000,
+    }
+}
+
+#[tokio::test]
+async fn pipelined_requests_are_forwarded_unchanged_and_answered_in_order() {
+    let (up, seen, frames) = fake_broker(Script::default()).await;
+    let mut s = connect_through_gateway(&up, limits(), 1).await;
+    let sent: Vec<Vec<u8>> = (0..200).map(heartbeat).collect();
+    for f in &sent {
+        s.client.write_all(f).await.unwrap();
+    }
+    for corr in 0..200 {
+        assert_eq!(read_response(&mut s.client).await.map(|r| r.0), Some(corr));
+    }
+    assert_eq!(seen.load(Ordering::SeqCst), 200);
+    assert_eq!(
+        *frames.lock().unwrap(),
+        sent,
+        "request bytes reach the broker unchanged"
+    );
+}
+
+#[tokio::test]
+async fn acks_zero_produce_gets_no_response_and_does_not_hold_up_the_next_request() {
+    let (up, seen, _) = fake_broker(Script::default()).await;
+    let mut s = connect_through_gateway(&up, limits(), 1).await;
+    let mut body = BytesMut::new();
+    ProduceRequest::default()
+        .with_acks(0)
+        .with_timeout_ms(1000)
+        .encode(&mut body, 9)
+        .unwrap();
+    s.client
+        .write_all(&request(ApiKey::Produce, 9, 1, &body))
+        .await
+        .unwrap();
+    s.client.write_all(&heartbeat(2)).await.unwrap();
+    assert_eq!(read_response(&mut s.client).await.map(|r| r.0), Some(2));
+    assert_eq!(seen.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_client_that_does_not_read_stops_the_gateway_from_reading_more_requests() {
+    // 1 MiB responses; the client never reads them. Without backpressure every request would
+    // reach the broker and the gateway would buffer the responses.
+    let script = Script {
+        response_body: 1 << 20,
+        ..Script::default()
+    };
+    let (up, seen, _) = fake_broker(script).await;
+    let mut l = limits();
+    l.max_in_flight = 4;
+    l.max_frame_bytes = 4 << 20;
+    let mut s = connect_through_gateway(&up, l, 1).await;
+    let (mut rd, mut wr) = s.client.split();
+    let writer = async {
+        for corr in 0..1000 {
+            if wr.write_all(&heartbeat(corr)).await.is_err() {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(3), writer).await;
+    let forwarded = seen.load(Ordering::SeqCst);
+    assert!(
+        forwarded < 64,
+        "{forwarded} of 1000 requests reached the broker while the client read nothing"
+    );
+    assert!(forwarded >= 1, "nothing was forwarded");
+    // Reading responses resumes the flow: more requests reach the broker.
+    let mut buf = vec![0u8; 1 << 16];
+    let drain = async {
+        while seen.load(Ordering::SeqCst) < forwarded + 8 {
+            if rd.read(&mut buf).await.unwrap_or(0) == 0 {
+                break;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), drain)
+        .await
+        .expect("reading lets requests through again");
+    assert!(seen.load(Ordering::SeqCst) >= forwarded + 8);
+}
+
+#[tokio::test]
+async fn an_idle_connection_is_closed_after_the_idle_timeout() {
+    let (up, _, _) = fake_broker(Script::default()).await;
+    let mut l = limits();
+    l.idle_timeout_ms = 1000;
+    let mut s = connect_through_gateway(&up, l, 1).await;
+    s.client.write_all(&heartbeat(1)).await.unwrap();
+    assert_eq!(read_response(&mut s.client).await.map(|r| r.0), Some(1));
+    expect_closed(&mut s.client).await;
+}
+
+#[tokio::test]
+async fn shutdown_answers_requests_in_flight_before_closing() {
+    let script = Script {
+        delay: Duration::from_millis(500),
+        ..Script::default()
+    };
+    let (up, _, _) = fake_broker(script).await;
+    let mut s = connect_through_gateway(&up, limits(), 1).await;
+    s.client.write_all(&heartbeat(7)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    s.shutdown.send(true).unwrap();
+    assert_eq!(
+        read_response(&mut s.client).await.map(|r| r.0),
+        Some(7),
+        "in-flight request answered"
+    );
+    expect_closed(&mut s.client).await;
+    tokio::time::timeout(Duration::from_secs(5), s.done)
+        .await
+        .expect("connection task ends")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_broker_that_closes_the_connection_closes_the_client_connection() {
+    let script = Script {
+        close_after: Some(1),
+        ..Script::default()
+    };
+    let (up, _, _) = fake_broker(script).await;
+    let mut s = connect_through_gateway(&up, limits(), 1).await;
+    s.client.write_all(&heartbeat(1)).await.unwrap();
+    expect_closed(&mut s.client).await;
+    let text = s.metrics.render();
+    assert!(
+        text.contains(r#"mirrorgate_request_errors_total{kind="upstream",listener="client"} 1"#),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_response_with_the_wrong_correlation_id_closes_the_connection() {
+    let script = Script {
+        corrupt_correlation: 5,
+        ..Script::default()
+    };
+    let (up, _, _) = fake_broker(script).await;
+    let mut s = connect_through_gateway(&up, limits(), 1).await;
+    s.client.write_all(&heartbeat(1)).await.unwrap();
+    expect_closed(&mut s.client).await;
+    assert!(s
+        .metrics
+        .render()
+        .contains(r#"kind="upstream_correlation""#));
+}
+
+#[tokio::test]
+async fn a_port_for_an_unknown_broker_closes_the_connection() {
+    let (up, _, _) = fake_broker(Script::default()).await;
+    let mut s = connect_through_gateway(&up, limits(), 3).await;
+    expect_closed(&mut s.client).await;
+    assert!(s.metrics.render().contains(r#"kind="unknown_broker""#));
+}
