@@ -15,6 +15,8 @@ use tokio::sync::{mpsc, watch};
 use crate::config::{Config, ListenerConfig};
 use crate::metrics::{ListenerKind, Metrics};
 use crate::proxy::{BoundPorts, ClusterView, ConnContext, ListenerAddressMap};
+use crate::psm::registry::{ProducerGauge, PsmRegistry};
+use crate::state::{StateError, StateStore};
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -26,6 +28,8 @@ pub enum StartError {
         addr: String,
         source: std::io::Error,
     },
+    #[error("state directory: {0}")]
+    State(#[from] StateError),
 }
 
 /// One listener of the running gateway.
@@ -41,6 +45,8 @@ pub struct Gateway {
     pub metrics: Arc<Metrics>,
     pub cluster: Arc<ClusterView>,
     pub listeners: Vec<RunningListener>,
+    /// Producer state of the tracked (mirror) partitions; `None` without mirrors.
+    pub psm: Option<Arc<PsmRegistry>>,
     admin_addr: SocketAddr,
     shutdown: watch::Sender<bool>,
     drained: Mutex<Option<mpsc::Receiver<()>>>,
@@ -79,6 +85,25 @@ impl Gateway {
                 })?;
         let admin_addr = admin_listener.local_addr().unwrap_or(admin_addr);
 
+        let psm = if config.mirrors.is_empty() {
+            None
+        } else {
+            let store = StateStore::open(&config.state_dir)?;
+            let registry = PsmRegistry::new(&config, Some(store), &metrics);
+            let _ = metrics
+                .registry()
+                .register(Box::new(ProducerGauge::new(registry.clone())));
+            tokio::spawn(crate::psm::rebuild::maintain(
+                registry.clone(),
+                cluster.clone(),
+                config.psm.expiration_ms.is_some(),
+                Duration::from_millis(config.psm.snapshot_interval_ms),
+                Duration::from_millis(config.destination.connect_timeout_ms),
+                shutdown_rx.clone(),
+            ));
+            Some(registry)
+        };
+
         let mut listeners = Vec::new();
         let mut specs = vec![(ListenerKind::Client, config.listeners.client.clone())];
         if let Some(m) = &config.listeners.mirror {
@@ -87,6 +112,11 @@ impl Gateway {
         for (kind, lcfg) in specs {
             let ctx = Arc::new(ConnContext {
                 kind,
+                psm: psm.clone(),
+                verify_crc: match kind {
+                    ListenerKind::Mirror => config.psm.verify_crc_mirror,
+                    ListenerKind::Client => config.psm.verify_crc_client,
+                },
                 address_map: ListenerAddressMap::new(&lcfg),
                 cluster: cluster.clone(),
                 metrics: metrics.clone(),
@@ -116,6 +146,7 @@ impl Gateway {
             metrics,
             cluster,
             listeners,
+            psm,
             admin_addr,
             shutdown,
             drained: Mutex::new(Some(drain_rx)),
@@ -147,6 +178,22 @@ impl Gateway {
                         l.kind.as_str()
                     ));
                 }
+            }
+        }
+        if let Some(psm) = &self.psm {
+            let not_ready = psm.not_ready();
+            if !not_ready.is_empty() {
+                let names: Vec<String> = not_ready
+                    .iter()
+                    .take(5)
+                    .map(|(t, p)| format!("{t}-{p}"))
+                    .collect();
+                reasons.push(format!(
+                    "{} tracked partition(s) not rebuilt yet ({}{})",
+                    not_ready.len(),
+                    names.join(", "),
+                    if not_ready.len() > 5 { ", …" } else { "" }
+                ));
             }
         }
         let ready = reasons.is_empty();

@@ -14,6 +14,8 @@ pub mod admin;
 pub mod app;
 pub mod config;
 pub mod metrics;
+pub mod mirror;
 pub mod protocol;
 pub mod proxy;
+pub mod psm;
 pub mod state;

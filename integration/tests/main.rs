@@ -6,4 +6,5 @@ mod gw;
 mod harness;
 mod proxy_bad_input;
 mod proxy_clients;
+mod psm_differential;
 mod rig_tests;

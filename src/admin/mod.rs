@@ -113,6 +113,66 @@ fn upstreams(gw: &Gateway) -> serde_json::Value {
     json!({ "cluster_id": gw.cluster.cluster_id(), "brokers": brokers })
 }
 
+/// `GET /v1/partitions/{topic}/{partition}/producers`: the PSM entries of a tracked partition.
+fn producers(gw: &Gateway, topic: &str, partition: &str) -> Response<Full<Bytes>> {
+    let Ok(partition) = partition.parse::<i32>() else {
+        return error_reply(
+            StatusCode::BAD_REQUEST,
+            &format!("partition {partition:?} is not a number"),
+        );
+    };
+    let Some(psm) = &gw.psm else {
+        return error_reply(
+            StatusCode::NOT_FOUND,
+            "no mirrors are configured, so no partition is tracked",
+        );
+    };
+    if !psm.tracks(topic) {
+        return error_reply(
+            StatusCode::NOT_FOUND,
+            &format!("topic {topic:?} belongs to no mirror"),
+        );
+    }
+    let Some(slot) = psm.existing(topic, partition) else {
+        return error_reply(
+            StatusCode::NOT_FOUND,
+            &format!("partition {topic}-{partition} is not known on the destination"),
+        );
+    };
+    let s = slot.lock().unwrap_or_else(|e| e.into_inner());
+    let producers: Vec<serde_json::Value> = s
+        .psm
+        .iter()
+        .map(|e| {
+            json!({
+                "producer_id": e.producer_id(),
+                "epoch": e.epoch(),
+                "coordinator_epoch": e.coordinator_epoch(),
+                "last_sequence": e.last_seq(),
+                "last_timestamp": e.last_timestamp(),
+                "current_txn_start_offset": e.current_txn_first_offset().unwrap_or(-1),
+                "batches": e.batches().map(|b| json!({
+                    "first_sequence": b.first_seq(),
+                    "last_sequence": b.last_seq,
+                    "first_offset": b.first_offset(),
+                    "last_offset": b.last_offset,
+                    "timestamp": b.timestamp,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json_reply(
+        StatusCode::OK,
+        &json!({
+            "topic": topic,
+            "partition": partition,
+            "ready": s.ready,
+            "applied_through": s.applied_through,
+            "producers": producers,
+        }),
+    )
+}
+
 async fn handle(
     gw: Arc<Gateway>,
     req: Request<Incoming>,
@@ -148,6 +208,20 @@ async fn handle(
                 r.headers_mut().insert(hyper::header::ALLOW, v);
             }
             r
+        }
+        (m, p) if p.starts_with("/v1/partitions/") => {
+            let parts: Vec<&str> = p.trim_start_matches("/v1/partitions/").split('/').collect();
+            match (m, parts.as_slice()) {
+                (Method::GET, [topic, partition, "producers"]) => producers(&gw, topic, partition),
+                (_, [_, _, "producers"]) => error_reply(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    &format!("{method} is not allowed on {path}"),
+                ),
+                _ => error_reply(
+                    StatusCode::NOT_FOUND,
+                    &format!("no such endpoint: {method} {path}"),
+                ),
+            }
         }
         _ => error_reply(
             StatusCode::NOT_FOUND,

@@ -49,6 +49,9 @@ pub struct Config {
     /// Logging options.
     #[serde(default)]
     pub logging: LoggingConfig,
+    /// Producer-state tracking options.
+    #[serde(default)]
+    pub psm: PsmConfig,
     /// Mirrors: sets of destination topics fed by mirroring.
     #[serde(default)]
     pub mirrors: Vec<MirrorConfig>,
@@ -165,6 +168,43 @@ pub struct LoggingConfig {
     /// Filter in `RUST_LOG` syntax; the environment variable wins when set.
     #[serde(default = "default_log_level")]
     pub level: String,
+}
+
+/// Producer-state (PSM) tracking of mirror topics.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PsmConfig {
+    /// Write a snapshot of each changed partition this often, milliseconds.
+    #[serde(default = "default_snapshot_interval_ms")]
+    pub snapshot_interval_ms: u64,
+    /// Verify the CRC-32C of batches produced on the mirror listener.
+    #[serde(default = "default_true")]
+    pub verify_crc_mirror: bool,
+    /// Verify the CRC-32C of batches produced on the client listener.
+    #[serde(default)]
+    pub verify_crc_client: bool,
+    /// Override `producer.id.expiration.ms` (default: read from the destination brokers).
+    #[serde(default)]
+    pub expiration_ms: Option<u64>,
+    /// Override `producer.id.expiration.check.interval.ms` (default: read from the brokers).
+    #[serde(default)]
+    pub expiration_check_interval_ms: Option<u64>,
+}
+
+impl Default for PsmConfig {
+    fn default() -> Self {
+        PsmConfig {
+            snapshot_interval_ms: default_snapshot_interval_ms(),
+            verify_crc_mirror: true,
+            verify_crc_client: false,
+            expiration_ms: None,
+            expiration_check_interval_ms: None,
+        }
+    }
+}
+
+fn default_snapshot_interval_ms() -> u64 {
+    30_000
 }
 
 /// A mirror: destination topics fed from a source cluster.

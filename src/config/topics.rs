@@ -117,6 +117,11 @@ impl TopicRouter {
         TopicRouter { matchers }
     }
 
+    /// True when no mirror is configured (nothing is tracked).
+    pub fn is_empty(&self) -> bool {
+        self.matchers.is_empty()
+    }
+
     /// Index in `Config::mirrors` of the mirror owning `topic`.
     pub fn mirror_index(&self, topic: &str) -> Option<usize> {
         self.matchers

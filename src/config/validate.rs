@@ -29,6 +29,7 @@ pub fn semantic_issues(cfg: &Config) -> Vec<ConfigIssue> {
         out.push("state_dir", "must not be empty");
     }
     check_limits(&mut out, cfg);
+    check_psm(&mut out, cfg);
     check_logging(&mut out, cfg);
     check_mirrors(&mut out, cfg);
     out.0
@@ -265,6 +266,24 @@ fn check_limits(out: &mut Issues, cfg: &Config) {
                 l.idle_timeout_ms
             ),
         );
+    }
+}
+
+fn check_psm(out: &mut Issues, cfg: &Config) {
+    if cfg.psm.snapshot_interval_ms < 100 {
+        out.push(
+            "psm.snapshot_interval_ms",
+            format!(
+                "must be at least 100 (got {})",
+                cfg.psm.snapshot_interval_ms
+            ),
+        );
+    }
+    if cfg.psm.expiration_ms == Some(0) {
+        out.push("psm.expiration_ms", "must be at least 1");
+    }
+    if cfg.psm.expiration_check_interval_ms == Some(0) {
+        out.push("psm.expiration_check_interval_ms", "must be at least 1");
     }
 }
 

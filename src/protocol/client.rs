@@ -161,3 +161,147 @@ impl KafkaClient {
         R::Response::decode(&mut body, version).map_err(dec)
     }
 }
+
+/// One partition of a Fetch response.
+#[derive(Debug, Clone)]
+pub struct FetchedPartition {
+    pub error_code: i16,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    /// Record batches (may end with a partial batch).
+    pub records: bytes::Bytes,
+}
+
+/// A partition-level error answered by the broker.
+#[derive(Debug, thiserror::Error)]
+#[error("{api:?} for {topic}-{partition} failed with error code {error_code}")]
+pub struct PartitionError {
+    pub api: ApiKey,
+    pub topic: String,
+    pub partition: i32,
+    pub error_code: i16,
+}
+
+/// Errors of the partition-level helpers.
+#[derive(Debug, thiserror::Error)]
+pub enum PartitionRequestError {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error(transparent)]
+    Partition(#[from] PartitionError),
+    #[error("{api:?} response from {addr} has no entry for {topic}-{partition}")]
+    Missing {
+        api: ApiKey,
+        addr: String,
+        topic: String,
+        partition: i32,
+    },
+}
+
+/// ListOffsets timestamp for the log start offset.
+pub const EARLIEST: i64 = -2;
+/// ListOffsets timestamp for the log end offset (high watermark for READ_UNCOMMITTED).
+pub const LATEST: i64 = -1;
+
+impl KafkaClient {
+    /// The offset for `timestamp` ([`EARLIEST`], [`LATEST`] or a time) of one partition.
+    pub async fn list_offset(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        timestamp: i64,
+    ) -> Result<i64, PartitionRequestError> {
+        use kafka_protocol::messages::list_offsets_request::{
+            ListOffsetsPartition, ListOffsetsTopic,
+        };
+        use kafka_protocol::messages::ListOffsetsRequest;
+        let req = ListOffsetsRequest::default()
+            .with_replica_id((-1).into())
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(StrBytes::from_string(topic.to_string()).into())
+                .with_partitions(vec![ListOffsetsPartition::default()
+                    .with_partition_index(partition)
+                    .with_current_leader_epoch(-1)
+                    .with_timestamp(timestamp)])]);
+        let resp = self.send(&req, 7).await?;
+        let p = resp
+            .topics
+            .iter()
+            .filter(|t| t.name.0.as_str() == topic)
+            .flat_map(|t| t.partitions.iter())
+            .find(|p| p.partition_index == partition)
+            .ok_or_else(|| PartitionRequestError::Missing {
+                api: ApiKey::ListOffsets,
+                addr: self.addr.clone(),
+                topic: topic.to_string(),
+                partition,
+            })?;
+        if p.error_code != 0 {
+            return Err(PartitionError {
+                api: ApiKey::ListOffsets,
+                topic: topic.to_string(),
+                partition,
+                error_code: p.error_code,
+            }
+            .into());
+        }
+        Ok(p.offset)
+    }
+
+    /// Fetch one partition from `offset` (READ_UNCOMMITTED, no waiting), up to `max_bytes`.
+    pub async fn fetch_partition(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_bytes: i32,
+    ) -> Result<FetchedPartition, PartitionRequestError> {
+        use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+        use kafka_protocol::messages::FetchRequest;
+        let req = FetchRequest::default()
+            .with_replica_id((-1).into())
+            .with_max_wait_ms(0)
+            .with_min_bytes(0)
+            .with_max_bytes(max_bytes)
+            .with_isolation_level(0)
+            .with_session_id(0)
+            .with_session_epoch(-1)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(StrBytes::from_string(topic.to_string()).into())
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition(partition)
+                    .with_current_leader_epoch(-1)
+                    .with_fetch_offset(offset)
+                    .with_last_fetched_epoch(-1)
+                    .with_log_start_offset(-1)
+                    .with_partition_max_bytes(max_bytes)])]);
+        let resp = self.send(&req, 12).await?;
+        let p = resp
+            .responses
+            .into_iter()
+            .filter(|t| t.topic.0.as_str() == topic)
+            .flat_map(|t| t.partitions.into_iter())
+            .find(|p| p.partition_index == partition)
+            .ok_or_else(|| PartitionRequestError::Missing {
+                api: ApiKey::Fetch,
+                addr: self.addr.clone(),
+                topic: topic.to_string(),
+                partition,
+            })?;
+        if p.error_code != 0 {
+            return Err(PartitionError {
+                api: ApiKey::Fetch,
+                topic: topic.to_string(),
+                partition,
+                error_code: p.error_code,
+            }
+            .into());
+        }
+        Ok(FetchedPartition {
+            error_code: p.error_code,
+            high_watermark: p.high_watermark,
+            log_start_offset: p.log_start_offset,
+            records: p.records.unwrap_or_default(),
+        })
+    }
+}

@@ -1,4 +1,12 @@
-//! Produce-request peeks that do not decode the request.
+//! Produce-request peeks and a zero-allocation walker that do not decode the request.
+//!
+//! [`peek_acks`] reads only `acks`. [`ProduceWalker`] walks a whole Produce body (v3..=13,
+//! after the request header) and yields each partition's topic, index and the position of its
+//! `records` bytes, without copying or allocating.
+
+use std::ops::Range;
+
+use thiserror::Error;
 
 use super::frame::{read_uvarint, FrameError};
 
@@ -30,6 +38,280 @@ pub fn peek_acks(version: i16, body: &[u8]) -> Result<i16, FrameError> {
     }
 }
 
+/// Lowest and highest Produce version [`ProduceWalker`] understands.
+pub const PRODUCE_MIN_VERSION: i16 = 3;
+pub const PRODUCE_MAX_VERSION: i16 = 13;
+
+/// A topic as a Produce request names it: by name up to v12, by topic id from v13.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopicRef<'a> {
+    Name(&'a str),
+    Id(uuid::Uuid),
+}
+
+/// One partition of a Produce request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducePartition<'a> {
+    pub topic: TopicRef<'a>,
+    pub partition: i32,
+    /// The `records` field; `None` when it is null.
+    pub records: Option<&'a [u8]>,
+    /// Where `records` lies in the body (empty, at the field's end, when null).
+    pub records_range: Range<usize>,
+}
+
+/// A malformed Produce body. `pos` is the byte position in the body where reading failed.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ProduceError {
+    #[error("produce version {0} is not supported (3..=13)")]
+    UnsupportedVersion(i16),
+    #[error("produce body ends inside {what} at byte {pos}")]
+    Truncated { what: &'static str, pos: usize },
+    #[error("invalid length {len} for {what} at byte {pos}")]
+    BadLength {
+        what: &'static str,
+        pos: usize,
+        len: i64,
+    },
+    #[error("malformed varint at byte {pos}")]
+    BadVarint { pos: usize },
+    #[error("topic name at byte {pos} is not UTF-8")]
+    BadUtf8 { pos: usize },
+}
+
+/// Walks a Produce request body. Construction reads `transactional_id`, `acks` and
+/// `timeout_ms`; iteration yields one [`ProducePartition`] per partition and stops after the
+/// first error. Tagged fields (v9+) are skipped.
+#[derive(Debug, Clone)]
+pub struct ProduceWalker<'a> {
+    body: &'a [u8],
+    flexible: bool,
+    v13: bool,
+    pos: usize,
+    transactional_id: Option<&'a str>,
+    acks: i16,
+    timeout_ms: i32,
+    topics_left: u32,
+    partitions_left: u32,
+    topic: TopicRef<'a>,
+    done: bool,
+}
+
+impl<'a> ProduceWalker<'a> {
+    pub fn new(version: i16, body: &'a [u8]) -> Result<Self, ProduceError> {
+        if !(PRODUCE_MIN_VERSION..=PRODUCE_MAX_VERSION).contains(&version) {
+            return Err(ProduceError::UnsupportedVersion(version));
+        }
+        let mut w = ProduceWalker {
+            body,
+            flexible: version >= 9,
+            v13: version >= 13,
+            pos: 0,
+            transactional_id: None,
+            acks: 0,
+            timeout_ms: 0,
+            topics_left: 0,
+            partitions_left: 0,
+            topic: TopicRef::Name(""),
+            done: false,
+        };
+        w.transactional_id = w.string(true, "transactional_id")?;
+        w.acks = i16::from_be_bytes(w.fixed::<2>("acks")?);
+        w.timeout_ms = i32::from_be_bytes(w.fixed::<4>("timeout_ms")?);
+        w.topics_left = w.array_len("topic_data")?;
+        Ok(w)
+    }
+
+    pub fn transactional_id(&self) -> Option<&'a str> {
+        self.transactional_id
+    }
+
+    pub fn acks(&self) -> i16 {
+        self.acks
+    }
+
+    pub fn timeout_ms(&self) -> i32 {
+        self.timeout_ms
+    }
+
+    /// Position reached in the body (after a complete walk: the end of the request).
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    fn fixed<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], ProduceError> {
+        let end = self.pos.checked_add(N).filter(|e| *e <= self.body.len());
+        let Some(end) = end else {
+            return Err(ProduceError::Truncated {
+                what,
+                pos: self.pos,
+            });
+        };
+        let mut out = [0u8; N];
+        out.copy_from_slice(&self.body[self.pos..end]);
+        self.pos = end;
+        Ok(out)
+    }
+
+    fn uvarint(&mut self) -> Result<u32, ProduceError> {
+        let at = self.pos;
+        let (v, p) = read_uvarint(self.body, at).map_err(|_| {
+            if at >= self.body.len() {
+                ProduceError::Truncated {
+                    what: "varint",
+                    pos: at,
+                }
+            } else {
+                ProduceError::BadVarint { pos: at }
+            }
+        })?;
+        self.pos = p;
+        Ok(v)
+    }
+
+    /// Length of a string/bytes field: `None` for null.
+    fn length(
+        &mut self,
+        nullable: bool,
+        what: &'static str,
+        short: bool,
+    ) -> Result<Option<usize>, ProduceError> {
+        let at = self.pos;
+        let len: i64 = if self.flexible {
+            i64::from(self.uvarint()?) - 1
+        } else if short {
+            i64::from(i16::from_be_bytes(self.fixed::<2>(what)?))
+        } else {
+            i64::from(i32::from_be_bytes(self.fixed::<4>(what)?))
+        };
+        if len == -1 && nullable {
+            return Ok(None);
+        }
+        if len < 0 {
+            return Err(ProduceError::BadLength { what, pos: at, len });
+        }
+        if len as u64 > (self.body.len() - self.pos) as u64 {
+            return Err(ProduceError::Truncated {
+                what,
+                pos: self.pos,
+            });
+        }
+        Ok(Some(len as usize))
+    }
+
+    fn string(
+        &mut self,
+        nullable: bool,
+        what: &'static str,
+    ) -> Result<Option<&'a str>, ProduceError> {
+        let Some(len) = self.length(nullable, what, true)? else {
+            return Ok(None);
+        };
+        let at = self.pos;
+        let s = std::str::from_utf8(&self.body[at..at + len])
+            .map_err(|_| ProduceError::BadUtf8 { pos: at })?;
+        self.pos += len;
+        Ok(Some(s))
+    }
+
+    fn array_len(&mut self, what: &'static str) -> Result<u32, ProduceError> {
+        let at = self.pos;
+        let len: i64 = if self.flexible {
+            i64::from(self.uvarint()?) - 1
+        } else {
+            i64::from(i32::from_be_bytes(self.fixed::<4>(what)?))
+        };
+        // Every element takes at least one byte, so a count above the bytes left is malformed.
+        if len < 0 || len as u64 > (self.body.len() - self.pos) as u64 {
+            return Err(ProduceError::BadLength { what, pos: at, len });
+        }
+        Ok(len as u32)
+    }
+
+    fn skip_tagged_fields(&mut self) -> Result<(), ProduceError> {
+        if !self.flexible {
+            return Ok(());
+        }
+        let count = self.uvarint()?;
+        for _ in 0..count {
+            let _tag = self.uvarint()?;
+            let at = self.pos;
+            let size = self.uvarint()? as usize;
+            let end = self.pos.checked_add(size).filter(|e| *e <= self.body.len());
+            let Some(end) = end else {
+                return Err(ProduceError::BadLength {
+                    what: "tagged field",
+                    pos: at,
+                    len: size as i64,
+                });
+            };
+            self.pos = end;
+        }
+        Ok(())
+    }
+
+    fn next_partition(&mut self) -> Result<Option<ProducePartition<'a>>, ProduceError> {
+        while self.partitions_left == 0 {
+            if self.topics_left == 0 {
+                self.skip_tagged_fields()?;
+                return Ok(None);
+            }
+            self.topics_left -= 1;
+            self.topic = if self.v13 {
+                TopicRef::Id(uuid::Uuid::from_bytes(self.fixed::<16>("topic_id")?))
+            } else {
+                TopicRef::Name(self.string(false, "topic name")?.unwrap_or(""))
+            };
+            self.partitions_left = self.array_len("partition_data")?;
+            if self.partitions_left == 0 {
+                self.skip_tagged_fields()?;
+            }
+        }
+        self.partitions_left -= 1;
+        let partition = i32::from_be_bytes(self.fixed::<4>("partition index")?);
+        let (records, records_range) = match self.length(true, "records", false)? {
+            None => (None, self.pos..self.pos),
+            Some(len) => {
+                let range = self.pos..self.pos + len;
+                self.pos += len;
+                (Some(&self.body[range.clone()]), range)
+            }
+        };
+        self.skip_tagged_fields()?;
+        if self.partitions_left == 0 {
+            // End of this topic's struct.
+            self.skip_tagged_fields()?;
+        }
+        Ok(Some(ProducePartition {
+            topic: self.topic,
+            partition,
+            records,
+            records_range,
+        }))
+    }
+}
+
+impl<'a> Iterator for ProduceWalker<'a> {
+    type Item = Result<ProducePartition<'a>, ProduceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        match self.next_partition() {
+            Ok(Some(p)) => Some(Ok(p)),
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -53,7 +335,11 @@ mod tests {
             for acks in [-1i16, 0, 1] {
                 for txn in [None, Some("tx-1")] {
                     let body = encoded(version, acks, txn);
-                    assert_eq!(peek_acks(version, &body).unwrap(), acks, "v{version} {txn:?}");
+                    assert_eq!(
+                        peek_acks(version, &body).unwrap(),
+                        acks,
+                        "v{version} {txn:?}"
+                    );
                 }
             }
         }
@@ -63,5 +349,163 @@ mod tests {
     fn truncated_body_is_an_error() {
         assert!(peek_acks(3, &[0]).is_err());
         assert!(peek_acks(9, &[5, b'a']).is_err());
+    }
+
+    fn walk_all(version: i16, body: &[u8]) -> Result<Vec<ProducePartition<'_>>, ProduceError> {
+        ProduceWalker::new(version, body)?.collect()
+    }
+
+    type Expected = Vec<(String, uuid::Uuid, i32, Option<Vec<u8>>)>;
+
+    fn sample_request(version: i16, txn: Option<&str>) -> (ProduceRequest, Expected) {
+        use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+        use kafka_protocol::messages::TopicName;
+        let mut expected = Vec::new();
+        let mut topics = Vec::new();
+        for t in 0..3u8 {
+            let name = format!("topic-{t}");
+            let id = uuid::Uuid::from_bytes([t + 1; 16]);
+            let mut parts = Vec::new();
+            for p in 0..(t as i32 + 1) {
+                let records = if p == 1 {
+                    None
+                } else {
+                    Some(vec![t; 70 + p as usize * 13])
+                };
+                parts.push(
+                    PartitionProduceData::default()
+                        .with_index(p * 3)
+                        .with_records(records.clone().map(bytes::Bytes::from)),
+                );
+                expected.push((name.clone(), id, p * 3, records));
+            }
+            let mut topic = TopicProduceData::default().with_partition_data(parts);
+            if version >= 13 {
+                topic = topic.with_topic_id(id);
+            } else {
+                topic = topic.with_name(TopicName(StrBytes::from_string(name)));
+            }
+            if version >= 9 && t == 1 {
+                topic = topic.with_unknown_tagged_field(3, bytes::Bytes::from_static(b"tag"));
+            }
+            topics.push(topic);
+        }
+        // A topic without partitions.
+        let empty = if version >= 13 {
+            TopicProduceData::default().with_topic_id(uuid::Uuid::from_bytes([9; 16]))
+        } else {
+            TopicProduceData::default().with_name(TopicName(StrBytes::from_static_str("empty")))
+        };
+        topics.insert(1, empty);
+        let mut req = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(1234)
+            .with_transactional_id(txn.map(|t| StrBytes::from_string(t.to_string()).into()))
+            .with_topic_data(topics);
+        if version >= 9 {
+            req = req.with_unknown_tagged_field(1, bytes::Bytes::from_static(b"top"));
+        }
+        (req, expected)
+    }
+
+    #[test]
+    fn walker_yields_what_kafka_protocol_encoded_for_every_version() {
+        for version in 3..=13i16 {
+            for txn in [None, Some("tx-1")] {
+                let (req, expected) = sample_request(version, txn);
+                let mut buf = BytesMut::new();
+                req.encode(&mut buf, version).unwrap();
+                let body = buf.to_vec();
+                let w = ProduceWalker::new(version, &body).unwrap();
+                assert_eq!(w.transactional_id(), txn, "v{version}");
+                assert_eq!(w.acks(), -1);
+                assert_eq!(w.timeout_ms(), 1234);
+                let mut w2 = w.clone();
+                let got: Vec<_> = w.collect::<Result<_, _>>().unwrap();
+                assert_eq!(got.len(), expected.len(), "v{version}");
+                for (g, (name, id, part, records)) in got.iter().zip(&expected) {
+                    if version >= 13 {
+                        assert_eq!(g.topic, TopicRef::Id(*id));
+                    } else {
+                        assert_eq!(g.topic, TopicRef::Name(name.as_str()));
+                    }
+                    assert_eq!(g.partition, *part);
+                    assert_eq!(g.records, records.as_deref(), "v{version}");
+                    if let Some(r) = records {
+                        assert_eq!(&body[g.records_range.clone()], r.as_slice());
+                    } else {
+                        assert!(g.records_range.is_empty());
+                    }
+                }
+                while w2.next().is_some() {}
+                assert_eq!(
+                    w2.position(),
+                    body.len(),
+                    "v{version} consumed the whole body"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn walker_rejects_unsupported_versions() {
+        assert_eq!(
+            ProduceWalker::new(2, &[]).err(),
+            Some(ProduceError::UnsupportedVersion(2))
+        );
+        assert_eq!(
+            ProduceWalker::new(14, &[]).err(),
+            Some(ProduceError::UnsupportedVersion(14))
+        );
+    }
+
+    #[test]
+    fn walker_reports_truncation_at_every_cut() {
+        for version in [3i16, 8, 9, 12, 13] {
+            let (req, _) = sample_request(version, Some("t"));
+            let mut buf = BytesMut::new();
+            req.encode(&mut buf, version).unwrap();
+            for cut in 0..buf.len() - 1 {
+                let r = walk_all(version, &buf[..cut]);
+                // Only a cut inside the final top-level tagged fields could look complete; none
+                // of the cuts may panic, and cuts before the last partition must fail.
+                if cut < buf.len() - 8 {
+                    assert!(r.is_err(), "v{version} cut {cut}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn walker_rejects_negative_lengths() {
+        // v3: txn id null, acks, timeout, 1 topic with name length -2.
+        let mut body = vec![0xff, 0xff, 0, 1, 0, 0, 0, 10, 0, 0, 0, 1];
+        body.extend_from_slice(&(-2i16).to_be_bytes());
+        assert!(matches!(
+            walk_all(3, &body),
+            Err(ProduceError::BadLength {
+                what: "topic name",
+                ..
+            })
+        ));
+        let body = [0xff, 0xff, 0, 1, 0, 0, 0, 10, 0xff, 0xff, 0xff, 0xff];
+        assert!(matches!(
+            ProduceWalker::new(3, &body),
+            Err(ProduceError::BadLength {
+                what: "topic_data",
+                ..
+            })
+        ));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn walker_never_panics_on_random_bytes(version in 3i16..=13, body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+            if let Ok(w) = ProduceWalker::new(version, &body) {
+                for p in w.flatten() {
+                    proptest::prop_assert!(p.records_range.end <= body.len());
+                }
+            }
+        }
     }
 }

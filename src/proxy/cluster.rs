@@ -18,6 +18,8 @@ use crate::protocol::rewrite::BrokerEndpoint;
 struct Inner {
     brokers: HashMap<i32, String>,
     topic_names: HashMap<uuid::Uuid, String>,
+    /// Topic name → (topic id, leader node id of each partition, -1 when none).
+    topics: HashMap<String, TopicInfo>,
     cluster_id: Option<String>,
     known: bool,
 }
@@ -31,11 +33,21 @@ pub struct ClusterView {
     changed: watch::Sender<u64>,
 }
 
+/// A topic as the destination's metadata describes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TopicInfo {
+    pub id: uuid::Uuid,
+    /// Leader node id per partition index (-1 when the partition has no leader).
+    pub leaders: Vec<i32>,
+}
+
 /// What one metadata fetch returned.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     pub brokers: Vec<BrokerEndpoint>,
     pub topics: Vec<(uuid::Uuid, String)>,
+    /// Partition layout of every topic (complete fetches only).
+    pub partitions: Vec<(String, TopicInfo)>,
     pub cluster_id: Option<String>,
 }
 
@@ -78,6 +90,18 @@ impl ClusterView {
     /// Topic name for a topic id.
     pub fn topic_name(&self, id: &uuid::Uuid) -> Option<String> {
         self.read().topic_names.get(id).cloned()
+    }
+
+    /// Partition layout of `topic` from the last full metadata fetch.
+    pub fn topic(&self, topic: &str) -> Option<TopicInfo> {
+        self.read().topics.get(topic).cloned()
+    }
+
+    /// Names of every topic known from the last full metadata fetch, sorted.
+    pub fn topic_names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.read().topics.keys().cloned().collect();
+        v.sort();
+        v
     }
 
     /// Whether metadata has been fetched at least once.
@@ -132,6 +156,7 @@ impl ClusterView {
             changed = brokers != inner.brokers || !inner.known;
             inner.brokers = brokers;
             inner.topic_names = snap.topics.into_iter().collect();
+            inner.topics = snap.partitions.into_iter().collect();
             inner.cluster_id = snap.cluster_id;
             inner.known = true;
             self.metrics
@@ -235,6 +260,34 @@ async fn fetch_from(addr: &str, timeout: Duration) -> Result<Snapshot, ClientErr
             .topics
             .iter()
             .filter_map(|t| t.name.as_ref().map(|n| (t.topic_id, n.0.to_string())))
+            .collect(),
+        partitions: resp
+            .topics
+            .iter()
+            .filter(|t| t.error_code == 0)
+            .filter_map(|t| {
+                let name = t.name.as_ref()?.0.to_string();
+                let n = t
+                    .partitions
+                    .iter()
+                    .map(|p| p.partition_index)
+                    .max()
+                    .map(|m| m + 1)
+                    .unwrap_or(0);
+                let mut leaders = vec![-1; n.max(0) as usize];
+                for p in &t.partitions {
+                    if let Some(slot) = leaders.get_mut(p.partition_index as usize) {
+                        *slot = p.leader_id.0;
+                    }
+                }
+                Some((
+                    name,
+                    TopicInfo {
+                        id: t.topic_id,
+                        leaders,
+                    },
+                ))
+            })
             .collect(),
         cluster_id: resp.cluster_id.as_ref().map(|c| c.to_string()),
     })

@@ -65,6 +65,10 @@ impl AddressMap for ListenerAddressMap {
 /// Everything a connection needs, shared by all connections of one listener.
 pub struct ConnContext {
     pub kind: ListenerKind,
+    /// The PSM registry, when mirrors are configured (the produce tap feeds it).
+    pub psm: Option<Arc<crate::psm::registry::PsmRegistry>>,
+    /// Verify CRC-32C of tracked batches on this listener.
+    pub verify_crc: bool,
     pub address_map: ListenerAddressMap,
     pub cluster: Arc<ClusterView>,
     pub metrics: Arc<Metrics>,
@@ -122,6 +126,8 @@ struct InFlight {
     api: ApiKey,
     version: i16,
     started: Instant,
+    /// Tracked batches of a Produce request, completed by its response.
+    pending: Option<crate::psm::tap::PendingProduce>,
 }
 
 /// Decrements a gauge when dropped.
@@ -223,6 +229,18 @@ async fn run(
                 }
                 let expects_response = h.api_key != ApiKey::Produce
                     || peek_acks(h.api_version, &body[h.header_len..])? != 0;
+                let tracked = match &ctx.psm {
+                    Some(psm) if h.api_key == ApiKey::Produce && !psm.is_empty() => {
+                        crate::psm::tap::on_request(
+                            psm,
+                            &ctx.cluster,
+                            h.api_version,
+                            &body[h.header_len..],
+                            ctx.verify_crc,
+                        )
+                    }
+                    _ => None,
+                };
                 ctx.handles.request(h.api_key);
                 ctx.handles.bytes_in.inc_by(frame.len() as u64);
                 let started = Instant::now();
@@ -233,6 +251,7 @@ async fn run(
                         api: h.api_key,
                         version: h.api_version,
                         started,
+                        pending: tracked,
                     };
                     if tx.send(entry).await.is_err() {
                         // The response half has ended; it reports why.
@@ -273,6 +292,9 @@ async fn run(
                         got,
                         want: inf.correlation_id,
                     });
+                }
+                if let (Some(pending), Some(psm)) = (inf.pending, &ctx.psm) {
+                    crate::psm::tap::on_response(psm, inf.version, &frame, pending);
                 }
                 let out = if needs_rewrite(inf.api, inf.version) {
                     let r = rewrite_response(inf.api, inf.version, &frame, &ctx.address_map)?;

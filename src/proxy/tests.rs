@@ -145,6 +145,8 @@ async fn connect_through_gateway(upstream: &str, limits: LimitsConfig, node: i32
     };
     let ctx = Arc::new(ConnContext {
         kind: ListenerKind::Client,
+        psm: None,
+        verify_crc: false,
         address_map: ListenerAddressMap::new(&listener_cfg),
         cluster,
         metrics: metrics.clone(),

@@ -1,0 +1,538 @@
+//! The PSM against the real broker. Crafted Produce requests (chosen producer id, epoch and
+//! sequences) go through the gateway to a tracked partition of the destination; for every batch
+//! the PSM's classification must match what the broker answered (the gateway counts a
+//! disagreement as `result="diverged"`), and afterwards the gateway's producer list for the
+//! partition must equal the broker's own `DescribeProducers` answer.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::indexmap::IndexMap;
+use kafka_protocol::messages::describe_producers_request::TopicRequest;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, DescribeProducersRequest, DescribeProducersResponse, ProduceRequest, ProduceResponse,
+    RequestHeader, ResponseHeader,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+
+use crate::gw::{test_config, TestGateway};
+use crate::harness;
+
+/// A single v2 record batch of `n` records for producer `pid`/`epoch` starting at `base_seq`,
+/// with a correct CRC. (Sequence wrap-around past i32::MAX cannot be reached on a real broker
+/// without 2^31 records; the PSM unit and property tests cover it.)
+pub fn batch(pid: i64, epoch: i16, base_seq: i32, n: i32, tag: &str) -> Bytes {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    let records: Vec<Record> = (0..n)
+        .map(|i| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: pid,
+            producer_epoch: epoch,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: i,
+            timestamp: now,
+            key: Some(Bytes::from(format!("{tag}-{i}"))),
+            value: Some(Bytes::from(format!("{tag}-value-{i}"))),
+            headers: IndexMap::new(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        records.iter(),
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .expect("batch encodes");
+    // Set the base sequence (the encoder would split a wrapping run into two batches) and fix
+    // the CRC-32C, which covers bytes 21.. of the batch.
+    buf[53..57].copy_from_slice(&base_seq.to_be_bytes());
+    let crc = crc32c::crc32c(&buf[21..]);
+    buf[17..21].copy_from_slice(&crc.to_be_bytes());
+    buf.freeze()
+}
+
+/// One request/response exchange on a raw connection.
+pub struct RawConn {
+    s: TcpStream,
+    corr: i32,
+}
+
+impl RawConn {
+    pub fn connect(addr: &str) -> RawConn {
+        let s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+        s.set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        RawConn { s, corr: 100 }
+    }
+
+    fn exchange(&mut self, key: ApiKey, version: i16, body: &impl Encodable) -> Bytes {
+        self.corr += 1;
+        let mut out = BytesMut::new();
+        out.put_i32(0);
+        RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(self.corr)
+            .with_client_id(Some(StrBytes::from_static_str("psm-differential")))
+            .encode(&mut out, key.request_header_version(version))
+            .expect("header");
+        body.encode(&mut out, version).expect("body");
+        let len = (out.len() - 4) as i32;
+        out[0..4].copy_from_slice(&len.to_be_bytes());
+        self.s.write_all(&out).expect("send");
+        let mut len = [0u8; 4];
+        self.s.read_exact(&mut len).expect("response length");
+        let mut resp = vec![0u8; i32::from_be_bytes(len) as usize];
+        self.s.read_exact(&mut resp).expect("response");
+        let mut b = Bytes::from(resp);
+        let h = ResponseHeader::decode(&mut b, key.response_header_version(version))
+            .expect("response header");
+        assert_eq!(h.correlation_id, self.corr);
+        b
+    }
+
+    /// Produce one batch with acks=all; returns (error code, base offset).
+    pub fn produce(&mut self, topic: &str, partition: i32, records: Bytes) -> (i16, i64) {
+        let req = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(30_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(StrBytes::from_string(topic.to_string()).into())
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(partition)
+                    .with_records(Some(records))])]);
+        let mut b = self.exchange(ApiKey::Produce, 9, &req);
+        let resp = ProduceResponse::decode(&mut b, 9).expect("produce response");
+        let p = &resp.responses[0].partition_responses[0];
+        (p.error_code, p.base_offset)
+    }
+
+    pub fn describe_producers(&mut self, topic: &str, partition: i32) -> DescribeProducersResponse {
+        let req = DescribeProducersRequest::default().with_topics(vec![TopicRequest::default()
+            .with_name(StrBytes::from_string(topic.to_string()).into())
+            .with_partition_indexes(vec![partition])]);
+        let mut b = self.exchange(ApiKey::DescribeProducers, 0, &req);
+        DescribeProducersResponse::decode(&mut b, 0).expect("describe producers response")
+    }
+}
+
+/// (producer id, epoch, last sequence, last timestamp, coordinator epoch, txn start offset).
+pub type ProducerRow = (i64, i32, i32, i64, i32, i64);
+
+pub fn broker_producers(conn: &mut RawConn, topic: &str, partition: i32) -> Vec<ProducerRow> {
+    let resp = conn.describe_producers(topic, partition);
+    let p = &resp.topics[0].partitions[0];
+    assert_eq!(p.error_code, 0, "DescribeProducers error");
+    let mut v: Vec<ProducerRow> = p
+        .active_producers
+        .iter()
+        .map(|a| {
+            (
+                a.producer_id.0,
+                a.producer_epoch,
+                a.last_sequence,
+                a.last_timestamp,
+                a.coordinator_epoch,
+                a.current_txn_start_offset,
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+pub fn gateway_producers_json(admin: &str, topic: &str, partition: i32) -> serde_json::Value {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let (status, body) = rt
+        .block_on(mirrorgate::admin::client::call(
+            admin,
+            hyper::Method::GET,
+            &format!("/v1/partitions/{topic}/{partition}/producers"),
+            None,
+            None,
+        ))
+        .expect("admin call");
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).expect("json")
+}
+
+pub fn gateway_producers(admin: &str, topic: &str, partition: i32) -> Vec<ProducerRow> {
+    let v = gateway_producers_json(admin, topic, partition);
+    let mut rows: Vec<ProducerRow> = v["producers"]
+        .as_array()
+        .expect("producers")
+        .iter()
+        .map(|p| {
+            (
+                p["producer_id"].as_i64().unwrap_or(-1),
+                p["epoch"].as_i64().unwrap_or(-1) as i32,
+                p["last_sequence"].as_i64().unwrap_or(-1) as i32,
+                p["last_timestamp"].as_i64().unwrap_or(-1),
+                p["coordinator_epoch"].as_i64().unwrap_or(-1) as i32,
+                p["current_txn_start_offset"].as_i64().unwrap_or(-1),
+            )
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+/// A gateway whose single mirror tracks `topic`, in front of the rig's destination.
+pub fn gateway_tracking(topic: &str) -> TestGateway {
+    let destination = harness::cluster("destination");
+    let mut cfg = test_config(&destination);
+    cfg.mirrors = vec![mirrorgate::config::MirrorConfig {
+        name: "diff".into(),
+        topics: vec![topic.to_string()],
+        source: None,
+    }];
+    cfg.psm.snapshot_interval_ms = 200;
+    let gw = TestGateway::start(cfg);
+    wait_tracked_ready(&gw, topic);
+    gw
+}
+
+pub fn wait_tracked_ready(gw: &TestGateway, topic: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = gw.gateway.readiness();
+        let tracked = gw
+            .gateway
+            .psm
+            .as_ref()
+            .is_some_and(|p| p.partitions().iter().any(|(t, _)| t == topic));
+        if r.ready && tracked {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "partition of {topic} not tracked and rebuilt: {:?}",
+            r.reasons
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn batches_by_result(gw: &TestGateway) -> BTreeMap<String, f64> {
+    gw.metrics()
+        .lines()
+        .filter_map(|l| l.strip_prefix("mirrorgate_psm_batches_total{result=\""))
+        .filter_map(|rest| {
+            let (label, value) = rest.split_once("\"} ")?;
+            Some((label.to_string(), value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// The one result whose counter moved since `before`.
+fn moved(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> Vec<String> {
+    after
+        .iter()
+        .filter(|(k, v)| before.get(*k).copied().unwrap_or(0.0) < **v)
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
+struct Step {
+    what: &'static str,
+    pid: i64,
+    epoch: i16,
+    seq: i32,
+    n: i32,
+    /// Expected broker error code (documentation of the scenario; the PSM must agree whatever it is).
+    broker: i16,
+    /// Expected PSM result label.
+    result: &'static str,
+}
+
+#[test]
+fn psm_classification_matches_the_broker_for_every_crafted_batch() {
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("psm-diff");
+    harness::create_topic(&destination, &topic, 1, Some(&[1]));
+    let gw = gateway_tracking(&topic);
+    let mut conn = RawConn::connect(&format!("127.0.0.1:{}", gw.port_for(1)));
+    let base = 7_000_000 + (std::process::id() as i64 % 1000) * 100;
+    let (a, b, c, d) = (base + 1, base + 2, base + 3, base + 4);
+    let steps = [
+        Step {
+            what: "new producer, first batch",
+            pid: a,
+            epoch: 0,
+            seq: 0,
+            n: 1,
+            broker: 0,
+            result: "accepted",
+        },
+        Step {
+            what: "next batch in sequence",
+            pid: a,
+            epoch: 0,
+            seq: 1,
+            n: 3,
+            broker: 0,
+            result: "accepted",
+        },
+        Step {
+            what: "retry of the first batch",
+            pid: a,
+            epoch: 0,
+            seq: 0,
+            n: 1,
+            broker: 0,
+            result: "duplicate",
+        },
+        Step {
+            what: "gap in sequence",
+            pid: a,
+            epoch: 0,
+            seq: 10,
+            n: 1,
+            broker: 45,
+            result: "out_of_order_sequence",
+        },
+        Step {
+            what: "epoch bump restarts at 0",
+            pid: a,
+            epoch: 1,
+            seq: 0,
+            n: 2,
+            broker: 0,
+            result: "accepted",
+        },
+        Step {
+            what: "old epoch after the bump",
+            pid: a,
+            epoch: 0,
+            seq: 4,
+            n: 1,
+            broker: 47,
+            result: "invalid_producer_epoch",
+        },
+        Step {
+            what: "epoch bump not starting at 0",
+            pid: a,
+            epoch: 2,
+            seq: 5,
+            n: 1,
+            broker: 45,
+            result: "out_of_order_sequence",
+        },
+        Step {
+            what: "second producer",
+            pid: b,
+            epoch: 0,
+            seq: 0,
+            n: 1,
+            broker: 0,
+            result: "accepted",
+        },
+        Step {
+            what: "b: 2",
+            pid: b,
+            epoch: 0,
+            seq: 1,
+            n: 1,
+            broker: 0,
+            result: "accepted",
+        },
+        Step {
+            what: "b: 3",
+            pid: b,
+            epoch: 0,
+            seq: 2,
+            n: 1,
+            broker: 0,
+            result: "accepted",
+        },
+        Step {
+            what: "b: 4",
+            pid: b,
+            epoch: 0,
+            seq: 3,
+            n: 1,
+            broker: 0,
+            result: "accepted",
+        },
+        Step {
+            what: "b: 5",
+            pid: b,
+            epoch: 0,
+            seq: 4,
+            n: 1,
+            broker: 0,
+            result: "accepted",
+        },
+        Step {
+            what: "b: 6 (first batch leaves the cache)",
+            pid: b,
+            epoch: 0,
+            seq: 5,
+            n: 1,
+            broker: 0,
+            result: "accepted",
+        },
+        Step {
+            what: "b: retry of a batch in the middle of the cache",
+            pid: b,
+            epoch: 0,
+            seq: 3,
+            n: 1,
+            broker: 0,
+            result: "duplicate",
+        },
+        Step {
+            what: "b: retry of a batch no longer cached",
+            pid: b,
+            epoch: 0,
+            seq: 0,
+            n: 1,
+            broker: 45,
+            result: "out_of_order_sequence",
+        },
+        Step {
+            what: "b: same start, different length",
+            pid: b,
+            epoch: 0,
+            seq: 5,
+            n: 2,
+            broker: 45,
+            result: "out_of_order_sequence",
+        },
+        Step {
+            what: "unknown producer starting above 0 (accepted by 4.1.1)",
+            pid: c,
+            epoch: 0,
+            seq: 5,
+            n: 1,
+            broker: 0,
+            result: "accepted",
+        },
+        Step {
+            what: "third producer, a large batch",
+            pid: d,
+            epoch: 0,
+            seq: 0,
+            n: 50,
+            broker: 0,
+            result: "accepted",
+        },
+        Step {
+            what: "retry of the large batch",
+            pid: d,
+            epoch: 0,
+            seq: 0,
+            n: 50,
+            broker: 0,
+            result: "duplicate",
+        },
+    ];
+    let mut offsets: BTreeMap<(i64, i16, i32), i64> = BTreeMap::new();
+    let mut failures = Vec::new();
+    for (i, st) in steps.iter().enumerate() {
+        let before = batches_by_result(&gw);
+        let (code, offset) = conn.produce(
+            &topic,
+            0,
+            batch(st.pid, st.epoch, st.seq, st.n, &format!("s{i}")),
+        );
+        // The tap applies the outcome before the response reaches the client, so the counter
+        // has moved by now.
+        let after = batches_by_result(&gw);
+        let m = moved(&before, &after);
+        if code == 0 && st.result == "duplicate" {
+            let original = offsets.get(&(st.pid, st.epoch, st.seq)).copied();
+            if original != Some(offset) {
+                failures.push(format!(
+                    "step {i} ({}): duplicate acked at {offset}, original at {original:?}",
+                    st.what
+                ));
+            }
+        } else if code == 0 {
+            offsets.insert((st.pid, st.epoch, st.seq), offset);
+        }
+        if code != st.broker {
+            failures.push(format!(
+                "step {i} ({}): broker answered {code}, scenario expects {}",
+                st.what, st.broker
+            ));
+        }
+        if m != vec![st.result.to_string()] {
+            failures.push(format!(
+                "step {i} ({}): PSM result {m:?}, expected [{}] (broker code {code})",
+                st.what, st.result
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "differences:\n{}", failures.join("\n"));
+    assert_eq!(
+        gw.metric(r#"mirrorgate_psm_batches_total{result="diverged"}"#),
+        0.0
+    );
+
+    // The gateway's producer list equals the broker's.
+    let broker = broker_producers(
+        &mut RawConn::connect(&format!("127.0.0.1:{}", gw.port_for(1))),
+        &topic,
+        0,
+    );
+    let gateway = gateway_producers(&gw.admin(), &topic, 0);
+    assert_eq!(
+        gateway, broker,
+        "gateway PSM (left) vs broker DescribeProducers (right)"
+    );
+    assert!(gateway.len() >= 4, "{gateway:?}");
+}
+
+#[test]
+fn psm_follows_real_idempotent_producers_and_agrees_with_describe_producers() {
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("psm-real");
+    harness::create_topic(&destination, &topic, 2, Some(&[1, 2]));
+    let gw = gateway_tracking(&topic);
+    for _ in 0..3 {
+        harness::produce_keyed(&gw.bootstrap(), &topic, 2_000, &[]);
+    }
+    assert_eq!(
+        gw.metric(r#"mirrorgate_psm_batches_total{result="diverged"}"#),
+        0.0
+    );
+    assert!(gw.metric(r#"mirrorgate_psm_batches_total{result="accepted"}"#) > 0.0);
+    for (partition, node) in [(0, 1), (1, 2)] {
+        let broker = broker_producers(
+            &mut RawConn::connect(&format!("127.0.0.1:{}", gw.port_for(node))),
+            &topic,
+            partition,
+        );
+        let gateway = gateway_producers(&gw.admin(), &topic, partition);
+        assert_eq!(
+            gateway, broker,
+            "partition {partition}: gateway (left) vs broker (right)"
+        );
+        assert_eq!(
+            broker.len(),
+            3,
+            "three producers wrote to partition {partition}"
+        );
+    }
+}

@@ -1,0 +1,18 @@
+//! Mirrors: the mirror controller, failover and the built-in mirror agent live here (DESIGN §3,
+//! §4.1, §4.2).
+//!
+//! Owns (so far): [`state`] — the per-partition state machine of a mirror (MIRRORING, PAUSED,
+//! STOPPING, STOPPED, FAILED), the per-partition failover progress that lets a restarted gateway
+//! resume a failover from its last persisted step, and the versioned JSON persistence format of
+//! both. The state machine is pure data and rules: it performs no I/O, talks to no broker and
+//! knows nothing about networking; the controller (later) drives it, writes barriers
+//! (`protocol::barrier`) and saves records through the state store (`state`).
+//!
+//! Must not touch: sockets, the state store's file layout, the PSM's contents.
+
+pub mod state;
+
+pub use state::{
+    FailoverStep, MirrorRecord, PartitionRecord, PartitionState, StateDecodeError, StepError,
+    TransitionError,
+};

@@ -1,0 +1,1070 @@
+//! The failover barrier (DESIGN §4.2): its value format, the record batch that carries it, cheap
+//! detection, and hiding barriers from ordinary consumers.
+//!
+//! Owns: the bytes of a barrier (value and batch), recognising a barrier batch in a records blob,
+//! and rewriting a Fetch response's records so that barriers become skip-only control batches.
+//! Must not touch: when barriers are written or what they do to the PSM (the mirror controller
+//! and the PSM own that), Fetch response framing (callers pass one partition's `records`), I/O.
+//!
+//! # The barrier batch
+//!
+//! One uncompressed record batch v2 with exactly one record: base offset 0 (the broker assigns
+//! the real one), partition leader epoch −1, attributes 0 (not transactional, not control,
+//! CreateTime), producer id −1, producer epoch −1, base sequence −1, last offset delta 0. The
+//! record has key [`BARRIER_KEY`] (`__mirrorgate_barrier`), the encoded [`BarrierValue`] as its
+//! value and no headers. Because it is an ordinary data batch without producer state, a vanilla
+//! broker accepts it from a client (a control batch would be rejected, kip1279 H16) and it never
+//! touches the broker's producer state.
+//!
+//! Detection ([`is_barrier_batch`]) needs all of: magic 2, uncompressed, not control, not
+//! transactional, producer id −1, record count 1, a well-formed single record filling the batch
+//! exactly, and the key equal to [`BARRIER_KEY`]. It reads only the header and the record's
+//! varints and key; it does not allocate and does not check the CRC ([`parse_barrier`] does).
+//! Detection does not depend on the value's version, so a barrier written by a newer gateway
+//! upstream (chain or failback topologies) is still recognised and hidden, even where its value
+//! cannot be decoded here.
+//!
+//! # The value format (version 1)
+//!
+//! ```text
+//! magic                 4 bytes  "MGBR"
+//! version               u8       1
+//! mirror                string
+//! failover_id           string
+//! source_cluster_id     u8 tag (0 = absent, 1 = present), then string if present
+//! time_ms               i64 big-endian
+//! producers_expired     u32 big-endian
+//! last_mirrored_offset  i64 big-endian
+//! ```
+//! `string` = unsigned LEB128 length (at most 5 bytes, ≤ u32::MAX) followed by that many UTF-8
+//! bytes. Nothing may follow the last field.
+//!
+//! Extending it: a version 2 keeps the version-1 layout as its prefix and appends its new fields
+//! after `last_mirrored_offset` (with tags for optional ones, as for `source_cluster_id`). A v2
+//! decoder reads v1 values with the same prefix code and defaults the new fields; a v1 decoder
+//! rejects v2 values with [`BarrierError::UnsupportedVersion`] (fail closed — it never guesses
+//! what trailing bytes mean). Since detection is key-based, an old gateway still hides and
+//! counts newer barriers; only their contents are unavailable to it. Upgrade downstream gateways
+//! first in chains.
+//!
+//! # Hiding barriers from consumers
+//!
+//! [`hide_barriers`] replaces every barrier batch of a Fetch response partition by a *control*
+//! batch covering the same offsets, instead of deleting it. Deleting would be wrong when the
+//! barrier is the last batch of the log: a consumer positioned at the barrier would get an empty
+//! response forever and never advance. Every client skips control records silently *and* moves
+//! its position past them, so the replacement keeps consumers moving without showing them a
+//! record.
+//!
+//! The replacement batch: same base offset, same last offset delta, same partition leader epoch,
+//! same base/max timestamps and timestamp-type/delete-horizon bits; attributes = control, NOT
+//! transactional, no compression; producer id −1, epoch −1, sequence −1; one record with the same
+//! offset delta and timestamp delta as the barrier record, key = control key version 0 and type
+//! [`HIDDEN_BARRIER_CONTROL_TYPE`] (exactly 4 bytes), null value, no headers. Batch length and
+//! CRC-32C are recomputed; all other batches are copied byte for byte.
+//!
+//! Evidence (read in the clients' sources; nothing copied):
+//! - Apache Kafka, `clients/.../consumer/internals/CompletedFetch.java` (`nextFetchedRecord`):
+//!   records of a control batch are never returned; `nextFetchOffset = record.offset() + 1` for
+//!   each skipped control record, and after the last batch `nextFetchOffset =
+//!   currentBatch.nextOffset()` (last offset + 1), in both isolation levels. The READ_COMMITTED
+//!   abort bookkeeping (`containsAbortMarker`, `isBatchAborted`) runs only when
+//!   `currentBatch.hasProducerId()`, so a control batch with producer id −1 never has its key
+//!   parsed there; `isBatchAborted` additionally requires the transactional bit.
+//!   `ShareCompletedFetch.java` (KIP-932 share groups) likewise never returns control records and
+//!   treats their offsets as gaps.
+//! - `common/record/ControlRecordType.java`: types 0 ABORT, 1 COMMIT, 2–6 KRaft types; any other
+//!   type id maps to `UNKNOWN` ("a control type which the client is not aware of and should be
+//!   ignored"); `parseTypeId` needs ≥ 4 key bytes and a non-negative key version. KIP-1279's
+//!   prototype takes type 7 for `MIRROR_PID_RESET` (reference/kip1279.md §1.4.2), so 0–7 are all
+//!   avoided.
+//! - `common/record/MemoryRecords.java` (`createKraftControlRecordBuilder`): Kafka itself writes
+//!   KRaft control batches exactly in this shape — control, not transactional, `NO_PRODUCER_ID`,
+//!   `NO_PRODUCER_EPOCH`, `NO_SEQUENCE`, no compression.
+//! - librdkafka `src/rdkafka_msgset_reader.c` (as vendored in mongodb/mongo,
+//!   `rd_kafka_msgset_reader_msg_v2`): for a control batch the key size must be ≥ 2, a key
+//!   version ≠ 0 is skipped, with version 0 the key size must be exactly 4 (otherwise a parse
+//!   failure); COMMIT is ignored, ABORT is acted on only in read_committed, any other type is
+//!   logged at debug ("Unsupported ctrl message type … ignoring"); a ctrl op is still enqueued so
+//!   the offset advances, and `rd_kafka_msgset_reader_v2` sets the next offset to the batch's
+//!   `LastOffset + 1` (KAFKA-5443). Aborted-transaction skipping only applies to batches that are
+//!   transactional and not control.
+//! - franz-go `pkg/kgo/source.go`: control records are dropped unless `KeepControlRecords`, the
+//!   cursor moves to `record.Offset + 1` regardless; the aborter applies only to batches with the
+//!   transactional bit, and an abort marker is recognised by key type bytes `0x0000`.
+//! - kafka-python `consumer/fetcher.py`: a control batch is skipped with `next_fetch_offset =
+//!   batch.next_offset` (older versions: offset of its first record + 1, so the batch must hold a
+//!   record — ours holds one); abort logic only with `has_producer_id()`.
+//!
+//! Hence: control bit set, transactional bit clear, producer id −1, a 4-byte version-0 key whose
+//! type is outside every known set ([`HIDDEN_BARRIER_CONTROL_TYPE`] = 0x4D47, "MG"), one record.
+//! The gateway's own PSM sees it as `ControlType::Other` (see `batch::control_marker`), a no-op.
+
+use bytes::Bytes;
+use thiserror::Error;
+
+use super::batch::{
+    BatchHeader, BatchWalker, Compression, BATCH_HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2,
+    NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
+};
+
+/// The reserved record key of a barrier.
+pub const BARRIER_KEY: &[u8] = b"__mirrorgate_barrier";
+/// First bytes of an encoded [`BarrierValue`].
+pub const BARRIER_VALUE_MAGIC: [u8; 4] = *b"MGBR";
+/// The value version this build writes and reads.
+pub const BARRIER_VALUE_VERSION: u8 = 1;
+/// Control record type of the batch that replaces a barrier in Fetch responses for ordinary
+/// consumers: outside ABORT(0), COMMIT(1), the KRaft types 2–6 and KIP-1279's 7.
+pub const HIDDEN_BARRIER_CONTROL_TYPE: i16 = 0x4D47;
+/// Control record key version (the only one Kafka defines).
+pub const CONTROL_KEY_VERSION: i16 = 0;
+
+const ATTR_TIMESTAMP_TYPE: i16 = 0x08;
+const ATTR_TRANSACTIONAL: i16 = 0x10;
+const ATTR_CONTROL: i16 = 0x20;
+const ATTR_DELETE_HORIZON: i16 = 0x40;
+const CRC_FROM: usize = 21;
+/// Largest string length the value format accepts (its length prefix is at most 5 LEB128 bytes).
+const MAX_STRING_LEN: u64 = u32::MAX as u64;
+
+/// The value of a barrier record. See the module doc for the wire layout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BarrierValue {
+    /// Format version the value was decoded from; [`BarrierValue::encode`] always writes
+    /// [`BARRIER_VALUE_VERSION`].
+    pub version: u8,
+    /// Name of the mirror whose failover wrote the barrier.
+    pub mirror: String,
+    /// Identifier of that failover (one per failover call; all partitions share it).
+    pub failover_id: String,
+    /// Cluster id of the mirror's source cluster, when known.
+    pub source_cluster_id: Option<String>,
+    /// Wall-clock time of the failover step that wrote the barrier (ms since the epoch).
+    pub time_ms: i64,
+    /// Number of producer entries the barrier expires in the partition's PSM.
+    pub producers_expired: u32,
+    /// Offset of the last mirrored record before the barrier (−1 if none).
+    pub last_mirrored_offset: i64,
+}
+
+/// Why a barrier value or batch cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum BarrierError {
+    #[error("barrier value does not start with the magic bytes \"MGBR\"")]
+    BadMagic,
+    #[error("barrier value version {0} is not supported (this build reads version {BARRIER_VALUE_VERSION})")]
+    UnsupportedVersion(u8),
+    #[error("barrier value truncated in {field}")]
+    Truncated { field: &'static str },
+    #[error("barrier value: length of {field} is not a valid LEB128 number")]
+    BadLength { field: &'static str },
+    #[error("barrier value: {field} is not valid UTF-8")]
+    InvalidUtf8 { field: &'static str },
+    #[error("barrier value: invalid presence tag {tag} for {field}")]
+    InvalidTag { field: &'static str, tag: u8 },
+    #[error("barrier value has {0} trailing bytes")]
+    TrailingBytes(usize),
+    #[error("barrier record has a null value")]
+    NullValue,
+    #[error("barrier batch CRC mismatch (stored {stored:#010x}, computed {computed:#010x})")]
+    CrcMismatch { stored: u32, computed: u32 },
+}
+
+impl BarrierValue {
+    /// Encodes the value (always as [`BARRIER_VALUE_VERSION`]).
+    pub fn encode(&self) -> Vec<u8> {
+        let cluster_len = self.source_cluster_id.as_ref().map_or(0, |s| s.len() + 5);
+        let mut out = Vec::with_capacity(
+            4 + 1 + 10 + self.mirror.len() + self.failover_id.len() + 1 + cluster_len + 20,
+        );
+        out.extend_from_slice(&BARRIER_VALUE_MAGIC);
+        out.push(BARRIER_VALUE_VERSION);
+        put_string(&mut out, &self.mirror);
+        put_string(&mut out, &self.failover_id);
+        match &self.source_cluster_id {
+            None => out.push(0),
+            Some(id) => {
+                out.push(1);
+                put_string(&mut out, id);
+            }
+        }
+        out.extend_from_slice(&self.time_ms.to_be_bytes());
+        out.extend_from_slice(&self.producers_expired.to_be_bytes());
+        out.extend_from_slice(&self.last_mirrored_offset.to_be_bytes());
+        out
+    }
+
+    /// Decodes a value. Never panics; rejects a wrong magic, an unknown version, truncation,
+    /// invalid UTF-8 and trailing bytes.
+    pub fn decode(bytes: &[u8]) -> Result<BarrierValue, BarrierError> {
+        let mut r = ValueReader { b: bytes, pos: 0 };
+        if r.take(4, "magic")? != BARRIER_VALUE_MAGIC {
+            return Err(BarrierError::BadMagic);
+        }
+        let version = r.take(1, "version")?[0];
+        if version != BARRIER_VALUE_VERSION {
+            return Err(BarrierError::UnsupportedVersion(version));
+        }
+        let mirror = r.string("mirror")?;
+        let failover_id = r.string("failover_id")?;
+        let source_cluster_id = match r.take(1, "source_cluster_id")?[0] {
+            0 => None,
+            1 => Some(r.string("source_cluster_id")?),
+            tag => {
+                return Err(BarrierError::InvalidTag {
+                    field: "source_cluster_id",
+                    tag,
+                })
+            }
+        };
+        let time_ms = i64::from_be_bytes(r.array("time_ms")?);
+        let producers_expired = u32::from_be_bytes(r.array("producers_expired")?);
+        let last_mirrored_offset = i64::from_be_bytes(r.array("last_mirrored_offset")?);
+        if r.pos != bytes.len() {
+            return Err(BarrierError::TrailingBytes(bytes.len() - r.pos));
+        }
+        Ok(BarrierValue {
+            version,
+            mirror,
+            failover_id,
+            source_cluster_id,
+            time_ms,
+            producers_expired,
+            last_mirrored_offset,
+        })
+    }
+}
+
+fn put_string(out: &mut Vec<u8>, s: &str) {
+    let mut n = s.len() as u64;
+    loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out.push(byte);
+            break;
+        }
+        out.push(byte | 0x80);
+    }
+    out.extend_from_slice(s.as_bytes());
+}
+
+struct ValueReader<'a> {
+    b: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> ValueReader<'a> {
+    fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], BarrierError> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|e| *e <= self.b.len())
+            .ok_or(BarrierError::Truncated { field })?;
+        let out = &self.b[self.pos..end];
+        self.pos = end;
+        Ok(out)
+    }
+
+    fn array<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N], BarrierError> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N, field)?);
+        Ok(a)
+    }
+
+    fn string(&mut self, field: &'static str) -> Result<String, BarrierError> {
+        let mut len: u64 = 0;
+        let mut done = false;
+        for shift in (0..35).step_by(7) {
+            let byte = self.take(1, field)?[0];
+            len |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                done = true;
+                break;
+            }
+        }
+        if !done || len > MAX_STRING_LEN {
+            return Err(BarrierError::BadLength { field });
+        }
+        let len = usize::try_from(len).map_err(|_| BarrierError::Truncated { field })?;
+        let bytes = self.take(len, field)?;
+        std::str::from_utf8(bytes)
+            .map(str::to_owned)
+            .map_err(|_| BarrierError::InvalidUtf8 { field })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Record-level varints (zig-zag, as in Kafka's record format).
+
+fn zigzag32(v: i32) -> u32 {
+    ((v << 1) ^ (v >> 31)) as u32
+}
+
+fn zigzag64(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn put_uvarint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn uvarint_len(mut v: u64) -> usize {
+    let mut n = 1;
+    while v >= 0x80 {
+        v >>= 7;
+        n += 1;
+    }
+    n
+}
+
+fn put_varint(out: &mut Vec<u8>, v: i32) {
+    put_uvarint(out, u64::from(zigzag32(v)));
+}
+
+fn put_varlong(out: &mut Vec<u8>, v: i64) {
+    put_uvarint(out, zigzag64(v));
+}
+
+fn read_varlong(b: &[u8], pos: &mut usize) -> Option<i64> {
+    let mut raw: u64 = 0;
+    for shift in (0..70).step_by(7) {
+        let byte = *b.get(*pos)?;
+        *pos += 1;
+        raw |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Some(((raw >> 1) as i64) ^ -((raw & 1) as i64));
+        }
+    }
+    None
+}
+
+fn read_varint(b: &[u8], pos: &mut usize) -> Option<i32> {
+    i32::try_from(read_varlong(b, pos)?).ok()
+}
+
+/// `len` varint-prefixed bytes; `Some(None)` for a null (−1) field.
+fn read_nullable_bytes<'b>(b: &'b [u8], pos: &mut usize) -> Option<Option<&'b [u8]>> {
+    let len = read_varint(b, pos)?;
+    if len < 0 {
+        return (len == -1).then_some(None);
+    }
+    let end = pos.checked_add(len as usize).filter(|e| *e <= b.len())?;
+    let out = &b[*pos..end];
+    *pos = end;
+    Some(Some(out))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The batch.
+
+/// Encodes the complete barrier record batch for `value`, with `timestamp_ms` as the record
+/// timestamp (base and max timestamp). See the module doc for the header fields.
+pub fn encode_barrier_batch(value: &BarrierValue, timestamp_ms: i64) -> Bytes {
+    let encoded = value.encode();
+    let mut body = Vec::with_capacity(1 + 1 + 1 + 1 + BARRIER_KEY.len() + 5 + encoded.len() + 1);
+    body.push(0); // record attributes
+    put_varlong(&mut body, 0); // timestamp delta
+    put_varint(&mut body, 0); // offset delta
+    put_varint(&mut body, BARRIER_KEY.len() as i32);
+    body.extend_from_slice(BARRIER_KEY);
+    put_varint(&mut body, i32::try_from(encoded.len()).unwrap_or(i32::MAX));
+    body.extend_from_slice(&encoded);
+    put_varint(&mut body, 0); // headers
+
+    let header = BatchHeader {
+        base_offset: 0,
+        batch_length: 0,
+        partition_leader_epoch: -1,
+        magic: MAGIC_V2,
+        crc: 0,
+        attributes: 0,
+        last_offset_delta: 0,
+        base_timestamp: timestamp_ms,
+        max_timestamp: timestamp_ms,
+        producer_id: NO_PRODUCER_ID,
+        producer_epoch: NO_PRODUCER_EPOCH,
+        base_sequence: NO_SEQUENCE,
+        record_count: 1,
+    };
+    let mut out = Vec::with_capacity(BATCH_HEADER_SIZE + 5 + body.len());
+    let start = push_header(&mut out, &header);
+    put_varint(&mut out, i32::try_from(body.len()).unwrap_or(i32::MAX));
+    out.extend_from_slice(&body);
+    finish_batch(&mut out, start);
+    Bytes::from(out)
+}
+
+/// Appends a header (batch length and CRC to be fixed by [`finish_batch`]); returns its start.
+fn push_header(out: &mut Vec<u8>, header: &BatchHeader) -> usize {
+    let start = out.len();
+    let mut h = [0u8; BATCH_HEADER_SIZE];
+    header.write_to(&mut h);
+    out.extend_from_slice(&h);
+    start
+}
+
+/// Fills in the batch length and CRC-32C of the batch that starts at `start` and ends at the end
+/// of `out`.
+fn finish_batch(out: &mut [u8], start: usize) {
+    let batch = &mut out[start..];
+    let batch_length = (batch.len() - LOG_OVERHEAD) as i32;
+    batch[8..12].copy_from_slice(&batch_length.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[CRC_FROM..]);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// What detection learned about a barrier batch. Borrowed, no allocation.
+struct BarrierView<'a> {
+    header: BatchHeader,
+    /// The whole batch (exactly `batch_length + 12` bytes).
+    batch: &'a [u8],
+    timestamp_delta: i64,
+    offset_delta: i32,
+    value: Result<&'a [u8], BarrierError>,
+}
+
+/// Recognises a barrier batch at the start of `bytes` (see the module doc). `None` if it is not
+/// one (including anything malformed or incomplete).
+fn barrier_view(bytes: &[u8]) -> Option<BarrierView<'_>> {
+    let header = BatchHeader::parse(bytes)?;
+    if header.magic != MAGIC_V2
+        || header.compression() != Compression::None
+        || header.attributes & (ATTR_CONTROL | ATTR_TRANSACTIONAL) != 0
+        || header.producer_id != NO_PRODUCER_ID
+        || header.record_count != 1
+        || header.last_offset_delta < 0
+        || header.batch_length < (BATCH_HEADER_SIZE - LOG_OVERHEAD) as i32
+    {
+        return None;
+    }
+    let batch = bytes.get(..header.total_size())?;
+    let records = &batch[BATCH_HEADER_SIZE..];
+    let mut pos = 0usize;
+    let len = read_varint(records, &mut pos)?;
+    if len < 0 || pos.checked_add(len as usize)? != records.len() {
+        return None;
+    }
+    pos += 1; // record attributes
+    let timestamp_delta = read_varlong(records, &mut pos)?;
+    let offset_delta = read_varint(records, &mut pos)?;
+    let key = read_nullable_bytes(records, &mut pos)??;
+    if key != BARRIER_KEY {
+        return None;
+    }
+    if offset_delta < 0 || offset_delta > header.last_offset_delta {
+        return None;
+    }
+    let value = match read_nullable_bytes(records, &mut pos) {
+        Some(Some(v)) => Ok(v),
+        Some(None) => Err(BarrierError::NullValue),
+        None => return None,
+    };
+    // Headers: counted and skipped, the record must end exactly at the batch end.
+    let count = read_varint(records, &mut pos)?;
+    if count < 0 {
+        return None;
+    }
+    for _ in 0..count {
+        read_nullable_bytes(records, &mut pos)??; // header key (never null)
+        read_nullable_bytes(records, &mut pos)?; // header value (nullable)
+    }
+    if pos != records.len() {
+        return None;
+    }
+    Some(BarrierView {
+        header,
+        batch,
+        timestamp_delta,
+        offset_delta,
+        value,
+    })
+}
+
+/// Whether the batch at the start of `batch` is a barrier batch. Cheap: header fields, then the
+/// single record's varints and key; no allocation, no CRC check. Only the first batch of the
+/// slice is looked at; an incomplete batch is not a barrier.
+pub fn is_barrier_batch(batch: &[u8]) -> bool {
+    barrier_view(batch).is_some()
+}
+
+/// Reads the barrier at the start of `batch`: `Ok(None)` if it is not a barrier batch,
+/// `Ok(Some(value))` for a barrier, an error if it is a barrier batch whose CRC or value is bad.
+pub fn parse_barrier(batch: &[u8]) -> Result<Option<BarrierValue>, BarrierError> {
+    let Some(view) = barrier_view(batch) else {
+        return Ok(None);
+    };
+    let computed = crc32c::crc32c(&view.batch[CRC_FROM..]);
+    if computed != view.header.crc {
+        return Err(BarrierError::CrcMismatch {
+            stored: view.header.crc,
+            computed,
+        });
+    }
+    BarrierValue::decode(view.value?).map(Some)
+}
+
+fn crc_ok(view: &BarrierView<'_>) -> bool {
+    crc32c::crc32c(&view.batch[CRC_FROM..]) == view.header.crc
+}
+
+/// Size of the control batch that replaces a barrier.
+fn replacement_size(view: &BarrierView<'_>) -> usize {
+    let body = replacement_body_len(view);
+    BATCH_HEADER_SIZE + uvarint_len(u64::from(zigzag32(body as i32))) + body
+}
+
+fn replacement_body_len(view: &BarrierView<'_>) -> usize {
+    1 + uvarint_len(zigzag64(view.timestamp_delta))
+        + uvarint_len(u64::from(zigzag32(view.offset_delta)))
+        + 1 // key length 4
+        + 4 // key
+        + 1 // null value
+        + 1 // no headers
+}
+
+/// Appends the control batch that stands in for the barrier `view` (module doc).
+fn push_replacement(out: &mut Vec<u8>, view: &BarrierView<'_>) {
+    let h = &view.header;
+    let header = BatchHeader {
+        base_offset: h.base_offset,
+        batch_length: 0,
+        partition_leader_epoch: h.partition_leader_epoch,
+        magic: MAGIC_V2,
+        crc: 0,
+        attributes: (h.attributes & (ATTR_TIMESTAMP_TYPE | ATTR_DELETE_HORIZON)) | ATTR_CONTROL,
+        last_offset_delta: h.last_offset_delta,
+        base_timestamp: h.base_timestamp,
+        max_timestamp: h.max_timestamp,
+        producer_id: NO_PRODUCER_ID,
+        producer_epoch: NO_PRODUCER_EPOCH,
+        base_sequence: NO_SEQUENCE,
+        record_count: 1,
+    };
+    let start = push_header(out, &header);
+    put_varint(out, replacement_body_len(view) as i32);
+    out.push(0); // record attributes
+    put_varlong(out, view.timestamp_delta);
+    put_varint(out, view.offset_delta);
+    put_varint(out, 4);
+    out.extend_from_slice(&CONTROL_KEY_VERSION.to_be_bytes());
+    out.extend_from_slice(&HIDDEN_BARRIER_CONTROL_TYPE.to_be_bytes());
+    put_varint(out, -1); // null value
+    put_varint(out, 0); // no headers
+    finish_batch(out, start);
+}
+
+/// Hides barriers from an ordinary consumer: given the `records` of one partition of a Fetch
+/// response, returns `None` if it holds no barrier batch (one header walk, no allocation), else
+/// new records in which every barrier batch is replaced by a control batch with the same base
+/// offset and offset span (module doc). All other bytes, including a partial trailing batch and
+/// anything after a batch the walk cannot read, are kept exactly.
+pub fn hide_barriers(records: &Bytes) -> Option<Bytes> {
+    let bytes: &[u8] = records;
+    let mut out: Option<Vec<u8>> = None;
+    let mut copied = 0usize;
+    let mut pos = 0usize;
+    for item in BatchWalker::fetched(bytes) {
+        let Ok((_, batch)) = item else { break };
+        let start = pos;
+        pos += batch.len();
+        // A barrier whose CRC does not match is passed on untouched: the consumer then reports
+        // the corruption exactly as it would without the gateway.
+        if let Some(view) = barrier_view(batch).filter(crc_ok) {
+            let buf = out.get_or_insert_with(|| Vec::with_capacity(bytes.len()));
+            buf.extend_from_slice(&bytes[copied..start]);
+            buf.reserve(replacement_size(&view));
+            push_replacement(buf, &view);
+            copied = pos;
+        }
+    }
+    let mut buf = out?;
+    buf.extend_from_slice(&bytes[copied..]);
+    Some(Bytes::from(buf))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::BytesMut;
+    use kafka_protocol::records::{
+        Compression as KCompression, Record, RecordBatchDecoder, RecordBatchEncoder,
+        RecordEncodeOptions, TimestampType as KTimestampType,
+    };
+    use proptest::prelude::*;
+
+    fn value() -> BarrierValue {
+        BarrierValue {
+            version: BARRIER_VALUE_VERSION,
+            mirror: "orders-dr".into(),
+            failover_id: "3f0c2a4e-failover".into(),
+            source_cluster_id: Some("lkc-source-ÄÖ".into()),
+            time_ms: 1_700_000_000_123,
+            producers_expired: 42,
+            last_mirrored_offset: 99_999,
+        }
+    }
+
+    fn record(key: &[u8], pid: i64, offset: i64, txn: bool, control: bool) -> Record {
+        Record {
+            transactional: txn,
+            control,
+            delete_horizon: false,
+            partition_leader_epoch: 3,
+            producer_id: pid,
+            producer_epoch: if pid < 0 { -1 } else { 0 },
+            timestamp_type: KTimestampType::Creation,
+            offset,
+            // The encoder groups records whose `offset - sequence` is constant; without a
+            // producer id the batch's base sequence is then −1.
+            sequence: if pid < 0 {
+                offset as i32 - 1
+            } else {
+                offset as i32
+            },
+            timestamp: 1_000 + offset,
+            key: Some(Bytes::copy_from_slice(key)),
+            value: Some(Bytes::from_static(b"payload")),
+            headers: Default::default(),
+        }
+    }
+
+    fn encode_records(recs: &[Record]) -> Vec<u8> {
+        let mut buf = BytesMut::new();
+        let opts = RecordEncodeOptions {
+            version: 2,
+            compression: KCompression::None,
+        };
+        RecordBatchEncoder::encode(&mut buf, recs.iter(), &opts).unwrap();
+        buf.to_vec()
+    }
+
+    /// Sets base offset and leader epoch as a broker would (neither is covered by the CRC).
+    fn placed(mut batch: Vec<u8>, base_offset: i64, leader_epoch: i32) -> Vec<u8> {
+        batch[0..8].copy_from_slice(&base_offset.to_be_bytes());
+        batch[12..16].copy_from_slice(&leader_epoch.to_be_bytes());
+        batch
+    }
+
+    /// An ordinary batch of `n` records starting at `base_offset`.
+    fn data_batch(base_offset: i64, n: i64, pid: i64) -> Vec<u8> {
+        let recs: Vec<_> = (0..n).map(|i| record(b"k", pid, i, false, false)).collect();
+        placed(encode_records(&recs), base_offset, 5)
+    }
+
+    fn barrier_at(base_offset: i64) -> Vec<u8> {
+        placed(
+            encode_barrier_batch(&value(), 2_000).to_vec(),
+            base_offset,
+            5,
+        )
+    }
+
+    fn decode_all(bytes: &[u8]) -> Vec<kafka_protocol::records::RecordSet> {
+        let mut b = Bytes::copy_from_slice(bytes);
+        RecordBatchDecoder::decode_all(&mut b).unwrap()
+    }
+
+    // --- value ---
+
+    #[test]
+    fn value_round_trips() {
+        let v = value();
+        assert_eq!(BarrierValue::decode(&v.encode()).unwrap(), v);
+        let none = BarrierValue {
+            source_cluster_id: None,
+            mirror: String::new(),
+            ..value()
+        };
+        assert_eq!(BarrierValue::decode(&none.encode()).unwrap(), none);
+    }
+
+    #[test]
+    fn value_layout_is_stable() {
+        let v = BarrierValue {
+            version: 1,
+            mirror: "m".into(),
+            failover_id: "f".into(),
+            source_cluster_id: None,
+            time_ms: 1,
+            producers_expired: 2,
+            last_mirrored_offset: -1,
+        };
+        let mut want = b"MGBR\x01\x01m\x01f\x00".to_vec();
+        want.extend_from_slice(&1i64.to_be_bytes());
+        want.extend_from_slice(&2u32.to_be_bytes());
+        want.extend_from_slice(&(-1i64).to_be_bytes());
+        assert_eq!(v.encode(), want);
+    }
+
+    #[test]
+    fn value_rejects_bad_input_with_typed_errors() {
+        let good = value().encode();
+        let mut bad_magic = good.clone();
+        bad_magic[0] = b'X';
+        assert_eq!(
+            BarrierValue::decode(&bad_magic),
+            Err(BarrierError::BadMagic)
+        );
+        for version in [0u8, 2, 255] {
+            let mut b = good.clone();
+            b[4] = version;
+            assert_eq!(
+                BarrierValue::decode(&b),
+                Err(BarrierError::UnsupportedVersion(version))
+            );
+        }
+        for cut in 0..good.len() {
+            let err = BarrierValue::decode(&good[..cut]).unwrap_err();
+            assert!(
+                matches!(err, BarrierError::Truncated { .. } | BarrierError::BadMagic),
+                "cut {cut}: {err:?}"
+            );
+        }
+        let mut trailing = good.clone();
+        trailing.push(0);
+        assert_eq!(
+            BarrierValue::decode(&trailing),
+            Err(BarrierError::TrailingBytes(1))
+        );
+        // Mirror name "m" replaced by an invalid UTF-8 byte.
+        let mut v = value();
+        v.mirror = "m".into();
+        let mut b = v.encode();
+        b[6] = 0xff;
+        assert_eq!(
+            BarrierValue::decode(&b),
+            Err(BarrierError::InvalidUtf8 { field: "mirror" })
+        );
+        // Presence tag 2.
+        v.source_cluster_id = None;
+        let mut b = v.encode();
+        let tag_at = 4 + 1 + 2 + 1 + v.failover_id.len();
+        assert_eq!(b[tag_at], 0);
+        b[tag_at] = 2;
+        assert_eq!(
+            BarrierValue::decode(&b),
+            Err(BarrierError::InvalidTag {
+                field: "source_cluster_id",
+                tag: 2
+            })
+        );
+        // Overlong length prefix.
+        let mut b = b"MGBR\x01".to_vec();
+        b.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0xff, 0x01]);
+        assert_eq!(
+            BarrierValue::decode(&b),
+            Err(BarrierError::BadLength { field: "mirror" })
+        );
+    }
+
+    #[test]
+    fn encode_always_writes_the_current_version() {
+        let v = BarrierValue {
+            version: 9,
+            ..value()
+        };
+        assert_eq!(BarrierValue::decode(&v.encode()).unwrap().version, 1);
+    }
+
+    // --- batch ---
+
+    #[test]
+    fn barrier_batch_has_the_specified_shape() {
+        let b = encode_barrier_batch(&value(), 2_000);
+        let mut walker = BatchWalker::new(&b, true);
+        let (h, whole) = walker.next().unwrap().unwrap();
+        assert!(walker.next().is_none());
+        assert_eq!(whole.len(), b.len());
+        assert_eq!(h.base_offset, 0);
+        assert_eq!(h.partition_leader_epoch, -1);
+        assert_eq!(h.attributes, 0);
+        assert_eq!(
+            (h.producer_id, h.producer_epoch, h.base_sequence),
+            (-1, -1, -1)
+        );
+        assert_eq!((h.record_count, h.last_offset_delta), (1, 0));
+        assert_eq!((h.base_timestamp, h.max_timestamp), (2_000, 2_000));
+
+        let sets = decode_all(&b);
+        assert_eq!(sets.len(), 1);
+        assert_eq!(sets[0].compression, KCompression::None);
+        let recs = &sets[0].records;
+        assert_eq!(recs.len(), 1);
+        let r = &recs[0];
+        assert_eq!(r.producer_id, -1);
+        assert_eq!(r.producer_epoch, -1);
+        assert_eq!(r.sequence, -1);
+        assert!(!r.control && !r.transactional);
+        assert_eq!(r.offset, 0);
+        assert_eq!(r.timestamp, 2_000);
+        assert_eq!(r.key.as_deref(), Some(BARRIER_KEY));
+        assert!(r.headers.is_empty());
+        assert_eq!(
+            BarrierValue::decode(r.value.as_deref().unwrap()).unwrap(),
+            value()
+        );
+    }
+
+    #[test]
+    fn barrier_batch_is_detected_and_parsed() {
+        let b = barrier_at(1234);
+        assert!(is_barrier_batch(&b));
+        assert_eq!(parse_barrier(&b).unwrap(), Some(value()));
+        // Also one the library encodes the same way.
+        let lib = encode_records(&[record(BARRIER_KEY, -1, 0, false, false)]);
+        assert!(is_barrier_batch(&lib));
+        assert!(matches!(parse_barrier(&lib), Err(BarrierError::BadMagic)));
+        // A following batch does not matter; a cut one is not a barrier.
+        let mut two = b.clone();
+        two.extend(data_batch(1235, 1, -1));
+        assert!(is_barrier_batch(&two));
+        assert!(!is_barrier_batch(&b[..b.len() - 1]));
+    }
+
+    #[test]
+    fn parse_barrier_checks_the_crc() {
+        let mut b = barrier_at(7);
+        let at = b.len() - 2; // last byte of last_mirrored_offset (the headers count follows)
+        b[at] ^= 0x01;
+        assert!(is_barrier_batch(&b));
+        assert!(matches!(
+            parse_barrier(&b),
+            Err(BarrierError::CrcMismatch { .. })
+        ));
+        // Not hidden either: the consumer reports the corruption as it would without us.
+        assert!(hide_barriers(&Bytes::from(b)).is_none());
+    }
+
+    #[test]
+    fn ordinary_batches_are_not_barriers() {
+        let cases: Vec<(&str, Vec<u8>)> = vec![
+            (
+                "plain, no pid",
+                encode_records(&[record(b"k", -1, 0, false, false)]),
+            ),
+            (
+                "plain, pid",
+                encode_records(&[record(b"k", 7, 0, false, false)]),
+            ),
+            (
+                "barrier key, pid",
+                encode_records(&[record(BARRIER_KEY, 7, 0, false, false)]),
+            ),
+            (
+                "barrier key, two records",
+                encode_records(&[
+                    record(BARRIER_KEY, -1, 0, false, false),
+                    record(BARRIER_KEY, -1, 1, false, false),
+                ]),
+            ),
+            (
+                "barrier key, transactional",
+                encode_records(&[record(BARRIER_KEY, 7, 0, true, false)]),
+            ),
+            (
+                "barrier key, control",
+                encode_records(&[record(BARRIER_KEY, -1, 0, false, true)]),
+            ),
+            (
+                "longer key",
+                encode_records(&[record(b"__mirrorgate_barrier_", -1, 0, false, false)]),
+            ),
+            (
+                "prefix key",
+                encode_records(&[record(b"__mirrorgate_barrie", -1, 0, false, false)]),
+            ),
+        ];
+        for (name, b) in &cases {
+            // Each case is exactly one well-formed batch.
+            let batches: Vec<_> = BatchWalker::new(b, true).collect();
+            assert_eq!(batches.len(), 1, "{name}");
+            let (h, _) = batches[0].as_ref().unwrap();
+            if name.contains("two records") {
+                assert_eq!(h.record_count, 2);
+            }
+            assert!(!is_barrier_batch(b), "{name}");
+            assert_eq!(parse_barrier(b), Ok(None), "{name}");
+        }
+        let mut null_key = record(b"", -1, 0, false, false);
+        null_key.key = None;
+        assert!(!is_barrier_batch(&encode_records(&[null_key])));
+        assert!(!is_barrier_batch(&[]));
+        assert!(!is_barrier_batch(&[0u8; 61]));
+    }
+
+    // --- hiding ---
+
+    /// Asserts that `out` is `input` with the barrier at `at` (byte range) replaced by a
+    /// control batch with the same offsets.
+    fn check_replacement(replacement: &[u8], original: &[u8]) {
+        let o = BatchHeader::parse(original).unwrap();
+        let r = BatchHeader::parse(replacement).unwrap();
+        assert_eq!(r.total_size(), replacement.len());
+        assert_eq!(r.base_offset, o.base_offset);
+        assert_eq!(r.last_offset(), o.last_offset());
+        assert_eq!(r.partition_leader_epoch, o.partition_leader_epoch);
+        assert_eq!(
+            (r.base_timestamp, r.max_timestamp),
+            (o.base_timestamp, o.max_timestamp)
+        );
+        assert!(r.is_control());
+        assert!(!r.is_transactional());
+        assert_eq!(r.compression(), Compression::None);
+        assert_eq!(
+            (r.producer_id, r.producer_epoch, r.base_sequence),
+            (-1, -1, -1)
+        );
+        assert_eq!(r.record_count, 1);
+        assert_eq!(crc32c::crc32c(&replacement[CRC_FROM..]), r.crc);
+        assert!(!is_barrier_batch(replacement));
+        let marker = super::super::batch::control_marker(&r, replacement)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            marker.control_type,
+            super::super::batch::ControlType::Other(HIDDEN_BARRIER_CONTROL_TYPE)
+        );
+    }
+
+    #[test]
+    fn no_barrier_means_none() {
+        let mut blob = data_batch(0, 3, -1);
+        blob.extend(data_batch(3, 2, 9));
+        blob.extend(encode_records(&[record(BARRIER_KEY, 9, 0, false, false)]));
+        let blob = Bytes::from(blob);
+        assert!(hide_barriers(&blob).is_none());
+        assert!(hide_barriers(&Bytes::new()).is_none());
+        // Partial trailing barrier: not a complete batch, left as is.
+        let mut partial = data_batch(0, 1, -1);
+        let b = barrier_at(1);
+        partial.extend_from_slice(&b[..b.len() - 3]);
+        assert!(hide_barriers(&Bytes::from(partial)).is_none());
+    }
+
+    #[test]
+    fn replaces_a_barrier_in_the_middle() {
+        let a = data_batch(100, 3, 4);
+        let bar = barrier_at(103);
+        let c = data_batch(104, 2, -1);
+        let input = Bytes::from([a.clone(), bar.clone(), c.clone()].concat());
+        let out = hide_barriers(&input).unwrap();
+
+        assert_eq!(&out[..a.len()], &a[..]);
+        assert_eq!(&out[out.len() - c.len()..], &c[..]);
+        let replacement = &out[a.len()..out.len() - c.len()];
+        check_replacement(replacement, &bar);
+
+        let sets = decode_all(&out);
+        assert_eq!(sets.len(), 3);
+        let ctrl = &sets[1].records;
+        assert_eq!(ctrl.len(), 1);
+        assert!(ctrl[0].control);
+        assert!(!ctrl[0].transactional);
+        assert_eq!(ctrl[0].offset, 103);
+        assert_eq!(ctrl[0].producer_id, -1);
+        assert_eq!(ctrl[0].key.as_deref(), Some(&[0u8, 0, 0x4D, 0x47][..]));
+        assert_eq!(ctrl[0].value, None);
+        assert_eq!(sets[2].records[0].offset, 104);
+        // The output walks cleanly with CRC checks.
+        assert_eq!(
+            BatchWalker::new(&out, true).filter(|r| r.is_ok()).count(),
+            3
+        );
+    }
+
+    #[test]
+    fn replaces_a_barrier_at_the_end_and_keeps_a_partial_tail() {
+        let a = data_batch(0, 2, -1);
+        let bar = barrier_at(2);
+        let input = Bytes::from([a.clone(), bar.clone()].concat());
+        let out = hide_barriers(&input).unwrap();
+        assert_eq!(&out[..a.len()], &a[..]);
+        check_replacement(&out[a.len()..], &bar);
+        let sets = decode_all(&out);
+        assert_eq!(sets.len(), 2);
+        assert!(sets[1].records[0].control);
+        assert_eq!(sets[1].records[0].offset, 2);
+
+        // Same, followed by a partial batch.
+        let next = data_batch(3, 4, 5);
+        let tail = &next[..next.len() - 10];
+        let input = Bytes::from([a.clone(), bar.clone(), tail.to_vec()].concat());
+        let out = hide_barriers(&input).unwrap();
+        assert_eq!(&out[out.len() - tail.len()..], tail);
+        check_replacement(&out[a.len()..out.len() - tail.len()], &bar);
+    }
+
+    #[test]
+    fn replaces_every_barrier_and_keeps_unusual_header_bits() {
+        // Two barriers back to back, the second with LogAppendTime and a wider span.
+        let first = barrier_at(10);
+        let mut second = barrier_at(11);
+        second[21..23].copy_from_slice(&0x08i16.to_be_bytes());
+        second[23..27].copy_from_slice(&3i32.to_be_bytes()); // last offset delta 3
+        let crc = crc32c::crc32c(&second[CRC_FROM..]);
+        second[17..21].copy_from_slice(&crc.to_be_bytes());
+        assert!(is_barrier_batch(&second));
+        let input = Bytes::from([first.clone(), second.clone()].concat());
+        let out = hide_barriers(&input).unwrap();
+        let h1 = BatchHeader::parse(&out).unwrap();
+        check_replacement(&out[..h1.total_size()], &first);
+        let rest = &out[h1.total_size()..];
+        check_replacement(rest, &second);
+        let h2 = BatchHeader::parse(rest).unwrap();
+        assert_eq!(h2.attributes, 0x20 | 0x08);
+        assert_eq!(h2.last_offset(), 14);
+    }
+
+    proptest! {
+        #[test]
+        fn value_round_trips_prop(
+            mirror in ".{0,40}",
+            failover_id in ".{0,40}",
+            source in proptest::option::of(".{0,40}"),
+            time_ms in any::<i64>(),
+            producers_expired in any::<u32>(),
+            last in any::<i64>(),
+        ) {
+            let v = BarrierValue {
+                version: 1, mirror, failover_id, source_cluster_id: source,
+                time_ms, producers_expired, last_mirrored_offset: last,
+            };
+            prop_assert_eq!(BarrierValue::decode(&v.encode()).unwrap(), v.clone());
+            let batch = encode_barrier_batch(&v, time_ms);
+            prop_assert_eq!(parse_barrier(&batch).unwrap(), Some(v));
+        }
+
+        #[test]
+        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+            let _ = BarrierValue::decode(&bytes);
+            let _ = is_barrier_batch(&bytes);
+            let _ = parse_barrier(&bytes);
+            let _ = hide_barriers(&Bytes::from(bytes));
+        }
+
+        #[test]
+        fn mutated_barriers_never_panic(
+            at in 0usize..200,
+            xor in 1u8..=255,
+            cut in 0usize..200,
+        ) {
+            let mut b = [data_batch(0, 1, -1), barrier_at(1)].concat();
+            let at = at % b.len();
+            b[at] ^= xor;
+            let cut = cut.min(b.len());
+            let b = &b[..b.len() - cut];
+            let _ = BarrierValue::decode(b);
+            let _ = is_barrier_batch(b);
+            let _ = parse_barrier(b);
+            if let Some(out) = hide_barriers(&Bytes::copy_from_slice(b)) {
+                prop_assert!(out.len() <= b.len());
+            }
+        }
+    }
+}

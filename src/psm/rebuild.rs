@@ -1,0 +1,349 @@
+//! Rebuilding a partition's PSM from its snapshot plus the log tail on the destination (the log
+//! is the source of truth), and the background maintenance of the registry: discovering tracked
+//! partitions, rebuilding, expiry, snapshots, and the brokers' expiration settings.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::DescribeConfigsRequest;
+use kafka_protocol::protocol::StrBytes;
+use tokio::sync::watch;
+
+use crate::protocol::batch::{control_marker, BatchWalker, ControlType};
+use crate::protocol::client::{KafkaClient, PartitionRequestError, EARLIEST};
+use crate::proxy::ClusterView;
+
+use super::registry::PsmRegistry;
+use super::{Marker, PartitionPsm};
+
+/// Why a rebuild failed (it is retried).
+#[derive(Debug, thiserror::Error)]
+pub enum RebuildError {
+    #[error("{topic}-{partition}: no leader known")]
+    NoLeader { topic: String, partition: i32 },
+    #[error("{topic}-{partition}: {source}")]
+    Request {
+        topic: String,
+        partition: i32,
+        source: PartitionRequestError,
+    },
+    #[error("{topic}-{partition}: corrupt batch at offset {offset}: {reason}")]
+    Corrupt {
+        topic: String,
+        partition: i32,
+        offset: i64,
+        reason: String,
+    },
+}
+
+/// What a rebuild read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RebuildStats {
+    /// Offset the log was read from.
+    pub from_offset: i64,
+    /// Offset the log was read to (exclusive).
+    pub to_offset: i64,
+    /// Batches replayed.
+    pub batches: usize,
+    /// Whether a snapshot was the starting point.
+    pub from_snapshot: bool,
+}
+
+const FETCH_MAX_BYTES: i32 = 8 * 1024 * 1024;
+
+/// Replay the record batches of `records` (from a Fetch) into `psm`; returns the next offset to
+/// read and the number of batches replayed.
+pub fn replay_records(
+    psm: &mut PartitionPsm,
+    records: &[u8],
+    mut next: i64,
+) -> Result<(i64, usize), (i64, String)> {
+    let mut n = 0;
+    for item in BatchWalker::fetched(records) {
+        let (h, batch) = item.map_err(|e| (next, e.to_string()))?;
+        let last = h.last_offset();
+        if last < next {
+            continue; // before the requested offset (a fetch may start inside a batch)
+        }
+        if h.is_control() {
+            match control_marker(&h, batch) {
+                Ok(Some(m)) => {
+                    let marker = match m.control_type {
+                        ControlType::Commit => Some(Marker::Commit),
+                        ControlType::Abort => Some(Marker::Abort),
+                        ControlType::Other(_) => None,
+                    };
+                    if let Some(marker) = marker {
+                        psm.replay_control(
+                            h.producer_id,
+                            h.producer_epoch,
+                            marker,
+                            m.coordinator_epoch.unwrap_or(0),
+                            h.base_offset,
+                            m.timestamp,
+                        );
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => return Err((h.base_offset, e.to_string())),
+            }
+        } else {
+            let _ = psm.replay(&h, h.base_offset);
+        }
+        n += 1;
+        next = last + 1;
+    }
+    Ok((next, n))
+}
+
+/// Rebuild one tracked partition: start from its snapshot (when `use_snapshot`) or the log start,
+/// replay the log up to the high watermark, then install the result and the outcomes that
+/// arrived meanwhile, and mark the partition ready.
+pub async fn rebuild_partition(
+    registry: &PsmRegistry,
+    cluster: &ClusterView,
+    topic: &str,
+    partition: i32,
+    use_snapshot: bool,
+    timeout: Duration,
+) -> Result<RebuildStats, RebuildError> {
+    let err = |source| RebuildError::Request {
+        topic: topic.to_string(),
+        partition,
+        source,
+    };
+    let Some(slot) = registry.slot(topic, partition) else {
+        return Ok(RebuildStats::default());
+    };
+    {
+        let mut s = slot.lock().unwrap_or_else(|e| e.into_inner());
+        s.ready = false;
+        s.buffered.clear();
+    }
+    let leader = cluster
+        .topic(topic)
+        .and_then(|t| t.leaders.get(partition as usize).copied())
+        .filter(|l| *l >= 0)
+        .and_then(|l| cluster.broker_addr(l))
+        .ok_or_else(|| RebuildError::NoLeader {
+            topic: topic.to_string(),
+            partition,
+        })?;
+    let mut client = KafkaClient::connect(&leader, timeout)
+        .await
+        .map_err(|e| err(e.into()))?;
+    let log_start = client
+        .list_offset(topic, partition, EARLIEST)
+        .await
+        .map_err(err)?;
+    let (mut psm, mut next, from_snapshot) = match use_snapshot
+        .then(|| registry.read_snapshot(topic, partition))
+        .flatten()
+    {
+        Some((psm, last)) => (psm, (last + 1).max(log_start), true),
+        None => (PartitionPsm::new(), log_start, false),
+    };
+    let from_offset = next;
+    let mut batches = 0;
+    loop {
+        let fetched = client
+            .fetch_partition(topic, partition, next, FETCH_MAX_BYTES)
+            .await
+            .map_err(err)?;
+        if next >= fetched.high_watermark {
+            break;
+        }
+        let (after, n) =
+            replay_records(&mut psm, &fetched.records, next).map_err(|(offset, reason)| {
+                RebuildError::Corrupt {
+                    topic: topic.to_string(),
+                    partition,
+                    offset,
+                    reason,
+                }
+            })?;
+        batches += n;
+        if after == next {
+            // Nothing readable below the high watermark (e.g. a batch larger than the fetch size).
+            return Err(RebuildError::Corrupt {
+                topic: topic.to_string(),
+                partition,
+                offset: next,
+                reason: "no complete batch in the fetched data".into(),
+            });
+        }
+        next = after;
+    }
+    {
+        let mut s = slot.lock().unwrap_or_else(|e| e.into_inner());
+        let mut buffered = std::mem::take(&mut s.buffered);
+        buffered.sort_by_key(|(offset, _)| *offset);
+        let mut through = next - 1;
+        for (offset, header) in buffered {
+            if offset > through {
+                let _ = psm.replay(&header, offset);
+                through = offset + i64::from(header.last_offset_delta);
+            }
+        }
+        s.psm = psm;
+        s.applied_through = through;
+        s.ready = true;
+        s.needs_rebuild = false;
+        s.dirty = true;
+    }
+    registry.counters.rebuilds.inc();
+    Ok(RebuildStats {
+        from_offset,
+        to_offset: next,
+        batches,
+        from_snapshot,
+    })
+}
+
+/// Read `producer.id.expiration.ms` and `producer.id.expiration.check.interval.ms` from a
+/// destination broker. Missing values are `None` (the broker's defaults apply).
+pub async fn broker_expiration(
+    addr: &str,
+    node_id: i32,
+    timeout: Duration,
+) -> Result<(Option<i64>, Option<i64>), crate::protocol::client::ClientError> {
+    let mut client = KafkaClient::connect(addr, timeout).await?;
+    let req =
+        DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(4)
+            .with_resource_name(StrBytes::from_string(node_id.to_string()))
+            .with_configuration_keys(Some(vec![
+                StrBytes::from_static_str("producer.id.expiration.ms"),
+                StrBytes::from_static_str("producer.id.expiration.check.interval.ms"),
+            ]))]);
+    let resp = client.send(&req, 4).await?;
+    let mut expiration = None;
+    let mut interval = None;
+    for r in &resp.results {
+        for c in &r.configs {
+            let v = c
+                .value
+                .as_ref()
+                .and_then(|v| v.as_str().parse::<i64>().ok());
+            match c.name.as_str() {
+                "producer.id.expiration.ms" => expiration = v,
+                "producer.id.expiration.check.interval.ms" => interval = v,
+                _ => {}
+            }
+        }
+    }
+    Ok((expiration, interval))
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Keep the registry in step with the destination until `shutdown`: track the partitions of
+/// mirror topics, rebuild those that need it, expire producers, write snapshots.
+pub async fn maintain(
+    registry: Arc<PsmRegistry>,
+    cluster: Arc<ClusterView>,
+    expiration_overridden: bool,
+    snapshot_interval: Duration,
+    timeout: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut expiration_known = expiration_overridden;
+    let mut last_expiry = tokio::time::Instant::now();
+    let mut last_snapshot = tokio::time::Instant::now();
+    let mut first_rebuild_done = false;
+    loop {
+        if cluster.is_known() {
+            // Track every partition of every mirror topic the destination has.
+            let topics = cluster.topic_names();
+            for t in topics.iter().filter(|t| registry.tracks(t)) {
+                if let Some(info) = cluster.topic(t) {
+                    for p in 0..info.leaders.len() as i32 {
+                        registry.slot(t, p);
+                    }
+                }
+            }
+            registry.retain(|t, p| {
+                cluster
+                    .topic(t)
+                    .is_some_and(|i| (p as usize) < i.leaders.len())
+            });
+            if !expiration_known {
+                if let Some((node, addr)) = cluster.brokers().into_iter().next() {
+                    match broker_expiration(&addr, node, timeout).await {
+                        Ok((e, i)) => {
+                            registry.set_expiration(
+                                e.unwrap_or(super::registry::DEFAULT_EXPIRATION_MS),
+                                i.unwrap_or(super::registry::DEFAULT_CHECK_INTERVAL_MS),
+                            );
+                            tracing::info!(
+                                expiration_ms = registry.expiration_ms(),
+                                check_interval_ms = registry.check_interval_ms(),
+                                "producer-id expiration read from the destination"
+                            );
+                            expiration_known = true;
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot read producer-id expiration from the destination")
+                        }
+                    }
+                }
+            }
+            for (topic, partition) in registry.wanting_rebuild() {
+                // After start, snapshots are a starting point; after a divergence, the log is.
+                let use_snapshot = !first_rebuild_done;
+                match rebuild_partition(
+                    &registry,
+                    &cluster,
+                    &topic,
+                    partition,
+                    use_snapshot,
+                    timeout,
+                )
+                .await
+                {
+                    Ok(stats) => tracing::info!(
+                        topic,
+                        partition,
+                        from = stats.from_offset,
+                        to = stats.to_offset,
+                        batches = stats.batches,
+                        from_snapshot = stats.from_snapshot,
+                        "producer state rebuilt"
+                    ),
+                    Err(e) => tracing::warn!(error = %e, "producer state rebuild failed; retrying"),
+                }
+                if *shutdown.borrow() {
+                    return;
+                }
+            }
+            if registry.not_ready().is_empty() {
+                first_rebuild_done = true;
+            }
+            let interval = Duration::from_millis(registry.check_interval_ms().max(1000) as u64);
+            if last_expiry.elapsed() >= interval {
+                let n = registry.expire(now_ms());
+                if n > 0 {
+                    tracing::info!(expired = n, "expired producers the brokers no longer hold");
+                }
+                last_expiry = tokio::time::Instant::now();
+            }
+            if last_snapshot.elapsed() >= snapshot_interval {
+                registry.write_snapshots();
+                last_snapshot = tokio::time::Instant::now();
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            _ = shutdown.changed() => {
+                registry.write_snapshots();
+                return;
+            }
+        }
+    }
+}
