@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::config::{Config, ListenerConfig};
 use crate::metrics::{ListenerKind, Metrics};
+use crate::mirror::controller::{MirrorController, PartitionStateGauge};
 use crate::proxy::{BoundPorts, ClusterView, ConnContext, ListenerAddressMap};
 use crate::psm::registry::{ProducerGauge, PsmRegistry};
 use crate::state::{StateError, StateStore};
@@ -30,6 +31,8 @@ pub enum StartError {
     },
     #[error("state directory: {0}")]
     State(#[from] StateError),
+    #[error("admin.token: {0}")]
+    Token(#[from] crate::config::SecretError),
 }
 
 /// One listener of the running gateway.
@@ -47,7 +50,11 @@ pub struct Gateway {
     pub listeners: Vec<RunningListener>,
     /// Producer state of the tracked (mirror) partitions; `None` without mirrors.
     pub psm: Option<Arc<PsmRegistry>>,
+    /// The mirror controller; `None` without mirrors.
+    pub mirrors: Option<Arc<MirrorController>>,
     admin_addr: SocketAddr,
+    /// The admin token required by mutating calls (`None`: loopback without a token).
+    pub admin_token: Option<String>,
     shutdown: watch::Sender<bool>,
     drained: Mutex<Option<mpsc::Receiver<()>>>,
 }
@@ -85,14 +92,38 @@ impl Gateway {
                 })?;
         let admin_addr = admin_listener.local_addr().unwrap_or(admin_addr);
 
-        let psm = if config.mirrors.is_empty() {
-            None
+        let admin_token = config
+            .admin
+            .token
+            .as_ref()
+            .map(|t| t.resolve())
+            .transpose()?;
+        let (psm, mirrors) = if config.mirrors.is_empty() {
+            (None, None)
         } else {
             let store = StateStore::open(&config.state_dir)?;
-            let registry = PsmRegistry::new(&config, Some(store), &metrics);
+            let registry = PsmRegistry::new(&config, Some(store.clone()), &metrics);
             let _ = metrics
                 .registry()
                 .register(Box::new(ProducerGauge::new(registry.clone())));
+            let controller = MirrorController::new(
+                &config,
+                store,
+                &metrics,
+                Some(registry.clone()),
+                cluster.clone(),
+            );
+            let _ = metrics
+                .registry()
+                .register(Box::new(PartitionStateGauge(controller.clone())));
+            // Barriers first, so that no rebuild counts what lies before a partition's barrier.
+            for (record, _) in controller.records() {
+                for p in &record.partitions {
+                    if let Some(o) = p.barrier_offset {
+                        registry.set_barrier(&p.topic, p.partition, o);
+                    }
+                }
+            }
             tokio::spawn(crate::psm::rebuild::maintain(
                 registry.clone(),
                 cluster.clone(),
@@ -101,7 +132,12 @@ impl Gateway {
                 Duration::from_millis(config.destination.connect_timeout_ms),
                 shutdown_rx.clone(),
             ));
-            Some(registry)
+            tokio::spawn(maintain_mirrors(
+                controller.clone(),
+                cluster.clone(),
+                shutdown_rx.clone(),
+            ));
+            (Some(registry), Some(controller))
         };
 
         let mut listeners = Vec::new();
@@ -113,6 +149,7 @@ impl Gateway {
             let ctx = Arc::new(ConnContext {
                 kind,
                 psm: psm.clone(),
+                mirrors: mirrors.clone(),
                 verify_crc: match kind {
                     ListenerKind::Mirror => config.psm.verify_crc_mirror,
                     ListenerKind::Client => config.psm.verify_crc_client,
@@ -147,7 +184,9 @@ impl Gateway {
             cluster,
             listeners,
             psm,
+            mirrors,
             admin_addr,
+            admin_token,
             shutdown,
             drained: Mutex::new(Some(drain_rx)),
         });
@@ -196,6 +235,9 @@ impl Gateway {
                 ));
             }
         }
+        if let Some(m) = &self.mirrors {
+            reasons.extend(m.problems());
+        }
         let ready = reasons.is_empty();
         self.metrics.ready.set(i64::from(ready));
         Readiness {
@@ -233,6 +275,30 @@ impl Gateway {
                 return Err(r);
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Keep mirror partitions in step with the destination's metadata, resume failovers in
+/// progress once the partitions are known, and expire PID-screening entries.
+async fn maintain_mirrors(
+    controller: Arc<MirrorController>,
+    cluster: Arc<ClusterView>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut resumed = false;
+    loop {
+        if cluster.is_known() {
+            controller.sync_partitions();
+            if !resumed {
+                controller.resume_all();
+                resumed = true;
+            }
+            controller.expire_screen();
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            _ = shutdown.changed() => return,
         }
     }
 }

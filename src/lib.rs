@@ -3,8 +3,8 @@
 //!
 //! - [`protocol`]: framing, header peek, decode-on-demand of the APIs the gateway rewrites.
 //! - [`proxy`]: listeners, client/upstream connections, response rewriting.
-//! - [`psm`]: per-partition producer state (later issue).
-//! - [`mirror`]: mirror controller, failover, agent (later issues).
+//! - [`psm`]: per-partition producer state, the produce tap, rebuild from the log.
+//! - [`mirror`]: mirror partition states, the controller, failover with barriers.
 //! - [`admin`]: the admin HTTP server.
 //! - [`state`]: the on-disk state store.
 //! - [`config`]: configuration model, loading, validation.

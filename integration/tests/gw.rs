@@ -165,3 +165,190 @@ impl Drop for TestGateway {
         }
     }
 }
+
+/// The gateway as a separate process (`mirrorgate run`), for kill -9 and crash-at-step tests.
+pub struct ProcessGateway {
+    pub config: Config,
+    pub config_path: std::path::PathBuf,
+    child: Option<std::process::Child>,
+    pub log_path: std::path::PathBuf,
+}
+
+impl ProcessGateway {
+    /// Start `mirrorgate run` with `config` (and extra environment), wait until ready.
+    pub fn start(config: Config, env: &[(&str, &str)]) -> ProcessGateway {
+        let dir = tempfile::tempdir().expect("tempdir").keep();
+        let config_path = dir.join("mirrorgate.yaml");
+        std::fs::write(&config_path, mirrorgate::config::render_effective(&config))
+            .expect("write config");
+        let mut g = ProcessGateway {
+            config,
+            config_path,
+            child: None,
+            log_path: dir.join("gateway.log"),
+        };
+        g.spawn(env);
+        g.wait_ready(Duration::from_secs(60));
+        g
+    }
+
+    fn spawn(&mut self, env: &[(&str, &str)]) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .expect("log file");
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_mirrorgate"));
+        cmd.args(["run", "--config"])
+            .arg(&self.config_path)
+            .env("RUST_LOG", "info");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start mirrorgate");
+        self.child = Some(child);
+    }
+
+    /// Restart (after a kill or a crash), wait until ready.
+    pub fn restart(&mut self, env: &[(&str, &str)]) {
+        self.wait_exit(Duration::from_secs(5));
+        self.spawn(env);
+        self.wait_ready(Duration::from_secs(60));
+    }
+
+    /// Wait until the process exits by itself (e.g. a crash hook); returns whether it did.
+    pub fn wait_exit(&mut self, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        while let Some(c) = self.child.as_mut() {
+            if c.try_wait().expect("wait").is_some() {
+                self.child = None;
+                return true;
+            }
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        true
+    }
+
+    /// kill -9.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn admin(&self) -> String {
+        self.config.admin.bind.clone()
+    }
+
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.config.listeners.client.port_base)
+    }
+
+    pub fn mirror_bootstrap(&self) -> String {
+        format!(
+            "127.0.0.1:{}",
+            self.config
+                .listeners
+                .mirror
+                .as_ref()
+                .expect("mirror listener")
+                .port_base
+        )
+    }
+
+    pub fn port_for(&self, node: i32) -> u16 {
+        self.config
+            .listeners
+            .client
+            .port_for_node(node)
+            .expect("node in range")
+    }
+
+    /// GET/POST on the admin API: (status, body).
+    pub fn call(&self, method: hyper::Method, path: &str) -> (u16, String) {
+        admin_call(&self.admin(), method, path, None)
+    }
+
+    /// The log so far (for assertion messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    fn wait_ready(&self, timeout: Duration) {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Ok((200, _)) = try_admin_call(&self.admin(), hyper::Method::GET, "/readyz", None)
+            {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "gateway process not ready; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for ProcessGateway {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn try_admin_call(
+    admin: &str,
+    method: hyper::Method,
+    path: &str,
+    token: Option<&str>,
+) -> Result<(u16, String), String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(mirrorgate::admin::client::call(
+        admin, method, path, token, None,
+    ))
+    .map_err(|e| e.to_string())
+}
+
+/// An admin call from a test: (status, body); panics when the admin API is unreachable.
+pub fn admin_call(
+    admin: &str,
+    method: hyper::Method,
+    path: &str,
+    token: Option<&str>,
+) -> (u16, String) {
+    try_admin_call(admin, method, path, token).unwrap_or_else(|e| panic!("admin call {path}: {e}"))
+}
+
+/// An admin call with a raw body.
+pub fn admin_call_body(
+    admin: &str,
+    method: hyper::Method,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> (u16, String) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(mirrorgate::admin::client::call(
+        admin,
+        method,
+        path,
+        token,
+        Some(body.to_string()),
+    ))
+    .unwrap_or_else(|e| panic!("admin call {path}: {e}"))
+}

@@ -2,6 +2,7 @@
 mod admin_api;
 mod cli;
 mod compose;
+mod failover;
 mod gw;
 mod harness;
 mod proxy_bad_input;

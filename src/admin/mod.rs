@@ -23,6 +23,9 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::app::Gateway;
+use crate::mirror::controller::FailoverError;
+use crate::mirror::state::{MirrorRecord, PartitionRecord, PartitionState};
+use http_body_util::BodyExt;
 
 /// Serve the admin API on `listener` until `shutdown` fires.
 pub async fn serve(listener: TcpListener, gw: Arc<Gateway>, mut shutdown: watch::Receiver<bool>) {
@@ -111,6 +114,179 @@ fn upstreams(gw: &Gateway) -> serde_json::Value {
         })
         .collect();
     json!({ "cluster_id": gw.cluster.cluster_id(), "brokers": brokers })
+}
+
+/// Compare two secrets in time independent of where they differ.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// `None` when the call may proceed; else the 401/403 answer.
+fn check_token(gw: &Gateway, headers: &hyper::HeaderMap) -> Option<Response<Full<Bytes>>> {
+    let expected = gw.admin_token.as_ref()?;
+    let Some(given) = headers
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    else {
+        let mut r = error_reply(
+            StatusCode::UNAUTHORIZED,
+            "this call needs the admin token: Authorization: Bearer <token>",
+        );
+        if let Ok(v) = "Bearer".parse() {
+            r.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, v);
+        }
+        return Some(r);
+    };
+    let token = given.strip_prefix("Bearer ").unwrap_or("");
+    if constant_time_eq(token.as_bytes(), expected.as_bytes()) {
+        None
+    } else {
+        Some(error_reply(StatusCode::FORBIDDEN, "wrong admin token"))
+    }
+}
+
+fn mirror_summary(record: &MirrorRecord, unreadable: &Option<String>) -> serde_json::Value {
+    let mut counts = serde_json::Map::new();
+    for st in PartitionState::ALL {
+        let n = record.partitions.iter().filter(|p| p.state == st).count();
+        counts.insert(st.as_str().to_string(), json!(n));
+    }
+    json!({
+        "name": record.name,
+        "partitions": record.partitions.len(),
+        "states": counts,
+        "failover_id": record.failover_id,
+        "failover_started_ms": record.started_ms,
+        "failover_completed_ms": record.completed_ms,
+        "state_error": unreadable,
+    })
+}
+
+fn partition_json(p: &PartitionRecord) -> serde_json::Value {
+    json!({
+        "topic": p.topic,
+        "partition": p.partition,
+        "state": p.state.as_str(),
+        "failover_id": p.failover_id,
+        "step": p.step.map(|s| s.as_str()),
+        "barrier_offset": p.barrier_offset,
+        "producers_expired": p.producers_expired,
+        "last_error": p.last_error,
+        "updated_ms": p.updated_ms,
+    })
+}
+
+/// Everything under `/v1/mirrors`.
+async fn mirrors(
+    gw: &Gateway,
+    method: &Method,
+    path: &str,
+    req: Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    let Some(ctl) = &gw.mirrors else {
+        return match (method, path) {
+            (&Method::GET, "/v1/mirrors") => json_reply(StatusCode::OK, &json!({ "mirrors": [] })),
+            _ => error_reply(StatusCode::NOT_FOUND, "no mirrors are configured"),
+        };
+    };
+    let rest: Vec<&str> = path
+        .trim_start_matches("/v1/mirrors")
+        .trim_start_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let find = |name: &str| ctl.records().into_iter().find(|(r, _)| r.name == name);
+    match (method, rest.as_slice()) {
+        (&Method::GET, []) => {
+            let list: Vec<serde_json::Value> = ctl
+                .records()
+                .iter()
+                .map(|(r, u)| mirror_summary(r, u))
+                .collect();
+            json_reply(StatusCode::OK, &json!({ "mirrors": list }))
+        }
+        (&Method::GET, [name]) => match find(name) {
+            Some((r, u)) => json_reply(StatusCode::OK, &mirror_summary(&r, &u)),
+            None => error_reply(StatusCode::NOT_FOUND, &format!("no mirror named {name:?}")),
+        },
+        (&Method::GET, [name, "partitions"]) => match find(name) {
+            Some((r, _)) => {
+                let parts: Vec<serde_json::Value> =
+                    r.partitions.iter().map(partition_json).collect();
+                json_reply(
+                    StatusCode::OK,
+                    &json!({ "mirror": r.name, "partitions": parts }),
+                )
+            }
+            None => error_reply(StatusCode::NOT_FOUND, &format!("no mirror named {name:?}")),
+        },
+        (&Method::POST, [name, "failover"]) => {
+            if let Some(denied) = check_token(gw, req.headers()) {
+                return denied;
+            }
+            let body = match http_body_util::Limited::new(req.into_body(), 64 * 1024)
+                .collect()
+                .await
+            {
+                Ok(b) => b.to_bytes(),
+                Err(e) => {
+                    return error_reply(
+                        StatusCode::BAD_REQUEST,
+                        &format!("cannot read the request body: {e}"),
+                    )
+                }
+            };
+            if !body.iter().all(|b| b.is_ascii_whitespace()) {
+                match serde_json::from_slice::<serde_json::Value>(&body) {
+                    Ok(v) if v.is_object() => {}
+                    Ok(_) => {
+                        return error_reply(
+                            StatusCode::BAD_REQUEST,
+                            "the body must be a JSON object (or empty)",
+                        )
+                    }
+                    Err(e) => {
+                        return error_reply(
+                            StatusCode::BAD_REQUEST,
+                            &format!("malformed JSON body: {e}"),
+                        )
+                    }
+                }
+            }
+            match ctl.failover(name) {
+                Ok(started) => {
+                    tracing::info!(mirror = %started.mirror, failover_id = %started.failover_id, already_running = started.already_running, "failover requested");
+                    json_reply(StatusCode::ACCEPTED, &started)
+                }
+                Err(e @ FailoverError::UnknownMirror(_)) => {
+                    error_reply(StatusCode::NOT_FOUND, &e.to_string())
+                }
+                Err(
+                    e @ (FailoverError::AlreadyStopped { .. }
+                    | FailoverError::NoPartitions { .. }
+                    | FailoverError::StateUnreadable { .. }),
+                ) => error_reply(StatusCode::CONFLICT, &e.to_string()),
+                Err(e @ FailoverError::Persist { .. }) => {
+                    error_reply(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string())
+                }
+            }
+        }
+        (_, [_, "failover"]) => error_reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &format!("{method} is not allowed on {path}; use POST"),
+        ),
+        (_, [] | [_] | [_, "partitions"]) => error_reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &format!("{method} is not allowed on {path}"),
+        ),
+        _ => error_reply(
+            StatusCode::NOT_FOUND,
+            &format!("no such endpoint: {method} {path}"),
+        ),
+    }
 }
 
 /// `GET /v1/partitions/{topic}/{partition}/producers`: the PSM entries of a tracked partition.
@@ -208,6 +384,9 @@ async fn handle(
                 r.headers_mut().insert(hyper::header::ALLOW, v);
             }
             r
+        }
+        (m, p) if p == "/v1/mirrors" || p.starts_with("/v1/mirrors/") => {
+            mirrors(&gw, &m, p, req).await
         }
         (m, p) if p.starts_with("/v1/partitions/") => {
             let parts: Vec<&str> = p.trim_start_matches("/v1/partitions/").split('/').collect();

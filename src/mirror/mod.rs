@@ -1,7 +1,8 @@
 //! Mirrors: the mirror controller, failover and the built-in mirror agent live here (DESIGN §3,
 //! §4.1, §4.2).
 //!
-//! Owns (so far): [`state`] — the per-partition state machine of a mirror (MIRRORING, PAUSED,
+//! Owns: [`controller`] — the running controller: partition states of every mirror, read-only
+//! checks, fencing, the failover executor and PID screening; and [`state`] — the per-partition state machine of a mirror (MIRRORING, PAUSED,
 //! STOPPING, STOPPED, FAILED), the per-partition failover progress that lets a restarted gateway
 //! resume a failover from its last persisted step, and the versioned JSON persistence format of
 //! both. The state machine is pure data and rules: it performs no I/O, talks to no broker and
@@ -10,6 +11,7 @@
 //!
 //! Must not touch: sockets, the state store's file layout, the PSM's contents.
 
+pub mod controller;
 pub mod state;
 
 pub use state::{

@@ -10,6 +10,8 @@
 pub mod barrier;
 pub mod batch;
 pub mod client;
+pub mod enforce;
+pub mod fetch_filter;
 pub mod frame;
 pub mod produce;
 pub mod rewrite;

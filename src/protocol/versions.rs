@@ -34,6 +34,8 @@ pub fn gateway_range(key: ApiKey) -> Option<(i16, i16)> {
         // Any ApiVersions version goes to the broker: one newer than the broker knows is
         // answered with UNSUPPORTED_VERSION in a v0 body (KIP-511), which the gateway decodes.
         ApiKey::ApiVersions => None,
+        // PID screening decodes InitProducerId requests; the crate decodes them up to v5.
+        ApiKey::InitProducerId => Some((key.valid_versions().min, 5)),
         k if is_decoded(k) => {
             let r = k.valid_versions();
             Some((r.min, r.max))

@@ -69,6 +69,9 @@ pub struct ConnContext {
     pub psm: Option<Arc<crate::psm::registry::PsmRegistry>>,
     /// Verify CRC-32C of tracked batches on this listener.
     pub verify_crc: bool,
+    /// The mirror controller, when mirrors are configured (read-only enforcement, fencing,
+    /// barriers, PID screening).
+    pub mirrors: Option<Arc<crate::mirror::controller::MirrorController>>,
     pub address_map: ListenerAddressMap,
     pub cluster: Arc<ClusterView>,
     pub metrics: Arc<Metrics>,
@@ -80,6 +83,8 @@ pub struct ConnContext {
 /// Why the gateway closed a connection on its own.
 #[derive(Debug, thiserror::Error)]
 enum Refused {
+    #[error("{0}")]
+    Intercept(#[from] super::intercept::InterceptError),
     #[error("{0}")]
     Frame(#[from] FrameError),
     #[error("{api:?} v{version} is not supported by the gateway")]
@@ -110,6 +115,7 @@ impl Refused {
             Refused::Upstream { .. } | Refused::UpstreamClosed(_) => "upstream",
             Refused::Correlation { .. } => "upstream_correlation",
             Refused::ClientGone(_) => "client_gone",
+            Refused::Intercept(_) => "unreadable_for_enforcement",
         }
     }
 }
@@ -126,8 +132,10 @@ struct InFlight {
     api: ApiKey,
     version: i16,
     started: Instant,
-    /// Tracked batches of a Produce request, completed by its response.
-    pending: Option<crate::psm::tap::PendingProduce>,
+    /// What the response needs (PSM tap, refused partitions, guards, screening).
+    extras: super::intercept::Extras,
+    /// A response the gateway answers itself; nothing was sent upstream.
+    local: Option<Bytes>,
 }
 
 /// Decrements a gauge when dropped.
@@ -229,42 +237,51 @@ async fn run(
                 }
                 let expects_response = h.api_key != ApiKey::Produce
                     || peek_acks(h.api_version, &body[h.header_len..])? != 0;
-                let tracked = match &ctx.psm {
-                    Some(psm) if h.api_key == ApiKey::Produce && !psm.is_empty() => {
-                        crate::psm::tap::on_request(
-                            psm,
-                            &ctx.cluster,
-                            h.api_version,
-                            &body[h.header_len..],
-                            ctx.verify_crc,
-                        )
-                    }
-                    _ => None,
-                };
                 ctx.handles.request(h.api_key);
                 ctx.handles.bytes_in.inc_by(frame.len() as u64);
                 let started = Instant::now();
-                if expects_response {
+                let plan = if ctx.psm.is_some() || ctx.mirrors.is_some() {
+                    super::intercept::plan_request(&ctx, &h, frame)?
+                } else {
+                    super::intercept::Plan {
+                        forward: Some(frame),
+                        local_response: None,
+                        extras: Default::default(),
+                    }
+                };
+                let super::intercept::Plan {
+                    forward,
+                    local_response,
+                    extras,
+                } = plan;
+                if expects_response && (forward.is_some() || local_response.is_some()) {
                     pending.fetch_add(1, Ordering::AcqRel);
                     let entry = InFlight {
                         correlation_id: h.correlation_id,
                         api: h.api_key,
                         version: h.api_version,
                         started,
-                        pending: tracked,
+                        extras,
+                        local: if forward.is_some() {
+                            None
+                        } else {
+                            local_response
+                        },
                     };
                     if tx.send(entry).await.is_err() {
                         // The response half has ended; it reports why.
                         return Ok(End::ClientClosed);
                     }
                 }
-                up_wr
-                    .write_all(&frame)
-                    .await
-                    .map_err(|source| Refused::Upstream {
-                        addr: addr.clone(),
-                        source,
-                    })?;
+                if let Some(frame) = forward {
+                    up_wr
+                        .write_all(&frame)
+                        .await
+                        .map_err(|source| Refused::Upstream {
+                            addr: addr.clone(),
+                            source,
+                        })?;
+                }
             }
         }
     };
@@ -275,6 +292,17 @@ async fn run(
         async move {
             let mut buf = BytesMut::with_capacity(64 * 1024);
             while let Some(inf) = rx.recv().await {
+                if let Some(local) = inf.local {
+                    client_wr
+                        .write_all(&local)
+                        .await
+                        .map_err(Refused::ClientGone)?;
+                    pending.fetch_sub(1, Ordering::AcqRel);
+                    ctx.handles.bytes_out.inc_by(local.len() as u64);
+                    ctx.handles
+                        .latency(inf.api, inf.started.elapsed().as_secs_f64());
+                    continue;
+                }
                 let frame = read_frame(&mut up_rd, &mut buf, max_response)
                     .await
                     .map_err(|e| match e {
@@ -293,9 +321,20 @@ async fn run(
                         want: inf.correlation_id,
                     });
                 }
-                if let (Some(pending), Some(psm)) = (inf.pending, &ctx.psm) {
-                    crate::psm::tap::on_response(psm, inf.version, &frame, pending);
-                }
+                let frame = if ctx.psm.is_some() || ctx.mirrors.is_some() {
+                    super::intercept::on_response(
+                        &ctx,
+                        &addr,
+                        inf.api,
+                        inf.version,
+                        inf.correlation_id,
+                        frame,
+                        inf.extras,
+                    )
+                    .await?
+                } else {
+                    frame
+                };
                 let out = if needs_rewrite(inf.api, inf.version) {
                     let r = rewrite_response(inf.api, inf.version, &frame, &ctx.address_map)?;
                     if !r.brokers.is_empty() || !r.topics.is_empty() {

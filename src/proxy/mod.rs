@@ -7,7 +7,9 @@
 
 pub mod cluster;
 pub mod connection;
+pub mod intercept;
 pub mod listener;
+pub mod screen;
 
 pub use cluster::ClusterView;
 pub use connection::{ConnContext, ListenerAddressMap};

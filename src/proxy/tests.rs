@@ -146,6 +146,7 @@ async fn connect_through_gateway(upstream: &str, limits: LimitsConfig, node: i32
     let ctx = Arc::new(ConnContext {
         kind: ListenerKind::Client,
         psm: None,
+        mirrors: None,
         verify_crc: false,
         address_map: ListenerAddressMap::new(&listener_cfg),
         cluster,

@@ -54,10 +54,12 @@ const FETCH_MAX_BYTES: i32 = 8 * 1024 * 1024;
 
 /// Replay the record batches of `records` (from a Fetch) into `psm`; returns the next offset to
 /// read and the number of batches replayed.
+/// A batch at `barrier` (the partition's own barrier) clears the state: nothing before it counts.
 pub fn replay_records(
     psm: &mut PartitionPsm,
     records: &[u8],
     mut next: i64,
+    barrier: Option<i64>,
 ) -> Result<(i64, usize), (i64, String)> {
     let mut n = 0;
     for item in BatchWalker::fetched(records) {
@@ -66,7 +68,9 @@ pub fn replay_records(
         if last < next {
             continue; // before the requested offset (a fetch may start inside a batch)
         }
-        if h.is_control() {
+        if Some(h.base_offset) == barrier {
+            psm.clear();
+        } else if h.is_control() {
             match control_marker(&h, batch) {
                 Ok(Some(m)) => {
                     let marker = match m.control_type {
@@ -116,11 +120,12 @@ pub async fn rebuild_partition(
     let Some(slot) = registry.slot(topic, partition) else {
         return Ok(RebuildStats::default());
     };
-    {
+    let barrier = {
         let mut s = slot.lock().unwrap_or_else(|e| e.into_inner());
         s.ready = false;
         s.buffered.clear();
-    }
+        s.barrier_offset
+    };
     let leader = cluster
         .topic(topic)
         .and_then(|t| t.leaders.get(partition as usize).copied())
@@ -154,15 +159,14 @@ pub async fn rebuild_partition(
         if next >= fetched.high_watermark {
             break;
         }
-        let (after, n) =
-            replay_records(&mut psm, &fetched.records, next).map_err(|(offset, reason)| {
-                RebuildError::Corrupt {
-                    topic: topic.to_string(),
-                    partition,
-                    offset,
-                    reason,
-                }
-            })?;
+        let (after, n) = replay_records(&mut psm, &fetched.records, next, barrier).map_err(
+            |(offset, reason)| RebuildError::Corrupt {
+                topic: topic.to_string(),
+                partition,
+                offset,
+                reason,
+            },
+        )?;
         batches += n;
         if after == next {
             // Nothing readable below the high watermark (e.g. a batch larger than the fetch size).

@@ -46,6 +46,8 @@ pub struct PartitionSlot {
     pub dirty: bool,
     /// Outcomes that arrived while the partition was being rebuilt: (first offset, header).
     pub buffered: Vec<(i64, BatchHeader)>,
+    /// The partition's own barrier: nothing before it counts (a rebuild clears the state there).
+    pub barrier_offset: Option<i64>,
 }
 
 impl PartitionSlot {
@@ -57,6 +59,7 @@ impl PartitionSlot {
             applied_through: -1,
             dirty: false,
             buffered: Vec::new(),
+            barrier_offset: None,
         }
     }
 }
@@ -253,6 +256,13 @@ impl PsmRegistry {
     /// Whether produce to `topic` is tracked.
     pub fn tracks(&self, topic: &str) -> bool {
         self.router.mirror_index(topic).is_some()
+    }
+
+    /// Record the partition's own barrier offset (the rebuild clears the state there).
+    pub fn set_barrier(&self, topic: &str, partition: i32, offset: i64) {
+        if let Some(slot) = self.slot(topic, partition) {
+            lock(&slot).barrier_offset = Some(offset);
+        }
     }
 
     /// Whether any mirror is configured at all (fast path for the tap).

@@ -11,6 +11,7 @@ use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
+mod failover;
 mod proxy;
 mod psm;
 
@@ -38,6 +39,18 @@ enum Bench {
     /// Producer-state manager and batch walker micro-figures (no cluster needed).
     Psm {
         /// A short run.
+        #[arg(long)]
+        quick: bool,
+    },
+    /// Failover of a mirror with many partitions: time from the call to every partition STOPPED.
+    Failover {
+        /// Topics (each with `--partitions` partitions).
+        #[arg(long, default_value_t = 10)]
+        topics: usize,
+        /// Partitions per topic.
+        #[arg(long, default_value_t = 100)]
+        partitions: i32,
+        /// A short run (2 topics × 50 partitions).
         #[arg(long)]
         quick: bool,
     },
@@ -165,6 +178,17 @@ fn main() -> ExitCode {
             records,
         } => proxy::run(quick, runs, records),
         Bench::Psm { quick } => psm::run(quick),
+        Bench::Failover {
+            topics,
+            partitions,
+            quick,
+        } => {
+            if quick {
+                failover::run(2, 50)
+            } else {
+                failover::run(topics, partitions)
+            }
+        }
     };
     match result {
         Ok(v) => {

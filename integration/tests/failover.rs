@@ -1,0 +1,752 @@
+//! Mirrors, read-only topics, failover with barriers, and no silent loss afterwards (issue 5),
+//! against the real destination cluster.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hyper::Method;
+use kafka_protocol::records::RecordBatchDecoder;
+use mirrorgate::config::{Config, MirrorConfig};
+use mirrorgate::protocol::barrier::parse_barrier;
+use mirrorgate::protocol::batch::BatchWalker;
+use mirrorgate::protocol::client::KafkaClient;
+
+use crate::gw::{admin_call, admin_call_body, test_config, ProcessGateway, TestGateway};
+use crate::harness;
+use crate::psm_differential::{batch, RawConn};
+
+/// One record as it lies in the destination log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogRecord {
+    pub offset: i64,
+    pub producer_id: i64,
+    pub key: Option<String>,
+    pub value: Option<String>,
+    pub control: bool,
+}
+
+/// Everything in a partition's log read directly from its leader (verification only).
+pub struct PartitionLog {
+    pub records: Vec<LogRecord>,
+    /// (offset, failover id, mirror) of each barrier batch.
+    pub barriers: Vec<(i64, String, String)>,
+}
+
+pub fn read_log(destination: &str, topic: &str, partition: i32) -> PartitionLog {
+    let leader = harness::partition_leaders(destination, topic)[&partition];
+    let addr = harness::destination_brokers()
+        .into_iter()
+        .find(|(n, _)| *n == leader)
+        .expect("leader address")
+        .1;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        let mut c = KafkaClient::connect(&addr, Duration::from_secs(10))
+            .await
+            .expect("connect leader");
+        let mut out = PartitionLog {
+            records: Vec::new(),
+            barriers: Vec::new(),
+        };
+        let mut next = 0;
+        loop {
+            let f = c
+                .fetch_partition(topic, partition, next, 16 << 20)
+                .await
+                .expect("fetch");
+            if next >= f.high_watermark {
+                break;
+            }
+            let start = next;
+            for item in BatchWalker::fetched(&f.records) {
+                let (h, b) = item.expect("batch");
+                if let Ok(Some(v)) = parse_barrier(b) {
+                    out.barriers.push((h.base_offset, v.failover_id, v.mirror));
+                }
+                next = h.last_offset() + 1;
+            }
+            let mut bytes = f.records.clone();
+            for set in RecordBatchDecoder::decode_all(&mut bytes).expect("decode records") {
+                for r in set.records {
+                    out.records.push(LogRecord {
+                        offset: r.offset,
+                        producer_id: r.producer_id,
+                        key: r.key.map(|k| String::from_utf8_lossy(&k).into_owned()),
+                        value: r.value.map(|v| String::from_utf8_lossy(&v).into_owned()),
+                        control: r.control,
+                    });
+                }
+            }
+            assert!(next > start, "no progress reading {topic}-{partition}");
+        }
+        out
+    })
+}
+
+/// A gateway config (client + mirror listener) whose mirror `name` covers `topics`.
+pub fn mirror_config(name: &str, topics: &[&str]) -> Config {
+    let mut cfg = test_config(&harness::cluster("destination"));
+    cfg.mirrors = vec![MirrorConfig {
+        name: name.into(),
+        topics: topics.iter().map(|t| t.to_string()).collect(),
+        source: None,
+    }];
+    cfg.psm.snapshot_interval_ms = 200;
+    cfg
+}
+
+pub fn mirror_json(admin: &str, name: &str) -> serde_json::Value {
+    let (status, body) = admin_call(admin, Method::GET, &format!("/v1/mirrors/{name}"), None);
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).expect("json")
+}
+
+/// Wait until the mirror knows `n` partitions (all MIRRORING) and the gateway is ready.
+pub fn wait_mirroring(admin: &str, name: &str, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let m = mirror_json(admin, name);
+        if m["states"]["MIRRORING"].as_u64() == Some(n) {
+            let (status, _) = admin_call(admin, Method::GET, "/readyz", None);
+            if status == 200 {
+                return;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "mirror {name} not MIRRORING with {n} partitions: {m}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Call failover; returns the failover id.
+pub fn failover(admin: &str, name: &str) -> String {
+    let (status, body) = admin_call(
+        admin,
+        Method::POST,
+        &format!("/v1/mirrors/{name}/failover"),
+        None,
+    );
+    assert_eq!(status, 202, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+    v["failover_id"].as_str().expect("failover id").to_string()
+}
+
+/// Wait until every partition of the mirror is STOPPED.
+pub fn wait_stopped(admin: &str, name: &str) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let m = mirror_json(admin, name);
+        if m["partitions"].as_u64().is_some_and(|n| n > 0)
+            && m["states"]["STOPPED"] == m["partitions"]
+        {
+            return m;
+        }
+        assert!(Instant::now() < deadline, "mirror {name} not STOPPED: {m}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The producer id the destination hands out next (an InitProducerId through the gateway).
+fn next_producer_id(addr: &str) -> i64 {
+    use kafka_protocol::messages::InitProducerIdRequest;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        let mut c = KafkaClient::connect(addr, Duration::from_secs(10))
+            .await
+            .expect("connect");
+        let r = c
+            .send(
+                &InitProducerIdRequest::default()
+                    .with_transactional_id(None)
+                    .with_transaction_timeout_ms(60_000)
+                    .with_producer_id((-1).into())
+                    .with_producer_epoch(-1),
+                4,
+            )
+            .await
+            .expect("init producer id");
+        assert_eq!(r.error_code, 0);
+        r.producer_id.0 + 1
+    })
+}
+
+#[test]
+fn hazard_the_broker_acknowledges_a_colliding_producer_and_appends_nothing() {
+    // Pins the failure on the pinned Kafka version, directly against the broker (no gateway).
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("hazard");
+    harness::create_topic(&destination, &topic, 1, Some(&[1]));
+    let broker = harness::destination_brokers()
+        .into_iter()
+        .find(|(n, _)| *n == 1)
+        .expect("broker 1")
+        .1;
+    let mut conn = RawConn::connect(&broker);
+    let x = 8_000_000 + (std::process::id() as i64 % 1000) * 10;
+    // Mirrored batches of producer X, epoch 0, stored as-is.
+    let mut mirrored = Vec::new();
+    for seq in 0..3 {
+        let (code, offset) =
+            conn.produce(&topic, 0, batch(x, 0, seq, 1, &format!("mirrored{seq}")));
+        assert_eq!(code, 0);
+        mirrored.push(offset);
+    }
+    // A local producer handed X, epoch 0, sends its first single-record batch (sequence 0).
+    let (code, offset) = conn.produce(&topic, 0, batch(x, 0, 0, 1, "local"));
+    assert_eq!(code, 0, "the broker acknowledges the local batch");
+    assert_eq!(
+        offset, mirrored[0],
+        "acknowledged with the mirrored batch's offset"
+    );
+    let log = read_log(&destination, &topic, 0);
+    assert_eq!(
+        log.records.len(),
+        3,
+        "nothing was appended: {:?}",
+        log.records
+    );
+    assert!(
+        log.records
+            .iter()
+            .all(|r| r.key.as_deref() != Some("local-0")),
+        "the local record is not in the log"
+    );
+}
+
+#[test]
+fn local_produce_is_rejected_while_mirroring_and_accepted_after_failover() {
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("ro");
+    let other = harness::unique_topic("rw");
+    harness::create_topic(&destination, &topic, 2, Some(&[1, 2]));
+    harness::create_topic(&destination, &other, 1, None);
+    let gw = TestGateway::start(mirror_config("ro", &[&topic]));
+    wait_mirroring(&gw.admin(), "ro", 2);
+    // librdkafka: rejected fast with a non-retriable error (it does not surface the message).
+    let err = produce_one_expect_error(&gw.bootstrap(), &topic);
+    assert!(err.contains("PolicyViolation"), "{err}");
+    // Java: rejected fast, with the message naming the mirror and the state.
+    let out = harness::rig_java(
+        "org.apache.kafka.tools.VerifiableProducer",
+        &[
+            "--bootstrap-server",
+            &gw.bootstrap(),
+            "--topic",
+            &topic,
+            "--max-messages",
+            "3",
+            "--acks",
+            "-1",
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let errors: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("producer_send_error"))
+        .collect();
+    assert_eq!(errors.len(), 3, "{text}");
+    assert!(
+        errors
+            .iter()
+            .all(|e| e.contains("mirror ro") && e.contains("MIRRORING")),
+        "{errors:?}"
+    );
+    assert!(!text.contains("producer_send_success"), "{text}");
+    // The same kind of producer keeps working for other topics.
+    assert_eq!(
+        harness::produce_keyed(&gw.bootstrap(), &other, 10, &[]).len(),
+        10
+    );
+    // Mirror produce is accepted while MIRRORING.
+    assert_eq!(
+        harness::produce_keyed(&gw.mirror_bootstrap(), &topic, 10, &[]).len(),
+        10
+    );
+    failover(&gw.admin(), "ro");
+    wait_stopped(&gw.admin(), "ro");
+    assert_eq!(
+        harness::produce_keyed(&gw.bootstrap(), &topic, 10, &[]).len(),
+        10,
+        "writable after failover"
+    );
+    let err = produce_one_expect_error(&gw.mirror_bootstrap(), &topic);
+    assert!(
+        err.contains("PolicyViolation"),
+        "mirror produce after failover: {err}"
+    );
+    let out = harness::rig_java(
+        "org.apache.kafka.tools.VerifiableProducer",
+        &[
+            "--bootstrap-server",
+            &gw.mirror_bootstrap(),
+            "--topic",
+            &topic,
+            "--max-messages",
+            "1",
+            "--acks",
+            "-1",
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("fenced") && text.contains("STOPPED"),
+        "{text}"
+    );
+}
+
+/// Produce one record with librdkafka; returns the delivery error text (panics on success).
+pub fn produce_one_expect_error(bootstrap: &str, topic: &str) -> String {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        let p: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("enable.idempotence", "true")
+            .set("message.timeout.ms", "20000")
+            .create()
+            .expect("producer");
+        let started = Instant::now();
+        let r = p
+            .send(
+                FutureRecord::to(topic).key("k").payload("v").partition(0),
+                Duration::from_secs(20),
+            )
+            .await;
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the refusal did not fail fast"
+        );
+        match r {
+            Ok(d) => panic!("produce to {topic} was accepted: {d:?}"),
+            Err((e, _)) => e.to_string(),
+        }
+    })
+}
+
+#[test]
+fn consumers_through_the_gateway_never_see_the_barrier_but_mirror_listener_consumers_do() {
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("hide");
+    harness::create_topic(&destination, &topic, 1, Some(&[1]));
+    let gw = TestGateway::start(mirror_config("hide", &[&topic]));
+    wait_mirroring(&gw.admin(), "hide", 1);
+    harness::produce_keyed(&gw.mirror_bootstrap(), &topic, 20, &[]);
+    failover(&gw.admin(), "hide");
+    wait_stopped(&gw.admin(), "hide");
+    harness::produce_keyed(
+        &gw.bootstrap(),
+        &topic,
+        5,
+        &[("enable.idempotence", "false")],
+    );
+    let log = read_log(&destination, &topic, 0);
+    assert_eq!(log.barriers.len(), 1, "one barrier in the log");
+    // An ordinary consumer reads 25 records and no barrier, and its position moves past it.
+    let consumed = harness::consume_group(
+        &gw.bootstrap(),
+        &topic,
+        &format!("{topic}-c"),
+        26,
+        Duration::from_secs(15),
+        &[],
+    );
+    let records: Vec<&harness::Consumed> = consumed.values().flatten().collect();
+    assert_eq!(records.len(), 25, "{records:?}");
+    assert!(records
+        .iter()
+        .all(|r| r.key.as_deref() != Some("__mirrorgate_barrier")));
+    // A consumer on the mirror listener sees the barrier record.
+    let mirrored = harness::consume_group(
+        &gw.mirror_bootstrap(),
+        &topic,
+        &format!("{topic}-m"),
+        26,
+        Duration::from_secs(15),
+        &[],
+    );
+    let keys: Vec<Option<String>> = mirrored.values().flatten().map(|r| r.key.clone()).collect();
+    assert!(
+        keys.contains(&Some("__mirrorgate_barrier".to_string())),
+        "{keys:?}"
+    );
+}
+
+#[test]
+fn after_failover_new_idempotent_producers_lose_nothing_to_colliding_producer_ids() {
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("collide");
+    harness::create_topic(&destination, &topic, 2, Some(&[1, 2]));
+    let gw = TestGateway::start(mirror_config("collide", &[&topic]));
+    wait_mirroring(&gw.admin(), "collide", 2);
+    // Mirror the producer ids the destination will hand out next, as a mirrored cluster would
+    // (single-record batches, sequences 0.., epoch 0): exactly the hazard's shape.
+    let next = next_producer_id(&gw.bootstrap());
+    let mut conns = [
+        RawConn::connect(&gw.mirror_bootstrap()),
+        RawConn::connect(&format!(
+            "127.0.0.1:{}",
+            gw.gateway.listeners[1]
+                .config
+                .port_for_node(2)
+                .expect("port")
+        )),
+    ];
+    for pid in next..next + 60 {
+        for (partition, conn) in conns.iter_mut().enumerate() {
+            for seq in 0..3 {
+                let (code, _) = conn.produce(
+                    &topic,
+                    partition as i32,
+                    batch(pid, 0, seq, 1, &format!("m{pid}")),
+                );
+                assert_eq!(
+                    code, 0,
+                    "mirror produce pid {pid} partition {partition} seq {seq} (next {next})"
+                );
+            }
+        }
+    }
+    failover(&gw.admin(), "collide");
+    wait_stopped(&gw.admin(), "collide");
+    // librdkafka and Java producers started right after the failover.
+    let acks = harness::produce_keyed(
+        &gw.bootstrap(),
+        &topic,
+        200,
+        &[("linger.ms", "0"), ("batch.num.messages", "1")],
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let props = dir.path().join("p.properties");
+    std::fs::write(
+        &props,
+        "enable.idempotence=true\nacks=all\nretries=2147483647\nlinger.ms=0\nbatch.size=1\n",
+    )
+    .expect("props");
+    let out = harness::rig_java(
+        "org.apache.kafka.tools.VerifiableProducer",
+        &[
+            "--bootstrap-server",
+            &gw.bootstrap(),
+            "--topic",
+            &topic,
+            "--max-messages",
+            "200",
+            "--acks",
+            "-1",
+            "--producer.config",
+            props.to_str().expect("path"),
+        ],
+    );
+    harness::expect_success("VerifiableProducer after failover", &out);
+    let java_acked: Vec<(i32, i64)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["name"] == "producer_send_success")
+        .map(|e| {
+            (
+                e["partition"].as_i64().unwrap_or(-1) as i32,
+                e["offset"].as_i64().unwrap_or(-1),
+            )
+        })
+        .collect();
+    assert_eq!(java_acked.len(), 200, "every Java record acknowledged");
+    assert!(
+        gw.metric("mirrorgate_pid_screened_total") >= 1.0,
+        "no producer id was screened:\n{}",
+        gw.metrics()
+    );
+    // Every acknowledged local record is in the log exactly once, after the barrier.
+    let mut by_offset: BTreeMap<(i32, i64), LogRecord> = BTreeMap::new();
+    let mut barrier = BTreeMap::new();
+    for p in 0..2 {
+        let log = read_log(&destination, &topic, p);
+        barrier.insert(p, log.barriers[0].0);
+        for r in log.records {
+            by_offset.insert((p, r.offset), r);
+        }
+    }
+    for a in &acks {
+        let r = by_offset
+            .get(&(a.partition, a.offset))
+            .unwrap_or_else(|| panic!("acked {a:?} not in the log"));
+        assert_eq!(
+            r.key.as_deref(),
+            Some(a.key.as_str()),
+            "acked {a:?} but the log holds {r:?}"
+        );
+        assert!(a.offset > barrier[&a.partition]);
+    }
+    for (p, o) in &java_acked {
+        let r = by_offset
+            .get(&(*p, *o))
+            .unwrap_or_else(|| panic!("Java acked {p}/{o} not in the log"));
+        assert!(r.producer_id >= 0 && *o > barrier[p], "{r:?}");
+    }
+    assert_eq!(
+        gw.metric("mirrorgate_duplicate_ack_guard_total"),
+        0.0,
+        "screening alone prevented the collisions"
+    );
+}
+
+#[test]
+fn the_duplicate_ack_guard_alone_prevents_a_false_acknowledgement() {
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("guard");
+    harness::create_topic(&destination, &topic, 1, Some(&[1]));
+    let gw = TestGateway::start(mirror_config("guard", &[&topic]));
+    wait_mirroring(&gw.admin(), "guard", 1);
+    let x = 9_000_000 + (std::process::id() as i64 % 1000) * 10;
+    let mut mirror = RawConn::connect(&gw.mirror_bootstrap());
+    for seq in 0..3 {
+        assert_eq!(
+            mirror
+                .produce(&topic, 0, batch(x, 0, seq, 1, &format!("m{seq}")))
+                .0,
+            0
+        );
+    }
+    failover(&gw.admin(), "guard");
+    wait_stopped(&gw.admin(), "guard");
+    // Screening bypassed on purpose: a produce with the mirrored id and no InitProducerId.
+    let mut local = RawConn::connect(&gw.bootstrap());
+    let (code, _) = local.produce(&topic, 0, batch(x, 0, 0, 1, "local"));
+    assert_eq!(
+        code, 45,
+        "the false acknowledgement is turned into OUT_OF_ORDER_SEQUENCE_NUMBER"
+    );
+    assert_eq!(gw.metric("mirrorgate_duplicate_ack_guard_total"), 1.0);
+    let log = read_log(&destination, &topic, 0);
+    assert!(log
+        .records
+        .iter()
+        .all(|r| r.key.as_deref() != Some("local-0")));
+}
+
+#[test]
+fn failover_under_load_puts_every_mirrored_record_before_the_barrier() {
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("load");
+    harness::create_topic(&destination, &topic, 2, Some(&[1, 2]));
+    let gw = TestGateway::start(mirror_config("load", &[&topic]));
+    wait_mirroring(&gw.admin(), "load", 2);
+    // A mirror tool writes continuously through the mirror listener.
+    let mirror_bootstrap = gw.mirror_bootstrap();
+    let t = topic.clone();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let writer = std::thread::spawn(move || {
+        let mut acked: Vec<(i32, i64, String)> = Vec::new();
+        let mut refused = 0;
+        let mut i = 0;
+        let mut conns = [
+            RawConn::connect(&mirror_bootstrap),
+            RawConn::connect(&mirror_bootstrap),
+        ];
+        let pids = [
+            7_700_001i64 + (std::process::id() as i64 % 1000) * 10,
+            7_700_002 + (std::process::id() as i64 % 1000) * 10,
+        ];
+        let mut seqs = [0i32, 0];
+        while !stop2.load(std::sync::atomic::Ordering::SeqCst) && refused < 20 {
+            let p = (i % 2) as usize;
+            let key = format!("load{i}");
+            // Partition 1 is led by broker 2; connect the second connection through the mirror port of broker 1
+            // and let the broker answer NOT_LEADER for it, so use partition 0 on both (simple and exact).
+            let (code, offset) = conns[p].produce(&t, 0, batch(pids[p], 0, seqs[p], 1, &key));
+            if code == 0 {
+                acked.push((0, offset, format!("{key}-0")));
+                seqs[p] += 1;
+            } else {
+                refused += 1;
+            }
+            i += 1;
+        }
+        acked
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    failover(&gw.admin(), "load");
+    wait_stopped(&gw.admin(), "load");
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let acked = writer.join().expect("writer");
+    assert!(
+        acked.len() > 10,
+        "the mirror writer made progress before the failover"
+    );
+    let local = harness::produce_keyed(&gw.bootstrap(), &topic, 100, &[]);
+    let log = read_log(&destination, &topic, 0);
+    assert_eq!(log.barriers.len(), 1);
+    let barrier = log.barriers[0].0;
+    let mut seen: BTreeMap<i64, &LogRecord> = BTreeMap::new();
+    for r in &log.records {
+        seen.insert(r.offset, r);
+    }
+    for (_, offset, key) in &acked {
+        assert!(
+            *offset < barrier,
+            "acknowledged mirrored record at {offset} after the barrier at {barrier}"
+        );
+        assert_eq!(seen[offset].key.as_deref(), Some(key.as_str()));
+    }
+    let mirrored_after = log
+        .records
+        .iter()
+        .filter(|r| r.offset > barrier && r.key.as_deref().is_some_and(|k| k.starts_with("load")))
+        .count();
+    assert_eq!(mirrored_after, 0, "no mirrored record after the barrier");
+    for a in local.iter().filter(|a| a.partition == 0) {
+        assert!(a.offset > barrier);
+        assert_eq!(
+            seen[&a.offset].key.as_deref(),
+            Some(a.key.as_str()),
+            "local record present exactly once"
+        );
+    }
+    let _ = Bytes::new();
+}
+
+#[test]
+fn admin_api_refuses_bad_failover_calls_with_clear_4xx() {
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("adm");
+    harness::create_topic(&destination, &topic, 1, None);
+    let mut cfg = mirror_config("adm", &[&topic]);
+    cfg.admin.token = Some(mirrorgate::config::SecretSource {
+        value: Some("s3cret".into()),
+        env: None,
+        file: None,
+    });
+    let gw = TestGateway::start(cfg);
+    let admin = gw.admin();
+    wait_mirroring(&admin, "adm", 1);
+    let (s, b) = admin_call(&admin, Method::POST, "/v1/mirrors/adm/failover", None);
+    assert_eq!(s, 401, "{b}");
+    let (s, b) = admin_call(
+        &admin,
+        Method::POST,
+        "/v1/mirrors/adm/failover",
+        Some("wrong"),
+    );
+    assert_eq!(s, 403, "{b}");
+    let (s, b) = admin_call(
+        &admin,
+        Method::POST,
+        "/v1/mirrors/nope/failover",
+        Some("s3cret"),
+    );
+    assert_eq!(s, 404, "{b}");
+    assert!(b.contains("nope"));
+    let (s, b) = admin_call_body(
+        &admin,
+        Method::POST,
+        "/v1/mirrors/adm/failover",
+        Some("s3cret"),
+        "{not json",
+    );
+    assert_eq!(s, 400, "{b}");
+    assert!(b.contains("malformed JSON"), "{b}");
+    let (s, b) = admin_call(
+        &admin,
+        Method::GET,
+        "/v1/mirrors/adm/failover",
+        Some("s3cret"),
+    );
+    assert_eq!(s, 405, "{b}");
+    let (s, b) = admin_call(
+        &admin,
+        Method::POST,
+        "/v1/mirrors/adm/failover",
+        Some("s3cret"),
+    );
+    assert_eq!(s, 202, "{b}");
+    let (s2, b2) = admin_call(
+        &admin,
+        Method::POST,
+        "/v1/mirrors/adm/failover",
+        Some("s3cret"),
+    );
+    assert!(s2 == 202 || s2 == 409, "repeating is harmless: {s2} {b2}");
+    wait_stopped(&admin, "adm");
+    let (s, b) = admin_call(
+        &admin,
+        Method::POST,
+        "/v1/mirrors/adm/failover",
+        Some("s3cret"),
+    );
+    assert_eq!(s, 409, "{b}");
+    assert!(b.contains("already stopped"), "{b}");
+    let log = read_log(&destination, &topic, 0);
+    assert_eq!(
+        log.barriers.len(),
+        1,
+        "one barrier despite the repeated calls"
+    );
+}
+
+/// Kill the gateway process at a failover step, restart it: the failover completes, each
+/// partition has exactly one barrier, and no local write was accepted before it.
+fn crash_at(step: &str) {
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic(&format!("crash-{}", step.replace('_', "-")));
+    harness::create_topic(&destination, &topic, 2, Some(&[1, 2]));
+    let cfg = mirror_config("crash", &[&topic]);
+    let mut gw = ProcessGateway::start(cfg, &[("MIRRORGATE_CRASH_AFTER", step)]);
+    wait_mirroring(&gw.admin(), "crash", 2);
+    harness::produce_keyed(&gw.mirror_bootstrap(), &topic, 50, &[]);
+    let (s, b) = gw.call(Method::POST, "/v1/mirrors/crash/failover");
+    assert!(s == 202 || s == 0, "{s} {b}");
+    assert!(
+        gw.wait_exit(Duration::from_secs(30)),
+        "the crash hook did not fire at {step}:\n{}",
+        gw.log()
+    );
+    gw.restart(&[]);
+    // Until the failover completes, local writes are refused; afterwards accepted.
+    wait_stopped(&gw.admin(), "crash");
+    let local = harness::produce_keyed(&gw.bootstrap(), &topic, 20, &[]);
+    for p in 0..2 {
+        let log = read_log(&destination, &topic, p);
+        assert_eq!(
+            log.barriers.len(),
+            1,
+            "partition {p} after a crash at {step}: barriers {:?}",
+            log.barriers
+        );
+        let barrier = log.barriers[0].0;
+        for a in local.iter().filter(|a| a.partition == p) {
+            assert!(
+                a.offset > barrier,
+                "local write at {} before the barrier {barrier}",
+                a.offset
+            );
+        }
+    }
+}
+
+#[test]
+fn disruptive_gateway_killed_after_fencing_completes_the_failover_on_restart() {
+    crash_at("fenced");
+}
+
+#[test]
+fn disruptive_gateway_killed_after_the_barrier_write_completes_the_failover_on_restart() {
+    crash_at("barrier_written");
+}
+
+#[test]
+fn disruptive_gateway_killed_after_persisting_the_barrier_completes_the_failover_on_restart() {
+    crash_at("barrier_persisted");
+}

@@ -1,0 +1,1182 @@
+//! The mirror controller: the partition states of every mirror (persisted), the read-only and
+//! fencing checks on the produce path, the count of mirror produce in flight per partition, the
+//! failover executor (fence → drain → barrier → persist → clear PSM → STOPPED) and its resumption
+//! after a restart, and the set of producer ids that mirrored traffic left in the brokers (PID
+//! screening).
+//!
+//! Owns: mirror state files in the state store (`mirrors/NAME.json`, `screen/pids.json`), barrier
+//! writes. Must not touch: client sockets (the proxy asks it for decisions), the PSM's rules (it
+//! asks the registry to clear a partition).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::ProduceRequest;
+use kafka_protocol::protocol::StrBytes;
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Config, TopicRouter};
+use crate::metrics::{ListenerKind, Metrics};
+use crate::protocol::barrier::{encode_barrier_batch, parse_barrier, BarrierValue};
+use crate::protocol::batch::BatchWalker;
+use crate::protocol::client::KafkaClient;
+use crate::proxy::ClusterView;
+use crate::psm::registry::PsmRegistry;
+use crate::state::StateStore;
+
+use super::state::{FailoverStep, MirrorRecord, PartitionRecord, PartitionState};
+
+/// Error code the gateway answers for a produce it refuses (POLICY_VIOLATION: not retriable, and
+/// clients surface the message).
+pub const REJECT_ERROR_CODE: i16 = 44;
+/// State-store area of mirror records.
+pub const MIRRORS_AREA: &str = "mirrors";
+/// State-store area of the PID screening set.
+pub const SCREEN_AREA: &str = "screen";
+const SCREEN_FILE: &str = "pids.json";
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// A refused partition of a produce request.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    pub error_code: i16,
+    pub message: String,
+    /// `mirrorgate_produce_rejected_total{reason}`.
+    pub reason: &'static str,
+}
+
+/// Decrements a partition's in-flight mirror produce count when dropped.
+pub struct InFlightGuard(Arc<AtomicI64>);
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A producer id that mirrored traffic left in the destination brokers' state.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ScreenEntry {
+    pub max_epoch: i16,
+    pub last_timestamp: i64,
+}
+
+/// Why a failover could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum FailoverError {
+    #[error("no mirror named {0:?}")]
+    UnknownMirror(String),
+    #[error("mirror {name:?} is already stopped (failover {failover_id} completed)")]
+    AlreadyStopped { name: String, failover_id: String },
+    #[error("mirror {name:?} has no partitions on the destination yet")]
+    NoPartitions { name: String },
+    #[error(
+        "the state of mirror {name:?} cannot be read ({reason}); see the README's recovery steps"
+    )]
+    StateUnreadable { name: String, reason: String },
+    #[error("cannot persist the state of mirror {name:?}: {reason}")]
+    Persist { name: String, reason: String },
+}
+
+/// The answer to a failover call.
+#[derive(Debug, Clone, Serialize)]
+pub struct FailoverStarted {
+    pub mirror: String,
+    pub failover_id: String,
+    /// True when the call joined a failover already in progress.
+    pub already_running: bool,
+}
+
+struct MirrorSlot {
+    record: MirrorRecord,
+    /// Set when the persisted state could not be read: the mirror stays read-only (fail closed).
+    unreadable: Option<String>,
+    running: bool,
+}
+
+/// Metrics of mirrors and failovers.
+struct MirrorMetrics {
+    barriers_written: IntCounterVec,
+    barriers_seen: IntCounterVec,
+    pid_screened: IntCounter,
+    duplicate_ack_guard: IntCounter,
+    rejected: IntCounterVec,
+    failover_duration: Histogram,
+}
+
+impl MirrorMetrics {
+    fn new(m: &Metrics) -> Self {
+        let r = m.registry();
+        let barriers_written = IntCounterVec::new(
+            Opts::new(
+                "mirrorgate_barriers_written_total",
+                "Barrier batches written by failovers.",
+            ),
+            &["mirror"],
+        )
+        .expect("valid metric");
+        let barriers_seen = IntCounterVec::new(
+            Opts::new(
+                "mirrorgate_barriers_seen_total",
+                "Barriers seen: `mirrored` inside mirror produce (inert), `hidden` from consumers' fetches.",
+            ),
+            &["mirror", "kind"],
+        )
+        .expect("valid metric");
+        let pid_screened = IntCounter::new(
+            "mirrorgate_pid_screened_total",
+            "InitProducerId answers that handed out a producer id mirrored traffic left in the brokers.",
+        )
+        .expect("valid metric");
+        let duplicate_ack_guard = IntCounter::new(
+            "mirrorgate_duplicate_ack_guard_total",
+            "Local produce acknowledged below the barrier (not appended), turned into an error.",
+        )
+        .expect("valid metric");
+        let rejected = IntCounterVec::new(
+            Opts::new(
+                "mirrorgate_produce_rejected_total",
+                "Produce partitions refused by the gateway, by reason.",
+            ),
+            &["reason"],
+        )
+        .expect("valid metric");
+        let failover_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "mirrorgate_failover_duration_seconds",
+                "Time from failover call to every partition STOPPED.",
+            )
+            .buckets(vec![0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0]),
+        )
+        .expect("valid metric");
+        for c in [
+            Box::new(barriers_written.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(barriers_seen.clone()),
+            Box::new(pid_screened.clone()),
+            Box::new(duplicate_ack_guard.clone()),
+            Box::new(rejected.clone()),
+            Box::new(failover_duration.clone()),
+        ] {
+            let _ = r.register(c);
+        }
+        MirrorMetrics {
+            barriers_written,
+            barriers_seen,
+            pid_screened,
+            duplicate_ack_guard,
+            rejected,
+            failover_duration,
+        }
+    }
+}
+
+/// The controller of every configured mirror.
+pub struct MirrorController {
+    names: Vec<String>,
+    router: TopicRouter,
+    store: StateStore,
+    slots: Mutex<Vec<MirrorSlot>>,
+    /// Fast path: topic → state per partition index (absent: not synced yet).
+    states: RwLock<HashMap<String, Vec<Option<PartitionState>>>>,
+    /// Barrier offset per partition of stopped partitions (duplicate-ack guard).
+    barriers: RwLock<HashMap<String, Vec<Option<i64>>>>,
+    in_flight: RwLock<HashMap<(String, i32), Arc<AtomicI64>>>,
+    screen: Mutex<HashMap<i64, ScreenEntry>>,
+    metrics: MirrorMetrics,
+    psm: Option<Arc<PsmRegistry>>,
+    cluster: Arc<ClusterView>,
+    timeout: Duration,
+    drain_timeout: Duration,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Test hook: `MIRRORGATE_CRASH_AFTER=fenced|barrier_written|barrier_persisted|psm_cleared` makes
+/// the process abort right after that failover step (used by the restart tests).
+fn crash_point(step: &str) {
+    if std::env::var("MIRRORGATE_CRASH_AFTER").is_ok_and(|v| v == step) {
+        eprintln!("mirrorgate: MIRRORGATE_CRASH_AFTER={step}: aborting");
+        std::process::abort();
+    }
+}
+
+impl MirrorController {
+    /// Load (or create) the state of every mirror of `config`.
+    pub fn new(
+        config: &Config,
+        store: StateStore,
+        metrics: &Metrics,
+        psm: Option<Arc<PsmRegistry>>,
+        cluster: Arc<ClusterView>,
+    ) -> Arc<Self> {
+        let mut slots = Vec::new();
+        for m in &config.mirrors {
+            let (record, unreadable) = match store.read(MIRRORS_AREA, &format!("{}.json", m.name)) {
+                Ok(Some(bytes)) => match MirrorRecord::decode(&bytes) {
+                    Ok(r) => (r, None),
+                    Err(e) => (
+                        MirrorRecord::new(m.name.clone(), Vec::new(), now_ms()),
+                        Some(e.to_string()),
+                    ),
+                },
+                Ok(None) => (
+                    MirrorRecord::new(m.name.clone(), Vec::new(), now_ms()),
+                    None,
+                ),
+                Err(e) => (
+                    MirrorRecord::new(m.name.clone(), Vec::new(), now_ms()),
+                    Some(e.to_string()),
+                ),
+            };
+            if let Some(reason) = &unreadable {
+                tracing::error!(
+                    mirror = %m.name, %reason,
+                    "mirror state cannot be read: its topics stay read-only; see the README (\"Recovering mirror state\")"
+                );
+            }
+            slots.push(MirrorSlot {
+                record,
+                unreadable,
+                running: false,
+            });
+        }
+        let screen: HashMap<i64, ScreenEntry> = match store.read(SCREEN_AREA, SCREEN_FILE) {
+            Ok(Some(b)) => serde_json::from_slice(&b).unwrap_or_else(|e| {
+                tracing::error!(error = %e, "PID screening set unreadable; starting empty");
+                HashMap::new()
+            }),
+            _ => HashMap::new(),
+        };
+        let c = Arc::new(MirrorController {
+            names: config.mirrors.iter().map(|m| m.name.clone()).collect(),
+            router: config.topic_router(),
+            store,
+            slots: Mutex::new(slots),
+            states: RwLock::new(HashMap::new()),
+            barriers: RwLock::new(HashMap::new()),
+            in_flight: RwLock::new(HashMap::new()),
+            screen: Mutex::new(screen),
+            metrics: MirrorMetrics::new(metrics),
+            psm,
+            cluster,
+            timeout: Duration::from_millis(config.destination.connect_timeout_ms),
+            drain_timeout: Duration::from_secs(30),
+        });
+        c.refresh_lookup();
+        c
+    }
+
+    /// Mirror names, in config order.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    fn refresh_lookup(&self) {
+        let slots = lock(&self.slots);
+        let mut states: HashMap<String, Vec<Option<PartitionState>>> = HashMap::new();
+        let mut barriers: HashMap<String, Vec<Option<i64>>> = HashMap::new();
+        for s in slots.iter() {
+            for p in &s.record.partitions {
+                let i = p.partition.max(0) as usize;
+                let v = states.entry(p.topic.clone()).or_default();
+                if v.len() <= i {
+                    v.resize(i + 1, None);
+                }
+                v[i] = Some(p.state);
+                let b = barriers.entry(p.topic.clone()).or_default();
+                if b.len() <= i {
+                    b.resize(i + 1, None);
+                }
+                b[i] = if p.state == PartitionState::Stopped {
+                    p.barrier_offset
+                } else {
+                    None
+                };
+            }
+        }
+        *self.states.write().unwrap_or_else(|e| e.into_inner()) = states;
+        *self.barriers.write().unwrap_or_else(|e| e.into_inner()) = barriers;
+    }
+
+    fn persist(&self, slot: &MirrorSlot) -> Result<(), FailoverError> {
+        self.store
+            .write(
+                MIRRORS_AREA,
+                &format!("{}.json", slot.record.name),
+                &slot.record.encode(),
+            )
+            .map_err(|e| FailoverError::Persist {
+                name: slot.record.name.clone(),
+                reason: e.to_string(),
+            })
+    }
+
+    /// Add the destination partitions of each mirror's topics that the records do not have yet
+    /// (as MIRRORING, or — for a mirror that is failing or failed over — as read-only members of
+    /// that failover, which completes them).
+    pub fn sync_partitions(self: &Arc<Self>) {
+        if !self.cluster.is_known() {
+            return;
+        }
+        let topics = self.cluster.topic_names();
+        let mut changed = false;
+        let mut resume = Vec::new();
+        {
+            let mut slots = lock(&self.slots);
+            for (i, slot) in slots.iter_mut().enumerate() {
+                if slot.unreadable.is_some() {
+                    continue;
+                }
+                for t in topics
+                    .iter()
+                    .filter(|t| self.router.mirror_index(t) == Some(i))
+                {
+                    let n = self.cluster.topic(t).map(|i| i.leaders.len()).unwrap_or(0);
+                    for p in 0..n as i32 {
+                        if slot.record.partition(t, p).is_some() {
+                            continue;
+                        }
+                        let mut rec = PartitionRecord::new(t.clone(), p, now_ms());
+                        if let Some(fid) = slot.record.failover_id.clone() {
+                            // A partition added after the failover started joins it.
+                            let _ = rec.begin_failover(fid, now_ms());
+                            if !slot.running {
+                                resume.push(slot.record.name.clone());
+                            }
+                        }
+                        slot.record.partitions.push(rec);
+                        changed = true;
+                    }
+                }
+                if changed {
+                    slot.record
+                        .partitions
+                        .sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+                    if let Err(e) = self.persist(slot) {
+                        tracing::error!(error = %e, "cannot persist mirror partitions");
+                    }
+                }
+            }
+        }
+        if changed {
+            self.refresh_lookup();
+        }
+        for name in resume {
+            self.spawn_failover(name, true);
+        }
+    }
+
+    fn state_of(&self, topic: &str, partition: i32) -> Option<PartitionState> {
+        self.states
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(topic)
+            .and_then(|v| v.get(partition.max(0) as usize).copied().flatten())
+    }
+
+    fn mirror_name(&self, idx: usize) -> &str {
+        self.names.get(idx).map(String::as_str).unwrap_or("?")
+    }
+
+    fn unreadable(&self, idx: usize) -> Option<String> {
+        lock(&self.slots)
+            .get(idx)
+            .and_then(|s| s.unreadable.clone())
+    }
+
+    /// The decision for one partition of a produce on `listener`. For the mirror listener an
+    /// admitted partition comes with an in-flight guard, held until the broker answered.
+    pub fn admit(
+        &self,
+        listener: ListenerKind,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Option<InFlightGuard>, Refusal> {
+        let Some(idx) = self.router.mirror_index(topic) else {
+            return Ok(None);
+        };
+        let mirror = self.mirror_name(idx);
+        if let Some(reason) = self.unreadable(idx) {
+            self.metrics
+                .rejected
+                .with_label_values(&["state_unreadable"])
+                .inc();
+            return Err(Refusal {
+                error_code: REJECT_ERROR_CODE,
+                message: format!(
+                    "mirrorgate: {topic}-{partition} belongs to mirror {mirror}, whose state cannot be read ({reason}); it stays read-only"
+                ),
+                reason: "state_unreadable",
+            });
+        }
+        match listener {
+            ListenerKind::Client => match self.state_of(topic, partition) {
+                Some(PartitionState::Stopped) => Ok(None),
+                state => {
+                    let state = state.unwrap_or(PartitionState::Mirroring);
+                    self.metrics
+                        .rejected
+                        .with_label_values(&["read_only"])
+                        .inc();
+                    Err(Refusal {
+                        error_code: REJECT_ERROR_CODE,
+                        message: format!(
+                            "mirrorgate: {topic}-{partition} is read-only: it belongs to mirror {mirror}, which is {}",
+                            state.as_str()
+                        ),
+                        reason: "read_only",
+                    })
+                }
+            },
+            ListenerKind::Mirror => {
+                // Count first, then check: a failover that fences after the check waits for this.
+                let counter = self.counter(topic, partition);
+                counter.fetch_add(1, Ordering::SeqCst);
+                let guard = InFlightGuard(counter);
+                let state = self.state_of(topic, partition).unwrap_or_else(|| {
+                    if self.failover_started(idx) {
+                        PartitionState::Stopping
+                    } else {
+                        PartitionState::Mirroring
+                    }
+                });
+                if state == PartitionState::Mirroring {
+                    Ok(Some(guard))
+                } else {
+                    self.metrics
+                        .rejected
+                        .with_label_values(&["mirror_fenced"])
+                        .inc();
+                    Err(Refusal {
+                        error_code: REJECT_ERROR_CODE,
+                        message: format!(
+                            "mirrorgate: mirror produce to {topic}-{partition} is fenced: mirror {mirror} is {}",
+                            state.as_str()
+                        ),
+                        reason: "mirror_fenced",
+                    })
+                }
+            }
+        }
+    }
+
+    fn failover_started(&self, idx: usize) -> bool {
+        lock(&self.slots)
+            .get(idx)
+            .is_some_and(|s| s.record.failover_id.is_some())
+    }
+
+    fn counter(&self, topic: &str, partition: i32) -> Arc<AtomicI64> {
+        if let Some(c) = self
+            .in_flight
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(topic.to_string(), partition))
+        {
+            return c.clone();
+        }
+        self.in_flight
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry((topic.to_string(), partition))
+            .or_default()
+            .clone()
+    }
+
+    /// The barrier offset of a stopped partition (duplicate-ack guard).
+    pub fn barrier_offset(&self, topic: &str, partition: i32) -> Option<i64> {
+        self.barriers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(topic)
+            .and_then(|v| v.get(partition.max(0) as usize).copied().flatten())
+    }
+
+    /// Whether any partition has a barrier (fast check before looking at responses).
+    pub fn has_barriers(&self) -> bool {
+        self.barriers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .any(|v| v.iter().any(Option::is_some))
+    }
+
+    /// Count a local acknowledgement turned into an error.
+    pub fn count_duplicate_ack(&self) {
+        self.metrics.duplicate_ack_guard.inc();
+    }
+
+    /// Count barriers seen of `kind` for the mirror owning `topic`.
+    pub fn count_barriers_seen(&self, topic: &str, kind: &str, n: u64) {
+        let mirror = self
+            .router
+            .mirror_index(topic)
+            .map(|i| self.mirror_name(i).to_string())
+            .unwrap_or_default();
+        self.metrics
+            .barriers_seen
+            .with_label_values(&[&mirror, kind])
+            .inc_by(n);
+    }
+
+    /// Whether `topic` belongs to a mirror.
+    pub fn is_mirror_topic(&self, topic: &str) -> bool {
+        self.router.mirror_index(topic).is_some()
+    }
+
+    /// The screening entry of a producer id, if mirrored traffic left it in the brokers and it
+    /// has not certainly expired there.
+    pub fn screened(&self, producer_id: i64) -> Option<ScreenEntry> {
+        let e = lock(&self.screen).get(&producer_id).copied()?;
+        let horizon = self
+            .psm
+            .as_ref()
+            .map(|p| p.expiration_ms() + p.check_interval_ms())
+            .unwrap_or(i64::MAX / 4);
+        if now_ms().saturating_sub(e.last_timestamp) > horizon {
+            return None;
+        }
+        Some(e)
+    }
+
+    /// Whether any producer id is screened.
+    pub fn screening_active(&self) -> bool {
+        !lock(&self.screen).is_empty()
+    }
+
+    /// Count a screened InitProducerId answer.
+    pub fn count_screened(&self) {
+        self.metrics.pid_screened.inc();
+    }
+
+    /// Drop screening entries the brokers have certainly expired.
+    pub fn expire_screen(&self) {
+        let horizon = self
+            .psm
+            .as_ref()
+            .map(|p| p.expiration_ms() + p.check_interval_ms())
+            .unwrap_or(i64::MAX / 4);
+        let now = now_ms();
+        let mut s = lock(&self.screen);
+        let before = s.len();
+        s.retain(|_, e| now.saturating_sub(e.last_timestamp) <= horizon);
+        if s.len() != before {
+            let bytes = serde_json::to_vec(&*s).unwrap_or_default();
+            drop(s);
+            let _ = self.store.write(SCREEN_AREA, SCREEN_FILE, &bytes);
+        }
+    }
+
+    /// Records of every mirror (for the admin API).
+    pub fn records(&self) -> Vec<(MirrorRecord, Option<String>)> {
+        lock(&self.slots)
+            .iter()
+            .map(|s| (s.record.clone(), s.unreadable.clone()))
+            .collect()
+    }
+
+    /// Partition counts per (mirror, state), for the metrics collector.
+    pub fn state_counts(&self) -> Vec<(String, &'static str, usize)> {
+        let slots = lock(&self.slots);
+        let mut out = Vec::new();
+        for s in slots.iter() {
+            for st in PartitionState::ALL {
+                let n = s.record.partitions.iter().filter(|p| p.state == st).count();
+                out.push((s.record.name.clone(), st.as_str(), n));
+            }
+        }
+        out
+    }
+
+    /// Readiness problems: unreadable state.
+    pub fn problems(&self) -> Vec<String> {
+        lock(&self.slots)
+            .iter()
+            .filter_map(|s| {
+                s.unreadable
+                    .as_ref()
+                    .map(|r| format!("mirror {} state unreadable: {r}", s.record.name))
+            })
+            .collect()
+    }
+
+    /// Start (or join) the failover of mirror `name`.
+    pub fn failover(self: &Arc<Self>, name: &str) -> Result<FailoverStarted, FailoverError> {
+        self.sync_partitions();
+        let mut slots = lock(&self.slots);
+        let slot = slots
+            .iter_mut()
+            .find(|s| s.record.name == name)
+            .ok_or_else(|| FailoverError::UnknownMirror(name.to_string()))?;
+        if let Some(reason) = &slot.unreadable {
+            return Err(FailoverError::StateUnreadable {
+                name: name.to_string(),
+                reason: reason.clone(),
+            });
+        }
+        if let Some(fid) = slot.record.failover_id.clone() {
+            if slot.record.all_stopped() && !slot.record.partitions.is_empty() {
+                return Err(FailoverError::AlreadyStopped {
+                    name: name.to_string(),
+                    failover_id: fid,
+                });
+            }
+            let already_running = slot.running;
+            drop(slots);
+            if !already_running {
+                self.spawn_failover(name.to_string(), true);
+            }
+            return Ok(FailoverStarted {
+                mirror: name.to_string(),
+                failover_id: fid,
+                already_running: true,
+            });
+        }
+        if slot.record.partitions.is_empty() {
+            return Err(FailoverError::NoPartitions {
+                name: name.to_string(),
+            });
+        }
+        let fid = format!("{}-{}", name, uuid::Uuid::new_v4().simple());
+        let now = now_ms();
+        let before = slot.record.clone();
+        slot.record.failover_id = Some(fid.clone());
+        slot.record.started_ms = Some(now);
+        slot.record.completed_ms = None;
+        for p in slot.record.partitions.iter_mut() {
+            match p.state {
+                PartitionState::Mirroring | PartitionState::Paused => {
+                    let _ = p.begin_failover(fid.clone(), now);
+                }
+                PartitionState::Failed => {
+                    let _ = p.retry(now);
+                }
+                _ => {}
+            }
+        }
+        if let Err(e) = self.persist(slot) {
+            slot.record = before;
+            return Err(e);
+        }
+        drop(slots);
+        self.refresh_lookup();
+        crash_point("fenced_persisted");
+        self.spawn_failover(name.to_string(), false);
+        Ok(FailoverStarted {
+            mirror: name.to_string(),
+            failover_id: fid,
+            already_running: false,
+        })
+    }
+
+    /// Resume failovers that were in progress when the gateway stopped.
+    pub fn resume_all(self: &Arc<Self>) {
+        let names: Vec<String> = lock(&self.slots)
+            .iter()
+            .filter(|s| {
+                s.unreadable.is_none()
+                    && s.record.partitions.iter().any(|p| {
+                        matches!(p.state, PartitionState::Stopping | PartitionState::Failed)
+                    })
+            })
+            .map(|s| s.record.name.clone())
+            .collect();
+        for n in names {
+            tracing::info!(mirror = %n, "resuming the failover in progress");
+            self.spawn_failover(n, true);
+        }
+    }
+
+    fn spawn_failover(self: &Arc<Self>, name: String, resumed: bool) {
+        {
+            let mut slots = lock(&self.slots);
+            let Some(slot) = slots.iter_mut().find(|s| s.record.name == name) else {
+                return;
+            };
+            if slot.running {
+                return;
+            }
+            slot.running = true;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let span = tracing::info_span!("failover", mirror = %name);
+            let _e = span.enter();
+            drop(_e);
+            let started = std::time::Instant::now();
+            let mut backoff = Duration::from_millis(200);
+            let mut attempt = 0u32;
+            loop {
+                // A retry looks for barriers an earlier attempt wrote before writing new ones.
+                let done = this.run_failover(&name, resumed || attempt > 0).await;
+                attempt += 1;
+                if done {
+                    break;
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+                // FAILED partitions are retried from their persisted step.
+                this.retry_failed(&name);
+            }
+            this.metrics
+                .failover_duration
+                .observe(started.elapsed().as_secs_f64());
+            if let Some(s) = lock(&this.slots).iter_mut().find(|s| s.record.name == name) {
+                s.running = false;
+            }
+        });
+    }
+
+    fn retry_failed(&self, name: &str) {
+        let mut slots = lock(&self.slots);
+        if let Some(slot) = slots.iter_mut().find(|s| s.record.name == name) {
+            let now = now_ms();
+            for p in slot
+                .record
+                .partitions
+                .iter_mut()
+                .filter(|p| p.state == PartitionState::Failed)
+            {
+                let _ = p.retry(now);
+            }
+            let _ = self.persist(slot);
+        }
+        drop(slots);
+        self.refresh_lookup();
+    }
+
+    /// Apply `f` to the partitions of mirror `name` in STOPPING, then persist.
+    fn update(
+        &self,
+        name: &str,
+        mut f: impl FnMut(&mut PartitionRecord),
+    ) -> Result<(), FailoverError> {
+        let mut slots = lock(&self.slots);
+        let slot = slots
+            .iter_mut()
+            .find(|s| s.record.name == name)
+            .ok_or_else(|| FailoverError::UnknownMirror(name.to_string()))?;
+        for p in slot
+            .record
+            .partitions
+            .iter_mut()
+            .filter(|p| p.state == PartitionState::Stopping)
+        {
+            f(p);
+        }
+        if slot.record.all_stopped() && slot.record.completed_ms.is_none() {
+            slot.record.completed_ms = Some(now_ms());
+        }
+        let r = self.persist(slot);
+        drop(slots);
+        self.refresh_lookup();
+        r
+    }
+
+    fn stopping(&self, name: &str) -> Vec<PartitionRecord> {
+        lock(&self.slots)
+            .iter()
+            .find(|s| s.record.name == name)
+            .map(|s| {
+                s.record
+                    .partitions
+                    .iter()
+                    .filter(|p| p.state == PartitionState::Stopping)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn failover_id(&self, name: &str) -> Option<String> {
+        lock(&self.slots)
+            .iter()
+            .find(|s| s.record.name == name)
+            .and_then(|s| s.record.failover_id.clone())
+    }
+
+    fn fail_partitions(&self, name: &str, which: &[(String, i32)], error: &str) {
+        let now = now_ms();
+        let _ = self.update(name, |p| {
+            if which
+                .iter()
+                .any(|(t, i)| *t == p.topic && *i == p.partition)
+            {
+                let _ = p.fail(error.to_string(), now);
+            }
+        });
+        tracing::warn!(
+            mirror = name,
+            partitions = which.len(),
+            error,
+            "failover step failed; partitions are FAILED and will be retried"
+        );
+    }
+
+    /// One pass over the STOPPING partitions of `name`. Returns true when nothing is left to do.
+    async fn run_failover(self: &Arc<Self>, name: &str, resumed: bool) -> bool {
+        let Some(fid) = self.failover_id(name) else {
+            return true;
+        };
+        let now = now_ms();
+        // 1. Fenced: the read-only checks already refuse mirror produce (state STOPPING).
+        if self
+            .update(name, |p| {
+                if p.step.is_none() {
+                    let _ = p.advance(FailoverStep::Fenced, now);
+                }
+            })
+            .is_err()
+        {
+            return false;
+        }
+        crash_point("fenced");
+        // 2. Drained: wait until mirror produce in flight on these partitions is answered.
+        let parts: Vec<(String, i32)> = self
+            .stopping(name)
+            .iter()
+            .filter(|p| p.step == Some(FailoverStep::Fenced))
+            .map(|p| (p.topic.clone(), p.partition))
+            .collect();
+        let deadline = tokio::time::Instant::now() + self.drain_timeout;
+        loop {
+            let busy: Vec<(String, i32)> = parts
+                .iter()
+                .filter(|(t, p)| self.counter(t, *p).load(Ordering::SeqCst) > 0)
+                .cloned()
+                .collect();
+            if busy.is_empty() {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                self.fail_partitions(
+                    name,
+                    &busy,
+                    "mirror produce in flight was not answered within 30 s",
+                );
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let now = now_ms();
+        if self
+            .update(name, |p| {
+                if p.step == Some(FailoverStep::Fenced) {
+                    let _ = p.advance(FailoverStep::Drained, now);
+                }
+            })
+            .is_err()
+        {
+            return false;
+        }
+        // 3. Barrier: write one per partition (after checking the log tail when resuming).
+        let need: Vec<PartitionRecord> = self
+            .stopping(name)
+            .into_iter()
+            .filter(|p| p.step == Some(FailoverStep::Drained))
+            .collect();
+        if !need.is_empty() {
+            let mut found: HashMap<(String, i32), i64> = HashMap::new();
+            if resumed {
+                for p in &need {
+                    if let Some(o) = self.find_barrier(&p.topic, p.partition, &fid).await {
+                        found.insert((p.topic.clone(), p.partition), o);
+                    }
+                }
+            }
+            let to_write: Vec<&PartitionRecord> = need
+                .iter()
+                .filter(|p| !found.contains_key(&(p.topic.clone(), p.partition)))
+                .collect();
+            match self.write_barriers(name, &fid, &to_write).await {
+                Ok(written) => found.extend(written),
+                Err((failed, reason)) => {
+                    self.fail_partitions(name, &failed, &reason);
+                    return false;
+                }
+            }
+            crash_point("barrier_written");
+            let now = now_ms();
+            let mut written = 0u64;
+            let r = self.update(name, |p| {
+                if let Some(o) = found.get(&(p.topic.clone(), p.partition)) {
+                    let _ = p.advance(FailoverStep::BarrierWritten { offset: *o }, now);
+                    let _ = p.advance(FailoverStep::BarrierPersisted { offset: *o }, now);
+                    written += 1;
+                }
+            });
+            if r.is_err() {
+                return false;
+            }
+            self.metrics
+                .barriers_written
+                .with_label_values(&[name])
+                .inc_by(written);
+            crash_point("barrier_persisted");
+        }
+        // 4. Clear the PSM at the barrier (keeping what PID screening needs), then STOPPED.
+        let to_clear: Vec<PartitionRecord> = self
+            .stopping(name)
+            .into_iter()
+            .filter(|p| matches!(p.step, Some(FailoverStep::BarrierPersisted { .. })))
+            .collect();
+        let mut expired: HashMap<(String, i32), u32> = HashMap::new();
+        for p in &to_clear {
+            let n = self.clear_psm(&p.topic, p.partition, p.barrier_offset.unwrap_or(-1));
+            expired.insert((p.topic.clone(), p.partition), n as u32);
+        }
+        if !to_clear.is_empty() {
+            let bytes = serde_json::to_vec(&*lock(&self.screen)).unwrap_or_default();
+            if let Err(e) = self.store.write(SCREEN_AREA, SCREEN_FILE, &bytes) {
+                tracing::error!(error = %e, "cannot persist the PID screening set");
+                return false;
+            }
+        }
+        let now = now_ms();
+        let r = self.update(name, |p| {
+            if let Some(n) = expired.get(&(p.topic.clone(), p.partition)) {
+                p.producers_expired = *n;
+                let _ = p.advance(FailoverStep::PsmCleared, now);
+            }
+            if p.step == Some(FailoverStep::PsmCleared) {
+                let _ = p.complete(now);
+            }
+        });
+        if r.is_err() {
+            return false;
+        }
+        crash_point("psm_cleared");
+        let left = self.stopping(name).len();
+        let failed = lock(&self.slots)
+            .iter()
+            .find(|s| s.record.name == name)
+            .map(|s| {
+                s.record
+                    .partitions
+                    .iter()
+                    .filter(|p| p.state == PartitionState::Failed)
+                    .count()
+            })
+            .unwrap_or(0);
+        if left == 0 && failed == 0 {
+            tracing::info!(mirror = name, failover_id = %fid, "failover complete: every partition STOPPED with a durable barrier");
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Clear the PSM of a partition at its barrier, adding its producers to the screening set.
+    fn clear_psm(&self, topic: &str, partition: i32, barrier: i64) -> usize {
+        let Some(psm) = &self.psm else { return 0 };
+        let Some(slot) = psm.slot(topic, partition) else {
+            return 0;
+        };
+        let mut s = slot.lock().unwrap_or_else(|e| e.into_inner());
+        {
+            let mut screen = lock(&self.screen);
+            for e in s.psm.iter() {
+                let entry = screen.entry(e.producer_id()).or_insert(ScreenEntry {
+                    max_epoch: e.epoch(),
+                    last_timestamp: e.last_timestamp(),
+                });
+                entry.max_epoch = entry.max_epoch.max(e.epoch());
+                entry.last_timestamp = entry.last_timestamp.max(e.last_timestamp());
+            }
+        }
+        let n = s.psm.clear();
+        s.barrier_offset = Some(barrier);
+        s.applied_through = s.applied_through.max(barrier);
+        s.dirty = true;
+        drop(s);
+        psm.counters.expired_by_barrier.inc_by(n as u64);
+        n
+    }
+
+    fn leader_addr(&self, topic: &str, partition: i32) -> Option<String> {
+        self.cluster
+            .topic(topic)
+            .and_then(|t| t.leaders.get(partition as usize).copied())
+            .filter(|l| *l >= 0)
+            .and_then(|l| self.cluster.broker_addr(l))
+    }
+
+    /// Look for this failover's barrier in the log tail of a partition.
+    async fn find_barrier(&self, topic: &str, partition: i32, fid: &str) -> Option<i64> {
+        let addr = self.leader_addr(topic, partition)?;
+        let mut c = KafkaClient::connect(&addr, self.timeout).await.ok()?;
+        let end = c
+            .list_offset(topic, partition, crate::protocol::client::LATEST)
+            .await
+            .ok()?;
+        let start = c
+            .list_offset(topic, partition, crate::protocol::client::EARLIEST)
+            .await
+            .ok()?;
+        // The barrier follows the last mirrored batch; look at the last few batches.
+        let mut from = (end - 64).max(start);
+        let mut found = None;
+        while from < end {
+            let f = c
+                .fetch_partition(topic, partition, from, 1024 * 1024)
+                .await
+                .ok()?;
+            let mut next = from;
+            for item in BatchWalker::fetched(&f.records) {
+                let Ok((h, batch)) = item else { break };
+                if let Ok(Some(v)) = parse_barrier(batch) {
+                    if v.failover_id == fid {
+                        found = Some(h.base_offset);
+                    }
+                }
+                next = h.last_offset() + 1;
+            }
+            if next == from {
+                break;
+            }
+            from = next;
+        }
+        found
+    }
+
+    /// Write the barriers of `parts`, one Produce request (acks=all) per leader. Returns the
+    /// offsets, or the partitions that failed and why.
+    async fn write_barriers(
+        &self,
+        name: &str,
+        fid: &str,
+        parts: &[&PartitionRecord],
+    ) -> Result<HashMap<(String, i32), i64>, (Vec<(String, i32)>, String)> {
+        let mut by_leader: HashMap<String, Vec<&PartitionRecord>> = HashMap::new();
+        let mut no_leader = Vec::new();
+        for p in parts {
+            match self.leader_addr(&p.topic, p.partition) {
+                Some(a) => by_leader.entry(a).or_default().push(p),
+                None => no_leader.push((p.topic.clone(), p.partition)),
+            }
+        }
+        if !no_leader.is_empty() {
+            return Err((no_leader, "no leader known for the partition".into()));
+        }
+        let mut out = HashMap::new();
+        let mut failed = Vec::new();
+        let mut reason = String::new();
+        let now = now_ms();
+        for (addr, ps) in by_leader {
+            let mut topics: Vec<TopicProduceData> = Vec::new();
+            for p in &ps {
+                let (producers, last) = self
+                    .psm
+                    .as_ref()
+                    .and_then(|r| r.existing(&p.topic, p.partition))
+                    .map(|s| {
+                        let s = s.lock().unwrap_or_else(|e| e.into_inner());
+                        (s.psm.len() as u32, s.applied_through)
+                    })
+                    .unwrap_or((0, -1));
+                let value = BarrierValue {
+                    version: 1,
+                    mirror: name.to_string(),
+                    failover_id: fid.to_string(),
+                    source_cluster_id: None,
+                    time_ms: now,
+                    producers_expired: producers,
+                    last_mirrored_offset: last,
+                };
+                let batch: Bytes = encode_barrier_batch(&value, now);
+                let pd = PartitionProduceData::default()
+                    .with_index(p.partition)
+                    .with_records(Some(batch));
+                match topics.iter_mut().find(|t| t.name.0.as_str() == p.topic) {
+                    Some(t) => t.partition_data.push(pd),
+                    None => topics.push(
+                        TopicProduceData::default()
+                            .with_name(StrBytes::from_string(p.topic.clone()).into())
+                            .with_partition_data(vec![pd]),
+                    ),
+                }
+            }
+            let req = ProduceRequest::default()
+                .with_acks(-1)
+                .with_timeout_ms(30_000)
+                .with_topic_data(topics);
+            let result = async {
+                let mut c = KafkaClient::connect(&addr, self.timeout).await?;
+                c.send(&req, 9).await
+            }
+            .await;
+            match result {
+                Ok(resp) => {
+                    for t in &resp.responses {
+                        for pr in &t.partition_responses {
+                            let key = (t.name.0.to_string(), pr.index);
+                            if pr.error_code == 0 {
+                                out.insert(key, pr.base_offset);
+                            } else {
+                                reason = format!(
+                                    "barrier write refused with error code {}",
+                                    pr.error_code
+                                );
+                                failed.push(key);
+                            }
+                        }
+                    }
+                    for p in &ps {
+                        let key = (p.topic.clone(), p.partition);
+                        if !out.contains_key(&key) && !failed.contains(&key) {
+                            reason = "no answer for the partition".into();
+                            failed.push(key);
+                        }
+                    }
+                }
+                Err(e) => {
+                    reason = format!("barrier write to {addr} failed: {e}");
+                    failed.extend(ps.iter().map(|p| (p.topic.clone(), p.partition)));
+                }
+            }
+        }
+        if failed.is_empty() {
+            Ok(out)
+        } else {
+            // Partitions written successfully keep their offsets via a later pass: report
+            // failures only; the successful ones are found in the log tail on retry.
+            Err((failed, reason))
+        }
+    }
+}
+
+/// Scrape-time collector of `mirrorgate_mirror_partitions{mirror,state}`.
+pub struct PartitionStateGauge(pub Arc<MirrorController>);
+
+impl prometheus::core::Collector for PartitionStateGauge {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        Vec::new()
+    }
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let Ok(g) = prometheus::IntGaugeVec::new(
+            Opts::new(
+                "mirrorgate_mirror_partitions",
+                "Partitions of each mirror by state.",
+            ),
+            &["mirror", "state"],
+        ) else {
+            return Vec::new();
+        };
+        for (m, s, n) in self.0.state_counts() {
+            g.with_label_values(&[&m, s]).set(n as i64);
+        }
+        prometheus::core::Collector::collect(&g)
+    }
+}

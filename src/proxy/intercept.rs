@@ -1,0 +1,315 @@
+//! What the gateway does to requests and responses beyond forwarding them, when mirrors are
+//! configured: read-only enforcement and fencing of Produce (per partition), the produce tap
+//! (PSM), the duplicate-ack guard, PID screening of InitProducerId answers, and hiding barriers
+//! from ordinary consumers' fetches.
+//!
+//! Owns: the per-request plan ([`Plan`]) and the per-response transformations. Must not touch:
+//! socket I/O (the connection does it) or the decisions themselves (the mirror controller and the
+//! PSM registry make them).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::messages::ApiKey;
+
+use crate::metrics::ListenerKind;
+use crate::mirror::controller::{InFlightGuard, MirrorController};
+use crate::protocol::enforce::{self, ProduceDecision, RejectedPartition, Rejection};
+use crate::protocol::fetch_filter::hide_barriers_in_fetch;
+use crate::protocol::frame::{FrameError, RequestHeaderInfo};
+use crate::protocol::produce::TopicRef;
+use crate::psm::tap::PendingProduce;
+
+use super::connection::ConnContext;
+
+/// Error code UNKNOWN_TOPIC_ID (retriable: the client refreshes metadata).
+const UNKNOWN_TOPIC_ID: i16 = 100;
+/// Error code OUT_OF_ORDER_SEQUENCE_NUMBER: what the duplicate-ack guard answers.
+const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+
+/// What to remember about a request until its response.
+#[derive(Default)]
+pub struct Extras {
+    /// Tracked batches (PSM tap).
+    pub tracked: Option<PendingProduce>,
+    /// In-flight mirror produce counted per partition; released with the response.
+    pub guards: Vec<InFlightGuard>,
+    /// Partitions refused by the gateway, merged into the broker's response.
+    pub rejected: Vec<RejectedPartition>,
+    /// The request wrote to partitions that have a barrier: check the acknowledgements.
+    pub guard_check: bool,
+    /// Hide barriers in the Fetch response.
+    pub hide_barriers: bool,
+    /// InitProducerId request details, for PID screening of the answer.
+    pub init: Option<super::screen::InitRequest>,
+}
+
+/// What to do with one request.
+pub struct Plan {
+    /// The frame to send upstream (`None`: nothing goes upstream).
+    pub forward: Option<Bytes>,
+    /// A response the gateway answers itself (every partition refused).
+    pub local_response: Option<Bytes>,
+    pub extras: Extras,
+}
+
+/// A request the gateway refuses to handle at all (the connection is closed).
+#[derive(Debug, thiserror::Error)]
+pub enum InterceptError {
+    #[error("produce request not readable for enforcement: {0}")]
+    Enforce(#[from] enforce::EnforceError),
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+}
+
+fn forward(frame: Bytes) -> Plan {
+    Plan {
+        forward: Some(frame),
+        local_response: None,
+        extras: Extras::default(),
+    }
+}
+
+/// Plan one request.
+pub fn plan_request(
+    ctx: &ConnContext,
+    h: &RequestHeaderInfo,
+    frame: Bytes,
+) -> Result<Plan, InterceptError> {
+    let Some(ctl) = &ctx.mirrors else {
+        return Ok(plan_tap(ctx, h, frame));
+    };
+    match h.api_key {
+        ApiKey::Produce => plan_produce(ctx, ctl, h, frame),
+        ApiKey::Fetch if ctx.kind == ListenerKind::Client => {
+            let mut p = forward(frame);
+            p.extras.hide_barriers = true;
+            Ok(p)
+        }
+        ApiKey::InitProducerId if ctx.kind == ListenerKind::Client => {
+            let init = super::screen::InitRequest::read(&frame, h.header_len, h.api_version).ok();
+            let mut p = forward(frame);
+            p.extras.init = init;
+            Ok(p)
+        }
+        _ => Ok(forward(frame)),
+    }
+}
+
+fn plan_tap(ctx: &ConnContext, h: &RequestHeaderInfo, frame: Bytes) -> Plan {
+    let mut p = forward(frame);
+    if let (Some(psm), ApiKey::Produce) = (&ctx.psm, h.api_key) {
+        if let Some(f) = &p.forward {
+            p.extras.tracked = crate::psm::tap::on_request(
+                psm,
+                &ctx.cluster,
+                h.api_version,
+                &f[4 + h.header_len..],
+                ctx.verify_crc,
+            );
+        }
+    }
+    p
+}
+
+fn plan_produce(
+    ctx: &ConnContext,
+    ctl: &Arc<MirrorController>,
+    h: &RequestHeaderInfo,
+    frame: Bytes,
+) -> Result<Plan, InterceptError> {
+    let mut guards = Vec::new();
+    let mut guard_check = false;
+    let kind = ctx.kind;
+    let cluster = &ctx.cluster;
+    let decision = enforce::filter_produce(
+        &frame,
+        h.header_len,
+        h.api_version,
+        h.correlation_id,
+        &mut |t, p| {
+            let name = match t {
+            TopicRef::Name(n) => std::borrow::Cow::Borrowed(n),
+            TopicRef::Id(id) => match cluster.topic_name(&id) {
+                Some(n) => std::borrow::Cow::Owned(n),
+                None => {
+                    return Some(Rejection {
+                        error_code: UNKNOWN_TOPIC_ID,
+                        message: format!("mirrorgate: topic id {id} is not known yet; refresh metadata and retry"),
+                    })
+                }
+            },
+        };
+            if kind == ListenerKind::Client && ctl.barrier_offset(&name, p).is_some() {
+                guard_check = true;
+            }
+            match ctl.admit(kind, &name, p) {
+                Ok(Some(g)) => {
+                    guards.push(g);
+                    None
+                }
+                Ok(None) => None,
+                Err(r) => Some(Rejection {
+                    error_code: r.error_code,
+                    message: r.message,
+                }),
+            }
+        },
+    )?;
+    let mut plan = match decision {
+        ProduceDecision::Forward => forward(frame),
+        ProduceDecision::Rewritten { frame, rejected } => {
+            let mut p = forward(frame);
+            p.extras.rejected = rejected;
+            p
+        }
+        ProduceDecision::AllRejected { response, rejected } => {
+            for r in &rejected {
+                tracing::debug!(topic = %r.topic, partition = r.partition, "{}", r.message);
+            }
+            return Ok(Plan {
+                forward: None,
+                local_response: response,
+                extras: Extras::default(),
+            });
+        }
+    };
+    if let (Some(psm), Some(f)) = (&ctx.psm, &plan.forward) {
+        let body = &f[4 + h.header_len..];
+        plan.extras.tracked =
+            crate::psm::tap::on_request(psm, &ctx.cluster, h.api_version, body, ctx.verify_crc);
+        if kind == ListenerKind::Mirror {
+            count_inert_barriers(ctl, h.api_version, body);
+        }
+    }
+    plan.extras.guards = guards;
+    plan.extras.guard_check = guard_check;
+    Ok(plan)
+}
+
+/// Count barriers arriving inside mirrored produce (written by an upstream cluster's failover):
+/// they are passed on as they are and do not touch the PSM (their producer id is -1).
+fn count_inert_barriers(ctl: &MirrorController, version: i16, body: &[u8]) {
+    let Ok(walker) = crate::protocol::produce::ProduceWalker::new(version, body) else {
+        return;
+    };
+    for part in walker.flatten() {
+        let (TopicRef::Name(topic), Some(records)) = (part.topic, part.records) else {
+            continue;
+        };
+        let n = crate::protocol::batch::BatchWalker::new(records, false)
+            .flatten()
+            .filter(|(_, b)| crate::protocol::barrier::is_barrier_batch(b))
+            .count();
+        if n > 0 {
+            ctl.count_barriers_seen(topic, "mirrored", n as u64);
+        }
+    }
+}
+
+/// Transform one response (whole frame) according to the request's extras. Runs before address
+/// rewriting.
+pub async fn on_response(
+    ctx: &ConnContext,
+    upstream: &str,
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    mut frame: Bytes,
+    extras: Extras,
+) -> Result<Bytes, InterceptError> {
+    if let (Some(tracked), Some(psm)) = (extras.tracked, &ctx.psm) {
+        crate::psm::tap::on_response(psm, version, &frame, tracked);
+    }
+    drop(extras.guards);
+    let Some(ctl) = &ctx.mirrors else {
+        return Ok(frame);
+    };
+    if api == ApiKey::Produce {
+        if !extras.rejected.is_empty() {
+            frame = enforce::merge_rejections(&frame, version, &extras.rejected)?;
+        }
+        if extras.guard_check {
+            if let Some(f) = duplicate_ack_guard(ctl, &ctx.cluster, version, &frame)? {
+                frame = f;
+            }
+        }
+    }
+    if api == ApiKey::Fetch && extras.hide_barriers {
+        let cluster = &ctx.cluster;
+        let wanted = |name: &str, id: uuid::Uuid| {
+            if name.is_empty() {
+                cluster
+                    .topic_name(&id)
+                    .is_some_and(|n| ctl.is_mirror_topic(&n))
+            } else {
+                ctl.is_mirror_topic(name)
+            }
+        };
+        if let Some((f, n)) = hide_barriers_in_fetch(&frame, version, &wanted)? {
+            ctl.count_barriers_seen("", "hidden", n as u64);
+            frame = f;
+        }
+    }
+    if api == ApiKey::InitProducerId {
+        if let Some(init) = extras.init {
+            if ctl.screening_active() {
+                frame = super::screen::screen(
+                    ctl,
+                    upstream,
+                    version,
+                    correlation_id,
+                    frame,
+                    &init,
+                    ctx.connect_timeout,
+                )
+                .await?;
+            }
+        }
+    }
+    Ok(frame)
+}
+
+/// Turn local acknowledgements below a partition's barrier into errors: the broker acknowledged
+/// a retry of a mirrored batch with its old offset and appended nothing.
+fn duplicate_ack_guard(
+    ctl: &MirrorController,
+    cluster: &super::ClusterView,
+    version: i16,
+    frame: &Bytes,
+) -> Result<Option<Bytes>, InterceptError> {
+    let changed = enforce::rewrite_partition_errors(
+        frame,
+        version,
+        &mut |name, id, partition, error, base_offset| {
+            if error != 0 {
+                return None;
+            }
+            let name = if name.is_empty() {
+                cluster.topic_name(&id)?
+            } else {
+                name.to_string()
+            };
+            let barrier = ctl.barrier_offset(&name, partition)?;
+            if base_offset >= barrier {
+                return None;
+            }
+            ctl.count_duplicate_ack();
+            tracing::warn!(
+                topic = %name, partition, base_offset, barrier,
+                "a local produce was acknowledged below the barrier (a producer-id collision with mirrored data): nothing was appended; answering an error"
+            );
+            Some((
+            OUT_OF_ORDER_SEQUENCE_NUMBER,
+            format!(
+                "mirrorgate: {name}-{partition} acknowledged this batch at offset {base_offset}, before the failover barrier at {barrier}: it was NOT written (producer-id collision with mirrored data); re-initialize the producer and resend"
+            ),
+        ))
+        },
+    )?;
+    Ok(changed)
+}
+
+/// Timeout of the gateway's own InitProducerId exchanges.
+pub const SCREEN_TIMEOUT: Duration = Duration::from_secs(10);
