@@ -220,6 +220,9 @@ impl Gateway {
             }
         }
         if let Some(psm) = &self.psm {
+            if !psm.is_initialized() {
+                reasons.push("producer state of the mirror topics not discovered yet".to_string());
+            }
             let not_ready = psm.not_ready();
             if !not_ready.is_empty() {
                 let names: Vec<String> = not_ready

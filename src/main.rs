@@ -39,11 +39,29 @@ enum Command {
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
-    /// Show the gateway's readiness and upstream brokers (via the admin API).
+    /// Show the gateway's readiness, upstream brokers and mirrors (via the admin API).
     Status {
         /// Admin API address.
         #[arg(long, default_value = "127.0.0.1:9180")]
         admin: String,
+    },
+    /// Fail over mirror NAME: fence mirror traffic, write a barrier into every partition, open
+    /// the topics for writes. Waits until every partition is STOPPED (or --no-wait).
+    Failover {
+        /// The mirror's name.
+        name: String,
+        /// Admin API address.
+        #[arg(long, default_value = "127.0.0.1:9180")]
+        admin: String,
+        /// Environment variable holding the admin token (when the gateway requires one).
+        #[arg(long, default_value = "MIRRORGATE_ADMIN_TOKEN")]
+        token_env: String,
+        /// Return once the failover is accepted.
+        #[arg(long)]
+        no_wait: bool,
+        /// Give up waiting after this many seconds.
+        #[arg(long, default_value_t = 300)]
+        timeout: u64,
     },
 }
 
@@ -61,8 +79,10 @@ fn init_logging(cfg: Option<&Config>) {
             .with(fmt::layer().json().with_current_span(true))
             .try_init();
     } else {
+        use std::io::IsTerminal;
+        let ansi = std::io::stderr().is_terminal();
         let _ = reg
-            .with(fmt::layer().with_writer(std::io::stderr))
+            .with(fmt::layer().with_writer(std::io::stderr).with_ansi(ansi))
             .try_init();
     }
 }
@@ -113,6 +133,23 @@ fn main() -> ExitCode {
         Command::Status { admin } => {
             init_logging(None);
             runtime().block_on(status(&admin))
+        }
+        Command::Failover {
+            name,
+            admin,
+            token_env,
+            no_wait,
+            timeout,
+        } => {
+            init_logging(None);
+            let token = std::env::var(&token_env).ok();
+            runtime().block_on(failover(
+                &admin,
+                &name,
+                token.as_deref(),
+                no_wait,
+                Duration::from_secs(timeout),
+            ))
         }
     }
 }
@@ -257,9 +294,66 @@ async fn status(admin: &str) -> ExitCode {
             return ExitCode::from(1);
         }
     }
+    if let Ok((200, body)) = call(admin, Method::GET, "/v1/mirrors", None, None).await {
+        println!("mirrors: {}", body.trim());
+    }
     if ready.0 == 200 {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(3)
+    }
+}
+
+async fn failover(
+    admin: &str,
+    name: &str,
+    token: Option<&str>,
+    no_wait: bool,
+    timeout: Duration,
+) -> ExitCode {
+    use hyper::Method;
+    use mirrorgate::admin::client::call;
+    let path = format!("/v1/mirrors/{name}/failover");
+    let (status, body) = match call(admin, Method::POST, &path, token, None).await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(1);
+        }
+    };
+    if status != 202 {
+        eprintln!("failover of {name} refused ({status}): {}", body.trim());
+        return ExitCode::from(2);
+    }
+    println!("failover accepted: {}", body.trim());
+    if no_wait {
+        return ExitCode::SUCCESS;
+    }
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Ok((200, body)) = call(
+            admin,
+            Method::GET,
+            &format!("/v1/mirrors/{name}"),
+            None,
+            None,
+        )
+        .await
+        {
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+            let total = v["partitions"].as_u64().unwrap_or(0);
+            let stopped = v["states"]["STOPPED"].as_u64().unwrap_or(0);
+            let failed = v["states"]["FAILED"].as_u64().unwrap_or(0);
+            if total > 0 && stopped == total {
+                println!("mirror {name}: all {total} partitions STOPPED; the topics are writable");
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("mirror {name}: {stopped}/{total} STOPPED, {failed} FAILED (retried)");
+        }
+        if tokio::time::Instant::now() >= deadline {
+            eprintln!("mirror {name}: failover not complete after {timeout:?}; see GET /v1/mirrors/{name}/partitions");
+            return ExitCode::from(3);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }

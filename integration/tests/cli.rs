@@ -126,3 +126,45 @@ fn demo_starts_the_gateway_in_front_of_the_rig_and_stops_on_ctrl_c() {
         "{text}"
     );
 }
+
+#[test]
+fn failover_command_waits_until_every_partition_is_stopped() {
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("cli-fo");
+    harness::create_topic(&destination, &topic, 2, Some(&[1, 2]));
+    let gw = crate::gw::TestGateway::start(crate::failover::mirror_config("clifo", &[&topic]));
+    crate::failover::wait_mirroring(&gw.admin(), "clifo", 2);
+    let out = mirrorgate()
+        .args([
+            "failover",
+            "clifo",
+            "--admin",
+            &gw.admin(),
+            "--timeout",
+            "60",
+        ])
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("all 2 partitions STOPPED"), "{text}");
+    let again = mirrorgate()
+        .args(["failover", "clifo", "--admin", &gw.admin()])
+        .output()
+        .expect("run");
+    assert_eq!(
+        again.status.code(),
+        Some(2),
+        "a second failover is refused: already stopped"
+    );
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already stopped"));
+    let unknown = mirrorgate()
+        .args(["failover", "nope", "--admin", &gw.admin()])
+        .output()
+        .expect("run");
+    assert_eq!(unknown.status.code(), Some(2));
+}

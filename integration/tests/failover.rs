@@ -750,3 +750,85 @@ fn disruptive_gateway_killed_after_the_barrier_write_completes_the_failover_on_r
 fn disruptive_gateway_killed_after_persisting_the_barrier_completes_the_failover_on_restart() {
     crash_at("barrier_persisted");
 }
+
+/// The state of partition 0 of a mirror, from the admin API.
+fn partition_state(admin: &str, name: &str) -> String {
+    let (_, body) = admin_call(
+        admin,
+        Method::GET,
+        &format!("/v1/mirrors/{name}/partitions"),
+        None,
+    );
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+    v["partitions"][0]["state"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn expect_refused(conn: &mut RawConn, topic: &str, state: &str, tag: &str) {
+    let (code, _, msg) = conn.produce_msg(topic, 0, batch(-1, -1, -1, 1, tag));
+    assert_eq!(code, 44, "local produce in {state}: {msg}");
+    assert!(
+        msg.contains(state) && msg.contains("mirror states"),
+        "{msg}"
+    );
+}
+
+/// Runs alone: a gateway process with test hooks that hold the failover after fencing and fail
+/// the first barrier writes, so that STOPPING and FAILED can be observed.
+#[test]
+fn disruptive_local_produce_is_refused_in_every_state_but_stopped() {
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("states");
+    harness::create_topic(&destination, &topic, 1, Some(&[1]));
+    let gw = ProcessGateway::start(
+        mirror_config("states", &[&topic]),
+        &[
+            ("MIRRORGATE_TEST_HOLD_AFTER_FENCE_MS", "2000"),
+            ("MIRRORGATE_TEST_FAIL_BARRIER_WRITES", "3"),
+        ],
+    );
+    let admin = gw.admin();
+    wait_mirroring(&admin, "states", 1);
+    let mut local = RawConn::connect(&gw.bootstrap());
+    expect_refused(&mut local, &topic, "MIRRORING", "m");
+    let (s, b) = gw.call(Method::POST, "/v1/mirrors/states/pause");
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(partition_state(&admin, "states"), "PAUSED");
+    expect_refused(&mut local, &topic, "PAUSED", "p");
+    let mut mirror = RawConn::connect(&gw.mirror_bootstrap());
+    let (code, _, msg) = mirror.produce_msg(&topic, 0, batch(-1, -1, -1, 1, "mp"));
+    assert_eq!(code, 44, "mirror produce while PAUSED: {msg}");
+    assert_eq!(gw.call(Method::POST, "/v1/mirrors/states/resume").0, 200);
+    failover(&admin, "states");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = std::collections::BTreeSet::new();
+    loop {
+        let st = partition_state(&admin, "states");
+        if (st == "STOPPING" || st == "FAILED") && seen.insert(st.clone()) {
+            expect_refused(&mut local, &topic, &st, &st.to_lowercase());
+        }
+        if st == "STOPPED" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "failover did not complete: {st}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        seen.contains("STOPPING") && seen.contains("FAILED"),
+        "observed states: {seen:?}"
+    );
+    let (code, _, msg) = local.produce_msg(&topic, 0, batch(-1, -1, -1, 1, "after"));
+    assert_eq!(code, 0, "local produce after STOPPED: {msg}");
+    let (s, body) = gw.call(Method::GET, "/metrics");
+    assert_eq!(s, 200);
+    assert!(
+        body.contains(r#"mirrorgate_mirror_partitions{mirror="states",state="STOPPED"} 1"#),
+        "{body}"
+    );
+    assert!(
+        body.contains(r#"mirrorgate_produce_rejected_total{reason="read_only"}"#),
+        "{body}"
+    );
+}

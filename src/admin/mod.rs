@@ -274,6 +274,24 @@ async fn mirrors(
                 }
             }
         }
+        (&Method::POST, [name, action @ ("pause" | "resume")]) => {
+            if let Some(denied) = check_token(gw, req.headers()) {
+                return denied;
+            }
+            match ctl.set_paused(name, *action == "pause") {
+                Ok(moved) => json_reply(
+                    StatusCode::OK,
+                    &json!({ "mirror": name, "action": action, "partitions_moved": moved }),
+                ),
+                Err(e @ FailoverError::UnknownMirror(_)) => {
+                    error_reply(StatusCode::NOT_FOUND, &e.to_string())
+                }
+                Err(e @ FailoverError::Persist { .. }) => {
+                    error_reply(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string())
+                }
+                Err(e) => error_reply(StatusCode::CONFLICT, &e.to_string()),
+            }
+        }
         (_, [_, "failover"]) => error_reply(
             StatusCode::METHOD_NOT_ALLOWED,
             &format!("{method} is not allowed on {path}; use POST"),

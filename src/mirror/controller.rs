@@ -197,6 +197,10 @@ pub struct MirrorController {
     cluster: Arc<ClusterView>,
     timeout: Duration,
     drain_timeout: Duration,
+    /// Test hooks (environment, read once): hold the failover after fencing for this long, and
+    /// make the first N barrier writes fail.
+    hold_after_fence: Duration,
+    failing_barrier_writes: AtomicI64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -273,6 +277,18 @@ impl MirrorController {
             cluster,
             timeout: Duration::from_millis(config.destination.connect_timeout_ms),
             drain_timeout: Duration::from_secs(30),
+            hold_after_fence: Duration::from_millis(
+                std::env::var("MIRRORGATE_TEST_HOLD_AFTER_FENCE_MS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0),
+            ),
+            failing_barrier_writes: AtomicI64::new(
+                std::env::var("MIRRORGATE_TEST_FAIL_BARRIER_WRITES")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0),
+            ),
         });
         c.refresh_lookup();
         c
@@ -681,6 +697,38 @@ impl MirrorController {
         })
     }
 
+    /// MIRRORING → PAUSED (`pause`) or PAUSED → MIRRORING for every partition of a mirror that
+    /// can make the move. Returns how many partitions moved.
+    pub fn set_paused(&self, name: &str, paused: bool) -> Result<usize, FailoverError> {
+        let mut slots = lock(&self.slots);
+        let slot = slots
+            .iter_mut()
+            .find(|s| s.record.name == name)
+            .ok_or_else(|| FailoverError::UnknownMirror(name.to_string()))?;
+        if let Some(reason) = &slot.unreadable {
+            return Err(FailoverError::StateUnreadable {
+                name: name.to_string(),
+                reason: reason.clone(),
+            });
+        }
+        let now = now_ms();
+        let before = slot.record.clone();
+        let mut moved = 0;
+        for p in slot.record.partitions.iter_mut() {
+            let r = if paused { p.pause(now) } else { p.resume(now) };
+            if r.is_ok() {
+                moved += 1;
+            }
+        }
+        if let Err(e) = self.persist(slot) {
+            slot.record = before;
+            return Err(e);
+        }
+        drop(slots);
+        self.refresh_lookup();
+        Ok(moved)
+    }
+
     /// Resume failovers that were in progress when the gateway stopped.
     pub fn resume_all(self: &Arc<Self>) {
         let names: Vec<String> = lock(&self.slots)
@@ -843,6 +891,9 @@ impl MirrorController {
             return false;
         }
         crash_point("fenced");
+        if !self.hold_after_fence.is_zero() {
+            tokio::time::sleep(self.hold_after_fence).await;
+        }
         // 2. Drained: wait until mirror produce in flight on these partitions is answered.
         let parts: Vec<(String, i32)> = self
             .stopping(name)
@@ -1069,6 +1120,16 @@ impl MirrorController {
         }
         if !no_leader.is_empty() {
             return Err((no_leader, "no leader known for the partition".into()));
+        }
+        if self.failing_barrier_writes.fetch_sub(1, Ordering::SeqCst) > 0 {
+            let failed = parts
+                .iter()
+                .map(|p| (p.topic.clone(), p.partition))
+                .collect();
+            return Err((
+                failed,
+                "barrier write failed (MIRRORGATE_TEST_FAIL_BARRIER_WRITES)".into(),
+            ));
         }
         let mut out = HashMap::new();
         let mut failed = Vec::new();

@@ -328,6 +328,7 @@ pub async fn maintain(
             }
             if registry.not_ready().is_empty() {
                 first_rebuild_done = true;
+                registry.set_initialized();
             }
             let interval = Duration::from_millis(registry.check_interval_ms().max(1000) as u64);
             if last_expiry.elapsed() >= interval {

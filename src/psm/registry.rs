@@ -216,6 +216,8 @@ pub struct PsmRegistry {
     expiration_ms: AtomicI64,
     check_interval_ms: AtomicI64,
     per_partition: bool,
+    /// Set once the first discovery of tracked partitions (and their rebuild) has run.
+    initialized: std::sync::atomic::AtomicBool,
 }
 
 fn lock(slot: &Mutex<PartitionSlot>) -> std::sync::MutexGuard<'_, PartitionSlot> {
@@ -250,6 +252,7 @@ impl PsmRegistry {
                     .unwrap_or(DEFAULT_CHECK_INTERVAL_MS),
             ),
             per_partition: config.metrics.per_partition,
+            initialized: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -263,6 +266,16 @@ impl PsmRegistry {
         if let Some(slot) = self.slot(topic, partition) {
             lock(&slot).barrier_offset = Some(offset);
         }
+    }
+
+    /// Mark the first discovery pass done.
+    pub fn set_initialized(&self) {
+        self.initialized.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the first discovery pass is done (before it, the gateway is not ready).
+    pub fn is_initialized(&self) -> bool {
+        self.initialized.load(Ordering::SeqCst)
     }
 
     /// Whether any mirror is configured at all (fast path for the tap).
