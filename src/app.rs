@@ -33,6 +33,8 @@ pub enum StartError {
     State(#[from] StateError),
     #[error("admin.token: {0}")]
     Token(#[from] crate::config::SecretError),
+    #[error("mirror agent: {0}")]
+    Agent(String),
 }
 
 /// One listener of the running gateway.
@@ -52,6 +54,8 @@ pub struct Gateway {
     pub psm: Option<Arc<PsmRegistry>>,
     /// The mirror controller; `None` without mirrors.
     pub mirrors: Option<Arc<MirrorController>>,
+    /// The built-in mirror agent; `None` without a mirror with a `source:`.
+    pub agent: Option<Arc<crate::mirror::agent::Agent>>,
     admin_addr: SocketAddr,
     /// The admin token required by mutating calls (`None`: loopback without a token).
     pub admin_token: Option<String>,
@@ -140,6 +144,14 @@ impl Gateway {
             (Some(registry), Some(controller))
         };
 
+        let agent = crate::mirror::agent::start(
+            &config,
+            mirrors.as_ref(),
+            &cluster,
+            &metrics,
+            &shutdown_rx,
+        )
+        .map_err(StartError::Agent)?;
         let mut listeners = Vec::new();
         let mut specs = vec![(ListenerKind::Client, config.listeners.client.clone())];
         if let Some(m) = &config.listeners.mirror {
@@ -185,6 +197,7 @@ impl Gateway {
             listeners,
             psm,
             mirrors,
+            agent,
             admin_addr,
             admin_token,
             shutdown,

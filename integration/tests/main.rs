@@ -9,3 +9,5 @@ mod proxy_bad_input;
 mod proxy_clients;
 mod psm_differential;
 mod rig_tests;
+mod observability;
+mod agent;

@@ -165,8 +165,10 @@ fn mirror_summary(record: &MirrorRecord, unreadable: &Option<String>) -> serde_j
     })
 }
 
-fn partition_json(p: &PartitionRecord) -> serde_json::Value {
+fn partition_json(p: &PartitionRecord, lag: Option<(i64, f64)>) -> serde_json::Value {
     json!({
+        "lag_records": lag.map(|l| l.0),
+        "lag_seconds": lag.map(|l| l.1),
         "topic": p.topic,
         "partition": p.partition,
         "state": p.state.as_str(),
@@ -214,8 +216,11 @@ async fn mirrors(
         },
         (&Method::GET, [name, "partitions"]) => match find(name) {
             Some((r, _)) => {
-                let parts: Vec<serde_json::Value> =
-                    r.partitions.iter().map(partition_json).collect();
+                let parts: Vec<serde_json::Value> = r
+                    .partitions
+                    .iter()
+                    .map(|p| partition_json(p, gw.agent_lag(&r.name, &p.topic, p.partition)))
+                    .collect();
                 json_reply(
                     StatusCode::OK,
                     &json!({ "mirror": r.name, "partitions": parts }),

@@ -201,7 +201,16 @@ pub struct MirrorController {
     /// make the first N barrier writes fail.
     hold_after_fence: Duration,
     failing_barrier_writes: AtomicI64,
+    /// Built-in mirror agent: partitions it failed (topic → partition → reason, shown as FAILED
+    /// while the record is MIRRORING) and the hook that stops it first in a failover.
+    agent_failed: RwLock<HashMap<String, HashMap<i32, String>>>,
+    agent_stop: std::sync::OnceLock<AgentStopHook>,
 }
+
+/// Stops the built-in agent of a mirror; the future ends once its appends in flight are answered.
+pub type AgentStopHook = Arc<
+    dyn Fn(&str) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send + Sync,
+>;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -289,6 +298,8 @@ impl MirrorController {
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(0),
             ),
+            agent_failed: RwLock::new(HashMap::new()),
+            agent_stop: std::sync::OnceLock::new(),
         });
         c.refresh_lookup();
         c
@@ -394,12 +405,43 @@ impl MirrorController {
         }
     }
 
-    fn state_of(&self, topic: &str, partition: i32) -> Option<PartitionState> {
-        self.states
+    /// The state of a partition (FAILED when the built-in agent failed a MIRRORING partition).
+    pub fn state_of(&self, topic: &str, partition: i32) -> Option<PartitionState> {
+        let s = self
+            .states
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(topic)
-            .and_then(|v| v.get(partition.max(0) as usize).copied().flatten())
+            .and_then(|v| v.get(partition.max(0) as usize).copied().flatten());
+        if s == Some(PartitionState::Mirroring) && self.agent_error(topic, partition).is_some() {
+            return Some(PartitionState::Failed);
+        }
+        s
+    }
+
+    /// Mark a partition FAILED by the built-in agent (`Some(reason)`) or clear that (`None`).
+    pub fn set_agent_failed(&self, topic: &str, partition: i32, reason: Option<String>) {
+        let mut m = self.agent_failed.write().unwrap_or_else(|e| e.into_inner());
+        match reason {
+            Some(r) => {
+                m.entry(topic.to_string()).or_default().insert(partition, r);
+            }
+            None => {
+                if let Some(t) = m.get_mut(topic) {
+                    t.remove(&partition);
+                }
+            }
+        }
+    }
+
+    fn agent_error(&self, topic: &str, partition: i32) -> Option<String> {
+        let m = self.agent_failed.read().unwrap_or_else(|e| e.into_inner());
+        m.get(topic).and_then(|t| t.get(&partition)).cloned()
+    }
+
+    /// Install the hook that stops the built-in agent at the start of a failover.
+    pub fn set_agent_stop_hook(&self, hook: AgentStopHook) {
+        let _ = self.agent_stop.set(hook);
     }
 
     fn mirror_name(&self, idx: usize) -> &str {
@@ -597,20 +639,27 @@ impl MirrorController {
 
     /// Records of every mirror (for the admin API).
     pub fn records(&self) -> Vec<(MirrorRecord, Option<String>)> {
-        lock(&self.slots)
+        let mut v: Vec<(MirrorRecord, Option<String>)> = lock(&self.slots)
             .iter()
             .map(|s| (s.record.clone(), s.unreadable.clone()))
-            .collect()
+            .collect();
+        for p in v.iter_mut().flat_map(|(r, _)| r.partitions.iter_mut()) {
+            if p.state == PartitionState::Mirroring {
+                if let Some(e) = self.agent_error(&p.topic, p.partition) {
+                    (p.state, p.last_error) = (PartitionState::Failed, Some(e));
+                }
+            }
+        }
+        v
     }
 
     /// Partition counts per (mirror, state), for the metrics collector.
     pub fn state_counts(&self) -> Vec<(String, &'static str, usize)> {
-        let slots = lock(&self.slots);
         let mut out = Vec::new();
-        for s in slots.iter() {
+        for (record, _) in self.records() {
             for st in PartitionState::ALL {
-                let n = s.record.partitions.iter().filter(|p| p.state == st).count();
-                out.push((s.record.name.clone(), st.as_str(), n));
+                let n = record.partitions.iter().filter(|p| p.state == st).count();
+                out.push((record.name.clone(), st.as_str(), n));
             }
         }
         out
@@ -878,6 +927,10 @@ impl MirrorController {
         let Some(fid) = self.failover_id(name) else {
             return true;
         };
+        // 0. Stop the built-in agent and wait (bounded) for its appends in flight.
+        if let Some(hook) = self.agent_stop.get() {
+            hook(name).await;
+        }
         let now = now_ms();
         // 1. Fenced: the read-only checks already refuse mirror produce (state STOPPING).
         if self

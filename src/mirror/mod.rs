@@ -11,6 +11,7 @@
 //!
 //! Must not touch: sockets, the state store's file layout, the PSM's contents.
 
+pub mod agent;
 pub mod controller;
 pub mod state;
 

@@ -1,0 +1,553 @@
+//! The built-in mirror agent (issue 6) on real clusters: active-passive A→B with a failover while
+//! a producer writes to A, the source killed before the failover, a transactional batch, and the
+//! configuration it requires.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hyper::Method;
+use kafka_protocol::records::RecordBatchDecoder;
+use mirrorgate::config::{ClusterConfig, Config, MirrorConfig};
+use mirrorgate::protocol::barrier::parse_barrier;
+use mirrorgate::protocol::batch::BatchWalker;
+use mirrorgate::protocol::client::KafkaClient;
+use rdkafka::config::ClientConfig;
+use rdkafka::message::{DeliveryResult, Message};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
+use rdkafka::ClientContext;
+
+use crate::failover::{failover, wait_stopped};
+use crate::gw::{admin_call, test_config, TestGateway};
+use crate::harness;
+use crate::psm_differential::{broker_producers, gateway_producers, RawConn};
+
+/// (offset, key, value) of the data records of a partition, and the barrier offsets.
+struct Log {
+    records: Vec<(i64, Option<String>, Option<String>)>,
+    barriers: Vec<i64>,
+}
+
+fn leader_addr(bootstrap: &str, topic: &str, partition: i32) -> String {
+    let leader = harness::partition_leaders(bootstrap, topic)[&partition];
+    harness::brokers(bootstrap)
+        .into_iter()
+        .find(|(n, _)| *n == leader)
+        .expect("leader address")
+        .1
+}
+
+/// Every data record of a partition of any cluster, read from its leader.
+fn read_log(bootstrap: &str, topic: &str, partition: i32) -> Log {
+    let addr = leader_addr(bootstrap, topic, partition);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        let mut c = KafkaClient::connect(&addr, Duration::from_secs(10))
+            .await
+            .expect("connect leader");
+        let mut out = Log {
+            records: Vec::new(),
+            barriers: Vec::new(),
+        };
+        let mut next = 0;
+        loop {
+            let f = c
+                .fetch_partition(topic, partition, next, 16 << 20)
+                .await
+                .expect("fetch");
+            if next >= f.high_watermark {
+                break;
+            }
+            let start = next;
+            for item in BatchWalker::fetched(&f.records) {
+                let (h, b) = item.expect("batch");
+                if let Ok(Some(_)) = parse_barrier(b) {
+                    out.barriers.push(h.base_offset);
+                }
+                next = h.last_offset() + 1;
+            }
+            let mut bytes = f.records.clone();
+            for set in RecordBatchDecoder::decode_all(&mut bytes).expect("decode records") {
+                for r in set.records.into_iter().filter(|r| !r.control) {
+                    if r.key.as_deref() == Some(&b"__mirrorgate_barrier"[..]) {
+                        continue;
+                    }
+                    out.records.push((
+                        r.offset,
+                        r.key.map(|k| String::from_utf8_lossy(&k).into_owned()),
+                        r.value.map(|v| String::from_utf8_lossy(&v).into_owned()),
+                    ));
+                }
+            }
+            assert!(next > start, "no progress reading {topic}-{partition}");
+        }
+        out
+    })
+}
+
+// ------------------------------------------------------------------ source writer
+
+#[derive(Default)]
+struct Delivered {
+    acked: AtomicUsize,
+    errors: Mutex<Vec<String>>,
+}
+
+struct Ctx(Arc<Delivered>);
+impl ClientContext for Ctx {}
+impl ProducerContext for Ctx {
+    type DeliveryOpaque = ();
+    fn delivery(&self, r: &DeliveryResult<'_>, _: ()) {
+        match r {
+            Ok(_) => {
+                self.0.acked.fetch_add(1, Ordering::SeqCst);
+            }
+            Err((e, m)) => self
+                .0
+                .errors
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(format!("{e} (partition {})", m.partition())),
+        }
+    }
+}
+
+/// An idempotent librdkafka producer writing `{prefix}-{i}` records to the source in a thread,
+/// about `rate` records per second, until `n` records or `stop()`.
+struct SourceWriter {
+    stop: Arc<AtomicBool>,
+    delivered: Arc<Delivered>,
+    thread: Option<std::thread::JoinHandle<usize>>,
+}
+
+impl SourceWriter {
+    fn start(bootstrap: &str, topic: &str, prefix: &str, n: usize, rate: u64) -> SourceWriter {
+        let stop = Arc::new(AtomicBool::new(false));
+        let delivered = Arc::new(Delivered::default());
+        let producer: BaseProducer<Ctx> = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", "5")
+            .set("message.timeout.ms", "60000")
+            .create_with_context(Ctx(delivered.clone()))
+            .expect("producer");
+        let (t, p, s) = (topic.to_string(), prefix.to_string(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let pause = Duration::from_micros(1_000_000 / rate.max(1));
+            let mut sent = 0;
+            while sent < n && !s.load(Ordering::SeqCst) {
+                let key = format!("{p}-{sent}");
+                let value = format!("value-{p}-{sent}");
+                let rec = BaseRecord::to(&t).key(&key).payload(&value);
+                if producer.send(rec).is_ok() {
+                    sent += 1;
+                }
+                producer.poll(Duration::ZERO);
+                std::thread::sleep(pause);
+            }
+            producer
+                .flush(Duration::from_secs(60))
+                .expect("source producer flush");
+            sent
+        });
+        SourceWriter {
+            stop,
+            delivered,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stop (or wait for the `n` records) and return how many were acknowledged.
+    fn finish(mut self, stop: bool) -> usize {
+        if stop {
+            self.stop.store(true, Ordering::SeqCst);
+        }
+        let sent = self.thread.take().expect("thread").join().expect("writer");
+        let errors = self.delivered.errors.lock().unwrap().clone();
+        assert!(errors.is_empty(), "source producer errors: {errors:?}");
+        let acked = self.delivered.acked.load(Ordering::SeqCst);
+        assert_eq!(
+            acked, sent,
+            "every record sent to the source is acknowledged"
+        );
+        acked
+    }
+}
+
+// ------------------------------------------------------------------ helpers
+
+fn agent_config(name: &str, topics: &[&str], source: &str) -> Config {
+    let mut cfg = test_config(&harness::cluster("destination"));
+    cfg.mirrors = vec![MirrorConfig {
+        name: name.into(),
+        topics: topics.iter().map(|t| t.to_string()).collect(),
+        source: Some(ClusterConfig {
+            bootstrap: source.split(',').map(|s| s.trim().to_string()).collect(),
+            connect_timeout_ms: 3000,
+            metadata_refresh_ms: 30_000,
+        }),
+    }];
+    cfg.psm.snapshot_interval_ms = 200;
+    cfg
+}
+
+fn partitions_json(admin: &str, name: &str) -> Vec<serde_json::Value> {
+    let (status, body) = admin_call(
+        admin,
+        Method::GET,
+        &format!("/v1/mirrors/{name}/partitions"),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+    v["partitions"].as_array().cloned().unwrap_or_default()
+}
+
+fn kv(log: &Log) -> Vec<(Option<String>, Option<String>)> {
+    log.records
+        .iter()
+        .map(|(_, k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// Wait until every partition of the destination holds exactly the source's records (same
+/// keys and values in the same order) and the admin API reports lag 0.
+fn wait_caught_up(admin: &str, name: &str, source: &str, topic: &str, partitions: i32) {
+    let destination = harness::cluster("destination");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let parts = partitions_json(admin, name);
+        let lag_zero = parts.len() == partitions as usize
+            && parts.iter().all(|p| {
+                p["state"] == "MIRRORING" && p["lag_records"] == 0 && p["lag_seconds"] == 0.0
+            });
+        let equal = lag_zero
+            && (0..partitions)
+                .all(|p| kv(&read_log(source, topic, p)) == kv(&read_log(&destination, topic, p)));
+        if equal {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "mirror {name} did not catch up with the source: {parts:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// After a failover: per partition, exactly one barrier, the records before it equal the
+/// source's first records one by one, and the agent's offset map ends at the barrier.
+fn assert_mirrored_up_to_the_barrier(
+    gw: &TestGateway,
+    name: &str,
+    source: &str,
+    topic: &str,
+    partitions: i32,
+) -> BTreeMap<i32, i64> {
+    let destination = harness::cluster("destination");
+    let mut barriers = BTreeMap::new();
+    for p in 0..partitions {
+        let d = read_log(&destination, topic, p);
+        let s = read_log(source, topic, p);
+        assert_eq!(d.barriers.len(), 1, "partition {p}: one barrier");
+        let barrier = d.barriers[0];
+        let before: Vec<_> = d.records.iter().filter(|r| r.0 < barrier).collect();
+        assert!(
+            before.len() <= s.records.len(),
+            "partition {p}: more records mirrored than the source has"
+        );
+        for (i, (d, s)) in before.iter().zip(s.records.iter()).enumerate() {
+            assert_eq!(
+                (&d.1, &d.2),
+                (&s.1, &s.2),
+                "partition {p}: record {i} differs from the source"
+            );
+        }
+        let map = gw
+            .gateway
+            .agent
+            .as_ref()
+            .expect("agent")
+            .offset_map(name, topic, p)
+            .expect("offset map");
+        let (next_src, next_dst) = map.next().expect("map entry");
+        assert_eq!(
+            next_dst, barrier,
+            "partition {p}: the offset map ends at the barrier"
+        );
+        if let Some(last) = before.last() {
+            let src_last = s.records[before.len() - 1].0;
+            assert_eq!(map.to_source(last.0), Some(src_last));
+            assert_eq!(next_src, src_last + 1);
+        }
+        barriers.insert(p, barrier);
+    }
+    barriers
+}
+
+/// Local producers through the gateway after the failover: every acknowledged record is
+/// consumed exactly once, after the barrier.
+fn assert_local_producers_lose_nothing(
+    gw: &TestGateway,
+    topic: &str,
+    barriers: &BTreeMap<i32, i64>,
+) {
+    let acks = harness::produce_keyed(&gw.bootstrap(), topic, 500, &[]);
+    for a in &acks {
+        assert!(
+            a.offset > barriers[&a.partition],
+            "local record after the barrier"
+        );
+    }
+    let destination = harness::cluster("destination");
+    let mut consumed: BTreeMap<i32, Vec<harness::Consumed>> = BTreeMap::new();
+    for (p, b) in barriers {
+        let log = read_log(&destination, topic, *p);
+        let after: Vec<harness::Consumed> = log
+            .records
+            .iter()
+            .filter(|r| r.0 > *b)
+            .map(|r| harness::Consumed {
+                offset: r.0,
+                key: r.1.clone(),
+                value: r.2.clone(),
+            })
+            .collect();
+        if !after.is_empty() {
+            consumed.insert(*p, after);
+        }
+    }
+    harness::assert_same_per_partition(&acks, &consumed);
+    // And through the gateway with a consumer group: the local records exactly once.
+    let group = harness::unique_topic("agent-group");
+    let total: usize = (0..barriers.len() as i32)
+        .map(|p| read_log(&destination, topic, p).records.len())
+        .sum();
+    let all = harness::consume_group(
+        &gw.bootstrap(),
+        topic,
+        &group,
+        total,
+        Duration::from_secs(60),
+        &[],
+    );
+    let mut local: BTreeMap<i32, Vec<harness::Consumed>> = BTreeMap::new();
+    for (p, list) in all {
+        let after: Vec<_> = list
+            .into_iter()
+            .filter(|c| c.offset > barriers[&p])
+            .collect();
+        if !after.is_empty() {
+            local.insert(p, after);
+        }
+    }
+    harness::assert_same_per_partition(&acks, &local);
+}
+
+// ------------------------------------------------------------------ tests
+
+#[test]
+fn active_passive_mirrors_as_is_and_fails_over_while_the_source_is_written() {
+    let source = harness::cluster("source");
+    let topic = harness::unique_topic("agent-ap");
+    harness::create_topic(&source, &topic, 2, None);
+    // Records from before the agent starts, then the agent creates the destination topic.
+    SourceWriter::start(&source, &topic, "pre", 400, 5000).finish(false);
+    let gw = TestGateway::start(agent_config("ap", &[&topic], &source));
+    wait_caught_up(&gw.admin(), "ap", &source, &topic, 2);
+    // The gateway's producer state of each mirrored partition equals the source broker's.
+    for p in 0..2 {
+        let mut conn = RawConn::connect(&leader_addr(&source, &topic, p));
+        let broker = broker_producers(&mut conn, &topic, p);
+        assert!(!broker.is_empty(), "the source has producer state");
+        assert_eq!(
+            gateway_producers(&gw.admin(), &topic, p),
+            broker,
+            "partition {p}: the PSM equals the source broker's DescribeProducers"
+        );
+    }
+    assert!(
+        gw.metrics().contains(&format!(
+            "mirrorgate_mirror_lag_records{{mirror=\"ap\",partition=\"0\",topic=\"{topic}\"}} 0"
+        )),
+        "lag metric: {}",
+        gw.metrics()
+            .lines()
+            .filter(|l| l.contains("lag"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // Local writes are refused while mirroring.
+    let refused = crate::failover::produce_one_expect_error(&gw.bootstrap(), &topic);
+    assert!(
+        refused.to_lowercase().contains("policy") || refused.contains("read-only"),
+        "{refused}"
+    );
+
+    // A producer writes to the source; fail over in the middle of it.
+    let writer = SourceWriter::start(&source, &topic, "live", 1_000_000, 400);
+    std::thread::sleep(Duration::from_secs(3));
+    eprintln!("DEBUG before failover: {:?}", partitions_json(&gw.admin(), "ap"));
+    eprintln!("DEBUG source: {:?}", (0..2).map(|p| read_log(&source, &topic, p).records.len()).collect::<Vec<_>>());
+    failover(&gw.admin(), "ap");
+    wait_stopped(&gw.admin(), "ap");
+    std::thread::sleep(Duration::from_millis(500));
+    let live = writer.finish(true);
+    assert!(live > 100, "the source producer made progress ({live})");
+    let barriers = assert_mirrored_up_to_the_barrier(&gw, "ap", &source, &topic, 2);
+    // The agent is stopped: nothing is appended after the barrier.
+    std::thread::sleep(Duration::from_secs(2));
+    let destination = harness::cluster("destination");
+    for (p, b) in &barriers {
+        let log = read_log(&destination, &topic, *p);
+        assert!(
+            log.records.iter().all(|r| r.0 < *b),
+            "partition {p}: nothing after the barrier"
+        );
+    }
+    // Some live records were mirrored before the barrier.
+    let mirrored_live = (0..2)
+        .flat_map(|p| read_log(&destination, &topic, p).records)
+        .filter(|r| r.1.as_deref().is_some_and(|k| k.starts_with("live-")))
+        .count();
+    assert!(
+        mirrored_live > 0,
+        "live records were mirrored before the failover"
+    );
+    assert_local_producers_lose_nothing(&gw, &topic, &barriers);
+}
+
+/// Restarts a node of a rig cluster when dropped (also on panic).
+struct RestartNode(&'static str, &'static str);
+impl Drop for RestartNode {
+    fn drop(&mut self) {
+        let out = harness::rig(&["start-node", self.0, self.1]);
+        if !out.status.success() {
+            eprintln!(
+                "restarting {} node {} failed: {}",
+                self.0,
+                self.1,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
+#[test]
+fn disruptive_the_source_killed_before_the_failover_does_not_block_it() {
+    let third = harness::cluster("third");
+    let topic = harness::unique_topic("agent-kill");
+    harness::create_topic(&third, &topic, 2, None);
+    SourceWriter::start(&third, &topic, "pre", 300, 5000).finish(false);
+    let gw = TestGateway::start(agent_config("killed", &[&topic], &third));
+    wait_caught_up(&gw.admin(), "killed", &third, &topic, 2);
+    let expected: Vec<Log> = (0..2).map(|p| read_log(&third, &topic, p)).collect();
+    let _restart = RestartNode("third", "1");
+    harness::expect_success(
+        "rig kill-node third 1",
+        &harness::rig(&["kill-node", "third", "1"]),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let t0 = Instant::now();
+    failover(&gw.admin(), "killed");
+    wait_stopped(&gw.admin(), "killed");
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "failover took {:?} with the source down",
+        t0.elapsed()
+    );
+    let destination = harness::cluster("destination");
+    let mut barriers = BTreeMap::new();
+    for p in 0..2 {
+        let d = read_log(&destination, &topic, p);
+        assert_eq!(d.barriers.len(), 1);
+        let before: Vec<_> = d
+            .records
+            .iter()
+            .filter(|r| r.0 < d.barriers[0])
+            .cloned()
+            .collect();
+        assert_eq!(
+            before
+                .iter()
+                .map(|r| (r.1.clone(), r.2.clone()))
+                .collect::<Vec<_>>(),
+            kv(&expected[p as usize]),
+            "partition {p}: the destination holds the source's records up to the barrier"
+        );
+        barriers.insert(p, d.barriers[0]);
+    }
+    assert_local_producers_lose_nothing(&gw, &topic, &barriers);
+}
+
+#[test]
+fn a_transactional_batch_fails_the_partition_with_a_clear_reason() {
+    let source = harness::cluster("source");
+    let topic = harness::unique_topic("agent-txn");
+    harness::create_topic(&source, &topic, 1, None);
+    SourceWriter::start(&source, &topic, "plain", 10, 5000).finish(false);
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &source)
+        .set(
+            "transactional.id",
+            format!("agent-txn-{}", std::process::id()),
+        )
+        .create()
+        .expect("transactional producer");
+    producer
+        .init_transactions(Duration::from_secs(30))
+        .expect("init transactions");
+    producer.begin_transaction().expect("begin");
+    producer
+        .send(BaseRecord::to(&topic).key("txn").payload("txn"))
+        .map_err(|(e, _)| e)
+        .expect("send");
+    producer
+        .commit_transaction(Duration::from_secs(30))
+        .expect("commit");
+    let gw = TestGateway::start(agent_config("txn", &[&topic], &source));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let part = loop {
+        let parts = partitions_json(&gw.admin(), "txn");
+        if let Some(p) = parts.iter().find(|p| p["state"] == "FAILED") {
+            break p.clone();
+        }
+        assert!(Instant::now() < deadline, "partition not FAILED: {parts:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let reason = part["last_error"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("transactional/control batches are not mirrored in this version"),
+        "{reason}"
+    );
+    // The plain records before the transaction were mirrored; nothing of the transaction.
+    let d = read_log(&harness::cluster("destination"), &topic, 0);
+    assert_eq!(d.records.len(), 10, "only the plain records");
+    // A failover still completes.
+    failover(&gw.admin(), "txn");
+    wait_stopped(&gw.admin(), "txn");
+}
+
+#[test]
+fn a_mirror_with_a_source_requires_the_mirror_listener() {
+    let mut cfg = agent_config("nolistener", &["agent-nolistener"], "127.0.0.1:1");
+    cfg.listeners.mirror = None;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let err = rt
+        .block_on(mirrorgate::app::Gateway::start(cfg))
+        .err()
+        .expect("refused");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("listeners.mirror") && msg.contains("nolistener"),
+        "{msg}"
+    );
+}

@@ -1,0 +1,652 @@
+//! The built-in mirror agent (DESIGN §2, §3): for every mirror with a `source:`, it fetches the
+//! mirror's topics from the source cluster (READ_UNCOMMITTED, whole batches, no decompression)
+//! and appends each batch as-is through the gateway's own mirror listener, so that the produce
+//! tap, the PSM, read-only checks, fencing and in-flight accounting apply unchanged.
+//!
+//! - Discovery: source metadata every few seconds; destination topics are created with the
+//!   source's partition count (and grown), replication factor min(source, destination brokers),
+//!   and [`wire::COPIED_CONFIGS`] copied from the source.
+//! - One task per MIRRORING partition ([`partition`]): exact offset map ([`offsets`], persisted
+//!   in the state store area `agent`), per-partition order, one request in flight, retries that
+//!   never duplicate, FAILED with a reason on what it cannot mirror.
+//! - Failover: the controller calls the stop hook first; the agent stops its tasks of that
+//!   mirror and waits (bounded) for their appends in flight. An unreachable source never blocks.
+//! - Lag per partition (records and seconds): `mirrorgate_mirror_lag_records` /
+//!   `mirrorgate_mirror_lag_seconds` and the admin API.
+//!
+//! Owns: the agent's tasks and its offset maps. Must not touch: partition states beyond marking
+//! a partition FAILED through the controller, the PSM (the produce tap feeds it).
+
+pub mod offsets;
+mod partition;
+pub mod wire;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::{Duration, Instant};
+
+use prometheus::{IntCounterVec, Opts};
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
+
+use crate::config::{ClusterConfig, Config, ListenerConfig, TopicRouter};
+use crate::metrics::Metrics;
+use crate::mirror::controller::MirrorController;
+use crate::mirror::PartitionState;
+use crate::protocol::client::KafkaClient;
+use crate::proxy::ClusterView;
+use crate::state::StateStore;
+
+use offsets::{MirrorOffsets, AGENT_AREA};
+use wire::ClusterMeta;
+
+/// How long a failover waits for the agent's appends in flight.
+const STOP_WAIT: Duration = Duration::from_secs(10);
+/// How long a FAILED partition waits before the agent tries it again.
+const FAILED_RETRY: Duration = Duration::from_secs(30);
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Live figures of one partition task (lag).
+#[derive(Debug)]
+pub struct PartStats {
+    /// Next source offset to mirror (-1: not known yet).
+    next_source: AtomicI64,
+    /// Source high watermark from the last fetch (-1: not known yet).
+    high_watermark: AtomicI64,
+    /// Max timestamp of the last mirrored batch (-1: none yet).
+    last_ts: AtomicI64,
+    /// Max timestamp of the first batch not mirrored yet (used before anything was mirrored).
+    pending_ts: AtomicI64,
+}
+
+impl Default for PartStats {
+    fn default() -> Self {
+        PartStats {
+            next_source: AtomicI64::new(-1),
+            high_watermark: AtomicI64::new(-1),
+            last_ts: AtomicI64::new(-1),
+            pending_ts: AtomicI64::new(-1),
+        }
+    }
+}
+
+impl PartStats {
+    /// (records, seconds) behind the source, when known.
+    pub fn lag(&self) -> Option<(i64, f64)> {
+        let next = self.next_source.load(Ordering::Relaxed);
+        let hw = self.high_watermark.load(Ordering::Relaxed);
+        if next < 0 || hw < 0 {
+            return None;
+        }
+        let records = (hw - next).max(0);
+        if records == 0 {
+            return Some((0, 0.0));
+        }
+        let ts = match self.last_ts.load(Ordering::Relaxed) {
+            t if t >= 0 => t,
+            _ => self.pending_ts.load(Ordering::Relaxed),
+        };
+        let secs = if ts >= 0 {
+            (now_ms() - ts).max(0) as f64 / 1000.0
+        } else {
+            0.0
+        };
+        Some((records, secs))
+    }
+}
+
+struct TaskSlot {
+    stats: Arc<PartStats>,
+    stop: watch::Sender<bool>,
+    handle: Option<JoinHandle<()>>,
+    failed_at: Arc<Mutex<Option<Instant>>>,
+}
+
+struct AgentMetrics {
+    batches: IntCounterVec,
+    bytes: IntCounterVec,
+}
+
+/// The agent of one mirror.
+pub struct MirrorAgent {
+    name: String,
+    idx: usize,
+    source: ClusterConfig,
+    mirror_host: String,
+    mirror_listener: ListenerConfig,
+    dest_timeout: Duration,
+    controller: Arc<MirrorController>,
+    cluster: Arc<ClusterView>,
+    router: TopicRouter,
+    store: StateStore,
+    offsets: Mutex<MirrorOffsets>,
+    offsets_dirty: AtomicBool,
+    /// Set when the persisted offset map cannot be read: every partition fails (fail closed).
+    offsets_error: Option<String>,
+    source_meta: RwLock<Option<ClusterMeta>>,
+    source_ok: AtomicBool,
+    refresh: Notify,
+    tasks: Mutex<HashMap<(String, i32), TaskSlot>>,
+    metrics: AgentMetrics,
+}
+
+/// Every mirror agent of the gateway.
+pub struct Agent {
+    mirrors: Vec<Arc<MirrorAgent>>,
+}
+
+/// Start an agent for every mirror with a `source:`. `Ok(None)` when there is none. Fails when
+/// a mirror has a source but `listeners.mirror` is not configured, or the state store cannot
+/// be opened.
+pub fn start(
+    config: &Config,
+    controller: Option<&Arc<MirrorController>>,
+    cluster: &Arc<ClusterView>,
+    metrics: &Metrics,
+    shutdown: &watch::Receiver<bool>,
+) -> Result<Option<Arc<Agent>>, String> {
+    let with_source: Vec<(usize, &crate::config::MirrorConfig)> = config
+        .mirrors
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.source.is_some())
+        .collect();
+    if with_source.is_empty() {
+        return Ok(None);
+    }
+    let Some(listener) = config.listeners.mirror.clone() else {
+        return Err(format!(
+            "mirror {:?} has a source (built-in mirror agent), but listeners.mirror is not configured: \
+             the agent appends through the gateway's mirror listener; add a listeners.mirror section",
+            with_source[0].1.name
+        ));
+    };
+    let Some(controller) = controller else {
+        return Err("mirrors with a source need the mirror controller".into());
+    };
+    let store = StateStore::open(&config.state_dir).map_err(|e| e.to_string())?;
+    let mirror_host = match listener.bind.as_str() {
+        "0.0.0.0" | "::" | "[::]" => "127.0.0.1".to_string(),
+        h if h.contains(':') => format!("[{h}]"),
+        h => h.to_string(),
+    };
+    let batches = IntCounterVec::new(
+        Opts::new(
+            "mirrorgate_agent_batches_total",
+            "Batches the built-in mirror agent appended.",
+        ),
+        &["mirror"],
+    )
+    .map_err(|e| e.to_string())?;
+    let bytes = IntCounterVec::new(
+        Opts::new(
+            "mirrorgate_agent_bytes_total",
+            "Batch bytes the built-in mirror agent appended.",
+        ),
+        &["mirror"],
+    )
+    .map_err(|e| e.to_string())?;
+    let _ = metrics.registry().register(Box::new(batches.clone()));
+    let _ = metrics.registry().register(Box::new(bytes.clone()));
+    let router = config.topic_router();
+    let mut mirrors = Vec::new();
+    for (idx, m) in with_source {
+        let (offsets, offsets_error) =
+            match store.read(AGENT_AREA, &MirrorOffsets::file_name(&m.name)) {
+                Ok(None) => (MirrorOffsets::new(&m.name), None),
+                Ok(Some(b)) => match MirrorOffsets::decode(&b) {
+                    Ok(o) => (o, None),
+                    Err(e) => (MirrorOffsets::new(&m.name), Some(e)),
+                },
+                Err(e) => (MirrorOffsets::new(&m.name), Some(e.to_string())),
+            };
+        if let Some(e) = &offsets_error {
+            tracing::error!(mirror = %m.name, error = %e, "the agent's offset map cannot be read: its partitions stay FAILED until it is repaired or removed (state_dir/agent/{}.json)", m.name);
+        }
+        let source = m
+            .source
+            .clone()
+            .unwrap_or_else(|| config.destination.clone());
+        mirrors.push(Arc::new(MirrorAgent {
+            name: m.name.clone(),
+            idx,
+            source,
+            mirror_host: mirror_host.clone(),
+            mirror_listener: listener.clone(),
+            dest_timeout: Duration::from_millis(config.destination.connect_timeout_ms),
+            controller: controller.clone(),
+            cluster: cluster.clone(),
+            router: router.clone(),
+            store: store.clone(),
+            offsets: Mutex::new(offsets),
+            offsets_dirty: AtomicBool::new(false),
+            offsets_error,
+            source_meta: RwLock::new(None),
+            source_ok: AtomicBool::new(true),
+            refresh: Notify::new(),
+            tasks: Mutex::new(HashMap::new()),
+            metrics: AgentMetrics {
+                batches: batches.clone(),
+                bytes: bytes.clone(),
+            },
+        }));
+    }
+    let agent = Arc::new(Agent { mirrors });
+    let weak: Weak<Agent> = Arc::downgrade(&agent);
+    controller.set_agent_stop_hook(Arc::new(move |name: &str| {
+        let agent = weak.upgrade();
+        let name = name.to_string();
+        Box::pin(async move {
+            if let Some(m) = agent.as_ref().and_then(|a| a.mirror(&name)) {
+                m.stop_and_drain().await;
+            }
+        })
+    }));
+    match LagCollector::new(Arc::downgrade(&agent)) {
+        Ok(c) => {
+            if let Err(e) = metrics.registry().register(Box::new(c)) {
+                tracing::warn!(error = %e, "cannot register the mirror lag metrics");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot create the mirror lag metrics"),
+    }
+    for m in &agent.mirrors {
+        tokio::spawn(m.clone().run(shutdown.clone()));
+    }
+    Ok(Some(agent))
+}
+
+impl Agent {
+    fn mirror(&self, name: &str) -> Option<Arc<MirrorAgent>> {
+        self.mirrors.iter().find(|m| m.name == name).cloned()
+    }
+
+    /// (records, seconds) behind the source of a partition mirrored by the agent.
+    pub fn lag(&self, mirror: &str, topic: &str, partition: i32) -> Option<(i64, f64)> {
+        let m = self.mirror(mirror)?;
+        let tasks = lock(&m.tasks);
+        let slot = tasks.get(&(topic.to_string(), partition))?;
+        if slot.handle.as_ref().is_none_or(|h| h.is_finished()) {
+            return None;
+        }
+        slot.stats.lag()
+    }
+
+    /// The exact offset map of a partition (source → destination), if the agent mirrored it.
+    pub fn offset_map(
+        &self,
+        mirror: &str,
+        topic: &str,
+        partition: i32,
+    ) -> Option<offsets::PartitionMap> {
+        let m = self.mirror(mirror)?;
+        let o = lock(&m.offsets);
+        o.get(topic, partition).cloned()
+    }
+}
+
+impl crate::app::Gateway {
+    /// Lag of a partition mirrored by the built-in agent (admin API).
+    pub fn agent_lag(&self, mirror: &str, topic: &str, partition: i32) -> Option<(i64, f64)> {
+        self.agent.as_ref()?.lag(mirror, topic, partition)
+    }
+}
+
+impl MirrorAgent {
+    /// Discovery, task supervision and offset-map flushing, until shutdown.
+    async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let mut tick = 0u64;
+        loop {
+            if *shutdown.borrow() {
+                break;
+            }
+            if tick % 3 == 0 {
+                self.discover().await;
+            }
+            self.supervise();
+            self.flush();
+            tick += 1;
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = self.refresh.notified() => { tick = 0; }
+                _ = shutdown.changed() => {}
+            }
+        }
+        let handles = self.stop_tasks(|_| true);
+        let _ = tokio::time::timeout(STOP_WAIT, futures_join(handles)).await;
+        self.flush();
+    }
+
+    fn failover_started(&self) -> bool {
+        self.controller
+            .records()
+            .iter()
+            .any(|(r, _)| r.name == self.name && r.failover_id.is_some())
+    }
+
+    /// Source metadata; create or grow destination topics.
+    async fn discover(&self) {
+        let timeout = Duration::from_millis(self.source.connect_timeout_ms);
+        let mut addrs: Vec<String> = self
+            .source_meta
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|m| m.brokers.values().cloned().collect())
+            .unwrap_or_default();
+        addrs.extend(self.source.bootstrap.iter().cloned());
+        let meta = match wire::metadata(&addrs, timeout).await {
+            Ok(m) => m,
+            Err(e) => {
+                if self.source_ok.swap(false, Ordering::Relaxed) {
+                    tracing::warn!(mirror = %self.name, error = %e, "source cluster unreachable; mirroring waits (failover does not)");
+                }
+                return;
+            }
+        };
+        if !self.source_ok.swap(true, Ordering::Relaxed) {
+            tracing::info!(mirror = %self.name, "source cluster reachable again");
+        }
+        let topics: Vec<(String, wire::TopicMeta)> = meta
+            .topics
+            .iter()
+            .filter(|(t, m)| !m.internal && !t.starts_with("__") && self.owns(t))
+            .map(|(t, m)| (t.clone(), m.clone()))
+            .collect();
+        *self.source_meta.write().unwrap_or_else(|e| e.into_inner()) = Some(meta.clone());
+        if !self.cluster.is_known() || self.failover_started() {
+            return;
+        }
+        let mut changed = false;
+        for (topic, src) in topics {
+            let n = src.leaders.len() as i32;
+            match self.cluster.topic(&topic) {
+                None => {
+                    if let Err(e) = self.create_topic(&meta, &topic, &src).await {
+                        tracing::warn!(mirror = %self.name, %topic, error = %e, "cannot create the destination topic");
+                    }
+                    changed = true;
+                }
+                Some(d) if (d.leaders.len() as i32) < n => {
+                    let r = async {
+                        let mut c = self.dest_admin().await?;
+                        wire::create_partitions(&mut c, &topic, n).await
+                    }
+                    .await;
+                    match r {
+                        Ok(()) => {
+                            tracing::info!(mirror = %self.name, %topic, partitions = n, "destination topic grown to the source's partition count")
+                        }
+                        Err(e) => {
+                            tracing::warn!(mirror = %self.name, %topic, error = %e, "cannot add partitions to the destination topic")
+                        }
+                    }
+                    changed = true;
+                }
+                Some(_) => {}
+            }
+        }
+        if changed {
+            let _ = self.cluster.refresh().await;
+            self.controller.sync_partitions();
+        }
+    }
+
+    fn owns(&self, topic: &str) -> bool {
+        self.router.mirror_index(topic) == Some(self.idx)
+    }
+
+    async fn dest_admin(&self) -> Result<KafkaClient, String> {
+        let mut last = "no destination broker known".to_string();
+        for (_, addr) in self.cluster.brokers() {
+            match KafkaClient::connect(&addr, self.dest_timeout).await {
+                Ok(c) => return Ok(c),
+                Err(e) => last = e.to_string(),
+            }
+        }
+        Err(last)
+    }
+
+    async fn create_topic(
+        &self,
+        meta: &ClusterMeta,
+        topic: &str,
+        src: &wire::TopicMeta,
+    ) -> Result<(), String> {
+        let timeout = Duration::from_millis(self.source.connect_timeout_ms);
+        let mut configs = Vec::new();
+        for addr in meta.brokers.values() {
+            if let Ok(mut c) = KafkaClient::connect(addr, timeout).await {
+                configs = wire::topic_configs(&mut c, topic).await;
+                break;
+            }
+        }
+        let brokers = self.cluster.brokers().len().max(1) as i16;
+        let rf = src.replication_factor.min(brokers).max(1);
+        let n = src.leaders.len() as i32;
+        let mut c = self.dest_admin().await?;
+        wire::create_topic(&mut c, topic, n, rf, &configs).await?;
+        tracing::info!(
+            mirror = %self.name, %topic, partitions = n, replication_factor = rf,
+            configs = ?configs, "created the destination topic (configs copied from the source)"
+        );
+        Ok(())
+    }
+
+    /// Start tasks for MIRRORING partitions without one; stop tasks of partitions that are not
+    /// MIRRORING any more (paused, failing over).
+    fn supervise(self: &Arc<Self>) {
+        let meta = self
+            .source_meta
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut tasks = lock(&self.tasks);
+        for ((t, p), slot) in tasks.iter() {
+            let own_failure = lock(&slot.failed_at).is_some();
+            match self.controller.state_of(t, *p) {
+                Some(PartitionState::Mirroring) => {}
+                Some(PartitionState::Failed) if own_failure => {}
+                _ => {
+                    let _ = slot.stop.send(true);
+                }
+            }
+        }
+        let Some(meta) = meta else { return };
+        for (topic, src) in meta.topics.iter().filter(|(t, _)| self.owns(t)) {
+            let Some(dest) = self.cluster.topic(topic) else {
+                continue;
+            };
+            let n = src.leaders.len().min(dest.leaders.len()) as i32;
+            for p in 0..n {
+                let key = (topic.clone(), p);
+                let state = self.controller.state_of(topic, p);
+                if let Some(slot) = tasks.get(&key) {
+                    if slot.handle.as_ref().is_some_and(|h| !h.is_finished()) {
+                        continue;
+                    }
+                    let failed_at = *lock(&slot.failed_at);
+                    match (state, failed_at) {
+                        (Some(PartitionState::Mirroring), None) => {}
+                        (Some(PartitionState::Failed), Some(at))
+                            if at.elapsed() >= FAILED_RETRY => {}
+                        _ => continue,
+                    }
+                } else if state != Some(PartitionState::Mirroring) {
+                    continue;
+                }
+                let (stop, stop_rx) = watch::channel(false);
+                let stats = Arc::new(PartStats::default());
+                let failed_at = Arc::new(Mutex::new(None));
+                let task =
+                    partition::Task::new(self.clone(), topic.clone(), p, stats.clone(), stop_rx);
+                let this = self.clone();
+                let fa = failed_at.clone();
+                let (t2, p2) = (topic.clone(), p);
+                let handle = tokio::spawn(async move {
+                    match task.run().await {
+                        partition::Exit::Stopped => {}
+                        partition::Exit::Failed(reason) => {
+                            tracing::error!(mirror = %this.name, topic = %t2, partition = p2, %reason, "partition FAILED: the agent stopped mirroring it");
+                            *lock(&fa) = Some(Instant::now());
+                            if this.controller.state_of(&t2, p2) == Some(PartitionState::Mirroring)
+                            {
+                                this.controller.set_agent_failed(
+                                    &t2,
+                                    p2,
+                                    Some(format!("mirror agent: {reason}")),
+                                );
+                            }
+                        }
+                    }
+                    this.flush();
+                });
+                tasks.insert(
+                    key,
+                    TaskSlot {
+                        stats,
+                        stop,
+                        handle: Some(handle),
+                        failed_at,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Signal the tasks matching `which` to stop; returns their handles.
+    fn stop_tasks(&self, which: impl Fn(&(String, i32)) -> bool) -> Vec<JoinHandle<()>> {
+        let mut tasks = lock(&self.tasks);
+        let mut handles = Vec::new();
+        for (k, slot) in tasks.iter_mut() {
+            if which(k) {
+                let _ = slot.stop.send(true);
+                if let Some(h) = slot.handle.take() {
+                    handles.push(h);
+                }
+            }
+        }
+        handles
+    }
+
+    /// The failover hook: stop every task of this mirror, clear the FAILED marks the agent set,
+    /// wait (bounded) until the tasks finished their appends in flight, persist the offset map.
+    async fn stop_and_drain(&self) {
+        let handles = self.stop_tasks(|_| true);
+        {
+            let mut tasks = lock(&self.tasks);
+            for ((t, p), _) in tasks.drain() {
+                self.controller.set_agent_failed(&t, p, None);
+            }
+        }
+        let n = handles.len();
+        if tokio::time::timeout(STOP_WAIT, futures_join(handles))
+            .await
+            .is_err()
+        {
+            tracing::warn!(mirror = %self.name, "agent tasks still busy after {STOP_WAIT:?}; the failover goes on (fencing refuses their appends)");
+        }
+        self.flush();
+        tracing::info!(mirror = %self.name, tasks = n, "mirror agent stopped for the failover");
+    }
+
+    /// Persist the offset map if it changed.
+    fn flush(&self) {
+        if !self.offsets_dirty.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        let bytes = lock(&self.offsets).encode();
+        if let Err(e) = self
+            .store
+            .write(AGENT_AREA, &MirrorOffsets::file_name(&self.name), &bytes)
+        {
+            self.offsets_dirty.store(true, Ordering::SeqCst);
+            tracing::error!(mirror = %self.name, error = %e, "cannot persist the agent's offset map");
+        }
+    }
+
+    fn count_append(&self, bytes: usize) {
+        self.metrics.batches.with_label_values(&[&self.name]).inc();
+        self.metrics
+            .bytes
+            .with_label_values(&[&self.name])
+            .inc_by(bytes as u64);
+    }
+}
+
+async fn futures_join(handles: Vec<JoinHandle<()>>) {
+    for h in handles {
+        let _ = h.await;
+    }
+}
+
+/// Scrape-time collector of `mirrorgate_mirror_lag_records` and `mirrorgate_mirror_lag_seconds`.
+struct LagCollector {
+    agent: Weak<Agent>,
+    records: prometheus::IntGaugeVec,
+    seconds: prometheus::GaugeVec,
+}
+
+impl LagCollector {
+    fn new(agent: Weak<Agent>) -> Result<Self, prometheus::Error> {
+        let labels = &["mirror", "topic", "partition"];
+        Ok(LagCollector {
+            agent,
+            records: prometheus::IntGaugeVec::new(
+                Opts::new(
+                    "mirrorgate_mirror_lag_records",
+                    "Records the built-in agent is behind the source (high watermark - next offset).",
+                ),
+                labels,
+            )?,
+            seconds: prometheus::GaugeVec::new(
+                Opts::new(
+                    "mirrorgate_mirror_lag_seconds",
+                    "Seconds the built-in agent is behind the source (0 when caught up).",
+                ),
+                labels,
+            )?,
+        })
+    }
+}
+
+impl prometheus::core::Collector for LagCollector {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        let mut d = self.records.desc();
+        d.extend(self.seconds.desc());
+        d
+    }
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        self.records.reset();
+        self.seconds.reset();
+        if let Some(agent) = self.agent.upgrade() {
+            for m in &agent.mirrors {
+                let tasks = lock(&m.tasks);
+                for ((t, p), slot) in tasks.iter() {
+                    if slot.handle.as_ref().is_none_or(|h| h.is_finished()) {
+                        continue;
+                    }
+                    if let Some((r, s)) = slot.stats.lag() {
+                        let ps = p.to_string();
+                        self.records.with_label_values(&[&m.name, t, &ps]).set(r);
+                        self.seconds.with_label_values(&[&m.name, t, &ps]).set(s);
+                    }
+                }
+            }
+        }
+        let mut out = prometheus::core::Collector::collect(&self.records);
+        out.extend(prometheus::core::Collector::collect(&self.seconds));
+        out
+    }
+}

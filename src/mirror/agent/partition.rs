@@ -1,0 +1,623 @@
+//! One partition of a mirror: find the start position, fetch from the source leader, append
+//! each batch as-is through the gateway's mirror listener, keep the exact offset map.
+//!
+//! Rules:
+//! - Start: with an offset map entry, continue where it ends, after reconciling a destination
+//!   tail the map does not know yet (batches appended before a crash, matched to the source
+//!   batch by batch: same CRC-32C and offset delta — the CRC covers everything the agent copies);
+//!   without one, only into an empty destination partition (log end 0), from the source log
+//!   start. Anything else: FAILED with what to do.
+//! - Transactional and control batches, and batches with offset gaps (compaction), FAIL the
+//!   partition: nothing is appended for them.
+//! - Retries never duplicate: an idempotent batch (producer id ≥ 0) is resent as-is and the
+//!   broker deduplicates it; for a batch without a producer id, the destination log end is
+//!   compared with the offset map (and the batch found there is matched) before resending.
+//!
+//! Owns: the per-partition loop. Must not touch: the controller beyond reading states.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::watch;
+
+use crate::mirror::PartitionState;
+use crate::protocol::batch::{BatchHeader, BatchWalker};
+use crate::protocol::client::{KafkaClient, EARLIEST, LATEST};
+
+use super::offsets::PartitionMap;
+use super::{wire, MirrorAgent, PartStats};
+
+/// How a partition task ended.
+pub enum Exit {
+    /// Stopped (failover, pause, shutdown): nothing wrong.
+    Stopped,
+    /// The partition cannot be mirrored: the reason.
+    Failed(String),
+}
+
+enum Halt {
+    Stop,
+    Fail(String),
+    Retry(String),
+}
+
+type Step<T> = Result<T, Halt>;
+
+const MAX_FETCH_BYTES: i32 = 64 << 20;
+const FETCH_WAIT: Duration = Duration::from_millis(500);
+const PRODUCE_TIMEOUT: Duration = Duration::from_secs(45);
+
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis((100u64 << attempt.min(6)).min(5000))
+}
+
+/// Broker error codes after which the batch was certainly not appended (resend as-is).
+fn not_appended(code: i16) -> bool {
+    // UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER,
+    // NOT_ENOUGH_REPLICAS, KAFKA_STORAGE_ERROR, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH,
+    // CONCURRENT_TRANSACTIONS, THROTTLING_QUOTA_EXCEEDED.
+    matches!(code, 3 | 5 | 6 | 19 | 56 | 74 | 75 | 51 | 89)
+}
+
+/// Broker error codes after which the batch may or may not have been appended.
+fn unknown_outcome(code: i16) -> bool {
+    // REQUEST_TIMED_OUT, NETWORK_EXCEPTION, NOT_ENOUGH_REPLICAS_AFTER_APPEND.
+    matches!(code, 7 | 13 | 20)
+}
+
+pub struct Task {
+    m: Arc<MirrorAgent>,
+    topic: String,
+    partition: i32,
+    stats: Arc<PartStats>,
+    stop: watch::Receiver<bool>,
+    src: Option<KafkaClient>,
+    dst: Option<KafkaClient>,
+    next_src: i64,
+    next_dst: i64,
+    max_bytes: i32,
+}
+
+impl Task {
+    pub fn new(
+        m: Arc<MirrorAgent>,
+        topic: String,
+        partition: i32,
+        stats: Arc<PartStats>,
+        stop: watch::Receiver<bool>,
+    ) -> Self {
+        Task {
+            m,
+            topic,
+            partition,
+            stats,
+            stop,
+            src: None,
+            dst: None,
+            next_src: -1,
+            next_dst: -1,
+            max_bytes: 1 << 20,
+        }
+    }
+
+    pub async fn run(mut self) -> Exit {
+        match self.run_inner().await {
+            Ok(()) | Err(Halt::Stop) => Exit::Stopped,
+            Err(Halt::Fail(r)) => Exit::Failed(r),
+            Err(Halt::Retry(r)) => Exit::Failed(r),
+        }
+    }
+
+    fn stopped(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    async fn sleep(&mut self, d: Duration) -> Step<()> {
+        if self.stopped() {
+            return Err(Halt::Stop);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(d) => {}
+            _ = self.stop.changed() => {}
+        }
+        if self.stopped() {
+            return Err(Halt::Stop);
+        }
+        Ok(())
+    }
+
+    fn label(&self) -> String {
+        format!("{}-{}", self.topic, self.partition)
+    }
+
+    // ------------------------------------------------------------------ destination side
+
+    fn dest_leader(&self) -> Option<i32> {
+        self.m
+            .cluster
+            .topic(&self.topic)
+            .and_then(|t| t.leaders.get(self.partition as usize).copied())
+            .filter(|l| *l >= 0)
+    }
+
+    /// A direct connection to the destination leader (reads only).
+    async fn dest_reader(&self) -> Step<KafkaClient> {
+        let addr = self
+            .dest_leader()
+            .and_then(|l| self.m.cluster.broker_addr(l))
+            .ok_or_else(|| {
+                Halt::Retry(format!("no destination leader known for {}", self.label()))
+            })?;
+        KafkaClient::connect(&addr, self.m.dest_timeout)
+            .await
+            .map_err(|e| Halt::Retry(e.to_string()))
+    }
+
+    /// The gateway's mirror-listener port of the destination leader.
+    fn gateway_addr(&self) -> Step<String> {
+        let leader = self.dest_leader().ok_or_else(|| {
+            Halt::Retry(format!("no destination leader known for {}", self.label()))
+        })?;
+        let port = self.m.mirror_listener.port_for_node(leader).ok_or_else(|| {
+            Halt::Fail(format!(
+                "destination broker {leader} has no port on the mirror listener (node_id_base/max_brokers)"
+            ))
+        })?;
+        Ok(format!("{}:{port}", self.m.mirror_host))
+    }
+
+    async fn dest_end(&self) -> Step<i64> {
+        let mut c = self.dest_reader().await?;
+        c.list_offset(&self.topic, self.partition, LATEST)
+            .await
+            .map_err(|e| Halt::Retry(e.to_string()))
+    }
+
+    /// The first batch (header and CRC) of the destination at `offset`.
+    async fn dest_batch_at(&self, offset: i64) -> Step<Option<BatchHeader>> {
+        let mut c = self.dest_reader().await?;
+        let f = c
+            .fetch_partition(&self.topic, self.partition, offset, 1 << 20)
+            .await
+            .map_err(|e| Halt::Retry(e.to_string()))?;
+        for item in BatchWalker::fetched(&f.records) {
+            let (h, _) = item.map_err(|e| Halt::Fail(format!("corrupt destination batch: {e}")))?;
+            if h.last_offset() >= offset {
+                return Ok(Some(h));
+            }
+        }
+        Ok(None)
+    }
+
+    // ------------------------------------------------------------------ source side
+
+    async fn source_client(&mut self) -> Step<()> {
+        if self.src.is_some() {
+            return Ok(());
+        }
+        let addr = self
+            .m
+            .source_meta
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .and_then(|m| m.leader_addr(&self.topic, self.partition))
+            .ok_or_else(|| Halt::Retry("no source leader known".into()))?;
+        let timeout = Duration::from_millis(self.m.source.connect_timeout_ms).max(FETCH_WAIT * 4);
+        let connect = KafkaClient::connect(&addr, timeout);
+        let c = tokio::select! {
+            c = connect => c.map_err(|e| Halt::Retry(e.to_string()))?,
+            _ = self.stop.changed() => return Err(Halt::Stop),
+        };
+        self.src = Some(c);
+        Ok(())
+    }
+
+    async fn source_offset(&mut self, which: i64) -> Step<i64> {
+        self.source_client().await?;
+        let Some(c) = self.src.as_mut() else {
+            return Err(Halt::Retry("no source connection".into()));
+        };
+        let r = tokio::select! {
+            r = c.list_offset(&self.topic, self.partition, which) => r,
+            _ = self.stop.changed() => return Err(Halt::Stop),
+        };
+        r.map_err(|e| {
+            self.src = None;
+            self.m.refresh.notify_one();
+            Halt::Retry(format!("source ListOffsets: {e}"))
+        })
+    }
+
+    async fn source_fetch(
+        &mut self,
+        offset: i64,
+    ) -> Step<crate::protocol::client::FetchedPartition> {
+        self.source_client().await?;
+        let Some(c) = self.src.as_mut() else {
+            return Err(Halt::Retry("no source connection".into()));
+        };
+        let r = tokio::select! {
+            r = wire::fetch(c, &self.topic, self.partition, offset, self.max_bytes, FETCH_WAIT) => r,
+            _ = self.stop.changed() => return Err(Halt::Stop),
+        };
+        match r {
+            Ok(f) if f.error_code == 0 => Ok(f),
+            Ok(f) if f.error_code == 1 => {
+                // OFFSET_OUT_OF_RANGE.
+                let start = self.source_offset(EARLIEST).await?;
+                let end = self.source_offset(LATEST).await?;
+                if offset < start {
+                    Err(Halt::Fail(format!(
+                        "source records {offset}..{start} were deleted (retention) before they were mirrored; \
+                         the destination can no longer equal the source: recreate the destination topic to mirror from the source log start"
+                    )))
+                } else if offset > end {
+                    Err(Halt::Fail(format!(
+                        "the source log end {end} is below the next offset to mirror {offset}: the source lost records \
+                         (unclean leader election or a recreated topic); recreate the destination topic"
+                    )))
+                } else {
+                    Err(Halt::Retry(format!(
+                        "offset {offset} out of range on the source"
+                    )))
+                }
+            }
+            Ok(f) => {
+                self.src = None;
+                self.m.refresh.notify_one();
+                Err(Halt::Retry(format!(
+                    "source fetch error code {}",
+                    f.error_code
+                )))
+            }
+            Err(e) => {
+                self.src = None;
+                self.m.refresh.notify_one();
+                Err(Halt::Retry(format!("source fetch: {e}")))
+            }
+        }
+    }
+
+    /// The first source batch at `offset`, waiting for it.
+    async fn source_batch_at(&mut self, offset: i64) -> Step<Option<BatchHeader>> {
+        let f = self.source_fetch(offset).await?;
+        for item in BatchWalker::fetched(&f.records) {
+            let (h, _) = item.map_err(|e| Halt::Fail(format!("corrupt source batch: {e}")))?;
+            if h.last_offset() >= offset {
+                return Ok(Some(h));
+            }
+        }
+        Ok(None)
+    }
+
+    // ------------------------------------------------------------------ offset map
+
+    fn map(&self) -> Option<PartitionMap> {
+        self.m
+            .offsets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&self.topic, self.partition)
+            .cloned()
+    }
+
+    fn record(&mut self, src_base: i64, dst_base: i64, count: i64) {
+        self.m
+            .offsets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(&self.topic, self.partition)
+            .record(src_base, dst_base, count);
+        self.m.offsets_dirty.store(true, Ordering::SeqCst);
+        self.next_src = src_base + count;
+        self.next_dst = dst_base + count;
+        self.stats
+            .next_source
+            .store(self.next_src, Ordering::Relaxed);
+    }
+
+    /// Start position (module doc).
+    async fn start_position(&mut self) -> Step<()> {
+        if let Some(e) = &self.m.offsets_error {
+            return Err(Halt::Fail(format!(
+                "the agent's offset map cannot be read ({e}); repair or remove state_dir/agent/{}.json",
+                self.m.name
+            )));
+        }
+        let end = self.dest_end().await?;
+        match self.map().and_then(|m| m.next()) {
+            Some((s, d)) => {
+                self.next_src = s;
+                self.next_dst = d;
+                if end < d {
+                    return Err(Halt::Fail(format!(
+                        "the destination log end {end} is below the {d} the offset map recorded: the destination lost mirrored \
+                         records (truncated or recreated); delete and recreate the destination topic and the agent's map entry"
+                    )));
+                }
+                while self.next_dst < end {
+                    self.reconcile_one(end).await?;
+                }
+            }
+            None => {
+                if end != 0 {
+                    return Err(Halt::Fail(format!(
+                        "the destination partition is not empty (log end {end}) and the agent has no offset map for it: \
+                         the agent mirrors only into an empty partition; delete and recreate the destination topic \
+                         (or restore state_dir/agent/{}.json)",
+                        self.m.name
+                    )));
+                }
+                let start = self.source_offset(EARLIEST).await?;
+                self.m
+                    .offsets
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .partitions
+                    .entry(self.topic.clone())
+                    .or_default()
+                    .insert(self.partition, PartitionMap::starting_at(start, 0));
+                self.m.offsets_dirty.store(true, Ordering::SeqCst);
+                self.next_src = start;
+                self.next_dst = 0;
+            }
+        }
+        self.stats
+            .next_source
+            .store(self.next_src, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Match the destination batch at `next_dst` (below `end`) with the source batch at
+    /// `next_src` and record it, or fail: the destination holds what the agent did not write.
+    async fn reconcile_one(&mut self, end: i64) -> Step<()> {
+        let d = self
+            .dest_batch_at(self.next_dst)
+            .await?
+            .ok_or_else(|| Halt::Retry(format!("no destination batch at {} yet", self.next_dst)))?;
+        let s = self.source_batch_at(self.next_src).await?;
+        match s {
+            Some(s)
+                if s.crc == d.crc
+                    && s.last_offset_delta == d.last_offset_delta
+                    && s.base_offset == self.next_src
+                    && d.base_offset == self.next_dst =>
+            {
+                tracing::info!(
+                    topic = %self.topic, partition = self.partition, source = s.base_offset,
+                    destination = d.base_offset, "recovered a mirrored batch missing from the offset map"
+                );
+                self.record(
+                    s.base_offset,
+                    d.base_offset,
+                    i64::from(s.last_offset_delta) + 1,
+                );
+                Ok(())
+            }
+            _ => Err(Halt::Fail(format!(
+                "the destination has records {}..{end} that do not match the source from offset {} \
+                 (not written by this agent); delete and recreate the destination topic",
+                self.next_dst, self.next_src
+            ))),
+        }
+    }
+
+    // ------------------------------------------------------------------ append
+
+    /// Append one batch as-is; returns the destination base offset.
+    async fn append(&mut self, h: &BatchHeader, batch: Bytes) -> Step<i64> {
+        let mut attempt = 0u32;
+        loop {
+            if attempt > 0 {
+                self.sleep(backoff(attempt)).await?;
+            }
+            attempt += 1;
+            if self.dst.is_none() {
+                let addr = match self.gateway_addr() {
+                    Ok(a) => a,
+                    Err(Halt::Retry(e)) => {
+                        tracing::debug!(topic = %self.topic, partition = self.partition, error = %e, "append waits");
+                        let _ = self.m.cluster.refresh().await;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                match KafkaClient::connect(&addr, PRODUCE_TIMEOUT).await {
+                    Ok(c) => self.dst = Some(c),
+                    Err(e) => {
+                        tracing::warn!(topic = %self.topic, partition = self.partition, error = %e, "cannot reach the gateway's mirror listener");
+                        continue;
+                    }
+                }
+            }
+            let Some(c) = self.dst.as_mut() else { continue };
+            let unknown = match wire::produce_one(c, &self.topic, self.partition, batch.clone()).await
+            {
+                Ok((0, base, _)) => return Ok(base),
+                Ok((44, _, msg)) => {
+                    // Refused by the gateway: fenced (failover), paused, or read-only.
+                    if self.m.controller.state_of(&self.topic, self.partition)
+                        != Some(PartitionState::Mirroring)
+                    {
+                        return Err(Halt::Stop);
+                    }
+                    tracing::warn!(topic = %self.topic, partition = self.partition, message = ?msg, "append refused by the gateway; retrying");
+                    false
+                }
+                Ok((code, _, _)) if not_appended(code) => {
+                    self.dst = None;
+                    let _ = self.m.cluster.refresh().await;
+                    false
+                }
+                Ok((code, _, _)) if unknown_outcome(code) => {
+                    self.dst = None;
+                    true
+                }
+                Ok((code, _, msg)) => {
+                    return Err(Halt::Fail(format!(
+                        "the destination refused the batch at source offset {} (producer id {}, epoch {}, sequence {}) \
+                         with error code {code}{}",
+                        h.base_offset,
+                        h.producer_id,
+                        h.producer_epoch,
+                        h.base_sequence,
+                        msg.map(|m| format!(": {m}")).unwrap_or_default()
+                    )))
+                }
+                Err(e) => {
+                    tracing::warn!(topic = %self.topic, partition = self.partition, error = %e, "append outcome unknown");
+                    self.dst = None;
+                    true
+                }
+            };
+            if unknown && h.producer_id < 0 {
+                // No producer id: the broker cannot deduplicate; look before resending.
+                if let Some(base) = self.appended_already(h).await? {
+                    return Ok(base);
+                }
+            }
+        }
+    }
+
+    /// After an unknown outcome: whether the batch is already in the destination (its base
+    /// offset), by comparing the destination log end with the offset map.
+    async fn appended_already(&mut self, h: &BatchHeader) -> Step<Option<i64>> {
+        let mut attempt = 0;
+        let end = loop {
+            match self.dest_end().await {
+                Ok(e) => break e,
+                Err(Halt::Retry(e)) => {
+                    attempt += 1;
+                    tracing::warn!(topic = %self.topic, partition = self.partition, error = %e, "cannot read the destination log end");
+                    self.sleep(backoff(attempt)).await?;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        if end == self.next_dst {
+            return Ok(None);
+        }
+        if end < self.next_dst {
+            return Err(Halt::Fail(format!(
+                "the destination log end {end} is below the {} the offset map recorded",
+                self.next_dst
+            )));
+        }
+        match self.dest_batch_at(self.next_dst).await? {
+            Some(d)
+                if d.crc == h.crc
+                    && d.last_offset_delta == h.last_offset_delta
+                    && d.base_offset == self.next_dst =>
+            {
+                Ok(Some(d.base_offset))
+            }
+            _ => Err(Halt::Fail(format!(
+                "after an unanswered append the destination log end moved to {end} with records the agent did not write (expected {})",
+                self.next_dst
+            ))),
+        }
+    }
+
+    // ------------------------------------------------------------------ main loop
+
+    async fn run_inner(&mut self) -> Step<()> {
+        let mut attempt = 0u32;
+        loop {
+            match self.start_position().await {
+                Ok(()) => break,
+                Err(Halt::Retry(e)) => {
+                    attempt += 1;
+                    tracing::debug!(topic = %self.topic, partition = self.partition, error = %e, "start position not known yet");
+                    self.sleep(backoff(attempt)).await?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        self.m
+            .controller
+            .set_agent_failed(&self.topic, self.partition, None);
+        tracing::info!(mirror = %self.m.name, topic = %self.topic, partition = self.partition,
+            source_offset = self.next_src, destination_offset = self.next_dst, "mirroring partition");
+        let mut attempt = 0u32;
+        loop {
+            if self.stopped() {
+                return Err(Halt::Stop);
+            }
+            let f = match self.source_fetch(self.next_src).await {
+                Ok(f) => {
+                    attempt = 0;
+                    f
+                }
+                Err(Halt::Retry(e)) => {
+                    attempt += 1;
+                    if attempt == 1 || attempt % 20 == 0 {
+                        tracing::warn!(mirror = %self.m.name, topic = %self.topic, partition = self.partition, error = %e, "source fetch failed; retrying");
+                    }
+                    self.sleep(backoff(attempt)).await?;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            self.stats
+                .high_watermark
+                .store(f.high_watermark, Ordering::Relaxed);
+            let mut complete = 0;
+            for item in BatchWalker::fetched(&f.records) {
+                let (h, b) = item.map_err(|e| {
+                    Halt::Fail(format!(
+                        "corrupt batch from the source near offset {}: {e}",
+                        self.next_src
+                    ))
+                })?;
+                complete += 1;
+                if h.last_offset() < self.next_src {
+                    continue;
+                }
+                if h.base_offset < self.next_src {
+                    return Err(Halt::Fail(format!(
+                        "the source batch {}..{} starts before the next offset to mirror {}",
+                        h.base_offset,
+                        h.last_offset(),
+                        self.next_src
+                    )));
+                }
+                if h.is_transactional() || h.is_control() {
+                    return Err(Halt::Fail(format!(
+                        "the source batch at offset {} is {}: transactional/control batches are not mirrored in this version",
+                        h.base_offset,
+                        if h.is_control() { "a control batch" } else { "transactional" }
+                    )));
+                }
+                if h.record_count != h.last_offset_delta + 1 {
+                    return Err(Halt::Fail(format!(
+                        "the source batch at offset {} has offset gaps ({} records over {} offsets, compacted): not mirrored in this version",
+                        h.base_offset,
+                        h.record_count,
+                        h.last_offset_delta + 1
+                    )));
+                }
+                if self.stats.last_ts.load(Ordering::Relaxed) < 0 {
+                    self.stats
+                        .pending_ts
+                        .store(h.max_timestamp, Ordering::Relaxed);
+                }
+                let bytes = f.records.slice_ref(b);
+                let len = bytes.len();
+                let base = self.append(&h, bytes).await?;
+                self.record(h.base_offset, base, i64::from(h.last_offset_delta) + 1);
+                self.stats.last_ts.store(h.max_timestamp, Ordering::Relaxed);
+                self.m.count_append(len);
+                if self.stopped() {
+                    return Err(Halt::Stop);
+                }
+            }
+            if complete == 0 && !f.records.is_empty() {
+                // One batch larger than the fetch size.
+                self.max_bytes = (self.max_bytes * 2).min(MAX_FETCH_BYTES);
+            }
+        }
+    }
+}

@@ -1,0 +1,282 @@
+//! The agent's requests to the source and destination clusters: metadata with replication
+//! factors, topic configs, topic and partition creation, a long-poll fetch, and a one-batch
+//! produce.
+//!
+//! Owns: request shapes and versions. Must not touch: agent state, the controller.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    CreatePartitionsRequest, CreateTopicsRequest, DescribeConfigsRequest, FetchRequest,
+    MetadataRequest, ProduceRequest,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::protocol::client::{ClientError, FetchedPartition, KafkaClient};
+
+/// Topic configs copied from the source when the agent creates a destination topic.
+pub const COPIED_CONFIGS: [&str; 4] = [
+    "cleanup.policy",
+    "retention.ms",
+    "max.message.bytes",
+    "message.timestamp.type",
+];
+
+/// A topic in a cluster's metadata.
+#[derive(Debug, Clone, Default)]
+pub struct TopicMeta {
+    /// Leader node id per partition (-1: none).
+    pub leaders: Vec<i32>,
+    /// Replicas of partition 0 (the replication factor).
+    pub replication_factor: i16,
+    pub internal: bool,
+}
+
+/// Brokers and topics of a cluster.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterMeta {
+    pub brokers: HashMap<i32, String>,
+    pub topics: HashMap<String, TopicMeta>,
+}
+
+impl ClusterMeta {
+    /// Address of the leader of a partition.
+    pub fn leader_addr(&self, topic: &str, partition: i32) -> Option<String> {
+        let l = *self.topics.get(topic)?.leaders.get(partition as usize)?;
+        self.brokers.get(&l).cloned()
+    }
+}
+
+/// Metadata of every topic from the first reachable address.
+pub async fn metadata(addrs: &[String], timeout: Duration) -> Result<ClusterMeta, ClientError> {
+    let mut last = None;
+    for addr in addrs {
+        let r = async {
+            let mut c = KafkaClient::connect(addr, timeout).await?;
+            let req = MetadataRequest::default()
+                .with_topics(None)
+                .with_allow_auto_topic_creation(false);
+            c.send(&req, 9).await
+        }
+        .await;
+        match r {
+            Ok(resp) => {
+                let mut m = ClusterMeta::default();
+                for b in &resp.brokers {
+                    m.brokers
+                        .insert(b.node_id.0, format!("{}:{}", b.host.as_str(), b.port));
+                }
+                for t in resp.topics.iter().filter(|t| t.error_code == 0) {
+                    let Some(name) = t.name.as_ref() else {
+                        continue;
+                    };
+                    let n = t
+                        .partitions
+                        .iter()
+                        .map(|p| p.partition_index + 1)
+                        .max()
+                        .unwrap_or(0);
+                    let mut leaders = vec![-1; n.max(0) as usize];
+                    let mut rf = 0i16;
+                    for p in &t.partitions {
+                        if let Some(s) = leaders.get_mut(p.partition_index as usize) {
+                            *s = p.leader_id.0;
+                        }
+                        if p.partition_index == 0 {
+                            rf = p.replica_nodes.len() as i16;
+                        }
+                    }
+                    m.topics.insert(
+                        name.0.to_string(),
+                        TopicMeta {
+                            leaders,
+                            replication_factor: rf.max(1),
+                            internal: t.is_internal,
+                        },
+                    );
+                }
+                return Ok(m);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or(ClientError::Closed {
+        addr: "no bootstrap address".into(),
+    }))
+}
+
+/// The values of [`COPIED_CONFIGS`] of a topic (best effort: empty on any error).
+pub async fn topic_configs(c: &mut KafkaClient, topic: &str) -> Vec<(String, String)> {
+    let req =
+        DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_string(topic.to_string()))
+            .with_configuration_keys(Some(
+                COPIED_CONFIGS
+                    .iter()
+                    .map(|k| StrBytes::from_static_str(k))
+                    .collect(),
+            ))]);
+    let Ok(resp) = c.send(&req, 4).await else {
+        return Vec::new();
+    };
+    resp.results
+        .iter()
+        .filter(|r| r.error_code == 0)
+        .flat_map(|r| r.configs.iter())
+        .filter(|c| !c.is_sensitive)
+        .filter_map(|c| Some((c.name.to_string(), c.value.as_ref()?.to_string())))
+        .collect()
+}
+
+/// Create a topic; `Ok(())` also when it already exists.
+pub async fn create_topic(
+    c: &mut KafkaClient,
+    topic: &str,
+    partitions: i32,
+    replication_factor: i16,
+    configs: &[(String, String)],
+) -> Result<(), String> {
+    let req = CreateTopicsRequest::default()
+        .with_timeout_ms(30_000)
+        .with_topics(vec![CreatableTopic::default()
+            .with_name(StrBytes::from_string(topic.to_string()).into())
+            .with_num_partitions(partitions)
+            .with_replication_factor(replication_factor)
+            .with_configs(
+                configs
+                    .iter()
+                    .map(|(k, v)| {
+                        CreatableTopicConfig::default()
+                            .with_name(StrBytes::from_string(k.clone()))
+                            .with_value(Some(StrBytes::from_string(v.clone())))
+                    })
+                    .collect(),
+            )]);
+    let resp = c.send(&req, 5).await.map_err(|e| e.to_string())?;
+    for t in &resp.topics {
+        // 36: TOPIC_ALREADY_EXISTS.
+        if t.error_code != 0 && t.error_code != 36 {
+            return Err(format!(
+                "CreateTopics {topic}: error code {}{}",
+                t.error_code,
+                t.error_message
+                    .as_ref()
+                    .map(|m| format!(" ({})", m.as_str()))
+                    .unwrap_or_default()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Grow a topic to `count` partitions.
+pub async fn create_partitions(c: &mut KafkaClient, topic: &str, count: i32) -> Result<(), String> {
+    let req = CreatePartitionsRequest::default()
+        .with_timeout_ms(30_000)
+        .with_topics(vec![CreatePartitionsTopic::default()
+            .with_name(StrBytes::from_string(topic.to_string()).into())
+            .with_count(count)
+            .with_assignments(None)]);
+    let resp = c.send(&req, 3).await.map_err(|e| e.to_string())?;
+    for r in &resp.results {
+        // 37: INVALID_PARTITIONS (already that many).
+        if r.error_code != 0 && r.error_code != 37 {
+            return Err(format!(
+                "CreatePartitions {topic}: error code {}",
+                r.error_code
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Fetch one partition (READ_UNCOMMITTED) from `offset`, waiting up to `max_wait` for data.
+/// Partition-level errors come back in `error_code`.
+pub async fn fetch(
+    c: &mut KafkaClient,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    max_bytes: i32,
+    max_wait: Duration,
+) -> Result<FetchedPartition, ClientError> {
+    let req = FetchRequest::default()
+        .with_replica_id((-1).into())
+        .with_max_wait_ms(max_wait.as_millis() as i32)
+        .with_min_bytes(1)
+        .with_max_bytes(max_bytes)
+        .with_isolation_level(0)
+        .with_session_id(0)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(StrBytes::from_string(topic.to_string()).into())
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(partition)
+                .with_current_leader_epoch(-1)
+                .with_fetch_offset(offset)
+                .with_last_fetched_epoch(-1)
+                .with_log_start_offset(-1)
+                .with_partition_max_bytes(max_bytes)])]);
+    let resp = c.send(&req, 12).await?;
+    let p = resp
+        .responses
+        .into_iter()
+        .filter(|t| t.topic.0.as_str() == topic)
+        .flat_map(|t| t.partitions.into_iter())
+        .find(|p| p.partition_index == partition);
+    Ok(match p {
+        Some(p) => FetchedPartition {
+            error_code: p.error_code,
+            high_watermark: p.high_watermark,
+            log_start_offset: p.log_start_offset,
+            records: p.records.unwrap_or_default(),
+        },
+        // UNKNOWN_TOPIC_OR_PARTITION.
+        None => FetchedPartition {
+            error_code: 3,
+            high_watermark: -1,
+            log_start_offset: -1,
+            records: Bytes::new(),
+        },
+    })
+}
+
+/// Produce one batch as-is with acks=all; returns (error code, base offset, error message).
+pub async fn produce_one(
+    c: &mut KafkaClient,
+    topic: &str,
+    partition: i32,
+    batch: Bytes,
+) -> Result<(i16, i64, Option<String>), ClientError> {
+    let req = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(StrBytes::from_string(topic.to_string()).into())
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(batch))])]);
+    let resp = c.send(&req, 9).await?;
+    let p = resp
+        .responses
+        .iter()
+        .filter(|t| t.name.0.as_str() == topic)
+        .flat_map(|t| t.partition_responses.iter())
+        .find(|p| p.index == partition);
+    Ok(match p {
+        Some(p) => (
+            p.error_code,
+            p.base_offset,
+            p.error_message.as_ref().map(|m| m.to_string()),
+        ),
+        None => (3, -1, Some("no answer for the partition".into())),
+    })
+}
