@@ -152,6 +152,19 @@ pub fn wait_stopped(admin: &str, name: &str) -> serde_json::Value {
     }
 }
 
+/// The next 30 producer ids of each destination broker's id block (each broker allocates from a
+/// block of its own, and a transaction coordinator uses its broker's block).
+fn next_producer_ids(gw: &TestGateway) -> Vec<i64> {
+    let mut ids = Vec::new();
+    for node in [1, 2] {
+        let next = next_producer_id(&format!("127.0.0.1:{}", gw.port_for(node)));
+        ids.extend(next..next + 30);
+    }
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
 /// The producer id the destination hands out next (an InitProducerId through the gateway).
 fn next_producer_id(addr: &str) -> i64 {
     use kafka_protocol::messages::InitProducerIdRequest;
@@ -393,7 +406,6 @@ fn after_failover_new_idempotent_producers_lose_nothing_to_colliding_producer_id
     wait_mirroring(&gw.admin(), "collide", 2);
     // Mirror the producer ids the destination will hand out next, as a mirrored cluster would
     // (single-record batches, sequences 0.., epoch 0): exactly the hazard's shape.
-    let next = next_producer_id(&gw.bootstrap());
     let mut conns = [
         RawConn::connect(&gw.mirror_bootstrap()),
         RawConn::connect(&format!(
@@ -404,7 +416,7 @@ fn after_failover_new_idempotent_producers_lose_nothing_to_colliding_producer_id
                 .expect("port")
         )),
     ];
-    for pid in next..next + 60 {
+    for pid in next_producer_ids(&gw) {
         for (partition, conn) in conns.iter_mut().enumerate() {
             for seq in 0..3 {
                 let (code, _) = conn.produce(
@@ -414,7 +426,7 @@ fn after_failover_new_idempotent_producers_lose_nothing_to_colliding_producer_id
                 );
                 assert_eq!(
                     code, 0,
-                    "mirror produce pid {pid} partition {partition} seq {seq} (next {next})"
+                    "mirror produce pid {pid} partition {partition} seq {seq}"
                 );
             }
         }
@@ -831,4 +843,131 @@ fn disruptive_local_produce_is_refused_in_every_state_but_stopped() {
         body.contains(r#"mirrorgate_produce_rejected_total{reason="read_only"}"#),
         "{body}"
     );
+}
+
+/// One librdkafka producer: a send to a read-only topic fails fast, and a send to another topic
+/// right after succeeds. Returns the refusal's error text.
+pub fn same_producer_refused_then_other(bootstrap: &str, refused: &str, other: &str) -> String {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        let p: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("enable.idempotence", "true")
+            .set("message.timeout.ms", "20000")
+            .create()
+            .expect("producer");
+        let started = Instant::now();
+        let err = match p
+            .send(
+                FutureRecord::to(refused).key("k").payload("v").partition(0),
+                Duration::from_secs(20),
+            )
+            .await
+        {
+            Ok(d) => panic!("produce to {refused} accepted: {d:?}"),
+            Err((e, _)) => e.to_string(),
+        };
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the refusal did not fail fast"
+        );
+        for i in 0..5 {
+            let key = format!("after-{i}");
+            p.send(
+                FutureRecord::to(other).key(&key).payload("v"),
+                Duration::from_secs(20),
+            )
+            .await
+            .unwrap_or_else(|(e, _)| {
+                panic!("the same producer failed on {other} after the refusal: {e}")
+            });
+        }
+        err
+    })
+}
+
+#[test]
+fn a_refused_send_leaves_the_same_producer_working_for_other_topics() {
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("ro-same");
+    let other = harness::unique_topic("rw-same");
+    harness::create_topic(&destination, &topic, 1, Some(&[1]));
+    harness::create_topic(&destination, &other, 1, Some(&[1]));
+    let gw = TestGateway::start(mirror_config("same", &[&topic]));
+    wait_mirroring(&gw.admin(), "same", 1);
+    let err = same_producer_refused_then_other(&gw.bootstrap(), &topic, &other);
+    assert!(err.contains("PolicyViolation"), "{err}");
+}
+
+#[test]
+fn after_failover_a_transactional_producer_is_bumped_above_the_mirrored_epoch() {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("txn");
+    harness::create_topic(&destination, &topic, 1, Some(&[1]));
+    let gw = TestGateway::start(mirror_config("txn", &[&topic]));
+    wait_mirroring(&gw.admin(), "txn", 1);
+    // Mirrored batches of the next producer ids, at epoch 3.
+    // Mirrored batches of the next producer ids of both brokers' id blocks, at epoch 3.
+    let mut mirror = RawConn::connect(&gw.mirror_bootstrap());
+    for pid in next_producer_ids(&gw) {
+        assert_eq!(
+            mirror
+                .produce(&topic, 0, batch(pid, 3, 0, 1, &format!("m{pid}")))
+                .0,
+            0
+        );
+    }
+    failover(&gw.admin(), "txn");
+    wait_stopped(&gw.admin(), "txn");
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", gw.bootstrap())
+        .set("transactional.id", format!("{topic}-tx"))
+        .set("message.timeout.ms", "30000")
+        .create()
+        .expect("transactional producer");
+    producer
+        .init_transactions(Duration::from_secs(30))
+        .expect("init transactions");
+    producer.begin_transaction().expect("begin");
+    for i in 0..20 {
+        let key = format!("tx-{i}");
+        producer
+            .send(BaseRecord::to(&topic).key(&key).payload("v"))
+            .map_err(|(e, _)| e)
+            .expect("send");
+    }
+    producer
+        .commit_transaction(Duration::from_secs(30))
+        .expect("commit");
+    assert!(
+        gw.metric("mirrorgate_pid_screened_total") >= 1.0,
+        "the transactional producer id was not screened"
+    );
+    let consumed = harness::consume_group(
+        &gw.bootstrap(),
+        &topic,
+        &format!("{topic}-c"),
+        80,
+        Duration::from_secs(15),
+        &[("isolation.level", "read_committed")],
+    );
+    let keys: Vec<String> = consumed
+        .values()
+        .flatten()
+        .filter_map(|r| r.key.clone())
+        .collect();
+    for i in 0..20 {
+        assert_eq!(
+            keys.iter().filter(|k| **k == format!("tx-{i}")).count(),
+            1,
+            "tx-{i} exactly once: {keys:?}"
+        );
+    }
 }
