@@ -644,21 +644,13 @@ fn admin_api_refuses_bad_failover_calls_with_clear_4xx() {
     let gw = TestGateway::start(cfg);
     let admin = gw.admin();
     wait_mirroring(&admin, "adm", 1);
-    let (s, b) = admin_call(&admin, Method::POST, "/v1/mirrors/adm/failover", None);
+    let call =
+        |method: Method, path: &str, token: Option<&str>| admin_call(&admin, method, path, token);
+    let (s, b) = call(Method::POST, "/v1/mirrors/adm/failover", None);
     assert_eq!(s, 401, "{b}");
-    let (s, b) = admin_call(
-        &admin,
-        Method::POST,
-        "/v1/mirrors/adm/failover",
-        Some("wrong"),
-    );
+    let (s, b) = call(Method::POST, "/v1/mirrors/adm/failover", Some("wrong"));
     assert_eq!(s, 403, "{b}");
-    let (s, b) = admin_call(
-        &admin,
-        Method::POST,
-        "/v1/mirrors/nope/failover",
-        Some("s3cret"),
-    );
+    let (s, b) = call(Method::POST, "/v1/mirrors/nope/failover", Some("s3cret"));
     assert_eq!(s, 404, "{b}");
     assert!(b.contains("nope"));
     let (s, b) = admin_call_body(
@@ -670,34 +662,14 @@ fn admin_api_refuses_bad_failover_calls_with_clear_4xx() {
     );
     assert_eq!(s, 400, "{b}");
     assert!(b.contains("malformed JSON"), "{b}");
-    let (s, b) = admin_call(
-        &admin,
-        Method::GET,
-        "/v1/mirrors/adm/failover",
-        Some("s3cret"),
-    );
+    let (s, b) = call(Method::GET, "/v1/mirrors/adm/failover", Some("s3cret"));
     assert_eq!(s, 405, "{b}");
-    let (s, b) = admin_call(
-        &admin,
-        Method::POST,
-        "/v1/mirrors/adm/failover",
-        Some("s3cret"),
-    );
+    let (s, b) = call(Method::POST, "/v1/mirrors/adm/failover", Some("s3cret"));
     assert_eq!(s, 202, "{b}");
-    let (s2, b2) = admin_call(
-        &admin,
-        Method::POST,
-        "/v1/mirrors/adm/failover",
-        Some("s3cret"),
-    );
+    let (s2, b2) = call(Method::POST, "/v1/mirrors/adm/failover", Some("s3cret"));
     assert!(s2 == 202 || s2 == 409, "repeating is harmless: {s2} {b2}");
     wait_stopped(&admin, "adm");
-    let (s, b) = admin_call(
-        &admin,
-        Method::POST,
-        "/v1/mirrors/adm/failover",
-        Some("s3cret"),
-    );
+    let (s, b) = call(Method::POST, "/v1/mirrors/adm/failover", Some("s3cret"));
     assert_eq!(s, 409, "{b}");
     assert!(b.contains("already stopped"), "{b}");
     let log = read_log(&destination, &topic, 0);

@@ -127,6 +127,11 @@ impl TestGateway {
             .expect("node in range")
     }
 
+    /// Mirror-listener port that serves destination broker `node`.
+    pub fn mirror_port_for(&self, node: i32) -> u16 {
+        self.config.listeners.mirror.as_ref().and_then(|m| m.port_for_node(node)).expect("node in range")
+    }
+
     /// Admin address.
     pub fn admin(&self) -> String {
         self.gateway.admin_addr().to_string()

@@ -22,7 +22,7 @@ use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 
-use crate::gw::{test_config, TestGateway};
+use crate::gw::TestGateway;
 use crate::harness;
 
 /// A single v2 record batch of `n` records for producer `pid`/`epoch` starting at `base_seq`,
@@ -217,15 +217,7 @@ pub fn gateway_producers(admin: &str, topic: &str, partition: i32) -> Vec<Produc
 
 /// A gateway whose single mirror tracks `topic`, in front of the rig's destination.
 pub fn gateway_tracking(topic: &str) -> TestGateway {
-    let destination = harness::cluster("destination");
-    let mut cfg = test_config(&destination);
-    cfg.mirrors = vec![mirrorgate::config::MirrorConfig {
-        name: "diff".into(),
-        topics: vec![topic.to_string()],
-        source: None,
-    }];
-    cfg.psm.snapshot_interval_ms = 200;
-    let gw = TestGateway::start(cfg);
+    let gw = TestGateway::start(crate::failover::mirror_config("diff", &[topic]));
     wait_tracked_ready(&gw, topic);
     gw
 }
@@ -289,7 +281,7 @@ fn psm_classification_matches_the_broker_for_every_crafted_batch() {
     let topic = harness::unique_topic("psm-diff");
     harness::create_topic(&destination, &topic, 1, Some(&[1]));
     let gw = gateway_tracking(&topic);
-    let mut conn = RawConn::connect(&format!("127.0.0.1:{}", gw.port_for(1)));
+    let mut conn = RawConn::connect(&format!("127.0.0.1:{}", gw.mirror_port_for(1)));
     let base = 7_000_000 + (std::process::id() as i64 % 1000) * 100;
     let (a, b, c, d) = (base + 1, base + 2, base + 3, base + 4);
     let steps = [
@@ -529,7 +521,7 @@ fn psm_follows_real_idempotent_producers_and_agrees_with_describe_producers() {
     harness::create_topic(&destination, &topic, 2, Some(&[1, 2]));
     let gw = gateway_tracking(&topic);
     for _ in 0..3 {
-        harness::produce_keyed(&gw.bootstrap(), &topic, 2_000, &[]);
+        harness::produce_keyed(&gw.mirror_bootstrap(), &topic, 2_000, &[]);
     }
     assert_eq!(
         gw.metric(r#"mirrorgate_psm_batches_total{result="diverged"}"#),
@@ -562,13 +554,7 @@ fn disruptive_psm_rebuilt_after_kill_9_equals_the_one_before() {
     let destination = harness::cluster("destination");
     let topic = harness::unique_topic("psm-restart");
     harness::create_topic(&destination, &topic, 2, Some(&[1, 2]));
-    let mut cfg = test_config(&destination);
-    cfg.mirrors = vec![mirrorgate::config::MirrorConfig {
-        name: "restart".into(),
-        topics: vec![topic.clone()],
-        source: None,
-    }];
-    cfg.psm.snapshot_interval_ms = 200;
+    let cfg = crate::failover::mirror_config("restart", &[&topic]);
     let mut gw = crate::gw::ProcessGateway::start(cfg, &[]);
     // Traffic through the mirror listener, in two rounds: the second lands after a snapshot, so
     // the rebuild needs snapshot + log tail.

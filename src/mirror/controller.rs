@@ -681,16 +681,7 @@ impl MirrorController {
     pub fn failover(self: &Arc<Self>, name: &str) -> Result<FailoverStarted, FailoverError> {
         self.sync_partitions();
         let mut slots = lock(&self.slots);
-        let slot = slots
-            .iter_mut()
-            .find(|s| s.record.name == name)
-            .ok_or_else(|| FailoverError::UnknownMirror(name.to_string()))?;
-        if let Some(reason) = &slot.unreadable {
-            return Err(FailoverError::StateUnreadable {
-                name: name.to_string(),
-                reason: reason.clone(),
-            });
-        }
+        let slot = usable_slot(&mut slots, name)?;
         if let Some(fid) = slot.record.failover_id.clone() {
             if slot.record.all_stopped() && !slot.record.partitions.is_empty() {
                 return Err(FailoverError::AlreadyStopped {
@@ -750,16 +741,7 @@ impl MirrorController {
     /// can make the move. Returns how many partitions moved.
     pub fn set_paused(&self, name: &str, paused: bool) -> Result<usize, FailoverError> {
         let mut slots = lock(&self.slots);
-        let slot = slots
-            .iter_mut()
-            .find(|s| s.record.name == name)
-            .ok_or_else(|| FailoverError::UnknownMirror(name.to_string()))?;
-        if let Some(reason) = &slot.unreadable {
-            return Err(FailoverError::StateUnreadable {
-                name: name.to_string(),
-                reason: reason.clone(),
-            });
-        }
+        let slot = usable_slot(&mut slots, name)?;
         let now = now_ms();
         let before = slot.record.clone();
         let mut moved = 0;
@@ -1269,6 +1251,24 @@ impl MirrorController {
             Err((failed, reason))
         }
     }
+}
+
+/// The slot of mirror `name`, when it exists and its state is readable.
+fn usable_slot<'a>(
+    slots: &'a mut [MirrorSlot],
+    name: &str,
+) -> Result<&'a mut MirrorSlot, FailoverError> {
+    let slot = slots
+        .iter_mut()
+        .find(|s| s.record.name == name)
+        .ok_or_else(|| FailoverError::UnknownMirror(name.to_string()))?;
+    if let Some(reason) = &slot.unreadable {
+        return Err(FailoverError::StateUnreadable {
+            name: name.to_string(),
+            reason: reason.clone(),
+        });
+    }
+    Ok(slot)
 }
 
 /// Scrape-time collector of `mirrorgate_mirror_partitions{mirror,state}`.

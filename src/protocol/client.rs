@@ -204,6 +204,33 @@ pub const EARLIEST: i64 = -2;
 pub const LATEST: i64 = -1;
 
 impl KafkaClient {
+    /// The entry for `topic`-`partition` of a response, or why there is none usable.
+    fn partition_result<T>(
+        &self,
+        api: ApiKey,
+        topic: &str,
+        partition: i32,
+        found: Option<T>,
+        error_code: impl Fn(&T) -> i16,
+    ) -> Result<T, PartitionRequestError> {
+        let p = found.ok_or_else(|| PartitionRequestError::Missing {
+            api,
+            addr: self.addr.clone(),
+            topic: topic.to_string(),
+            partition,
+        })?;
+        match error_code(&p) {
+            0 => Ok(p),
+            code => Err(PartitionError {
+                api,
+                topic: topic.to_string(),
+                partition,
+                error_code: code,
+            }
+            .into()),
+        }
+    }
+
     /// The offset for `timestamp` ([`EARLIEST`], [`LATEST`] or a time) of one partition.
     pub async fn list_offset(
         &mut self,
@@ -229,22 +256,9 @@ impl KafkaClient {
             .iter()
             .filter(|t| t.name.0.as_str() == topic)
             .flat_map(|t| t.partitions.iter())
-            .find(|p| p.partition_index == partition)
-            .ok_or_else(|| PartitionRequestError::Missing {
-                api: ApiKey::ListOffsets,
-                addr: self.addr.clone(),
-                topic: topic.to_string(),
-                partition,
-            })?;
-        if p.error_code != 0 {
-            return Err(PartitionError {
-                api: ApiKey::ListOffsets,
-                topic: topic.to_string(),
-                partition,
-                error_code: p.error_code,
-            }
-            .into());
-        }
+            .find(|p| p.partition_index == partition);
+        let p =
+            self.partition_result(ApiKey::ListOffsets, topic, partition, p, |p| p.error_code)?;
         Ok(p.offset)
     }
 
@@ -281,22 +295,8 @@ impl KafkaClient {
             .into_iter()
             .filter(|t| t.topic.0.as_str() == topic)
             .flat_map(|t| t.partitions.into_iter())
-            .find(|p| p.partition_index == partition)
-            .ok_or_else(|| PartitionRequestError::Missing {
-                api: ApiKey::Fetch,
-                addr: self.addr.clone(),
-                topic: topic.to_string(),
-                partition,
-            })?;
-        if p.error_code != 0 {
-            return Err(PartitionError {
-                api: ApiKey::Fetch,
-                topic: topic.to_string(),
-                partition,
-                error_code: p.error_code,
-            }
-            .into());
-        }
+            .find(|p| p.partition_index == partition);
+        let p = self.partition_result(ApiKey::Fetch, topic, partition, p, |p| p.error_code)?;
         Ok(FetchedPartition {
             error_code: p.error_code,
             high_watermark: p.high_watermark,
