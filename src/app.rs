@@ -204,6 +204,7 @@ impl Gateway {
             drained: Mutex::new(Some(drain_rx)),
         });
         tokio::spawn(crate::admin::serve(admin_listener, gw.clone(), shutdown_rx));
+        tokio::spawn(log_startup_summary(gw.clone()));
         Ok(gw)
     }
 
@@ -316,5 +317,68 @@ async fn maintain_mirrors(
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
             _ = shutdown.changed() => return,
         }
+    }
+}
+
+/// One INFO line once the gateway is ready (or after 60 s, with the reasons it is not):
+/// listeners and their ports, upstream brokers, mirrors and their partition states.
+async fn log_startup_summary(gw: Arc<Gateway>) {
+    let ready = gw.wait_ready(Duration::from_secs(60)).await;
+    let listeners: Vec<String> = gw
+        .listeners
+        .iter()
+        .map(|l| {
+            let ports: Vec<String> = l
+                .bound
+                .snapshot()
+                .iter()
+                .map(|(n, a)| format!("{n}→{a}"))
+                .collect();
+            format!("{}[{}]", l.kind.as_str(), ports.join(" "))
+        })
+        .collect();
+    let brokers: Vec<String> = gw
+        .cluster
+        .brokers()
+        .iter()
+        .map(|(n, a)| format!("{n}={a}"))
+        .collect();
+    let mirrors: Vec<String> = gw
+        .mirrors
+        .as_ref()
+        .map(|m| {
+            let mut per: Vec<String> = Vec::new();
+            for (record, unreadable) in m.records() {
+                let mut states: Vec<String> = Vec::new();
+                for st in crate::mirror::state::PartitionState::ALL {
+                    let n = record.partitions.iter().filter(|p| p.state == st).count();
+                    if n > 0 {
+                        states.push(format!("{}={n}", st.as_str()));
+                    }
+                }
+                if unreadable.is_some() {
+                    states.push("STATE_UNREADABLE".into());
+                }
+                per.push(format!("{}({})", record.name, states.join(",")));
+            }
+            per
+        })
+        .unwrap_or_default();
+    match ready {
+        Ok(()) => tracing::info!(
+            admin = %gw.admin_addr(),
+            listeners = %listeners.join(" "),
+            upstream_brokers = %brokers.join(" "),
+            mirrors = %mirrors.join(" "),
+            "mirrorgate ready"
+        ),
+        Err(r) => tracing::warn!(
+            admin = %gw.admin_addr(),
+            listeners = %listeners.join(" "),
+            upstream_brokers = %brokers.join(" "),
+            mirrors = %mirrors.join(" "),
+            reasons = %r.reasons.join("; "),
+            "mirrorgate not ready after 60 s"
+        ),
     }
 }

@@ -76,7 +76,12 @@ fn init_logging(cfg: Option<&Config>) {
     let reg = tracing_subscriber::registry().with(filter);
     if cfg.map(|c| c.logging.format == "json").unwrap_or(false) {
         let _ = reg
-            .with(fmt::layer().json().with_current_span(true))
+            .with(
+                fmt::layer()
+                    .json()
+                    .with_current_span(true)
+                    .with_writer(std::io::stderr),
+            )
             .try_init();
     } else {
         use std::io::IsTerminal;

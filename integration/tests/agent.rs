@@ -392,8 +392,6 @@ fn active_passive_mirrors_as_is_and_fails_over_while_the_source_is_written() {
     // A producer writes to the source; fail over in the middle of it.
     let writer = SourceWriter::start(&source, &topic, "live", 1_000_000, 400);
     std::thread::sleep(Duration::from_secs(3));
-    eprintln!("DEBUG before failover: {:?}", partitions_json(&gw.admin(), "ap"));
-    eprintln!("DEBUG source: {:?}", (0..2).map(|p| read_log(&source, &topic, p).records.len()).collect::<Vec<_>>());
     failover(&gw.admin(), "ap");
     wait_stopped(&gw.admin(), "ap");
     std::thread::sleep(Duration::from_millis(500));
@@ -550,4 +548,50 @@ fn a_mirror_with_a_source_requires_the_mirror_listener() {
         msg.contains("listeners.mirror") && msg.contains("nolistener"),
         "{msg}"
     );
+}
+
+#[test]
+fn a_restarted_gateway_resumes_from_the_offset_map_without_duplicates() {
+    let source = harness::cluster("source");
+    let topic = harness::unique_topic("agent-restart");
+    harness::create_topic(&source, &topic, 1, None);
+    SourceWriter::start(&source, &topic, "one", 200, 2000).finish(false);
+    let cfg = agent_config("restart", &[&topic], &source);
+    let gw = TestGateway::start(cfg.clone());
+    wait_caught_up(&gw.admin(), "restart", &source, &topic, 1);
+    drop(gw);
+    SourceWriter::start(&source, &topic, "two", 200, 2000).finish(false);
+    let gw = TestGateway::start(cfg);
+    wait_caught_up(&gw.admin(), "restart", &source, &topic, 1);
+    let map = gw
+        .gateway
+        .agent
+        .as_ref()
+        .expect("agent")
+        .offset_map("restart", &topic, 0)
+        .expect("map");
+    assert_eq!(map.next(), Some((400, 400)));
+}
+
+#[test]
+fn a_non_empty_destination_partition_without_an_offset_map_is_failed_not_overwritten() {
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("agent-nonempty");
+    harness::create_topic(&source, &topic, 1, None);
+    harness::create_topic(&destination, &topic, 1, None);
+    SourceWriter::start(&source, &topic, "src", 10, 2000).finish(false);
+    SourceWriter::start(&destination, &topic, "local", 3, 2000).finish(false);
+    let gw = TestGateway::start(agent_config("nonempty", &[&topic], &source));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let reason = loop {
+        let parts = partitions_json(&gw.admin(), "nonempty");
+        if let Some(p) = parts.iter().find(|p| p["state"] == "FAILED") {
+            break p["last_error"].as_str().unwrap_or_default().to_string();
+        }
+        assert!(Instant::now() < deadline, "partition not FAILED: {parts:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(reason.contains("not empty"), "{reason}");
+    assert_eq!(read_log(&destination, &topic, 0).records.len(), 3);
 }

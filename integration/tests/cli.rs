@@ -168,3 +168,34 @@ fn failover_command_waits_until_every_partition_is_stopped() {
         .expect("run");
     assert_eq!(unknown.status.code(), Some(2));
 }
+
+#[test]
+fn json_logging_writes_one_json_object_per_line_with_a_startup_summary() {
+    let destination = harness::cluster("destination");
+    let mut cfg = crate::gw::test_config(&destination);
+    cfg.logging.format = "json".into();
+    let gw = crate::gw::ProcessGateway::start(cfg, &[]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let log = gw.log();
+        let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+        if log.contains("mirrorgate ready") {
+            for l in &lines {
+                let v: serde_json::Value =
+                    serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
+                assert!(v.get("level").is_some() && v.get("fields").is_some(), "{l}");
+            }
+            let summary = lines
+                .iter()
+                .find(|l| l.contains("mirrorgate ready"))
+                .expect("summary");
+            assert!(
+                summary.contains("upstream_brokers") && summary.contains("listeners"),
+                "{summary}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "no startup summary:\n{log}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -129,7 +129,12 @@ impl TestGateway {
 
     /// Mirror-listener port that serves destination broker `node`.
     pub fn mirror_port_for(&self, node: i32) -> u16 {
-        self.config.listeners.mirror.as_ref().and_then(|m| m.port_for_node(node)).expect("node in range")
+        self.config
+            .listeners
+            .mirror
+            .as_ref()
+            .and_then(|m| m.port_for_node(node))
+            .expect("node in range")
     }
 
     /// Admin address.

@@ -1,13 +1,13 @@
 //! integration tests
 mod admin_api;
+mod agent;
 mod cli;
 mod compose;
 mod failover;
 mod gw;
 mod harness;
+mod observability;
 mod proxy_bad_input;
 mod proxy_clients;
 mod psm_differential;
 mod rig_tests;
-mod observability;
-mod agent;

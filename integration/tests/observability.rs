@@ -10,9 +10,10 @@
 //!   test gateway that mirrored data, refused a local write, failed over and tripped the
 //!   duplicate-ack guard, then evaluates every dashboard query and every alert rule.
 //!
-//! Lag series (`mirrorgate_mirror_lag_records`, `mirrorgate_mirror_lag_seconds`) come from the
-//! built-in mirror agent, which the test gateway does not run (its mirrors have no source): the
-//! lag queries are evaluated with an `or vector(0)` fallback, and only they.
+//! Lag series (`mirrorgate_mirror_lag_records`, `mirrorgate_mirror_lag_seconds`) and the agent's
+//! throughput (`mirrorgate_agent_*`) come from the built-in mirror agent, which the test gateway
+//! does not run (its mirrors have no source): those queries are evaluated with an
+//! `or vector(0)` fallback, and only they.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -32,10 +33,13 @@ use crate::gw::{free_port_range, TestGateway};
 use crate::harness::{self, repo, run_with_timeout, tail_text};
 use crate::psm_differential::{batch, RawConn};
 
-/// Metrics the built-in mirror agent exports (absent unless the agent runs).
-const LAG_METRICS: [&str; 2] = [
+/// Metrics only the built-in mirror agent exports (absent unless a mirror has a `source`): lag
+/// and the agent's own throughput.
+const AGENT_METRICS: [&str; 4] = [
     "mirrorgate_mirror_lag_records",
     "mirrorgate_mirror_lag_seconds",
+    "mirrorgate_agent_batches_total",
+    "mirrorgate_agent_bytes_total",
 ];
 
 /// Grafana variables that are not template variables of the dashboard, with the value the
@@ -177,8 +181,8 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
         .collect()
 }
 
-fn is_lag_query(expr: &str) -> bool {
-    LAG_METRICS.iter().any(|m| expr.contains(m))
+fn is_agent_query(expr: &str) -> bool {
+    AGENT_METRICS.iter().any(|m| expr.contains(m))
 }
 
 /// The provisioned Prometheus datasource: (name, uid, url).
@@ -294,7 +298,7 @@ fn dashboard_is_valid_grafana_json_bound_to_the_provisioned_datasource() {
         }
         for m in metric_names(&expr) {
             assert!(
-                defined.contains(&m) || LAG_METRICS.contains(&m.as_str()),
+                defined.contains(&m) || AGENT_METRICS.contains(&m.as_str()),
                 "panel {title} {r}: {m} is not a metric defined in src/ ({expr})"
             );
             used.insert(m);
@@ -303,7 +307,7 @@ fn dashboard_is_valid_grafana_json_bound_to_the_provisioned_datasource() {
     for (name, sel, _) in &vars {
         for m in metric_names(sel) {
             assert!(
-                defined.contains(&m) || LAG_METRICS.contains(&m.as_str()),
+                defined.contains(&m) || AGENT_METRICS.contains(&m.as_str()),
                 "variable {name}: unknown metric {m}"
             );
         }
@@ -1493,8 +1497,8 @@ fn a_real_prometheus_evaluates_every_dashboard_query_and_alert_rule() {
     for (title, r, expr) in &queries {
         for sel in &selections {
             let mut q = substitute(expr, sel);
-            if is_lag_query(expr) {
-                // The built-in mirror agent exports lag; the test gateway runs none.
+            if is_agent_query(expr) {
+                // Only the built-in mirror agent exports these; the test gateway runs none.
                 q = format!("({q}) or vector(0)");
             }
             pending.push((format!("{title} / {r}"), q));
@@ -1530,7 +1534,7 @@ fn a_real_prometheus_evaluates_every_dashboard_query_and_alert_rule() {
             .collect::<Vec<_>>()
             .join("\n")
     );
-    for m in LAG_METRICS {
+    for m in AGENT_METRICS {
         let present = prom.value(&format!("count({m})")).is_some();
         eprintln!(
             "{m}: {}",
@@ -1565,7 +1569,7 @@ fn a_real_prometheus_evaluates_every_dashboard_query_and_alert_rule() {
             prom.query(expr)
                 .unwrap_or_else(|e| panic!("alert {name}: {expr}: {e}"));
             for m in metric_names(expr) {
-                if LAG_METRICS.contains(&m.as_str()) {
+                if AGENT_METRICS.contains(&m.as_str()) {
                     continue;
                 }
                 assert!(

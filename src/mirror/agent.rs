@@ -253,7 +253,7 @@ pub fn start(
             }
         })
     }));
-    match LagCollector::new(Arc::downgrade(&agent)) {
+    match LagCollector::new(Arc::downgrade(&agent), config.metrics.per_partition) {
         Ok(c) => {
             if let Err(e) = metrics.registry().register(Box::new(c)) {
                 tracing::warn!(error = %e, "cannot register the mirror lag metrics");
@@ -591,18 +591,27 @@ async fn futures_join(handles: Vec<JoinHandle<()>>) {
     }
 }
 
-/// Scrape-time collector of `mirrorgate_mirror_lag_records` and `mirrorgate_mirror_lag_seconds`.
+/// Scrape-time collector of `mirrorgate_mirror_lag_records` and `mirrorgate_mirror_lag_seconds`:
+/// per partition, or (with `metrics.per_partition: false`) the largest lag of each topic. Built
+/// from the running partition tasks at each scrape, so series of stopped or deleted partitions
+/// disappear.
 struct LagCollector {
     agent: Weak<Agent>,
+    per_partition: bool,
     records: prometheus::IntGaugeVec,
     seconds: prometheus::GaugeVec,
 }
 
 impl LagCollector {
-    fn new(agent: Weak<Agent>) -> Result<Self, prometheus::Error> {
-        let labels = &["mirror", "topic", "partition"];
+    fn new(agent: Weak<Agent>, per_partition: bool) -> Result<Self, prometheus::Error> {
+        let labels: &[&str] = if per_partition {
+            &["mirror", "topic", "partition"]
+        } else {
+            &["mirror", "topic"]
+        };
         Ok(LagCollector {
             agent,
+            per_partition,
             records: prometheus::IntGaugeVec::new(
                 Opts::new(
                     "mirrorgate_mirror_lag_records",
@@ -638,9 +647,16 @@ impl prometheus::core::Collector for LagCollector {
                         continue;
                     }
                     if let Some((r, s)) = slot.stats.lag() {
-                        let ps = p.to_string();
-                        self.records.with_label_values(&[&m.name, t, &ps]).set(r);
-                        self.seconds.with_label_values(&[&m.name, t, &ps]).set(s);
+                        if self.per_partition {
+                            let ps = p.to_string();
+                            self.records.with_label_values(&[&m.name, t, &ps]).set(r);
+                            self.seconds.with_label_values(&[&m.name, t, &ps]).set(s);
+                        } else {
+                            let rg = self.records.with_label_values(&[&m.name, t]);
+                            rg.set(rg.get().max(r));
+                            let sg = self.seconds.with_label_values(&[&m.name, t]);
+                            sg.set(sg.get().max(s));
+                        }
                     }
                 }
             }

@@ -238,17 +238,26 @@ pub async fn on_response(
     }
     if api == ApiKey::Fetch && extras.hide_barriers {
         let cluster = &ctx.cluster;
+        // The first mirror topic of the response names the mirror the hidden barriers are
+        // counted under (a consumer's fetch rarely spans mirrors).
+        let first_mirror_topic = std::cell::RefCell::new(None::<String>);
         let wanted = |name: &str, id: uuid::Uuid| {
-            if name.is_empty() {
-                cluster
-                    .topic_name(&id)
-                    .is_some_and(|n| ctl.is_mirror_topic(&n))
+            let name = if name.is_empty() {
+                cluster.topic_name(&id)
             } else {
-                ctl.is_mirror_topic(name)
+                Some(name.to_string())
+            };
+            match name {
+                Some(n) if ctl.is_mirror_topic(&n) => {
+                    first_mirror_topic.borrow_mut().get_or_insert(n);
+                    true
+                }
+                _ => false,
             }
         };
         if let Some((f, n)) = hide_barriers_in_fetch(&frame, version, &wanted)? {
-            ctl.count_barriers_seen("", "hidden", n as u64);
+            let topic = first_mirror_topic.borrow().clone().unwrap_or_default();
+            ctl.count_barriers_seen(&topic, "hidden", n as u64);
             frame = f;
         }
     }

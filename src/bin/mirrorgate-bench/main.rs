@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 mod failover;
+mod load;
 mod proxy;
 mod psm;
 
@@ -53,6 +54,19 @@ enum Bench {
         /// A short run (2 topics × 50 partitions).
         #[arg(long)]
         quick: bool,
+    },
+    /// Many concurrent client connections producing and consuming through a gateway process:
+    /// errors, gateway RSS, latency, `/readyz` responsiveness, one slow consumer.
+    Load {
+        /// A short run (200 connections, 30 s).
+        #[arg(long)]
+        quick: bool,
+        /// Concurrent client connections (default 1000, or 200 with --quick).
+        #[arg(long)]
+        connections: Option<usize>,
+        /// Run time in seconds (default 180, or 30 with --quick).
+        #[arg(long)]
+        seconds: Option<u64>,
     },
 }
 
@@ -189,6 +203,11 @@ fn main() -> ExitCode {
                 failover::run(topics, partitions)
             }
         }
+        Bench::Load {
+            quick,
+            connections,
+            seconds,
+        } => load::run(quick, connections, seconds),
     };
     match result {
         Ok(v) => {

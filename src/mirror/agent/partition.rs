@@ -7,6 +7,8 @@
 //!   batch by batch: same CRC-32C and offset delta — the CRC covers everything the agent copies);
 //!   without one, only into an empty destination partition (log end 0), from the source log
 //!   start. Anything else: FAILED with what to do.
+//! - A batch is sent exactly as fetched except its base offset, set to 0 (outside the CRC; the
+//!   broker refuses a produced batch with another base offset and assigns offsets itself).
 //! - Transactional and control batches, and batches with offset gaps (compaction), FAIL the
 //!   partition: nothing is appended for them.
 //! - Retries never duplicate: an idempotent batch (producer id ≥ 0) is resent as-is and the
@@ -604,7 +606,11 @@ impl Task {
                         .pending_ts
                         .store(h.max_timestamp, Ordering::Relaxed);
                 }
-                let bytes = f.records.slice_ref(b);
+                // As-is, except the base offset (outside the CRC): the broker requires 0 in a
+                // produced batch and assigns the offsets itself.
+                let mut owned = bytes::BytesMut::from(b);
+                owned[..8].copy_from_slice(&0i64.to_be_bytes());
+                let bytes = owned.freeze();
                 let len = bytes.len();
                 let base = self.append(&h, bytes).await?;
                 self.record(h.base_offset, base, i64::from(h.last_offset_delta) + 1);
