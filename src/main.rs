@@ -173,6 +173,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 async fn run(cfg: Config, banner: Option<String>) -> ExitCode {
+    let demo_source = banner.as_ref().and_then(|_| demo_target(&cfg));
     let gw = match Gateway::start(cfg).await {
         Ok(g) => g,
         Err(e) => {
@@ -181,6 +182,9 @@ async fn run(cfg: Config, banner: Option<String>) -> ExitCode {
         }
     };
     if let Some(b) = banner {
+        if let Some((bootstrap, topic)) = demo_source {
+            tokio::spawn(demo_producer(bootstrap, topic));
+        }
         match gw.wait_ready(Duration::from_secs(60)).await {
             Ok(()) => println!("{b}"),
             Err(r) => eprintln!("mirrorgate: not ready after 60 s: {}", r.reasons.join("; ")),
@@ -190,6 +194,96 @@ async fn run(cfg: Config, banner: Option<String>) -> ExitCode {
     tracing::info!("shutting down: draining in-flight requests");
     gw.shutdown().await;
     ExitCode::SUCCESS
+}
+
+/// The demo's source topic: the first exact topic of the first mirror with a source.
+fn demo_target(cfg: &Config) -> Option<(String, String)> {
+    let m = cfg.mirrors.iter().find(|m| m.source.is_some())?;
+    let topic = m.topics.iter().find(|t| !t.starts_with("regex:"))?.clone();
+    Some((m.source.as_ref()?.bootstrap.first()?.clone(), topic))
+}
+
+/// The demo's small producer on the source cluster: creates the topic (3 partitions) and writes
+/// a record every 200 ms, so that the agent has something to mirror.
+async fn demo_producer(bootstrap: String, topic: String) {
+    use kafka_protocol::messages::create_topics_request::CreatableTopic;
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{CreateTopicsRequest, ProduceRequest};
+    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+    use mirrorgate::protocol::client::KafkaClient;
+    let mut client = match KafkaClient::connect(&bootstrap, Duration::from_secs(10)).await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(error = %e, "demo producer: cannot reach the source");
+            return;
+        }
+    };
+    let create = CreateTopicsRequest::default()
+        .with_timeout_ms(30_000)
+        .with_topics(vec![CreatableTopic::default()
+            .with_name(StrBytes::from_string(topic.clone()).into())
+            .with_num_partitions(3)
+            .with_replication_factor(1)]);
+    if let Err(e) = client.send(&create, 5).await {
+        tracing::warn!(error = %e, "demo producer: cannot create the topic");
+    }
+    let mut i: u64 = 0;
+    loop {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        let rec = Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: 0,
+            sequence: -1,
+            timestamp: now,
+            key: Some(bytes::Bytes::from(format!("demo-{i}"))),
+            value: Some(bytes::Bytes::from(format!(
+                "hello from the source, record {i}"
+            ))),
+            headers: Default::default(),
+        };
+        let mut buf = bytes::BytesMut::new();
+        if RecordBatchEncoder::encode(
+            &mut buf,
+            [&rec],
+            &RecordEncodeOptions {
+                version: 2,
+                compression: Compression::None,
+            },
+        )
+        .is_ok()
+        {
+            let req = ProduceRequest::default()
+                .with_acks(1)
+                .with_timeout_ms(10_000)
+                .with_topic_data(vec![TopicProduceData::default()
+                    .with_name(StrBytes::from_string(topic.clone()).into())
+                    .with_partition_data(vec![PartitionProduceData::default()
+                        .with_index((i % 3) as i32)
+                        .with_records(Some(buf.freeze()))])]);
+            if let Err(e) = client.send(&req, 9).await {
+                tracing::warn!(error = %e, "demo producer: produce failed; reconnecting");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                match KafkaClient::connect(&bootstrap, Duration::from_secs(10)).await {
+                    Ok(c) => client = c,
+                    Err(_) => continue,
+                }
+            }
+        }
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 fn rig(args: &[&str]) -> Result<String, String> {
@@ -218,7 +312,14 @@ fn running_clusters() -> Vec<String> {
         .collect()
 }
 
-fn demo(cfg: Config) -> ExitCode {
+fn demo(mut cfg: Config) -> ExitCode {
+    // A fresh state directory per demo run: the rig's clusters start with fresh storage, so
+    // mirror states and the agent's offset map from an earlier run would not match them.
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    cfg.state_dir = repo_dir().join(format!("target/demo-state/{stamp}"));
     let before = running_clusters();
     println!(
         "mirrorgate demo: starting the local source and destination clusters (integration/rig up)…"
@@ -264,6 +365,16 @@ fn demo(cfg: Config) -> ExitCode {
         "  readiness:           http://{}/readyz\n",
         cfg.admin.bind
     ));
+    if let Some((source, topic)) = demo_target(&cfg) {
+        banner.push_str(&format!(
+            "  demo producer:       writing topic {topic:?} on the source ({source}); the built-in agent mirrors it\n"
+        ));
+        banner.push_str(&format!(
+            "  watch:               mirrorgate status · curl http://{}/v1/mirrors/demo/partitions (lag)\n",
+            cfg.admin.bind
+        ));
+        banner.push_str("  fail over:           mirrorgate failover demo   (then produce to the client listener)\n");
+    }
     banner.push_str("Press Ctrl-C to stop the gateway and the clusters this demo started.");
     let code = runtime().block_on(run(cfg, Some(banner)));
     if !started.is_empty() {
