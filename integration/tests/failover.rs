@@ -943,3 +943,40 @@ fn after_failover_a_transactional_producer_is_bumped_above_the_mirrored_epoch() 
         );
     }
 }
+
+/// Runs alone: the mirror state file is corrupted while the gateway is down. On start the gateway
+/// does not guess: the mirror's topics stay read-only on both listeners, `/readyz` says which
+/// file and why, and failover is refused.
+#[test]
+fn disruptive_a_corrupt_mirror_state_keeps_the_topics_read_only_and_says_why() {
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("corrupt");
+    harness::create_topic(&destination, &topic, 1, Some(&[1]));
+    let mut gw = ProcessGateway::start(mirror_config("corrupt", &[&topic]), &[]);
+    wait_mirroring(&gw.admin(), "corrupt", 1);
+    failover(&gw.admin(), "corrupt");
+    wait_stopped(&gw.admin(), "corrupt");
+    gw.kill9();
+    let file = gw.config.state_dir.join("mirrors/corrupt.json");
+    std::fs::write(
+        &file,
+        b"{\"version\":1,\"name\":\"corrupt\",\"partitions\":[{\"topic\"",
+    )
+    .expect("corrupt the file");
+    gw.restart_unready(&[]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let (status, body) = gw.call(Method::GET, "/readyz");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("mirror corrupt state unreadable"), "{body}");
+    let (status, body) = gw.call(Method::POST, "/v1/mirrors/corrupt/failover");
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("cannot be read"), "{body}");
+    // Even though the partition was STOPPED before, nothing is writable now.
+    let mut local = RawConn::connect(&gw.bootstrap());
+    let (code, _, msg) = local.produce_msg(&topic, 0, batch(-1, -1, -1, 1, "local"));
+    assert_eq!(code, 44, "{msg}");
+    assert!(msg.contains("cannot be read"), "{msg}");
+    let mut mirror = RawConn::connect(&gw.mirror_bootstrap());
+    let (code, _, _) = mirror.produce_msg(&topic, 0, batch(-1, -1, -1, 1, "mirror"));
+    assert_eq!(code, 44);
+}

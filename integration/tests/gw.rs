@@ -225,9 +225,23 @@ impl ProcessGateway {
 
     /// Restart (after a kill or a crash), wait until ready.
     pub fn restart(&mut self, env: &[(&str, &str)]) {
+        self.restart_unready(env);
+        self.wait_ready(Duration::from_secs(60));
+    }
+
+    /// Restart and wait only until the admin API answers (the gateway may stay unready).
+    pub fn restart_unready(&mut self, env: &[(&str, &str)]) {
         self.wait_exit(Duration::from_secs(5));
         self.spawn(env);
-        self.wait_ready(Duration::from_secs(60));
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while try_admin_call(&self.admin(), hyper::Method::GET, "/healthz", None).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "admin API not up; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// Wait until the process exits by itself (e.g. a crash hook); returns whether it did.
