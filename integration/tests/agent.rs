@@ -8,11 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hyper::Method;
-use kafka_protocol::records::RecordBatchDecoder;
 use mirrorgate::config::{ClusterConfig, Config, MirrorConfig};
-use mirrorgate::protocol::barrier::parse_barrier;
-use mirrorgate::protocol::batch::BatchWalker;
-use mirrorgate::protocol::client::KafkaClient;
 use rdkafka::config::ClientConfig;
 use rdkafka::message::{DeliveryResult, Message};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
@@ -38,55 +34,18 @@ fn leader_addr(bootstrap: &str, topic: &str, partition: i32) -> String {
         .1
 }
 
-/// Every data record of a partition of any cluster, read from its leader.
+/// Every data record of a partition of any cluster (barriers left out), read from its leader.
 fn read_log(bootstrap: &str, topic: &str, partition: i32) -> Log {
-    let addr = leader_addr(bootstrap, topic, partition);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("rt");
-    rt.block_on(async {
-        let mut c = KafkaClient::connect(&addr, Duration::from_secs(10))
-            .await
-            .expect("connect leader");
-        let mut out = Log {
-            records: Vec::new(),
-            barriers: Vec::new(),
-        };
-        let mut next = 0;
-        loop {
-            let f = c
-                .fetch_partition(topic, partition, next, 16 << 20)
-                .await
-                .expect("fetch");
-            if next >= f.high_watermark {
-                break;
-            }
-            let start = next;
-            for item in BatchWalker::fetched(&f.records) {
-                let (h, b) = item.expect("batch");
-                if let Ok(Some(_)) = parse_barrier(b) {
-                    out.barriers.push(h.base_offset);
-                }
-                next = h.last_offset() + 1;
-            }
-            let mut bytes = f.records.clone();
-            for set in RecordBatchDecoder::decode_all(&mut bytes).expect("decode records") {
-                for r in set.records.into_iter().filter(|r| !r.control) {
-                    if r.key.as_deref() == Some(&b"__mirrorgate_barrier"[..]) {
-                        continue;
-                    }
-                    out.records.push((
-                        r.offset,
-                        r.key.map(|k| String::from_utf8_lossy(&k).into_owned()),
-                        r.value.map(|v| String::from_utf8_lossy(&v).into_owned()),
-                    ));
-                }
-            }
-            assert!(next > start, "no progress reading {topic}-{partition}");
-        }
-        out
-    })
+    let log = crate::failover::read_log(bootstrap, topic, partition);
+    Log {
+        records: log
+            .records
+            .into_iter()
+            .filter(|r| !r.control && r.key.as_deref() != Some("__mirrorgate_barrier"))
+            .map(|r| (r.offset, r.key, r.value))
+            .collect(),
+        barriers: log.barriers.into_iter().map(|(o, _, _)| o).collect(),
+    }
 }
 
 // ------------------------------------------------------------------ source writer
@@ -594,4 +553,145 @@ fn a_non_empty_destination_partition_without_an_offset_map_is_failed_not_overwri
     };
     assert!(reason.contains("not empty"), "{reason}");
     assert_eq!(read_log(&destination, &topic, 0).records.len(), 3);
+}
+
+/// Wait until the mirror reports `partitions` MIRRORING partitions and every partition of `topic`
+/// on `destination` holds exactly the source's records.
+fn wait_equal(
+    admin: &str,
+    name: &str,
+    source: &str,
+    destination: &str,
+    topic: &str,
+    partitions: i32,
+) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let parts = partitions_json(admin, name);
+        let ready =
+            parts.len() == partitions as usize && parts.iter().all(|p| p["state"] == "MIRRORING");
+        if ready
+            && (0..partitions)
+                .all(|p| kv(&read_log(source, topic, p)) == kv(&read_log(destination, topic, p)))
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "mirror {name} did not catch up: {parts:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn fan_out_a_to_b_and_a_to_c_fail_over_independently() {
+    let source = harness::cluster("source");
+    let b = harness::cluster("destination");
+    let c = harness::cluster("third");
+    let topic = harness::unique_topic("fanout");
+    harness::create_topic(&source, &topic, 2, None);
+    harness::produce_keyed(&source, &topic, 300, &[]);
+    let gb = TestGateway::start(agent_config("fanb", &[&topic], &source));
+    let mut cfg_c = agent_config("fanc", &[&topic], &source);
+    cfg_c.destination.bootstrap = c.split(',').map(|s| s.trim().to_string()).collect();
+    let gc = TestGateway::start(cfg_c);
+    wait_equal(&gb.admin(), "fanb", &source, &b, &topic, 2);
+    wait_equal(&gc.admin(), "fanc", &source, &c, &topic, 2);
+    crate::failover::failover(&gb.admin(), "fanb");
+    crate::failover::wait_stopped(&gb.admin(), "fanb");
+    // The source keeps being written; C keeps mirroring, B does not.
+    harness::produce_keyed(&source, &topic, 200, &[]);
+    wait_equal(&gc.admin(), "fanc", &source, &c, &topic, 2);
+    for p in 0..2 {
+        assert!(
+            read_log(&c, &topic, p).barriers.is_empty(),
+            "C has no barrier: B's failover is B's alone"
+        );
+        let on_b = read_log(&b, &topic, p);
+        assert_eq!(on_b.barriers.len(), 1);
+        let barrier = on_b.barriers[0];
+        let source_kv = kv(&read_log(&source, &topic, p));
+        let before: Vec<_> = on_b
+            .records
+            .iter()
+            .filter(|r| r.0 < barrier)
+            .map(|(_, k, v)| (k.clone(), v.clone()))
+            .collect();
+        assert_eq!(
+            before[..],
+            source_kv[..before.len()],
+            "B holds a prefix of the source before its barrier"
+        );
+        assert!(
+            on_b.records.iter().all(|r| r.0 < barrier),
+            "nothing mirrored into B after its barrier"
+        );
+    }
+    let states: Vec<String> = partitions_json(&gc.admin(), "fanc")
+        .iter()
+        .map(|p| p["state"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(states, vec!["MIRRORING", "MIRRORING"]);
+}
+
+#[test]
+fn chain_a_to_b_to_c_carries_b_s_barrier_inert_and_c_writes_its_own() {
+    let source = harness::cluster("source");
+    let b = harness::cluster("destination");
+    let c = harness::cluster("third");
+    let topic = harness::unique_topic("chain");
+    harness::create_topic(&source, &topic, 1, None);
+    harness::produce_keyed(&source, &topic, 200, &[]);
+    // A → B through B's gateway; B → C through C's gateway, whose agent reads B directly.
+    let gb = TestGateway::start(agent_config("chainb", &[&topic], &source));
+    wait_equal(&gb.admin(), "chainb", &source, &b, &topic, 1);
+    let mut cfg_c = agent_config("chainc", &[&topic], &b);
+    cfg_c.destination.bootstrap = c.split(',').map(|s| s.trim().to_string()).collect();
+    let gc = TestGateway::start(cfg_c);
+    wait_equal(&gc.admin(), "chainc", &b, &c, &topic, 1);
+    // Failover at B: B writes its barrier; C mirrors it as data (inert there).
+    crate::failover::failover(&gb.admin(), "chainb");
+    crate::failover::wait_stopped(&gb.admin(), "chainb");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while crate::failover::read_log(&c, &topic, 0).barriers.len() < 1 {
+        assert!(Instant::now() < deadline, "B's barrier did not reach C");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        gc.metric(r#"mirrorgate_barriers_seen_total{kind="mirrored",mirror="chainc"}"#),
+        1.0,
+        "{}",
+        gc.metrics()
+    );
+    let (_, body) = crate::gw::admin_call(&gc.admin(), Method::GET, "/v1/mirrors/chainc", None);
+    assert!(
+        body.contains("\"MIRRORING\": 1"),
+        "C keeps mirroring: {body}"
+    );
+    // Local writes on B after its failover reach C too (C mirrors B).
+    let local_b = harness::produce_keyed(&gb.bootstrap(), &topic, 50, &[]);
+    assert_eq!(local_b.len(), 50);
+    // Failover at C: C writes its own barrier after B's; local producers on C are safe.
+    crate::failover::failover(&gc.admin(), "chainc");
+    crate::failover::wait_stopped(&gc.admin(), "chainc");
+    let log_c = crate::failover::read_log(&c, &topic, 0);
+    let owners: Vec<&str> = log_c.barriers.iter().map(|(_, _, m)| m.as_str()).collect();
+    assert_eq!(
+        owners,
+        vec!["chainb", "chainc"],
+        "B's barrier (inert) then C's own"
+    );
+    let local_c = harness::produce_keyed(&gc.bootstrap(), &topic, 50, &[]);
+    let after = crate::failover::read_log(&c, &topic, 0);
+    let own_barrier = after.barriers[1].0;
+    for a in &local_c {
+        let r = after
+            .records
+            .iter()
+            .find(|r| r.offset == a.offset)
+            .expect("acked local record in C's log");
+        assert_eq!(r.key.as_deref(), Some(a.key.as_str()));
+        assert!(a.offset > own_barrier);
+    }
 }

@@ -26,16 +26,17 @@ pub struct LogRecord {
     pub control: bool,
 }
 
-/// Everything in a partition's log read directly from its leader (verification only).
+/// Everything in a partition's log on any cluster, read directly from its leader (verification
+/// only, not a client path).
 pub struct PartitionLog {
     pub records: Vec<LogRecord>,
     /// (offset, failover id, mirror) of each barrier batch.
     pub barriers: Vec<(i64, String, String)>,
 }
 
-pub fn read_log(destination: &str, topic: &str, partition: i32) -> PartitionLog {
-    let leader = harness::partition_leaders(destination, topic)[&partition];
-    let addr = harness::destination_brokers()
+pub fn read_log(bootstrap: &str, topic: &str, partition: i32) -> PartitionLog {
+    let leader = harness::partition_leaders(bootstrap, topic)[&partition];
+    let addr = harness::brokers(bootstrap)
         .into_iter()
         .find(|(n, _)| *n == leader)
         .expect("leader address")
