@@ -533,7 +533,7 @@ fn a_restarted_gateway_resumes_from_the_offset_map_without_duplicates() {
 }
 
 #[test]
-fn a_non_empty_destination_partition_without_an_offset_map_is_failed_not_overwritten() {
+fn a_non_empty_destination_partition_that_does_not_match_the_source_is_failed_not_overwritten() {
     let source = harness::cluster("source");
     let destination = harness::cluster("destination");
     let topic = harness::unique_topic("agent-nonempty");
@@ -551,7 +551,7 @@ fn a_non_empty_destination_partition_without_an_offset_map_is_failed_not_overwri
         assert!(Instant::now() < deadline, "partition not FAILED: {parts:?}");
         std::thread::sleep(Duration::from_millis(200));
     };
-    assert!(reason.contains("not empty"), "{reason}");
+    assert!(reason.contains("do not match the source"), "{reason}");
     assert_eq!(read_log(&destination, &topic, 0).records.len(), 3);
 }
 
@@ -736,4 +736,72 @@ fn fan_in_a_to_c_and_b_to_c_on_different_topics_are_independent() {
         err.to_string().contains("two") || err.to_string().contains("claimed"),
         "{err}"
     );
+}
+
+#[test]
+fn failback_a_mirrors_from_b_after_b_s_failover_and_fails_over_in_turn() {
+    let a = harness::cluster("source");
+    let b = harness::cluster("destination");
+    let topic = harness::unique_topic("failback");
+    harness::create_topic(&a, &topic, 1, None);
+    harness::produce_keyed(&a, &topic, 100, &[]);
+    // A → B, then B fails over and takes local writes.
+    let gb = TestGateway::start(agent_config("toB", &[&topic], &a));
+    wait_equal(&gb.admin(), "toB", &a, &b, &topic, 1);
+    crate::failover::failover(&gb.admin(), "toB");
+    crate::failover::wait_stopped(&gb.admin(), "toB");
+    let local_b = harness::produce_keyed(&gb.bootstrap(), &topic, 50, &[]);
+    assert_eq!(local_b.len(), 50);
+    drop(gb);
+    // A gateway in front of A mirrors from B: A's log is B's prefix (aligned), so the agent
+    // continues from there; B's barrier reaches A and is inert there.
+    let mut cfg = agent_config("toA", &[&topic], &b);
+    cfg.destination.bootstrap = a.split(',').map(|s| s.trim().to_string()).collect();
+    let ga = TestGateway::start(cfg);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let on_a = crate::failover::read_log(&a, &topic, 0);
+        let on_b = crate::failover::read_log(&b, &topic, 0);
+        if on_a.records.len() == on_b.records.len() && on_a.barriers.len() == 1 {
+            assert_eq!(
+                kv(&read_log(&a, &topic, 0)),
+                kv(&read_log(&b, &topic, 0)),
+                "A equals B record by record"
+            );
+            break;
+        }
+        let parts = partitions_json(&ga.admin(), "toA");
+        assert!(
+            Instant::now() < deadline,
+            "A did not catch up with B: {parts:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        ga.metric(r#"mirrorgate_barriers_seen_total{kind="mirrored",mirror="toA"}"#),
+        1.0
+    );
+    // B's barrier did not clear A's producer state: B's local producer is still tracked.
+    let producers = crate::psm_differential::gateway_producers(&ga.admin(), &topic, 0);
+    assert!(
+        !producers.is_empty(),
+        "A's PSM keeps the producers mirrored from B"
+    );
+    // A fails over in turn: its own barrier follows B's; local producers on A lose nothing.
+    crate::failover::failover(&ga.admin(), "toA");
+    crate::failover::wait_stopped(&ga.admin(), "toA");
+    let log_a = crate::failover::read_log(&a, &topic, 0);
+    let owners: Vec<&str> = log_a.barriers.iter().map(|(_, _, m)| m.as_str()).collect();
+    assert_eq!(owners, vec!["toB", "toA"]);
+    let local_a = harness::produce_keyed(&ga.bootstrap(), &topic, 50, &[]);
+    let after = crate::failover::read_log(&a, &topic, 0);
+    for r in &local_a {
+        let found = after
+            .records
+            .iter()
+            .find(|x| x.offset == r.offset)
+            .expect("acked record in A's log");
+        assert_eq!(found.key.as_deref(), Some(r.key.as_str()));
+        assert!(r.offset > after.barriers[1].0);
+    }
 }

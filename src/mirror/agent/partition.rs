@@ -177,6 +177,17 @@ impl Task {
             .map_err(|e| Halt::Retry(e.to_string()))
     }
 
+    async fn dest_start(&self) -> Step<i64> {
+        let mut c = self.dest_reader().await?;
+        c.list_offset(
+            &self.topic,
+            self.partition,
+            crate::protocol::client::EARLIEST,
+        )
+        .await
+        .map_err(|e| Halt::Retry(e.to_string()))
+    }
+
     /// The first batch (header and CRC) of the destination at `offset`.
     async fn dest_batch_at(&self, offset: i64) -> Step<Option<BatchHeader>> {
         let mut c = self.dest_reader().await?;
@@ -345,15 +356,20 @@ impl Task {
                 }
             }
             None => {
-                if end != 0 {
+                let start = self.source_offset(EARLIEST).await?;
+                let dst_start = if end == 0 {
+                    0
+                } else {
+                    self.dest_start().await?
+                };
+                if end != 0 && dst_start != start {
                     return Err(Halt::Fail(format!(
-                        "the destination partition is not empty (log end {end}) and the agent has no offset map for it: \
-                         the agent mirrors only into an empty partition; delete and recreate the destination topic \
-                         (or restore state_dir/agent/{}.json)",
+                        "the destination partition is not empty (log {dst_start}..{end}) and not aligned with the source \
+                         (its log starts at {start}), and the agent has no offset map for it: delete and recreate the \
+                         destination topic (or restore state_dir/agent/{}.json)",
                         self.m.name
                     )));
                 }
-                let start = self.source_offset(EARLIEST).await?;
                 self.m
                     .offsets
                     .lock()
@@ -361,10 +377,22 @@ impl Task {
                     .partitions
                     .entry(self.topic.clone())
                     .or_default()
-                    .insert(self.partition, PartitionMap::starting_at(start, 0));
+                    .insert(self.partition, PartitionMap::starting_at(start, dst_start));
                 self.m.offsets_dirty.store(true, Ordering::SeqCst);
                 self.next_src = start;
-                self.next_dst = 0;
+                self.next_dst = dst_start;
+                // A non-empty destination is accepted when it is aligned: batch for batch the
+                // same as the source from the same offset (failback: the old source mirrors from
+                // the cluster that mirrored it as-is). Every batch is compared (CRC, offsets).
+                while self.next_dst < end {
+                    self.reconcile_one(end).await?;
+                }
+                if end != 0 {
+                    tracing::info!(
+                        topic = %self.topic, partition = self.partition, aligned_through = end,
+                        "the destination is aligned with the source; mirroring continues from there"
+                    );
+                }
             }
         }
         self.stats
