@@ -654,7 +654,7 @@ fn chain_a_to_b_to_c_carries_b_s_barrier_inert_and_c_writes_its_own() {
     crate::failover::failover(&gb.admin(), "chainb");
     crate::failover::wait_stopped(&gb.admin(), "chainb");
     let deadline = Instant::now() + Duration::from_secs(60);
-    while crate::failover::read_log(&c, &topic, 0).barriers.len() < 1 {
+    while crate::failover::read_log(&c, &topic, 0).barriers.is_empty() {
         assert!(Instant::now() < deadline, "B's barrier did not reach C");
         std::thread::sleep(Duration::from_millis(200));
     }
