@@ -752,7 +752,6 @@ fn failback_a_mirrors_from_b_after_b_s_failover_and_fails_over_in_turn() {
     crate::failover::wait_stopped(&gb.admin(), "toB");
     let local_b = harness::produce_keyed(&gb.bootstrap(), &topic, 50, &[]);
     assert_eq!(local_b.len(), 50);
-    drop(gb);
     // A gateway in front of A mirrors from B: A's log is B's prefix (aligned), so the agent
     // continues from there; B's barrier reaches A and is inert there.
     let mut cfg = agent_config("toA", &[&topic], &b);
@@ -804,4 +803,61 @@ fn failback_a_mirrors_from_b_after_b_s_failover_and_fails_over_in_turn() {
         assert_eq!(found.key.as_deref(), Some(r.key.as_str()));
         assert!(r.offset > after.barriers[1].0);
     }
+    // The full cycle: B starts mirroring from A again (its log is A's prefix: aligned).
+    let (status, body) =
+        crate::gw::admin_call(&gb.admin(), Method::POST, "/v1/mirrors/toB/start", None);
+    assert_eq!(status, 202, "{body}");
+    let (status, body) =
+        crate::gw::admin_call(&gb.admin(), Method::POST, "/v1/mirrors/toB/start", None);
+    assert_eq!(status, 409, "nothing left to start: {body}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let on_a = crate::failover::read_log(&a, &topic, 0);
+        let on_b = crate::failover::read_log(&b, &topic, 0);
+        if on_a.records.len() == on_b.records.len() {
+            assert_eq!(
+                kv(&read_log(&a, &topic, 0)),
+                kv(&read_log(&b, &topic, 0)),
+                "B equals A again"
+            );
+            let owners: Vec<&str> = on_b.barriers.iter().map(|(_, _, m)| m.as_str()).collect();
+            assert_eq!(
+                owners,
+                vec!["toB", "toA"],
+                "A's barrier reached B, inert there"
+            );
+            break;
+        }
+        let parts = partitions_json(&gb.admin(), "toB");
+        assert!(
+            Instant::now() < deadline,
+            "B did not catch up with A after start: {parts:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let states: Vec<String> = partitions_json(&gb.admin(), "toB")
+        .iter()
+        .map(|p| p["state"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(states, vec!["MIRRORING"]);
+}
+
+#[test]
+fn start_refuses_a_mirror_without_the_agent_and_a_mirror_that_is_not_stopped() {
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("start-refused");
+    harness::create_topic(&destination, &topic, 1, None);
+    let gw = TestGateway::start(crate::failover::mirror_config("external", &[&topic]));
+    crate::failover::wait_mirroring(&gw.admin(), "external", 1);
+    let (status, body) = crate::gw::admin_call(
+        &gw.admin(),
+        Method::POST,
+        "/v1/mirrors/external/start",
+        None,
+    );
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("cannot verify"), "{body}");
+    let (status, _) =
+        crate::gw::admin_call(&gw.admin(), Method::POST, "/v1/mirrors/nope/start", None);
+    assert_eq!(status, 404);
 }

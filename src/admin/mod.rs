@@ -23,7 +23,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::app::Gateway;
-use crate::mirror::controller::FailoverError;
+use crate::mirror::controller::{FailoverError, StartError};
 use crate::mirror::state::{MirrorRecord, PartitionRecord, PartitionState};
 use http_body_util::BodyExt;
 
@@ -277,6 +277,22 @@ async fn mirrors(
                 Err(e @ FailoverError::Persist { .. }) => {
                     error_reply(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string())
                 }
+            }
+        }
+        (&Method::POST, [name, "start"]) => {
+            if let Some(denied) = check_token(gw, req.headers()) {
+                return denied;
+            }
+            match ctl.start_mirroring(name) {
+                Ok(moved) => json_reply(
+                    StatusCode::ACCEPTED,
+                    &json!({ "mirror": name, "partitions_started": moved,
+                             "note": "the agent verifies each partition is empty or aligned with the source before mirroring; a partition that is not goes FAILED with the reason" }),
+                ),
+                Err(StartError::Failover(e @ FailoverError::UnknownMirror(_))) => {
+                    error_reply(StatusCode::NOT_FOUND, &e.to_string())
+                }
+                Err(e) => error_reply(StatusCode::CONFLICT, &e.to_string()),
             }
         }
         (&Method::POST, [name, action @ ("pause" | "resume")]) => {

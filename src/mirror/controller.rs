@@ -88,6 +88,19 @@ pub enum FailoverError {
     Persist { name: String, reason: String },
 }
 
+/// Why a mirror cannot be started (failback).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Failover(FailoverError),
+    #[error("mirror {0:?} has no source: without the built-in agent the gateway cannot verify that the destination is aligned; start the external mirroring tool against an empty topic instead")]
+    NoAgent(String),
+    #[error("mirror {0:?} has a failover in progress; wait until every partition is STOPPED")]
+    FailoverInProgress(String),
+    #[error("mirror {0:?} has no STOPPED partition to start")]
+    NothingStopped(String),
+}
+
 /// The answer to a failover call.
 #[derive(Debug, Clone, Serialize)]
 pub struct FailoverStarted {
@@ -183,6 +196,8 @@ impl MirrorMetrics {
 /// The controller of every configured mirror.
 pub struct MirrorController {
     names: Vec<String>,
+    /// Mirrors with a `source` (run by the built-in agent).
+    with_source: Vec<String>,
     router: TopicRouter,
     store: StateStore,
     slots: Mutex<Vec<MirrorSlot>>,
@@ -274,6 +289,12 @@ impl MirrorController {
         };
         let c = Arc::new(MirrorController {
             names: config.mirrors.iter().map(|m| m.name.clone()).collect(),
+            with_source: config
+                .mirrors
+                .iter()
+                .filter(|m| m.source.is_some())
+                .map(|m| m.name.clone())
+                .collect(),
             router: config.topic_router(),
             store,
             slots: Mutex::new(slots),
@@ -754,6 +775,58 @@ impl MirrorController {
         if let Err(e) = self.persist(slot) {
             slot.record = before;
             return Err(e);
+        }
+        drop(slots);
+        self.refresh_lookup();
+        Ok(moved)
+    }
+
+    /// Failback: STOPPED partitions of mirror `name` back to MIRRORING. Only for a mirror with a
+    /// `source` (the built-in agent): before appending anything it verifies, batch for batch, that
+    /// the destination partition is empty or aligned with the source, and otherwise marks the
+    /// partition FAILED with what to do. Returns how many partitions moved.
+    pub fn start_mirroring(&self, name: &str) -> Result<usize, StartError> {
+        if !self.with_source.iter().any(|n| n == name) {
+            if !self.names.iter().any(|n| n == name) {
+                return Err(StartError::Failover(FailoverError::UnknownMirror(
+                    name.to_string(),
+                )));
+            }
+            return Err(StartError::NoAgent(name.to_string()));
+        }
+        let mut slots = lock(&self.slots);
+        let slot = usable_slot(&mut slots, name).map_err(StartError::Failover)?;
+        if slot.running
+            || slot
+                .record
+                .partitions
+                .iter()
+                .any(|p| matches!(p.state, PartitionState::Stopping | PartitionState::Failed))
+        {
+            return Err(StartError::FailoverInProgress(name.to_string()));
+        }
+        let now = now_ms();
+        let before = slot.record.clone();
+        let mut moved = 0;
+        for p in slot
+            .record
+            .partitions
+            .iter_mut()
+            .filter(|p| p.state == PartitionState::Stopped)
+        {
+            if p.start_mirroring(true, now).is_ok() {
+                moved += 1;
+            }
+        }
+        if moved == 0 {
+            return Err(StartError::NothingStopped(name.to_string()));
+        }
+        slot.record.failover_id = None;
+        slot.record.started_ms = None;
+        slot.record.completed_ms = None;
+        if let Err(e) = self.persist(slot) {
+            slot.record = before;
+            return Err(StartError::Failover(e));
         }
         drop(slots);
         self.refresh_lookup();
