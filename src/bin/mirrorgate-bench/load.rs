@@ -234,7 +234,9 @@ fn record_batch(records: usize, value_size: usize, salt: u64) -> Bytes {
             producer_epoch: -1,
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
-            sequence: -1,
+            // No producer id: base sequence -1. The encoder starts a new batch whenever
+            // offset - sequence changes, so the sequence follows the offset.
+            sequence: i as i32 - 1,
             timestamp: now,
             key: Some(Bytes::from(format!("k{salt}-{i}"))),
             value: Some(Bytes::from(vec![b'x'; value_size])),
@@ -482,6 +484,37 @@ async fn slow_consumer(addr: &str, topic: &str) -> Result<(TcpStream, usize), St
     Ok((s, written))
 }
 
+/// Writes `SLOW_PREFILL_MIB` 1-MiB batches to `slow_topic`-0 through its leader's gateway port.
+async fn prefill(parts: &[(String, i32, String)], slow_topic: &str) -> Result<(), String> {
+    let addr = parts
+        .iter()
+        .find(|p| p.0 == slow_topic)
+        .map(|p| p.2.clone())
+        .ok_or("slow topic has no leader")?;
+    let mut c = KafkaClient::connect(&addr, Duration::from_secs(60))
+        .await
+        .map_err(err)?;
+    for i in 0..SLOW_PREFILL_MIB {
+        let batch = record_batch(15, 64 * 1024, i as u64);
+        let resp = c
+            .send(&produce_request(slow_topic, 0, batch), 9)
+            .await
+            .map_err(err)?;
+        if let Some(p) = resp
+            .responses
+            .iter()
+            .flat_map(|t| t.partition_responses.iter())
+            .find(|p| p.error_code != 0)
+        {
+            return Err(format!(
+                "produce to {slow_topic}-0 answered error {}",
+                p.error_code
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn percentile(sorted: &[u32], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -573,7 +606,20 @@ async fn drive(pid: u32, connections: usize, seconds: u64) -> Result<serde_json:
             ));
         }
     }
-    let parts = leaders(&bootstrap, &all_topics).await?;
+    // Prefill the slow consumer's partition so that its fetches have data to return; retried
+    // (with fresh leaders) while a just-created partition has no leader yet.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let parts = loop {
+        let parts = leaders(&bootstrap, &all_topics).await?;
+        match prefill(&parts, &slow_topic).await {
+            Ok(()) => break parts,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("prefill: {e}; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(e) => return Err(format!("prefill failed: {e}")),
+        }
+    };
     let nodes: std::collections::BTreeSet<&str> = parts.iter().map(|p| p.2.as_str()).collect();
     eprintln!(
         "{} partitions over {} gateway ports ({}); {connections} connections for {seconds} s",
@@ -588,28 +634,6 @@ async fn drive(pid: u32, connections: usize, seconds: u64) -> Result<serde_json:
         .ok_or("slow topic has no leader")?;
     let load_parts: Vec<(String, i32, String)> =
         parts.into_iter().filter(|p| p.0 != slow_topic).collect();
-
-    // Prefill the slow consumer's partition so that its fetches have data to return.
-    {
-        let mut c = KafkaClient::connect(&slow_addr, Duration::from_secs(60))
-            .await
-            .map_err(err)?;
-        for i in 0..SLOW_PREFILL_MIB {
-            let batch = record_batch(15, 64 * 1024, i as u64);
-            let resp = c
-                .send(&produce_request(&slow_topic, 0, batch), 9)
-                .await
-                .map_err(err)?;
-            if let Some(p) = resp
-                .responses
-                .iter()
-                .flat_map(|t| t.partition_responses.iter())
-                .find(|p| p.error_code != 0)
-            {
-                return Err(format!("prefill failed: error {}", p.error_code));
-            }
-        }
-    }
     let rss_before = rss_kib(pid).unwrap_or(0);
 
     let stop = Arc::new(AtomicBool::new(false));

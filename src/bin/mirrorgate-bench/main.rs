@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand};
 mod failover;
 mod load;
+mod mirror;
 mod proxy;
 mod psm;
 
@@ -40,6 +41,13 @@ enum Bench {
     /// Producer-state manager and batch walker micro-figures (no cluster needed).
     Psm {
         /// A short run.
+        #[arg(long)]
+        quick: bool,
+    },
+    /// Mirroring throughput of the built-in agent and of MirrorMaker 2 (through the mirror
+    /// listener) on the same compressed data, and the agent's lag p99 at a fixed produce rate.
+    Mirror {
+        /// A short run (under 5 minutes).
         #[arg(long)]
         quick: bool,
     },
@@ -192,6 +200,7 @@ fn main() -> ExitCode {
             records,
         } => proxy::run(quick, runs, records),
         Bench::Psm { quick } => psm::run(quick),
+        Bench::Mirror { quick } => mirror::run(quick),
         Bench::Failover {
             topics,
             partitions,

@@ -1,0 +1,267 @@
+//! `mirrorgate-bench mirror`: the built-in agent and MirrorMaker 2 mirror the same amount of
+//! compressed data (1 KiB records, lz4) from the source to the destination, each through the
+//! gateway, timed from the first to the last record arriving; then the agent's lag (seconds) is
+//! sampled while a producer writes to the source at a fixed rate.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mirrorgate::app::Gateway;
+use mirrorgate::protocol::client::{KafkaClient, LATEST};
+use serde_json::json;
+
+use crate::{java, median, repo, Clusters};
+
+/// MirrorMaker 2, stopped when dropped.
+struct Mm2(Child);
+impl Drop for Mm2 {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn produce(bootstrap: &str, topic: &str, records: u64, throughput: i64) -> Result<(), String> {
+    java(
+        "org.apache.kafka.tools.ProducerPerformance",
+        &[
+            "--topic".into(),
+            topic.into(),
+            "--num-records".into(),
+            records.to_string(),
+            "--record-size".into(),
+            "1024".into(),
+            "--throughput".into(),
+            throughput.to_string(),
+            "--producer-props".into(),
+            format!("bootstrap.servers={bootstrap}"),
+            "acks=all".into(),
+            "compression.type=lz4".into(),
+            "linger.ms=20".into(),
+            "batch.size=65536".into(),
+        ],
+        Duration::from_secs(900),
+    )
+    .map(|_| ())
+}
+
+fn create(bootstrap: &str, topic: &str, assignment: &str) -> Result<(), String> {
+    java(
+        "org.apache.kafka.tools.TopicCommand",
+        &[
+            "--bootstrap-server".into(),
+            bootstrap.into(),
+            "--create".into(),
+            "--topic".into(),
+            topic.into(),
+            "--replica-assignment".into(),
+            assignment.into(),
+        ],
+        Duration::from_secs(60),
+    )
+    .map(|_| ())
+}
+
+/// Records in `topic` on the destination (sum of log end offsets, barriers aside).
+async fn count(gw: &Gateway, topic: &str) -> i64 {
+    let Some(info) = gw.cluster.topic(topic) else {
+        return 0;
+    };
+    let mut total = 0;
+    for (p, leader) in info.leaders.iter().enumerate() {
+        let Some(addr) = gw.cluster.broker_addr(*leader) else {
+            continue;
+        };
+        if let Ok(mut c) = KafkaClient::connect(&addr, Duration::from_secs(5)).await {
+            total += c.list_offset(topic, p as i32, LATEST).await.unwrap_or(0);
+        }
+    }
+    total
+}
+
+/// Seconds from the first record on the destination to `n` records there.
+async fn time_until(gw: &Gateway, topic: &str, n: i64, limit: Duration) -> Result<f64, String> {
+    let deadline = Instant::now() + limit;
+    let mut first: Option<Instant> = None;
+    loop {
+        let c = count(gw, topic).await;
+        if c > 0 && first.is_none() {
+            first = Some(Instant::now());
+        }
+        if c >= n {
+            return Ok(first
+                .map(|f| f.elapsed().as_secs_f64())
+                .unwrap_or(0.0)
+                .max(0.001));
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "{topic}: {c} of {n} records mirrored within {limit:?}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub fn run(quick: bool) -> Result<serde_json::Value, String> {
+    let records: u64 = if quick { 30_000 } else { 150_000 };
+    let (_clusters, addrs) = Clusters::ensure(&["source", "destination"])?;
+    let get = |name: &str| {
+        addrs
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, a)| a.clone())
+            .ok_or(format!("{name} not running"))
+    };
+    let source = get("source")?
+        .split(',')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let destination: Vec<String> = get("destination")?.split(',').map(str::to_string).collect();
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (t_agent, t_mm2, t_lag) = (
+        format!("bench-mirror-{stamp}-agent"),
+        format!("bench-mirror-{stamp}-mm2"),
+        format!("bench-mirror-{stamp}-lag"),
+    );
+    for t in [&t_agent, &t_mm2, &t_lag] {
+        create(&source, t, "1,1")?;
+    }
+    create(&destination[0], &t_mm2, "1,2")?;
+    eprintln!("producing {records} records of 1 KiB (lz4) to two source topics…");
+    produce(&source, &t_agent, records, -1)?;
+    produce(&source, &t_mm2, records, -1)?;
+    let base = 47292u16;
+    let state = std::env::temp_dir().join(format!("mirrorgate-bench-mirror-{stamp}"));
+    let yaml = format!(
+        "destination: {{ bootstrap: [{}] }}\n\
+         listeners:\n  client: {{ port_base: {base}, max_brokers: 4 }}\n  mirror: {{ port_base: {}, max_brokers: 4 }}\n\
+         admin: {{ bind: \"127.0.0.1:{}\" }}\n\
+         state_dir: {}\n\
+         logging: {{ level: warn }}\n\
+         mirrors:\n  - name: agent\n    topics: [\"{t_agent}\", \"{t_lag}\"]\n    source: {{ bootstrap: [\"{source}\"] }}\n  - name: mm2\n    topics: [\"{t_mm2}\"]\n",
+        destination.iter().map(|a| format!("\"{a}\"")).collect::<Vec<_>>().join(", "),
+        base + 10,
+        base + 20,
+        state.display()
+    );
+    let cfg = mirrorgate::config::load_str(&yaml, "bench").map_err(|e| e.to_string())?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let gw = rt.block_on(async {
+        let gw = Gateway::start(cfg).await.map_err(|e| e.to_string())?;
+        gw.wait_ready(Duration::from_secs(120))
+            .await
+            .map_err(|r| r.reasons.join("; "))?;
+        Ok::<_, String>(gw)
+    })?;
+    let mb = records as f64 * 1024.0 / 1_000_000.0;
+    // 1. The agent (it starts on its own: the mirror has a source).
+    let agent_s = rt.block_on(time_until(
+        &gw,
+        &t_agent,
+        records as i64,
+        Duration::from_secs(600),
+    ))?;
+    eprintln!("agent: {mb:.1} MB in {agent_s:.2} s");
+    // 2. MirrorMaker 2 into the mirror listener.
+    let dir = std::env::temp_dir().join(format!("mirrorgate-bench-mm2-{stamp}"));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let props = dir.join("mm2.properties");
+    std::fs::write(
+        &props,
+        format!(
+            "clusters = src, dst\nsrc.bootstrap.servers = {source}\ndst.bootstrap.servers = 127.0.0.1:{}\n\
+             src->dst.enabled = true\nsrc->dst.topics = {t_mm2}\ndst->src.enabled = false\n\
+             replication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy\n\
+             replication.factor = 1\ncheckpoints.topic.replication.factor = 1\nheartbeats.topic.replication.factor = 1\n\
+             offset-syncs.topic.replication.factor = 1\noffset.storage.replication.factor = 1\n\
+             status.storage.replication.factor = 1\nconfig.storage.replication.factor = 1\n\
+             sync.topic.acls.enabled = false\nsync.topic.configs.enabled = false\nemit.checkpoints.enabled = false\n\
+             sync.group.offsets.enabled = false\nrefresh.topics.interval.seconds = 5\n",
+            base + 10
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+    let mm2 = Mm2(Command::new(repo().join("integration/rig"))
+        .args(["java", "org.apache.kafka.connect.mirror.MirrorMaker"])
+        .arg(&props)
+        .args(["--clusters", "dst"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start MirrorMaker 2: {e}"))?);
+    let mm2_s = rt.block_on(time_until(
+        &gw,
+        &t_mm2,
+        records as i64,
+        Duration::from_secs(900),
+    ))?;
+    drop(mm2);
+    eprintln!("MirrorMaker 2: {mb:.1} MB in {mm2_s:.2} s");
+    // 3. Lag at a fixed rate (1,000 records/s) with the agent.
+    let (rate, seconds) = if quick { (1000, 20u64) } else { (1000, 60) };
+    let src = source.clone();
+    let t = t_lag.clone();
+    let producer = std::thread::spawn(move || produce(&src, &t, rate * seconds, rate as i64));
+    let mut samples = Vec::new();
+    let started = Instant::now();
+    while !producer.is_finished() && started.elapsed() < Duration::from_secs(seconds + 120) {
+        let lags: Vec<f64> = rt.block_on(async {
+            let (_, body) = mirrorgate::admin::client::call(
+                &format!("127.0.0.1:{}", base + 20),
+                hyper::Method::GET,
+                "/v1/mirrors/agent/partitions",
+                None,
+                None,
+            )
+            .await
+            .unwrap_or((0, String::new()));
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+            v["partitions"]
+                .as_array()
+                .map(|ps| {
+                    ps.iter()
+                        .filter(|p| p["topic"] == t_lag.as_str())
+                        .filter_map(|p| p["lag_seconds"].as_f64())
+                        .collect()
+                })
+                .unwrap_or_default()
+        });
+        if let Some(max) = lags.iter().cloned().reduce(f64::max) {
+            samples.push(max);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    producer
+        .join()
+        .map_err(|_| "lag producer panicked".to_string())??;
+    samples.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    let p99 = samples
+        .get(((samples.len() as f64) * 0.99) as usize)
+        .or(samples.last())
+        .copied()
+        .unwrap_or(f64::NAN);
+    rt.block_on(gw.shutdown());
+    let _ = std::fs::remove_dir_all(&state);
+    let agent = mb / agent_s;
+    let mm2_rate = mb / mm2_s;
+    Ok(json!({
+        "bench": "mirror",
+        "records": records,
+        "record_size": 1024,
+        "compression": "lz4",
+        "agent_mb_per_s": agent,
+        "mm2_mb_per_s": mm2_rate,
+        "ratio": agent / mm2_rate,
+        "lag_p99_s": p99,
+        "lag_median_s": median(samples.clone()),
+        "lag_rate_records_per_s": rate,
+    }))
+}
