@@ -34,7 +34,10 @@ fn check_hide(records: Bytes) {
     assert_eq!(before, after, "hiding changed the batch offsets");
     assert!(barriers(&new) < barriers(&records));
     assert!(hide_barriers(&new).is_none(), "a barrier survived hiding");
-    for (_, b) in BatchWalker::fetched(&new).with_crc(true).map_while(Result::ok) {
+    for (_, b) in BatchWalker::fetched(&new)
+        .with_crc(true)
+        .map_while(Result::ok)
+    {
         assert!(parse_barrier(b).is_ok());
     }
 }

@@ -9,8 +9,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::ApiKey;
 use libfuzzer_sys::fuzz_target;
 use mirrorgate::protocol::enforce::{
-    filter_produce, merge_rejections, rewrite_partition_errors, ProduceDecision,
-    RejectedPartition, Rejection,
+    filter_produce, merge_rejections, rewrite_partition_errors, ProduceDecision, RejectedPartition,
+    Rejection,
 };
 use mirrorgate::protocol::frame::parse_request_header;
 use mirrorgate::protocol::produce::{ProduceWalker, TopicRef};
@@ -42,13 +42,20 @@ fn rejects(seed: u8, topic: TopicRef<'_>, partition: i32) -> bool {
 
 fn decoded(frame: &Bytes, version: i16) {
     let r = rewrite_partition_errors(frame, version, &mut |_, _, _, _, _| None);
-    assert!(matches!(r, Ok(None)), "synthesized response does not decode: {r:?}");
+    assert!(
+        matches!(r, Ok(None)),
+        "synthesized response does not decode: {r:?}"
+    );
 }
 
 fn rejected_list(seed: u8) -> Vec<RejectedPartition> {
     (0..(seed % 4) as i32)
         .map(|i| RejectedPartition {
-            topic: if i % 2 == 0 { "mirror.a".into() } else { String::new() },
+            topic: if i % 2 == 0 {
+                "mirror.a".into()
+            } else {
+                String::new()
+            },
             topic_id: uuid::Uuid::from_u128(i as u128 + 1),
             partition: i,
             error_code: 87,
@@ -81,7 +88,10 @@ fuzz_target!(|data: &[u8]| {
             };
             match decision {
                 ProduceDecision::Forward => {}
-                ProduceDecision::Rewritten { frame: new, rejected } => {
+                ProduceDecision::Rewritten {
+                    frame: new,
+                    rejected,
+                } => {
                     assert!(!rejected.is_empty());
                     let len = i32::from_be_bytes([new[0], new[1], new[2], new[3]]);
                     assert_eq!(len as usize, new.len() - 4);
@@ -94,7 +104,10 @@ fuzz_target!(|data: &[u8]| {
                         .collect();
                     assert!(!kept.is_empty());
                     for p in &kept {
-                        assert!(!rejects(seed, p.topic, p.partition), "rejected partition kept");
+                        assert!(
+                            !rejects(seed, p.topic, p.partition),
+                            "rejected partition kept"
+                        );
                     }
                     let total = ProduceWalker::new(version, &frame[4 + info.header_len..])
                         .expect("original walks")
@@ -106,7 +119,9 @@ fuzz_target!(|data: &[u8]| {
                 }
                 ProduceDecision::AllRejected { response, rejected } => {
                     assert!(!rejected.is_empty());
-                    let acks = ProduceWalker::new(version, body).expect("walked once").acks();
+                    let acks = ProduceWalker::new(version, body)
+                        .expect("walked once")
+                        .acks();
                     assert_eq!(response.is_some(), acks != 0);
                     if let Some(r) = response {
                         decoded(&r, version);

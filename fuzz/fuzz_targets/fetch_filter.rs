@@ -43,7 +43,11 @@ fn built(version: i16, records: &[u8], split: usize) -> Bytes {
             .with_partitions(parts)
     };
     let resp = FetchResponse::default().with_responses(vec![
-        topic("mirror.a", 1, vec![part(0, with.clone()), part(1, records.to_vec())]),
+        topic(
+            "mirror.a",
+            1,
+            vec![part(0, with.clone()), part(1, records.to_vec())],
+        ),
         topic("other", 2, vec![part(0, with)]),
     ]);
     let mut out = BytesMut::new();

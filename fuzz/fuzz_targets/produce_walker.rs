@@ -15,7 +15,11 @@ fuzz_target!(|data: &[u8]| {
     let Ok(walker) = ProduceWalker::new(version, body) else {
         return;
     };
-    assert_eq!(acks.ok(), Some(walker.acks()), "walker and peek_acks disagree");
+    assert_eq!(
+        acks.ok(),
+        Some(walker.acks()),
+        "walker and peek_acks disagree"
+    );
     let mut last_end = 0usize;
     let mut walker = walker;
     for item in walker.by_ref() {

@@ -19,7 +19,11 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let again = psm.encode_snapshot(last);
-    assert_eq!(again.len(), bytes.len(), "re-encoded snapshot has another size");
+    assert_eq!(
+        again.len(),
+        bytes.len(),
+        "re-encoded snapshot has another size"
+    );
     let (back, last2) = PartitionPsm::decode_snapshot(&again).expect("re-encoded snapshot decodes");
     assert_eq!(last, last2);
     assert_eq!(back.len(), psm.len());

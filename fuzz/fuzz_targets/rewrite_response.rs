@@ -25,12 +25,18 @@ fn check_endpoints(key: ApiKey, version: i16, frame: &bytes::Bytes) {
     match key {
         ApiKey::Metadata => {
             let r = MetadataResponse::decode(&mut body, version).expect("rewritten decodes");
-            assert!(r.brokers.iter().all(|b| mapped(b.node_id.0, &b.host, b.port)));
+            assert!(r
+                .brokers
+                .iter()
+                .all(|b| mapped(b.node_id.0, &b.host, b.port)));
         }
         ApiKey::DescribeCluster => {
             let r = DescribeClusterResponse::decode(&mut body, version).expect("rewritten decodes");
             if version == 0 || r.endpoint_type == 1 {
-                assert!(r.brokers.iter().all(|b| mapped(b.broker_id.0, &b.host, b.port)));
+                assert!(r
+                    .brokers
+                    .iter()
+                    .all(|b| mapped(b.broker_id.0, &b.host, b.port)));
             }
         }
         ApiKey::Produce => {
@@ -51,6 +57,24 @@ fn check_endpoints(key: ApiKey, version: i16, frame: &bytes::Bytes) {
     }
 }
 
+/// Whether `bytes` hold an unsigned varint of 5 or more bytes whose value does not fit in 31
+/// bits: a tagged-field number that kafka-protocol keys as a negative `i32` (counted when
+/// re-encoding, but not written).
+fn has_huge_varint(bytes: &[u8]) -> bool {
+    bytes
+        .windows(5)
+        .any(|w| w[..4].iter().all(|b| b & 0x80 != 0) && w[4] & 0x7f >= 0x08)
+}
+
+/// Set `MIRRORGATE_FUZZ_SKIP_NEGATIVE_TAG=1` to keep fuzzing past the known defect that
+/// `rewrite_response` re-encodes a response carrying a tagged field numbered 2^31 or more into
+/// a malformed frame (see docs/reliability.md); without it such an input fails the target.
+fn skip_negative_tag(body: &[u8]) -> bool {
+    static SKIP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SKIP.get_or_init(|| std::env::var_os("MIRRORGATE_FUZZ_SKIP_NEGATIVE_TAG").is_some())
+        && has_huge_varint(body)
+}
+
 fuzz_target!(|data: &[u8]| {
     if data.len() < 2 {
         return;
@@ -63,12 +87,23 @@ fuzz_target!(|data: &[u8]| {
     let Some(new) = out.frame else { return };
     let len = i32::from_be_bytes([new[0], new[1], new[2], new[3]]);
     assert_eq!(len as usize, new.len() - 4, "length prefix");
-    check_endpoints(key, version, &new);
+    if !skip_negative_tag(&data[2..]) {
+        check_endpoints(key, version, &new);
+    }
     // Idempotent: the gateway's own output passes through unchanged.
-    let again = rewrite_response(key, version, &new, &FixedMap)
-        .unwrap_or_else(|e| panic!("{key:?} v{version}: rewritten frame does not parse: {e}"));
+    let again = match rewrite_response(key, version, &new, &FixedMap) {
+        Ok(again) => again,
+        Err(_) if skip_negative_tag(&data[2..]) => return,
+        Err(e) => panic!("{key:?} v{version}: rewritten frame does not parse: {e}"),
+    };
     assert_eq!(again.unmapped, 0);
     if let Some(f) = again.frame {
-        assert_eq!(f, new, "{key:?} v{version}: second rewrite changed the frame");
+        if f != new && skip_negative_tag(&data[2..]) {
+            return;
+        }
+        assert_eq!(
+            f, new,
+            "{key:?} v{version}: second rewrite changed the frame"
+        );
     }
 });

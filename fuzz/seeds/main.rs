@@ -51,7 +51,12 @@ fn records(pid: i64, epoch: i16, seq: i32, n: usize, txn: bool, control: bool) -
             producer_epoch: epoch,
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
-            sequence: if pid < 0 { -1 } else { seq + i as i32 },
+            // The encoder starts a new batch whenever offset - sequence changes.
+            sequence: if pid < 0 {
+                i as i32 - 1
+            } else {
+                seq + i as i32
+            },
             timestamp: 1_700_000_000_000 + i as i64,
             key: Some(if control {
                 // Control record key: version 0, type 1 (COMMIT).
@@ -128,7 +133,11 @@ fn produce_request(version: i16, acks: i16) -> Vec<u8> {
             )
     };
     let req = ProduceRequest::default()
-        .with_transactional_id(if version >= 9 { Some(TransactionalId(s("tx-1"))) } else { None })
+        .with_transactional_id(if version >= 9 {
+            Some(TransactionalId(s("tx-1")))
+        } else {
+            None
+        })
         .with_acks(acks)
         .with_timeout_ms(30_000)
         .with_topic_data(vec![
@@ -166,15 +175,13 @@ fn produce_response(version: i16, with_nodes: bool) -> Vec<u8> {
 }
 
 fn fetch_response(version: i16, records: Vec<u8>, with_nodes: bool) -> Vec<u8> {
-    let mut resp = FetchResponse::default().with_responses(vec![
-        FetchableTopicResponse::default()
-            .with_topic(TopicName(s("mirror.a")))
-            .with_topic_id(uuid::Uuid::from_u128(1))
-            .with_partitions(vec![PartitionData::default()
-                .with_partition_index(0)
-                .with_high_watermark(50)
-                .with_records(Some(Bytes::from(records)))]),
-    ]);
+    let mut resp = FetchResponse::default().with_responses(vec![FetchableTopicResponse::default()
+        .with_topic(TopicName(s("mirror.a")))
+        .with_topic_id(uuid::Uuid::from_u128(1))
+        .with_partitions(vec![PartitionData::default()
+            .with_partition_index(0)
+            .with_high_watermark(50)
+            .with_records(Some(Bytes::from(records)))])]);
     if with_nodes {
         resp = resp.with_node_endpoints(vec![FetchNode::default()
             .with_node_id(BrokerId(2))
@@ -250,10 +257,22 @@ fn describe_cluster(version: i16) -> Vec<u8> {
 
 fn api_versions(version: i16) -> Vec<u8> {
     let resp = ApiVersionsResponse::default().with_api_keys(vec![
-        ApiVersion::default().with_api_key(0).with_min_version(0).with_max_version(13),
-        ApiVersion::default().with_api_key(1).with_min_version(0).with_max_version(18),
-        ApiVersion::default().with_api_key(17).with_min_version(0).with_max_version(1),
-        ApiVersion::default().with_api_key(900).with_min_version(0).with_max_version(1),
+        ApiVersion::default()
+            .with_api_key(0)
+            .with_min_version(0)
+            .with_max_version(13),
+        ApiVersion::default()
+            .with_api_key(1)
+            .with_min_version(0)
+            .with_max_version(18),
+        ApiVersion::default()
+            .with_api_key(17)
+            .with_min_version(0)
+            .with_max_version(1),
+        ApiVersion::default()
+            .with_api_key(900)
+            .with_min_version(0)
+            .with_max_version(1),
     ]);
     response(ApiKey::ApiVersions, version, &resp)
 }
@@ -335,15 +354,40 @@ fn main() {
     // produce_walker / enforce (filter): Produce request bodies.
     for v in [3i16, 8, 9, 12, 13] {
         let body = produce_request(v, if v == 8 { 0 } else { -1 });
-        write(&dir, "produce_walker", &format!("v{v}"), &cat(&[&[v as u8], &body]));
-        write(&dir, "enforce", &format!("filter-v{v}"), &cat(&[&[0, v as u8, 0], &body]));
-        write(&dir, "enforce", &format!("filter-all-v{v}"), &cat(&[&[0, v as u8, 2], &body]));
+        write(
+            &dir,
+            "produce_walker",
+            &format!("v{v}"),
+            &cat(&[&[v as u8], &body]),
+        );
+        write(
+            &dir,
+            "enforce",
+            &format!("filter-v{v}"),
+            &cat(&[&[0, v as u8, 0], &body]),
+        );
+        write(
+            &dir,
+            "enforce",
+            &format!("filter-all-v{v}"),
+            &cat(&[&[0, v as u8, 2], &body]),
+        );
     }
     // enforce: Produce responses (merge, rewrite errors).
     for v in [3i16, 8, 10, 13] {
         let resp = produce_response(v, v >= 10);
-        write(&dir, "enforce", &format!("merge-v{v}"), &cat(&[&[1, v as u8, 3], &resp]));
-        write(&dir, "enforce", &format!("errors-v{v}"), &cat(&[&[2, v as u8, 0], &resp]));
+        write(
+            &dir,
+            "enforce",
+            &format!("merge-v{v}"),
+            &cat(&[&[1, v as u8, 3], &resp]),
+        );
+        write(
+            &dir,
+            "enforce",
+            &format!("errors-v{v}"),
+            &cat(&[&[2, v as u8, 0], &resp]),
+        );
     }
 
     // batch_walker: plain, idempotent, transactional, control marker, two batches.
@@ -368,15 +412,35 @@ fn main() {
     write(&dir, "barrier", "value", &cat(&[&[0], &value.encode()]));
     let mut no_cluster = value.clone();
     no_cluster.source_cluster_id = None;
-    write(&dir, "barrier", "value-no-cluster", &cat(&[&[0], &no_cluster.encode()]));
+    write(
+        &dir,
+        "barrier",
+        "value-no-cluster",
+        &cat(&[&[0], &no_cluster.encode()]),
+    );
     write(&dir, "barrier", "batch", &cat(&[&[1], &bb]));
-    write(&dir, "barrier", "records", &cat(&[&[2], &idem, &bb, &control]));
-    write(&dir, "barrier", "splice", &cat(&[&[3, 0, 4], b"dr-1", &idem]));
+    write(
+        &dir,
+        "barrier",
+        "records",
+        &cat(&[&[2], &idem, &bb, &control]),
+    );
+    write(
+        &dir,
+        "barrier",
+        "splice",
+        &cat(&[&[3, 0, 4], b"dr-1", &idem]),
+    );
 
     // rewrite_response: every key at a few versions.
     let rw = |key: ApiKey, v: i16, body: Vec<u8>| {
         let sel = rewrite_selector(key, v);
-        write(&dir, "rewrite_response", &format!("{key:?}-v{v}").to_lowercase(), &cat(&[&sel, &body]));
+        write(
+            &dir,
+            "rewrite_response",
+            &format!("{key:?}-v{v}").to_lowercase(),
+            &cat(&[&sel, &body]),
+        );
     };
     for v in [0i16, 3, 4] {
         rw(ApiKey::ApiVersions, v, api_versions(v));
@@ -384,8 +448,14 @@ fn main() {
     // KIP-511: error 35 in a v0 body answers a newer request.
     let unsupported = ApiVersionsResponse::default()
         .with_error_code(35)
-        .with_api_keys(vec![ApiVersion::default().with_api_key(18).with_max_version(3)]);
-    rw(ApiKey::ApiVersions, 4, response(ApiKey::ApiVersions, 0, &unsupported));
+        .with_api_keys(vec![ApiVersion::default()
+            .with_api_key(18)
+            .with_max_version(3)]);
+    rw(
+        ApiKey::ApiVersions,
+        4,
+        response(ApiKey::ApiVersions, 0, &unsupported),
+    );
     for v in [1i16, 9, 12, 13] {
         rw(ApiKey::Metadata, v, metadata(v));
     }
@@ -405,10 +475,25 @@ fn main() {
     // fetch_filter: responses holding a barrier, and records for the built mode.
     for v in [4i16, 11, 12, 13, 16, 18] {
         let resp = fetch_response(v, cat(&[&idem, &bb, &plain]), v >= 16);
-        write(&dir, "fetch_filter", &format!("v{v}"), &cat(&[&[(v - 4) as u8, 0, 0], &resp]));
+        write(
+            &dir,
+            "fetch_filter",
+            &format!("v{v}"),
+            &cat(&[&[(v - 4) as u8, 0, 0], &resp]),
+        );
     }
-    write(&dir, "fetch_filter", "built-v12", &cat(&[&[8, 1, 200], &idem]));
-    write(&dir, "fetch_filter", "built-v13", &cat(&[&[9, 3, 0], &plain]));
+    write(
+        &dir,
+        "fetch_filter",
+        "built-v12",
+        &cat(&[&[8, 1, 200], &idem]),
+    );
+    write(
+        &dir,
+        "fetch_filter",
+        "built-v13",
+        &cat(&[&[9, 3, 0], &plain]),
+    );
 
     // psm_snapshot: empty, one producer, several with full batch caches.
     let five: Vec<(i32, i32, i64, i64)> = (0..5)
@@ -416,8 +501,14 @@ fn main() {
         .collect();
     for (name, bytes) in [
         ("empty", snapshot(&[])),
-        ("one", snapshot(&[(1000, 0, &[(4, 4, 10, 1_700_000_000_000)])])),
-        ("many", snapshot(&[(1, 0, &five), (2, 3, &five[..2]), (3, 0, &[])])),
+        (
+            "one",
+            snapshot(&[(1000, 0, &[(4, 4, 10, 1_700_000_000_000)])]),
+        ),
+        (
+            "many",
+            snapshot(&[(1, 0, &five), (2, 3, &five[..2]), (3, 0, &[])]),
+        ),
     ] {
         write(&dir, "psm_snapshot", name, &cat(&[&[0], &bytes]));
     }

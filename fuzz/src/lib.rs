@@ -46,7 +46,10 @@ pub fn choose_rewrite(k: u8, v: u8) -> (ApiKey, i16) {
 
 /// Selector bytes that [`choose_rewrite`] maps to `(key, version)` (for the seed generator).
 pub fn rewrite_selector(key: ApiKey, version: i16) -> [u8; 2] {
-    let k = REWRITTEN_KEYS.iter().position(|x| *x == key).expect("rewritten key") as u8;
+    let k = REWRITTEN_KEYS
+        .iter()
+        .position(|x| *x == key)
+        .expect("rewritten key") as u8;
     let v = rewritten_versions(key)
         .iter()
         .position(|x| *x == version)
