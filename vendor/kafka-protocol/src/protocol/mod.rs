@@ -243,7 +243,12 @@ pub(crate) fn write_unknown_tagged_fields<B: ByteBufMut, R: RangeBounds<i32>>(
     range: R,
     unknown_tagged_fields: &BTreeMap<i32, Bytes>,
 ) -> Result<()> {
-    for (&k, v) in unknown_tagged_fields.range(range) {
+    // mirrorgate patch: tags of 2^31 or more are stored as negative keys; they are counted in
+    // the tagged-field count, so they must be written too — once, after every other tag (they
+    // are the largest as unsigned numbers), by the call whose range is unbounded above.
+    let last_call = matches!(range.end_bound(), std::ops::Bound::Unbounded);
+    let high = if last_call { unknown_tagged_fields.range(..0) } else { unknown_tagged_fields.range(0..0) };
+    for (&k, v) in unknown_tagged_fields.range(range).filter(|(k, _)| **k >= 0).chain(high) {
         if v.len() > u32::MAX as usize {
             bail!("Tagged field is too long to encode ({} bytes)", v.len());
         }
