@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use hyper::Method;
 use kafka_protocol::records::RecordBatchDecoder;
 use mirrorgate::config::{Config, MirrorConfig};
@@ -628,7 +627,6 @@ fn failover_under_load_puts_every_mirrored_record_before_the_barrier() {
             "local record present exactly once"
         );
     }
-    let _ = Bytes::new();
 }
 
 #[test]

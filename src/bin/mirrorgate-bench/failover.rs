@@ -81,19 +81,12 @@ pub fn run(topics: usize, partitions: i32) -> Result<serde_json::Value, String> 
         .build()
         .map_err(|e| e.to_string())?;
     let base = 47192u16;
-    let yaml = format!(
-        "destination: {{ bootstrap: [{}] }}\n\
-         listeners:\n  client: {{ port_base: {base}, max_brokers: 4 }}\n  mirror: {{ port_base: {}, max_brokers: 4 }}\n\
-         admin: {{ bind: \"127.0.0.1:{}\" }}\n\
-         state_dir: {}\n\
-         logging: {{ level: warn }}\n\
-         mirrors:\n  - name: bench\n    topics: [\"regex:{prefix}-.*\"]\n",
-        destination.iter().map(|a| format!("\"{a}\"")).collect::<Vec<_>>().join(", "),
-        base + 10,
-        base + 20,
-        state.display()
-    );
-    let cfg = mirrorgate::config::load_str(&yaml, "bench").map_err(|e| e.to_string())?;
+    let cfg = crate::bench_config(
+        &destination,
+        base,
+        &state,
+        &format!("mirrors:\n  - name: bench\n    topics: [\"regex:{prefix}-.*\"]\n"),
+    )?;
     let admin_addr = format!("127.0.0.1:{}", base + 20);
     let total = topics as i64 * i64::from(partitions);
     rt.block_on(async {

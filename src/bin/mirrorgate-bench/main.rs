@@ -178,6 +178,28 @@ pub fn java(class: &str, args: &[String], timeout: Duration) -> Result<String, S
     }
 }
 
+/// The gateway configuration of a benchmark: client listener at `base`, mirror listener at
+/// `base + 10`, admin at `base + 20`, warnings only, and the given `mirrors:` YAML block.
+pub fn bench_config(
+    destination: &[String],
+    base: u16,
+    state: &std::path::Path,
+    mirrors: &str,
+) -> Result<mirrorgate::config::Config, String> {
+    let yaml = format!(
+        "destination: {{ bootstrap: [{}] }}\n\
+         listeners:\n  client: {{ port_base: {base}, max_brokers: 4 }}\n  mirror: {{ port_base: {}, max_brokers: 4 }}\n\
+         admin: {{ bind: \"127.0.0.1:{}\" }}\n\
+         state_dir: {}\n\
+         logging: {{ level: warn }}\n{mirrors}",
+        destination.iter().map(|a| format!("\"{a}\"")).collect::<Vec<_>>().join(", "),
+        base + 10,
+        base + 20,
+        state.display()
+    );
+    mirrorgate::config::load_str(&yaml, "bench").map_err(|e| e.to_string())
+}
+
 pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     if v.is_empty() {

@@ -137,19 +137,7 @@ pub fn run(quick: bool) -> Result<serde_json::Value, String> {
     produce(&source, &t_mm2, records, -1)?;
     let base = 47292u16;
     let state = std::env::temp_dir().join(format!("mirrorgate-bench-mirror-{stamp}"));
-    let yaml = format!(
-        "destination: {{ bootstrap: [{}] }}\n\
-         listeners:\n  client: {{ port_base: {base}, max_brokers: 4 }}\n  mirror: {{ port_base: {}, max_brokers: 4 }}\n\
-         admin: {{ bind: \"127.0.0.1:{}\" }}\n\
-         state_dir: {}\n\
-         logging: {{ level: warn }}\n\
-         mirrors:\n  - name: agent\n    topics: [\"{t_agent}\", \"{t_lag}\"]\n    source: {{ bootstrap: [\"{source}\"] }}\n  - name: mm2\n    topics: [\"{t_mm2}\"]\n",
-        destination.iter().map(|a| format!("\"{a}\"")).collect::<Vec<_>>().join(", "),
-        base + 10,
-        base + 20,
-        state.display()
-    );
-    let cfg = mirrorgate::config::load_str(&yaml, "bench").map_err(|e| e.to_string())?;
+    let cfg = crate::bench_config(&destination, base, &state, &format!("mirrors:\n  - name: agent\n    topics: [\"{t_agent}\", \"{t_lag}\"]\n    source: {{ bootstrap: [\"{source}\"] }}\n  - name: mm2\n    topics: [\"{t_mm2}\"]\n"))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
