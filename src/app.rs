@@ -35,6 +35,13 @@ pub enum StartError {
     Token(#[from] crate::config::SecretError),
     #[error("mirror agent: {0}")]
     Agent(String),
+    #[error("destination: {0}")]
+    Transport(crate::net::SetupError),
+    #[error("listeners.{listener}: {source}")]
+    ListenerTransport {
+        listener: &'static str,
+        source: crate::net::SetupError,
+    },
 }
 
 /// One listener of the running gateway.
@@ -76,7 +83,9 @@ impl Gateway {
     /// listeners are bound as soon as destination metadata is known.
     pub async fn start(config: Config) -> Result<Arc<Gateway>, StartError> {
         let metrics = Metrics::new();
-        let cluster = ClusterView::new(config.destination.clone(), metrics.clone());
+        let connector = crate::net::Connector::for_cluster(&config.destination)
+            .map_err(StartError::Transport)?;
+        let cluster = ClusterView::new(config.destination.clone(), connector, metrics.clone());
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (drain_tx, drain_rx) = mpsc::channel::<()>(1);
 
@@ -172,6 +181,12 @@ impl Gateway {
                 handles: metrics.api_handles(kind),
                 limits: config.limits.clone(),
                 connect_timeout: Duration::from_millis(config.destination.connect_timeout_ms),
+                acceptor: crate::net::Acceptor::for_listener(&lcfg).map_err(|source| {
+                    StartError::ListenerTransport {
+                        listener: kind.as_str(),
+                        source,
+                    }
+                })?,
             });
             let bound = Arc::new(BoundPorts::default());
             tokio::spawn(crate::proxy::listener::run_listener(

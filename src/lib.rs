@@ -9,12 +9,14 @@
 //! - [`state`]: the on-disk state store.
 //! - [`config`]: configuration model, loading, validation.
 //! - [`metrics`]: the Prometheus registry and the gateway's metric families.
+//! - [`net`]: transport under the protocol: TCP, and the security of client and broker connections.
 
 pub mod admin;
 pub mod app;
 pub mod config;
 pub mod metrics;
 pub mod mirror;
+pub mod net;
 pub mod protocol;
 pub mod proxy;
 pub mod psm;

@@ -34,6 +34,7 @@ use crate::config::{ClusterConfig, Config, ListenerConfig, TopicRouter};
 use crate::metrics::Metrics;
 use crate::mirror::controller::MirrorController;
 use crate::mirror::PartitionState;
+use crate::net::Connector;
 use crate::protocol::client::KafkaClient;
 use crate::proxy::ClusterView;
 use crate::state::StateStore;
@@ -123,6 +124,10 @@ pub struct MirrorAgent {
     name: String,
     idx: usize,
     source: ClusterConfig,
+    /// Opens connections to the source cluster's brokers.
+    source_connector: Connector,
+    /// Opens connections to the gateway's own mirror listener.
+    mirror_connector: Connector,
     mirror_host: String,
     mirror_listener: ListenerConfig,
     dest_timeout: Duration,
@@ -200,6 +205,8 @@ pub fn start(
     let _ = metrics.registry().register(Box::new(batches.clone()));
     let _ = metrics.registry().register(Box::new(bytes.clone()));
     let router = config.topic_router();
+    // The agent is a client of the gateway's own mirror listener.
+    let mirror_connector = Connector::plain();
     let mut mirrors = Vec::new();
     for (idx, m) in with_source {
         let (offsets, offsets_error) =
@@ -218,10 +225,14 @@ pub fn start(
             .source
             .clone()
             .unwrap_or_else(|| config.destination.clone());
+        let source_connector = Connector::for_cluster(&source)
+            .map_err(|e| format!("mirror {:?}: source: {e}", m.name))?;
         mirrors.push(Arc::new(MirrorAgent {
             name: m.name.clone(),
             idx,
+            source_connector,
             source,
+            mirror_connector: mirror_connector.clone(),
             mirror_host: mirror_host.clone(),
             mirror_listener: listener.clone(),
             dest_timeout: Duration::from_millis(config.destination.connect_timeout_ms),
@@ -346,7 +357,7 @@ impl MirrorAgent {
             .map(|m| m.brokers.values().cloned().collect())
             .unwrap_or_default();
         addrs.extend(self.source.bootstrap.iter().cloned());
-        let meta = match wire::metadata(&addrs, timeout).await {
+        let meta = match wire::metadata(&self.source_connector, &addrs, timeout).await {
             Ok(m) => m,
             Err(e) => {
                 if self.source_ok.swap(false, Ordering::Relaxed) {
@@ -410,7 +421,7 @@ impl MirrorAgent {
     async fn dest_admin(&self) -> Result<KafkaClient, String> {
         let mut last = "no destination broker known".to_string();
         for (_, addr) in self.cluster.brokers() {
-            match KafkaClient::connect(&addr, self.dest_timeout).await {
+            match self.cluster.client(&addr, self.dest_timeout).await {
                 Ok(c) => return Ok(c),
                 Err(e) => last = e.to_string(),
             }
@@ -427,7 +438,9 @@ impl MirrorAgent {
         let timeout = Duration::from_millis(self.source.connect_timeout_ms);
         let mut configs = Vec::new();
         for addr in meta.brokers.values() {
-            if let Ok(mut c) = KafkaClient::connect(addr, timeout).await {
+            if let Ok(mut c) =
+                KafkaClient::connect_with(&self.source_connector, addr, timeout).await
+            {
                 configs = wire::topic_configs(&mut c, topic).await;
                 break;
             }

@@ -24,7 +24,6 @@ use crate::config::{Config, TopicRouter};
 use crate::metrics::{ListenerKind, Metrics};
 use crate::protocol::barrier::{encode_barrier_batch, parse_barrier, BarrierValue};
 use crate::protocol::batch::BatchWalker;
-use crate::protocol::client::KafkaClient;
 use crate::proxy::ClusterView;
 use crate::psm::registry::PsmRegistry;
 use crate::state::StateStore;
@@ -1175,7 +1174,7 @@ impl MirrorController {
     /// Look for this failover's barrier in the log tail of a partition.
     async fn find_barrier(&self, topic: &str, partition: i32, fid: &str) -> Option<i64> {
         let addr = self.leader_addr(topic, partition)?;
-        let mut c = KafkaClient::connect(&addr, self.timeout).await.ok()?;
+        let mut c = self.cluster.client(&addr, self.timeout).await.ok()?;
         let end = c
             .list_offset(topic, partition, crate::protocol::client::LATEST)
             .await
@@ -1282,7 +1281,7 @@ impl MirrorController {
                 .with_timeout_ms(30_000)
                 .with_topic_data(topics);
             let result = async {
-                let mut c = KafkaClient::connect(&addr, self.timeout).await?;
+                let mut c = self.cluster.client(&addr, self.timeout).await?;
                 c.send(&req, 9).await
             }
             .await;

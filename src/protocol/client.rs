@@ -8,18 +8,16 @@ use bytes::{BufMut, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
+
+use crate::net::{ConnectError, Connector, Stream};
 
 use super::frame::{read_frame, FrameError};
 
 /// Why a gateway-originated request failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("cannot connect to {addr}: {source}")]
-    Connect {
-        addr: String,
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
     #[error("{what} to {addr} timed out after {after:?}")]
     Timeout {
         what: &'static str,
@@ -49,7 +47,7 @@ pub enum ClientError {
 
 /// One connection to one broker.
 pub struct KafkaClient {
-    stream: TcpStream,
+    stream: Stream,
     addr: String,
     buf: BytesMut,
     next_correlation: i32,
@@ -57,20 +55,20 @@ pub struct KafkaClient {
 }
 
 impl KafkaClient {
-    /// Connect to `addr` (`host:port`) within `timeout`; the same timeout bounds each request.
+    /// Connect to `addr` (`host:port`) over plain TCP within `timeout`; the same timeout
+    /// bounds each request. For tools and tests; the gateway uses [`Self::connect_with`].
     pub async fn connect(addr: &str, timeout: Duration) -> Result<Self, ClientError> {
-        let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
-            .await
-            .map_err(|_| ClientError::Timeout {
-                what: "connect",
-                addr: addr.to_string(),
-                after: timeout,
-            })?
-            .map_err(|source| ClientError::Connect {
-                addr: addr.to_string(),
-                source,
-            })?;
-        let _ = stream.set_nodelay(true);
+        Self::connect_with(&Connector::plain(), addr, timeout).await
+    }
+
+    /// Connect to `addr` through `connector` (the cluster's transport security) within
+    /// `timeout`; the same timeout bounds each request.
+    pub async fn connect_with(
+        connector: &Connector,
+        addr: &str,
+        timeout: Duration,
+    ) -> Result<Self, ClientError> {
+        let stream = connector.connect(addr, timeout).await?;
         Ok(KafkaClient {
             stream,
             addr: addr.to_string(),

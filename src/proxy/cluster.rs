@@ -11,6 +11,7 @@ use tokio::sync::watch;
 
 use crate::config::ClusterConfig;
 use crate::metrics::Metrics;
+use crate::net::Connector;
 use crate::protocol::client::{ClientError, KafkaClient};
 use crate::protocol::rewrite::BrokerEndpoint;
 
@@ -28,6 +29,7 @@ struct Inner {
 pub struct ClusterView {
     inner: RwLock<Inner>,
     config: ClusterConfig,
+    connector: Connector,
     metrics: Arc<Metrics>,
     /// Bumped whenever the broker set changes.
     changed: watch::Sender<u64>,
@@ -52,12 +54,14 @@ pub struct Snapshot {
 }
 
 impl ClusterView {
-    /// A view with nothing known yet.
-    pub fn new(config: ClusterConfig, metrics: Arc<Metrics>) -> Arc<Self> {
+    /// A view with nothing known yet; `connector` opens every gateway connection to the
+    /// cluster's brokers.
+    pub fn new(config: ClusterConfig, connector: Connector, metrics: Arc<Metrics>) -> Arc<Self> {
         let (changed, _) = watch::channel(0);
         Arc::new(ClusterView {
             inner: RwLock::new(Inner::default()),
             config,
+            connector,
             metrics,
             changed,
         })
@@ -68,6 +72,16 @@ impl ClusterView {
     }
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
         self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How the gateway connects to this cluster's brokers.
+    pub fn connector(&self) -> &Connector {
+        &self.connector
+    }
+
+    /// A gateway client connection to broker `addr`; `timeout` bounds connecting and each request.
+    pub async fn client(&self, addr: &str, timeout: Duration) -> Result<KafkaClient, ClientError> {
+        KafkaClient::connect_with(&self.connector, addr, timeout).await
     }
 
     /// Real address (`host:port`) of broker `node_id`.
@@ -175,7 +189,7 @@ impl ClusterView {
         candidates.extend(self.config.bootstrap.iter().cloned());
         let mut last = None;
         for addr in candidates {
-            match fetch_from(&addr, timeout).await {
+            match fetch_from(&self.connector, &addr, timeout).await {
                 Ok(s) => return Ok(s),
                 Err(e) => last = Some(e),
             }
@@ -233,8 +247,12 @@ fn negotiate(versions: &[(i16, i16, i16)], key: ApiKey) -> Option<i16> {
     (v >= (*min).max(ours.min)).then_some(v)
 }
 
-async fn fetch_from(addr: &str, timeout: Duration) -> Result<Snapshot, ClientError> {
-    let mut client = KafkaClient::connect(addr, timeout).await?;
+async fn fetch_from(
+    connector: &Connector,
+    addr: &str,
+    timeout: Duration,
+) -> Result<Snapshot, ClientError> {
+    let mut client = KafkaClient::connect_with(connector, addr, timeout).await?;
     let av = client.send(&ApiVersionsRequest::default(), 0).await?;
     let versions: Vec<(i16, i16, i16)> = av
         .api_keys

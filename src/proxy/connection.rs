@@ -24,12 +24,12 @@ use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::StrBytes;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
 
 use crate::config::{LimitsConfig, ListenerConfig};
 use crate::metrics::{ApiHandles, ListenerKind, Metrics};
+use crate::net::Stream;
 use crate::protocol::frame::{
     parse_request_header, read_frame, response_correlation_id, FrameError,
 };
@@ -78,6 +78,8 @@ pub struct ConnContext {
     pub handles: ApiHandles,
     pub limits: LimitsConfig,
     pub connect_timeout: Duration,
+    /// Sets up the transport of accepted client sockets (TLS, when configured).
+    pub acceptor: crate::net::Acceptor,
 }
 
 /// Why the gateway closed a connection on its own.
@@ -150,7 +152,7 @@ impl Drop for GaugeGuard {
 /// `_drain` is held until the connection is fully closed (graceful shutdown waits for it).
 pub async fn serve(
     ctx: Arc<ConnContext>,
-    client: TcpStream,
+    client: Stream,
     peer: SocketAddr,
     node_id: i32,
     shutdown: watch::Receiver<bool>,
@@ -162,7 +164,7 @@ pub async fn serve(
 
 async fn run(
     ctx: Arc<ConnContext>,
-    client: TcpStream,
+    client: Stream,
     node_id: i32,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -172,22 +174,19 @@ async fn run(
         ctx.metrics.error(kind, "unknown_broker");
         return;
     };
-    let upstream = match tokio::time::timeout(ctx.connect_timeout, TcpStream::connect(&addr)).await
+    let upstream = match ctx
+        .cluster
+        .connector()
+        .connect(&addr, ctx.connect_timeout)
+        .await
     {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            tracing::warn!(upstream = %addr, error = %e, "closing: cannot connect to destination broker");
-            ctx.metrics.error(kind, "upstream_connect");
-            return;
-        }
-        Err(_) => {
-            tracing::warn!(upstream = %addr, "closing: connecting to destination broker timed out");
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "closing: cannot connect to the destination broker");
             ctx.metrics.error(kind, "upstream_connect");
             return;
         }
     };
-    let _ = client.set_nodelay(true);
-    let _ = upstream.set_nodelay(true);
     let node_label = node_id.to_string();
     ctx.metrics
         .upstream_connections_total

@@ -271,7 +271,7 @@ pub async fn on_response(
                     correlation_id,
                     frame,
                     &init,
-                    ctx.connect_timeout,
+                    ctx,
                 )
                 .await?;
             }

@@ -118,7 +118,13 @@ async fn accept_loop(
                     let shutdown = shutdown.clone();
                     let drain = drain.clone();
                     tokio::spawn(async move {
-                        serve(ctx, stream, peer, node, shutdown, drain).await;
+                        match ctx.acceptor.accept(stream).await {
+                            Ok(stream) => serve(ctx, stream, peer, node, shutdown, drain).await,
+                            Err(e) => {
+                                tracing::warn!(listener = kind.as_str(), %peer, error = %e, "closing: client connection set-up failed");
+                                ctx.metrics.error(kind, e.kind());
+                            }
+                        }
                         gauge.dec();
                     });
                 }

@@ -4,7 +4,7 @@
 //! producer is bumped until its epoch is above every mirrored epoch of that id. Both are bounded;
 //! at the bound the client gets a retriable error.
 
-use std::time::Duration;
+use super::connection::ConnContext;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
@@ -13,7 +13,6 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use crate::mirror::controller::MirrorController;
-use crate::protocol::client::KafkaClient;
 use crate::protocol::frame::FrameError;
 
 use super::intercept::InterceptError;
@@ -87,8 +86,9 @@ pub async fn screen(
     correlation_id: i32,
     frame: Bytes,
     init: &InitRequest,
-    timeout: Duration,
+    conn: &ConnContext,
 ) -> Result<Bytes, InterceptError> {
+    let timeout = conn.connect_timeout;
     let mut resp = decode(&frame, version)?;
     if resp.error_code != 0 {
         return Ok(frame);
@@ -102,7 +102,7 @@ pub async fn screen(
         producer_id = resp.producer_id.0, epoch = resp.producer_epoch, mirrored_epoch = entry.max_epoch, transactional,
         "InitProducerId handed out a producer id that mirrored traffic left in the brokers; screening it"
     );
-    let mut client = match KafkaClient::connect(upstream, timeout).await {
+    let mut client = match conn.cluster.client(upstream, timeout).await {
         Ok(c) => c,
         Err(e) => {
             tracing::warn!(error = %e, "cannot reach the broker to screen the producer id; answering a retriable error");

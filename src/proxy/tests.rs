@@ -125,6 +125,7 @@ async fn connect_through_gateway(upstream: &str, limits: LimitsConfig, node: i32
             connect_timeout_ms: 2000,
             metadata_refresh_ms: 1000,
         },
+        crate::net::Connector::plain(),
         metrics.clone(),
     );
     let (host, port) = upstream.rsplit_once(':').unwrap();
@@ -154,6 +155,7 @@ async fn connect_through_gateway(upstream: &str, limits: LimitsConfig, node: i32
         handles: metrics.api_handles(ListenerKind::Client),
         limits,
         connect_timeout: Duration::from_secs(2),
+        acceptor: crate::net::Acceptor::default(),
     });
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
@@ -161,7 +163,14 @@ async fn connect_through_gateway(upstream: &str, limits: LimitsConfig, node: i32
     let (server_side, peer) = l.accept().await.unwrap();
     let (shutdown, rx) = watch::channel(false);
     let (drain, _drain_rx) = mpsc::channel(1);
-    let done = tokio::spawn(serve(ctx, server_side, peer, node, rx, drain));
+    let done = tokio::spawn(serve(
+        ctx,
+        crate::net::Stream::Plain(server_side),
+        peer,
+        node,
+        rx,
+        drain,
+    ));
     Setup {
         client,
         shutdown,

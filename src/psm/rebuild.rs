@@ -11,7 +11,7 @@ use kafka_protocol::protocol::StrBytes;
 use tokio::sync::watch;
 
 use crate::protocol::batch::{control_marker, BatchWalker, ControlType};
-use crate::protocol::client::{KafkaClient, PartitionRequestError, EARLIEST};
+use crate::protocol::client::{PartitionRequestError, EARLIEST};
 use crate::proxy::ClusterView;
 
 use super::registry::PsmRegistry;
@@ -135,7 +135,8 @@ pub async fn rebuild_partition(
             topic: topic.to_string(),
             partition,
         })?;
-    let mut client = KafkaClient::connect(&leader, timeout)
+    let mut client = cluster
+        .client(&leader, timeout)
         .await
         .map_err(|e| err(e.into()))?;
     let log_start = client
@@ -208,11 +209,12 @@ pub async fn rebuild_partition(
 /// Read `producer.id.expiration.ms` and `producer.id.expiration.check.interval.ms` from a
 /// destination broker. Missing values are `None` (the broker's defaults apply).
 pub async fn broker_expiration(
+    cluster: &ClusterView,
     addr: &str,
     node_id: i32,
     timeout: Duration,
 ) -> Result<(Option<i64>, Option<i64>), crate::protocol::client::ClientError> {
-    let mut client = KafkaClient::connect(addr, timeout).await?;
+    let mut client = cluster.client(addr, timeout).await?;
     let req =
         DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
             .with_resource_type(4)
@@ -279,7 +281,7 @@ pub async fn maintain(
             });
             if !expiration_known {
                 if let Some((node, addr)) = cluster.brokers().into_iter().next() {
-                    match broker_expiration(&addr, node, timeout).await {
+                    match broker_expiration(&cluster, &addr, node, timeout).await {
                         Ok((e, i)) => {
                             registry.set_expiration(
                                 e.unwrap_or(super::registry::DEFAULT_EXPIRATION_MS),

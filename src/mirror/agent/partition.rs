@@ -152,7 +152,9 @@ impl Task {
             .ok_or_else(|| {
                 Halt::Retry(format!("no destination leader known for {}", self.label()))
             })?;
-        KafkaClient::connect(&addr, self.m.dest_timeout)
+        self.m
+            .cluster
+            .client(&addr, self.m.dest_timeout)
             .await
             .map_err(|e| Halt::Retry(e.to_string()))
     }
@@ -219,7 +221,7 @@ impl Task {
             .and_then(|m| m.leader_addr(&self.topic, self.partition))
             .ok_or_else(|| Halt::Retry("no source leader known".into()))?;
         let timeout = Duration::from_millis(self.m.source.connect_timeout_ms).max(FETCH_WAIT * 4);
-        let connect = KafkaClient::connect(&addr, timeout);
+        let connect = KafkaClient::connect_with(&self.m.source_connector, &addr, timeout);
         let c = tokio::select! {
             c = connect => c.map_err(|e| Halt::Retry(e.to_string()))?,
             _ = self.stop.changed() => return Err(Halt::Stop),
@@ -455,7 +457,9 @@ impl Task {
                     }
                     Err(e) => return Err(e),
                 };
-                match KafkaClient::connect(&addr, PRODUCE_TIMEOUT).await {
+                match KafkaClient::connect_with(&self.m.mirror_connector, &addr, PRODUCE_TIMEOUT)
+                    .await
+                {
                     Ok(c) => self.dst = Some(c),
                     Err(e) => {
                         tracing::warn!(topic = %self.topic, partition = self.partition, error = %e, "cannot reach the gateway's mirror listener");

@@ -19,6 +19,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
+use crate::net::Connector;
 use crate::protocol::client::{ClientError, FetchedPartition, KafkaClient};
 
 /// Topic configs copied from the source when the agent creates a destination topic.
@@ -55,11 +56,15 @@ impl ClusterMeta {
 }
 
 /// Metadata of every topic from the first reachable address.
-pub async fn metadata(addrs: &[String], timeout: Duration) -> Result<ClusterMeta, ClientError> {
+pub async fn metadata(
+    connector: &Connector,
+    addrs: &[String],
+    timeout: Duration,
+) -> Result<ClusterMeta, ClientError> {
     let mut last = None;
     for addr in addrs {
         let r = async {
-            let mut c = KafkaClient::connect(addr, timeout).await?;
+            let mut c = KafkaClient::connect_with(connector, addr, timeout).await?;
             let req = MetadataRequest::default()
                 .with_topics(None)
                 .with_allow_auto_topic_creation(false);
