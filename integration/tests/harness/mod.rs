@@ -2,12 +2,14 @@
 //! topics, Kafka tools and rdkafka producer/consumer helpers.
 //!
 //! # Clusters
-//! - [`cluster`]`("source" | "destination" | "third")` returns the bootstrap string of a running
-//!   cluster (comma-separated when it has several brokers, e.g.
+//! - [`cluster`]`("source" | "destination" | "third" | "secure")` returns the bootstrap string of a
+//!   running cluster (comma-separated when it has several brokers, e.g.
 //!   `"127.0.0.1:29092,127.0.0.1:29094"`; take the first entry if a single address is needed).
+//!   For `secure` this is its PLAINTEXT listener; its SSL / SASL listeners, CA and SCRAM users
+//!   are printed by `integration/rig secure-info` (`KEY=VALUE` lines).
 //!   The first call per process and cluster uses, in order:
-//!   1. `MIRRORGATE_TEST_SOURCE` / `MIRRORGATE_TEST_DESTINATION` / `MIRRORGATE_TEST_THIRD`
-//!      (point the tests at an existing cluster),
+//!   1. `MIRRORGATE_TEST_SOURCE` / `MIRRORGATE_TEST_DESTINATION` / `MIRRORGATE_TEST_THIRD` /
+//!      `MIRRORGATE_TEST_SECURE` (point the tests at an existing cluster),
 //!   2. a cluster already started by `integration/rig up` (`rig status`),
 //!   3. `integration/rig up NAME --owner-pid <this process>`: the rig's watchdog stops that
 //!      cluster when the test process exits (also after a panic or Ctrl-C).
@@ -184,10 +186,11 @@ fn slot(name: &str) -> Arc<OnceLock<String>> {
     map.entry(name.to_string()).or_default().clone()
 }
 
-/// Bootstrap string of a running cluster (`source`, `destination` or `third`); see module doc.
+/// Bootstrap string of a running cluster (`source`, `destination`, `third` or `secure`); see
+/// module doc.
 pub fn cluster(name: &str) -> String {
     assert!(
-        matches!(name, "source" | "destination" | "third"),
+        matches!(name, "source" | "destination" | "third" | "secure"),
         "unknown cluster {name:?}"
     );
     let slot = slot(name);
