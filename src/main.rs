@@ -27,6 +27,11 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Manage the state directory (`state_dir` of the configuration).
+    State {
+        #[command(subcommand)]
+        action: StateAction,
+    },
     /// Check a configuration file: print the effective configuration or every error.
     CheckConfig {
         /// Configuration file (YAML).
@@ -62,6 +67,23 @@ enum Command {
         /// Give up waiting after this many seconds.
         #[arg(long, default_value_t = 300)]
         timeout: u64,
+    },
+}
+
+#[derive(Subcommand)]
+enum StateAction {
+    /// Create the state directory and its identity file (first start). A no-op when it is
+    /// already initialised. Never run it to "fix" a lost directory: restore the backup instead.
+    Init {
+        /// Configuration file (YAML).
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Say whether the state directory can be used; exit 1 (with the reason) when it cannot.
+    Check {
+        /// Configuration file (YAML).
+        #[arg(long, short)]
+        config: PathBuf,
     },
 }
 
@@ -125,6 +147,31 @@ fn main() -> ExitCode {
             };
             init_logging(Some(&cfg));
             runtime().block_on(run(cfg, None))
+        }
+        Command::State { action } => {
+            let (StateAction::Init { config } | StateAction::Check { config }) = &action;
+            let cfg = match load(config) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            let dir = cfg.state_dir.display();
+            let result = match action {
+                StateAction::Init { .. } => mirrorgate::state::StateStore::init(&cfg.state_dir)
+                    .map(|_| format!("state directory {dir} is initialised")),
+                StateAction::Check { .. } => mirrorgate::state::StateStore::open(&cfg.state_dir)
+                    .and_then(|s| s.check())
+                    .map(|_| format!("state directory {dir} is initialised")),
+            };
+            match result {
+                Ok(msg) => {
+                    println!("{msg}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("mirrorgate: {e}");
+                    ExitCode::from(1)
+                }
+            }
         }
         Command::Demo { config } => {
             let path = config.unwrap_or_else(|| repo_dir().join("config/mirrorgate.yaml"));
@@ -320,6 +367,10 @@ fn demo(mut cfg: Config) -> ExitCode {
         .map(|d| d.as_secs())
         .unwrap_or(0);
     cfg.state_dir = repo_dir().join(format!("target/demo-state/{stamp}"));
+    if let Err(e) = mirrorgate::state::StateStore::init(&cfg.state_dir) {
+        eprintln!("mirrorgate demo: {e}");
+        return ExitCode::from(1);
+    }
     let before = running_clusters();
     println!(
         "mirrorgate demo: starting the local source and destination clusters (integration/rig up)…"

@@ -51,6 +51,7 @@ pub fn test_config(destination: &str) -> Config {
     let mirror = free_port_range(4);
     let admin = free_port_range(1);
     let state = tempfile::tempdir().expect("tempdir").keep();
+    mirrorgate::state::StateStore::init(&state).expect("initialise the state directory");
     let yaml = format!(
         r#"
 destination:
@@ -187,6 +188,13 @@ pub struct ProcessGateway {
 impl ProcessGateway {
     /// Start `mirrorgate run` with `config` (and extra environment), wait until ready.
     pub fn start(config: Config, env: &[(&str, &str)]) -> ProcessGateway {
+        let g = Self::start_unready(config, env);
+        g.wait_ready(Duration::from_secs(60));
+        g
+    }
+
+    /// Start `mirrorgate run` and wait only until the admin API answers (it may stay unready).
+    pub fn start_unready(config: Config, env: &[(&str, &str)]) -> ProcessGateway {
         let dir = tempfile::tempdir().expect("tempdir").keep();
         let config_path = dir.join("mirrorgate.yaml");
         std::fs::write(&config_path, mirrorgate::config::render_effective(&config))
@@ -198,8 +206,18 @@ impl ProcessGateway {
             log_path: dir.join("gateway.log"),
         };
         g.spawn(env);
-        g.wait_ready(Duration::from_secs(60));
+        g.wait_admin();
         g
+    }
+
+    /// The process's resident set size, KiB (None when it is not running).
+    pub fn rss_kib(&self) -> Option<u64> {
+        let pid = self.child.as_ref()?.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
     }
 
     fn spawn(&mut self, env: &[(&str, &str)]) {
@@ -233,6 +251,10 @@ impl ProcessGateway {
     pub fn restart_unready(&mut self, env: &[(&str, &str)]) {
         self.wait_exit(Duration::from_secs(5));
         self.spawn(env);
+        self.wait_admin();
+    }
+
+    fn wait_admin(&self) {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while try_admin_call(&self.admin(), hyper::Method::GET, "/healthz", None).is_err() {
             assert!(
@@ -329,7 +351,7 @@ impl Drop for ProcessGateway {
     }
 }
 
-fn try_admin_call(
+pub fn try_admin_call(
     admin: &str,
     method: hyper::Method,
     path: &str,

@@ -4,6 +4,7 @@ mod agent;
 mod cli;
 mod compose;
 mod failover;
+mod faults;
 mod gw;
 mod harness;
 mod mm2;

@@ -544,7 +544,12 @@ fn compose_stack_agrees_with_config_dockerfile_and_provisioning() {
                 "{name}: volume {vol} at {target} is not declared"
             );
         }
-        for dep in svc["depends_on"].as_sequence().into_iter().flatten() {
+        // depends_on: a list of names, or a map of name → condition.
+        let deps: Vec<&Yaml> = match &svc["depends_on"] {
+            Yaml::Mapping(m) => m.keys().collect(),
+            other => other.as_sequence().into_iter().flatten().collect(),
+        };
+        for dep in deps {
             let dep = ystr(dep, "depends_on");
             assert!(
                 services[dep].is_mapping(),

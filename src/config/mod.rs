@@ -147,6 +147,11 @@ pub struct LimitsConfig {
     /// On shutdown, wait this long for in-flight requests to complete, milliseconds.
     #[serde(default = "default_shutdown_grace_ms")]
     pub shutdown_grace_ms: u64,
+    /// Close a client connection when its broker has not answered a request (other than
+    /// JoinGroup, which waits for a rebalance) for this long, milliseconds: a stalled broker
+    /// must not hold client connections forever. Longer than clients' `request.timeout.ms`.
+    #[serde(default = "default_upstream_timeout_ms")]
+    pub upstream_timeout_ms: u64,
 }
 
 /// Metrics options.
@@ -253,6 +258,9 @@ fn default_max_in_flight() -> usize {
 fn default_shutdown_grace_ms() -> u64 {
     10_000
 }
+fn default_upstream_timeout_ms() -> u64 {
+    120_000
+}
 fn default_true() -> bool {
     true
 }
@@ -278,6 +286,7 @@ impl Default for LimitsConfig {
             idle_timeout_ms: default_idle_timeout_ms(),
             max_in_flight: default_max_in_flight(),
             shutdown_grace_ms: default_shutdown_grace_ms(),
+            upstream_timeout_ms: default_upstream_timeout_ms(),
         }
     }
 }

@@ -258,6 +258,15 @@ fn check_limits(out: &mut Issues, cfg: &Config) {
     if l.max_in_flight < 1 {
         out.push("limits.max_in_flight", "must be at least 1");
     }
+    if l.upstream_timeout_ms < MIN_IDLE_TIMEOUT_MS {
+        out.push(
+            "limits.upstream_timeout_ms",
+            format!(
+                "must be at least {MIN_IDLE_TIMEOUT_MS} (got {})",
+                l.upstream_timeout_ms
+            ),
+        );
+    }
     if l.idle_timeout_ms < MIN_IDLE_TIMEOUT_MS {
         out.push(
             "limits.idle_timeout_ms",

@@ -249,8 +249,14 @@ impl MirrorController {
         cluster: Arc<ClusterView>,
     ) -> Arc<Self> {
         let mut slots = Vec::new();
+        // A state directory that is missing or not initialised: every mirror is unreadable.
+        let store_problem = store.check().err().map(|e| e.to_string());
         for m in &config.mirrors {
             let (record, unreadable) = match store.read(MIRRORS_AREA, &format!("{}.json", m.name)) {
+                _ if store_problem.is_some() => (
+                    MirrorRecord::new(m.name.clone(), Vec::new(), now_ms()),
+                    store_problem.clone(),
+                ),
                 Ok(Some(bytes)) => match MirrorRecord::decode(&bytes) {
                     Ok(r) => (r, None),
                     Err(e) => (
@@ -908,7 +914,9 @@ impl MirrorController {
         self.refresh_lookup();
     }
 
-    /// Apply `f` to the partitions of mirror `name` in STOPPING, then persist.
+    /// Apply `f` to the partitions of mirror `name` in STOPPING, then persist. When the state
+    /// cannot be persisted (e.g. a full disk) nothing changes but `last_error`, so the gateway
+    /// never acts on a step it has not recorded; the failover is retried.
     fn update(
         &self,
         name: &str,
@@ -919,6 +927,7 @@ impl MirrorController {
             .iter_mut()
             .find(|s| s.record.name == name)
             .ok_or_else(|| FailoverError::UnknownMirror(name.to_string()))?;
+        let before = slot.record.clone();
         for p in slot
             .record
             .partitions
@@ -931,6 +940,18 @@ impl MirrorController {
             slot.record.completed_ms = Some(now_ms());
         }
         let r = self.persist(slot);
+        if let Err(e) = &r {
+            slot.record = before;
+            for p in slot
+                .record
+                .partitions
+                .iter_mut()
+                .filter(|p| p.state == PartitionState::Stopping)
+            {
+                p.last_error = Some(format!("{e}; the failover is retried"));
+            }
+            tracing::error!(mirror = name, error = %e, "cannot record the failover step; partitions stay read-only");
+        }
         drop(slots);
         self.refresh_lookup();
         r

@@ -98,6 +98,12 @@ enum Refused {
     },
     #[error("destination broker {0} closed the connection")]
     UpstreamClosed(String),
+    #[error("destination broker {addr} did not answer {api:?} within {after:?}")]
+    UpstreamTimeout {
+        addr: String,
+        api: ApiKey,
+        after: Duration,
+    },
     #[error("destination broker sent correlation id {got}, expected {want}")]
     Correlation { got: i32, want: i32 },
     #[error("client went away: {0}")]
@@ -115,6 +121,7 @@ impl Refused {
             Refused::Frame(_) => "bad_frame",
             Refused::UnsupportedVersion { .. } => "unsupported_version",
             Refused::Upstream { .. } | Refused::UpstreamClosed(_) => "upstream",
+            Refused::UpstreamTimeout { .. } => "upstream_timeout",
             Refused::Correlation { .. } => "upstream_correlation",
             Refused::ClientGone(_) => "client_gone",
             Refused::Intercept(_) => "unreadable_for_enforcement",
@@ -207,6 +214,7 @@ async fn run(
     let max_request = ctx.limits.max_frame_bytes;
     let max_response = ctx.limits.max_frame_bytes.max(256 * 1024 * 1024);
     let idle = Duration::from_millis(ctx.limits.idle_timeout_ms);
+    let upstream_timeout = Duration::from_millis(ctx.limits.upstream_timeout_ms);
 
     let requests = {
         let ctx = ctx.clone();
@@ -302,8 +310,20 @@ async fn run(
                         .latency(inf.api, inf.started.elapsed().as_secs_f64());
                     continue;
                 }
-                let frame = read_frame(&mut up_rd, &mut buf, max_response)
-                    .await
+                let read = read_frame(&mut up_rd, &mut buf, max_response);
+                let read = if inf.api == ApiKey::JoinGroup {
+                    read.await
+                } else {
+                    let deadline = tokio::time::Instant::from_std(inf.started + upstream_timeout);
+                    tokio::time::timeout_at(deadline, read).await.map_err(|_| {
+                        Refused::UpstreamTimeout {
+                            addr: addr.clone(),
+                            api: inf.api,
+                            after: upstream_timeout,
+                        }
+                    })?
+                };
+                let frame = read
                     .map_err(|e| match e {
                         FrameError::Io(source) => Refused::Upstream {
                             addr: addr.clone(),

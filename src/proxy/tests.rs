@@ -210,6 +210,7 @@ fn limits() -> LimitsConfig {
         idle_timeout_ms: 60_000,
         max_in_flight: 16,
         shutdown_grace_ms: 3000,
+        upstream_timeout_ms: 60_000,
     }
 }
 
@@ -343,6 +344,53 @@ async fn a_broker_that_closes_the_connection_closes_the_client_connection() {
         text.contains(r#"mirrorgate_request_errors_total{kind="upstream",listener="client"} 1"#),
         "{text}"
     );
+}
+
+#[tokio::test]
+async fn a_broker_that_does_not_answer_within_the_upstream_timeout_closes_the_client_connection() {
+    // A stalled broker (e.g. a paused process): it reads requests but never answers.
+    let script = Script {
+        delay: Duration::from_secs(3600),
+        ..Script::default()
+    };
+    let (up, seen, _) = fake_broker(script).await;
+    let mut l = limits();
+    l.upstream_timeout_ms = 1000;
+    let mut s = connect_through_gateway(&up, l, 1).await;
+    let started = std::time::Instant::now();
+    s.client.write_all(&heartbeat(1)).await.unwrap();
+    expect_closed(&mut s.client).await;
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    assert_eq!(seen.load(Ordering::SeqCst), 1);
+    let text = s.metrics.render();
+    assert!(
+        text.contains(
+            r#"mirrorgate_request_errors_total{kind="upstream_timeout",listener="client"} 1"#
+        ),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_join_group_waiting_longer_than_the_upstream_timeout_is_not_cut_off() {
+    // JoinGroup legitimately waits for the rebalance; the timeout does not apply to it.
+    let script = Script {
+        delay: Duration::from_millis(2500),
+        ..Script::default()
+    };
+    let (up, _, _) = fake_broker(script).await;
+    let mut l = limits();
+    l.upstream_timeout_ms = 1000;
+    let mut s = connect_through_gateway(&up, l, 1).await;
+    let mut body = BytesMut::new();
+    kafka_protocol::messages::JoinGroupRequest::default()
+        .encode(&mut body, 5)
+        .unwrap();
+    s.client
+        .write_all(&request(ApiKey::JoinGroup, 5, 7, &body))
+        .await
+        .unwrap();
+    assert_eq!(read_response(&mut s.client).await.map(|r| r.0), Some(7));
 }
 
 #[tokio::test]

@@ -2,8 +2,12 @@
 //! temporary file, fsync it, rename over the target, fsync the directory), so that a crash
 //! leaves either the old or the new content, never a mix.
 //!
-//! Owns: the layout of `state_dir` and atomic file I/O. Must not touch: what the files mean
-//! (callers encode and decode their own content) or any network state.
+//! The directory carries an identity file ([`IDENTITY_FILE`]) written by `mirrorgate state init`.
+//! A directory without it (missing, or an empty mount point after a lost volume) is never written
+//! to: the gateway cannot tell a first start from lost state, so it does not guess.
+//!
+//! Owns: the layout of `state_dir`, its identity file and atomic file I/O. Must not touch: what
+//! the files mean (callers encode and decode their own content) or any network state.
 
 use std::fs;
 use std::io::Write;
@@ -29,7 +33,16 @@ pub enum StateError {
     },
     #[error("invalid state file name {0:?}")]
     BadName(String),
+    #[error(
+        "state directory {path} {what}: the gateway cannot tell a first start from lost state. \
+         First start: run `mirrorgate state init --config <file>`. Lost state: restore the \
+         directory from a backup and restart (README: \"Recovering mirror state\")"
+    )]
+    NotInitialised { path: PathBuf, what: &'static str },
 }
+
+/// The identity file of an initialised state directory.
+pub const IDENTITY_FILE: &str = "mirrorgate.state";
 
 /// The state directory.
 #[derive(Debug, Clone)]
@@ -38,15 +51,76 @@ pub struct StateStore {
 }
 
 impl StateStore {
-    /// Open (and create if needed) the state directory.
+    /// Open the state directory without creating anything. Whether it can be used is
+    /// [`Self::check`]; reads of a missing directory find nothing, writes are refused.
+    /// A directory with files but no identity file (written by an older mirrorgate) is adopted:
+    /// its identity file is written now.
     pub fn open(root: &Path) -> Result<Self, StateError> {
+        let store = StateStore {
+            root: root.to_path_buf(),
+        };
+        if !store.identity().exists() && store.has_entries() {
+            store.write_identity()?;
+        }
+        Ok(store)
+    }
+
+    /// Create the directory (and its parents) and its identity file; a no-op for an initialised
+    /// directory. `mirrorgate state init`.
+    pub fn init(root: &Path) -> Result<Self, StateError> {
         fs::create_dir_all(root).map_err(|source| StateError::CreateDir {
             path: root.to_path_buf(),
             source,
         })?;
-        Ok(StateStore {
+        let store = StateStore {
             root: root.to_path_buf(),
-        })
+        };
+        if !store.identity().exists() {
+            store.write_identity()?;
+        }
+        Ok(store)
+    }
+
+    /// `Ok` when the directory is initialised; otherwise why not, with the recovery command.
+    pub fn check(&self) -> Result<(), StateError> {
+        match fs::metadata(&self.root) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(StateError::NotInitialised {
+                path: self.root.clone(),
+                what: "does not exist",
+            }),
+            Err(source) => Err(StateError::Read {
+                path: self.root.clone(),
+                source,
+            }),
+            Ok(m) if !m.is_dir() => Err(StateError::NotInitialised {
+                path: self.root.clone(),
+                what: "is not a directory",
+            }),
+            Ok(_) if !self.identity().exists() => Err(StateError::NotInitialised {
+                path: self.root.clone(),
+                what: "has no identity file (mirrorgate.state)",
+            }),
+            Ok(_) => Ok(()),
+        }
+    }
+
+    fn identity(&self) -> PathBuf {
+        self.root.join(IDENTITY_FILE)
+    }
+
+    fn has_entries(&self) -> bool {
+        fs::read_dir(&self.root)
+            .map(|mut rd| rd.next().is_some())
+            .unwrap_or(false)
+    }
+
+    fn write_identity(&self) -> Result<(), StateError> {
+        let created_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        let body = format!("{{\"format\":1,\"created_ms\":{created_ms}}}\n");
+        self.write_file(&self.root, &self.identity(), IDENTITY_FILE, body.as_bytes())
     }
 
     /// The directory.
@@ -64,27 +138,43 @@ impl StateStore {
         Ok(self.root.join(area).join(name))
     }
 
-    /// Atomically replace `area/name` with `bytes`.
+    /// Atomically replace `area/name` with `bytes`. Refused while the directory is not
+    /// initialised ([`Self::check`]).
     pub fn write(&self, area: &str, name: &str, bytes: &[u8]) -> Result<(), StateError> {
         let path = self.path(area, name)?;
+        self.check()?;
         let dir = self.root.join(area);
         fs::create_dir_all(&dir).map_err(|source| StateError::CreateDir {
             path: dir.clone(),
             source,
         })?;
+        self.write_file(&dir, &path, name, bytes)
+    }
+
+    fn write_file(
+        &self,
+        dir: &Path,
+        path: &Path,
+        name: &str,
+        bytes: &[u8],
+    ) -> Result<(), StateError> {
         let tmp = dir.join(format!(".{name}.tmp"));
         let werr = |source| StateError::Write {
-            path: path.clone(),
+            path: path.to_path_buf(),
             source,
         };
-        {
-            let mut f = fs::File::create(&tmp).map_err(werr)?;
-            f.write_all(bytes).map_err(werr)?;
-            f.sync_all().map_err(werr)?;
+        let written = fs::File::create(&tmp).and_then(|mut f| {
+            f.write_all(bytes)?;
+            f.sync_all()
+        });
+        if let Err(e) = written {
+            // A full disk must not keep a partial temporary file around.
+            let _ = fs::remove_file(&tmp);
+            return Err(werr(e));
         }
-        fs::rename(&tmp, &path).map_err(werr)?;
+        fs::rename(&tmp, path).map_err(werr)?;
         // Make the rename itself durable.
-        fs::File::open(&dir)
+        fs::File::open(dir)
             .and_then(|d| d.sync_all())
             .map_err(werr)?;
         Ok(())
@@ -135,7 +225,7 @@ mod tests {
     #[test]
     fn written_content_reads_back() {
         let dir = tempfile::tempdir().unwrap();
-        let s = StateStore::open(dir.path()).unwrap();
+        let s = StateStore::init(dir.path()).unwrap();
         s.write("psm", "t-0", b"abc").unwrap();
         assert_eq!(s.read("psm", "t-0").unwrap().as_deref(), Some(&b"abc"[..]));
     }
@@ -143,7 +233,7 @@ mod tests {
     #[test]
     fn a_rewrite_replaces_the_whole_file() {
         let dir = tempfile::tempdir().unwrap();
-        let s = StateStore::open(dir.path()).unwrap();
+        let s = StateStore::init(dir.path()).unwrap();
         s.write("a", "f", b"a much longer first content").unwrap();
         s.write("a", "f", b"short").unwrap();
         assert_eq!(s.read("a", "f").unwrap().as_deref(), Some(&b"short"[..]));
@@ -152,14 +242,14 @@ mod tests {
     #[test]
     fn a_missing_file_reads_as_none() {
         let dir = tempfile::tempdir().unwrap();
-        let s = StateStore::open(dir.path()).unwrap();
+        let s = StateStore::init(dir.path()).unwrap();
         assert_eq!(s.read("a", "nope").unwrap(), None);
     }
 
     #[test]
     fn listing_skips_temporary_files() {
         let dir = tempfile::tempdir().unwrap();
-        let s = StateStore::open(dir.path()).unwrap();
+        let s = StateStore::init(dir.path()).unwrap();
         s.write("a", "x", b"1").unwrap();
         std::fs::write(dir.path().join("a/.y.tmp"), b"partial").unwrap();
         assert_eq!(s.list("a").unwrap(), vec!["x".to_string()]);
@@ -168,7 +258,7 @@ mod tests {
     #[test]
     fn names_that_escape_the_directory_are_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let s = StateStore::open(dir.path()).unwrap();
+        let s = StateStore::init(dir.path()).unwrap();
         assert!(matches!(
             s.write("a", "../x", b"1"),
             Err(StateError::BadName(_))
@@ -184,7 +274,54 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("plain-file");
         std::fs::write(&file, b"").unwrap();
-        let err = StateStore::open(&file.join("sub")).unwrap_err();
+        let err = StateStore::init(&file.join("sub")).unwrap_err();
         assert!(err.to_string().contains("plain-file"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_directory_is_not_initialised_and_is_not_created_by_a_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("gone");
+        let s = StateStore::open(&root).unwrap();
+        let err = s.check().unwrap_err();
+        assert!(err.to_string().contains("does not exist"), "{err}");
+        assert!(err.to_string().contains("mirrorgate state init"), "{err}");
+        assert!(matches!(
+            s.write("mirrors", "m.json", b"{}"),
+            Err(StateError::NotInitialised { .. })
+        ));
+        assert!(!root.exists());
+        assert_eq!(s.read("mirrors", "m.json").unwrap(), None);
+    }
+
+    #[test]
+    fn an_empty_directory_is_not_initialised() {
+        // An empty mount point after a lost volume looks exactly like this.
+        let dir = tempfile::tempdir().unwrap();
+        let s = StateStore::open(dir.path()).unwrap();
+        let err = s.check().unwrap_err();
+        assert!(err.to_string().contains("no identity file"), "{err}");
+        assert!(s.write("psm", "t-0", b"x").is_err());
+        assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none());
+    }
+
+    #[test]
+    fn a_directory_written_by_an_older_version_is_adopted() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("mirrors")).unwrap();
+        std::fs::write(dir.path().join("mirrors/m.json"), b"{}").unwrap();
+        let s = StateStore::open(dir.path()).unwrap();
+        s.check().unwrap();
+        assert!(dir.path().join(IDENTITY_FILE).exists());
+    }
+
+    #[test]
+    fn init_creates_the_directory_and_is_idempotent() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("a/b");
+        StateStore::init(&root).unwrap().check().unwrap();
+        let first = std::fs::read(root.join(IDENTITY_FILE)).unwrap();
+        StateStore::init(&root).unwrap();
+        assert_eq!(std::fs::read(root.join(IDENTITY_FILE)).unwrap(), first);
     }
 }

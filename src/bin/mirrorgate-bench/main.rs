@@ -186,6 +186,7 @@ pub fn bench_config(
     state: &std::path::Path,
     mirrors: &str,
 ) -> Result<mirrorgate::config::Config, String> {
+    mirrorgate::state::StateStore::init(state).map_err(|e| e.to_string())?;
     let yaml = format!(
         "destination: {{ bootstrap: [{}] }}\n\
          listeners:\n  client: {{ port_base: {base}, max_brokers: 4 }}\n  mirror: {{ port_base: {}, max_brokers: 4 }}\n\
