@@ -442,6 +442,89 @@ fn disruptive_the_source_killed_before_the_failover_does_not_block_it() {
     assert_local_producers_lose_nothing(&gw, &topic, &barriers);
 }
 
+/// Runs alone: destination broker 2 (leader of partition 1, replication factor 1) is killed while
+/// the agent mirrors a steady stream, then restarted. The agent waits and resumes; the
+/// destination ends up with exactly the source's records: nothing lost, nothing doubled.
+#[test]
+fn disruptive_destination_broker_killed_during_mirroring_resumes_without_loss_or_duplicates() {
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("agent-dkill");
+    harness::create_topic(&source, &topic, 2, None);
+    harness::create_topic(&destination, &topic, 2, Some(&[1, 2]));
+    let gw = TestGateway::start(agent_config("dkill", &[&topic], &source));
+    let writer = SourceWriter::start(&source, &topic, "live", 3000, 300);
+    std::thread::sleep(Duration::from_secs(2));
+    let restart = RestartNode("destination", "2");
+    harness::expect_success(
+        "rig kill-node destination 2",
+        &harness::rig(&["kill-node", "destination", "2"]),
+    );
+    std::thread::sleep(Duration::from_secs(4));
+    drop(restart);
+    writer.finish(false);
+    wait_caught_up(&gw.admin(), "dkill", &source, &topic, 2);
+}
+
+/// Runs alone: destination broker 2 is down when the failover starts. Its partition cannot get
+/// a barrier: it stays read-only (FAILED, with the reason) while partition 0 completes; when the
+/// broker is back the failover completes by itself with exactly one barrier per partition and
+/// every mirrored record before it.
+#[test]
+fn disruptive_destination_broker_killed_during_failover_completes_with_one_barrier_per_partition() {
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("agent-fkill");
+    harness::create_topic(&source, &topic, 2, None);
+    harness::create_topic(&destination, &topic, 2, Some(&[1, 2]));
+    SourceWriter::start(&source, &topic, "pre", 600, 5000).finish(false);
+    let gw = TestGateway::start(agent_config("fkill", &[&topic], &source));
+    wait_caught_up(&gw.admin(), "fkill", &source, &topic, 2);
+    let restart = RestartNode("destination", "2");
+    harness::expect_success(
+        "rig kill-node destination 2",
+        &harness::rig(&["kill-node", "destination", "2"]),
+    );
+    failover(&gw.admin(), "fkill");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let p1 = loop {
+        let parts = partitions_json(&gw.admin(), "fkill");
+        let p1 = parts
+            .iter()
+            .find(|p| p["partition"] == 1)
+            .cloned()
+            .expect("partition 1");
+        assert_ne!(p1["state"], "STOPPED", "opened without its barrier: {p1}");
+        if p1["state"] == "FAILED"
+            && parts
+                .iter()
+                .any(|p| p["partition"] == 0 && p["state"] == "STOPPED")
+        {
+            break p1;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "partition 1 not FAILED: {parts:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        p1["last_error"].as_str().is_some_and(|e| !e.is_empty()),
+        "FAILED without a reason: {p1}"
+    );
+    let mut local = RawConn::connect(&gw.bootstrap());
+    let (code, _, msg) = local.produce_msg(
+        &topic,
+        1,
+        crate::psm_differential::batch(-1, -1, -1, 1, "early"),
+    );
+    assert_eq!(code, 44, "partition 1 writable before its barrier: {msg}");
+    drop(restart);
+    wait_stopped(&gw.admin(), "fkill");
+    let barriers = assert_mirrored_up_to_the_barrier(&gw, "fkill", &source, &topic, 2);
+    assert_local_producers_lose_nothing(&gw, &topic, &barriers);
+}
+
 #[test]
 fn a_transactional_batch_fails_the_partition_with_a_clear_reason() {
     let source = harness::cluster("source");

@@ -1079,12 +1079,12 @@ impl MirrorController {
                 .iter()
                 .filter(|p| !found.contains_key(&(p.topic.clone(), p.partition)))
                 .collect();
-            match self.write_barriers(name, &fid, &to_write).await {
-                Ok(written) => found.extend(written),
-                Err((failed, reason)) => {
-                    self.fail_partitions(name, &failed, &reason);
-                    return false;
-                }
+            // Partitions whose barrier could not be written (e.g. their leader is down) fail and
+            // are retried; the others go on, so one dead broker holds up only its partitions.
+            let (written, failed, reason) = self.write_barriers(name, &fid, &to_write).await;
+            found.extend(written);
+            if !failed.is_empty() {
+                self.fail_partitions(name, &failed, &reason);
             }
             crash_point("barrier_written");
             let now = now_ms();
@@ -1231,37 +1231,38 @@ impl MirrorController {
     }
 
     /// Write the barriers of `parts`, one Produce request (acks=all) per leader. Returns the
-    /// offsets, or the partitions that failed and why.
+    /// offsets of those written, and the partitions that failed and why (a partition without a
+    /// leader fails alone; the others are still written).
     async fn write_barriers(
         &self,
         name: &str,
         fid: &str,
         parts: &[&PartitionRecord],
-    ) -> Result<HashMap<(String, i32), i64>, (Vec<(String, i32)>, String)> {
-        let mut by_leader: HashMap<String, Vec<&PartitionRecord>> = HashMap::new();
-        let mut no_leader = Vec::new();
-        for p in parts {
-            match self.leader_addr(&p.topic, p.partition) {
-                Some(a) => by_leader.entry(a).or_default().push(p),
-                None => no_leader.push((p.topic.clone(), p.partition)),
-            }
-        }
-        if !no_leader.is_empty() {
-            return Err((no_leader, "no leader known for the partition".into()));
-        }
+    ) -> (HashMap<(String, i32), i64>, Vec<(String, i32)>, String) {
+        let mut out = HashMap::new();
+        let mut failed = Vec::new();
+        let mut reason = String::new();
         if self.failing_barrier_writes.fetch_sub(1, Ordering::SeqCst) > 0 {
             let failed = parts
                 .iter()
                 .map(|p| (p.topic.clone(), p.partition))
                 .collect();
-            return Err((
+            return (
+                out,
                 failed,
                 "barrier write failed (MIRRORGATE_TEST_FAIL_BARRIER_WRITES)".into(),
-            ));
+            );
         }
-        let mut out = HashMap::new();
-        let mut failed = Vec::new();
-        let mut reason = String::new();
+        let mut by_leader: HashMap<String, Vec<&PartitionRecord>> = HashMap::new();
+        for p in parts {
+            match self.leader_addr(&p.topic, p.partition) {
+                Some(a) => by_leader.entry(a).or_default().push(p),
+                None => {
+                    reason = "no leader known for the partition".into();
+                    failed.push((p.topic.clone(), p.partition));
+                }
+            }
+        }
         let now = now_ms();
         for (addr, ps) in by_leader {
             let mut topics: Vec<TopicProduceData> = Vec::new();
@@ -1336,13 +1337,7 @@ impl MirrorController {
                 }
             }
         }
-        if failed.is_empty() {
-            Ok(out)
-        } else {
-            // Partitions written successfully keep their offsets via a later pass: report
-            // failures only; the successful ones are found in the log tail on retry.
-            Err((failed, reason))
-        }
+        (out, failed, reason)
     }
 }
 
