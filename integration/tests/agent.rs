@@ -466,6 +466,25 @@ fn disruptive_destination_broker_killed_during_mirroring_resumes_without_loss_or
     wait_caught_up(&gw.admin(), "dkill", &source, &topic, 2);
 }
 
+/// The gateway process is killed (kill -9) while its agent mirrors a steady stream, and
+/// restarted: the agent resumes from its offset map and the destination log, and the
+/// destination ends up with exactly the source's records (an append whose answer was lost in
+/// the crash is not appended twice).
+#[test]
+fn disruptive_gateway_killed_during_mirroring_resumes_without_loss_or_duplicates() {
+    let source = harness::cluster("source");
+    let topic = harness::unique_topic("agent-gkill");
+    harness::create_topic(&source, &topic, 2, None);
+    let mut gw = crate::gw::ProcessGateway::start(agent_config("gkill", &[&topic], &source), &[]);
+    let writer = SourceWriter::start(&source, &topic, "live", 3000, 500);
+    std::thread::sleep(Duration::from_secs(2));
+    gw.kill9();
+    std::thread::sleep(Duration::from_millis(500));
+    gw.restart(&[]);
+    writer.finish(false);
+    wait_caught_up(&gw.admin(), "gkill", &source, &topic, 2);
+}
+
 /// Runs alone: destination broker 2 is down when the failover starts. Its partition cannot get
 /// a barrier: it stays read-only (FAILED, with the reason) while partition 0 completes; when the
 /// broker is back the failover completes by itself with exactly one barrier per partition and
