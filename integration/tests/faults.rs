@@ -60,6 +60,19 @@ fn assert_read_only_on_both_listeners(gw: &ProcessGateway, topic: &str, why: &st
     }
 }
 
+/// Wait (30 s at most) until `/readyz` is 503 with a body containing `needle`; returns the body.
+fn wait_unready_saying(gw: &ProcessGateway, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = gw.call(Method::GET, "/readyz");
+        if status == 503 && body.contains(needle) {
+            return body;
+        }
+        assert!(Instant::now() < deadline, "readyz: {status} {body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn a_missing_state_dir_keeps_mirror_topics_read_only_until_state_init() {
     let destination = harness::cluster("destination");
@@ -71,15 +84,7 @@ fn a_missing_state_dir_keeps_mirror_topics_read_only_until_state_init() {
     let mut gw = ProcessGateway::start_unready(cfg, &[]);
 
     // Not ready, and /readyz says which directory, why, and the command.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let body = loop {
-        let (status, body) = gw.call(Method::GET, "/readyz");
-        if status == 503 && body.contains("does not exist") {
-            break body;
-        }
-        assert!(Instant::now() < deadline, "readyz: {status} {body}");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let body = wait_unready_saying(&gw, "does not exist");
     assert!(body.contains("never-created"), "{body}");
     assert!(body.contains("mirrorgate state init"), "{body}");
     assert_read_only_on_both_listeners(&gw, &topic, "does not exist");
@@ -111,15 +116,7 @@ fn an_empty_state_dir_is_not_taken_for_a_first_start() {
     let mut cfg = mirror_config("emptystate", &[&topic]);
     cfg.state_dir = tempfile::tempdir().expect("tempdir").keep();
     let gw = ProcessGateway::start_unready(cfg, &[]);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (status, body) = gw.call(Method::GET, "/readyz");
-        if status == 503 && body.contains("no identity file") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "readyz: {status} {body}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_unready_saying(&gw, "no identity file");
     assert_read_only_on_both_listeners(&gw, &topic, "no identity file");
     let entries: Vec<_> = std::fs::read_dir(&gw.config.state_dir)
         .expect("state dir")
