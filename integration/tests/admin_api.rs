@@ -110,3 +110,29 @@ fn wrong_method_is_a_405() {
     let (status, _) = get(&gw, Method::POST, "/healthz");
     assert_eq!(status, 405);
 }
+
+#[test]
+fn every_mutating_admin_call_needs_the_token() {
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("admtok");
+    harness::create_topic(&destination, &topic, 1, None);
+    let mut cfg = crate::failover::mirror_config("admtok", &[&topic]);
+    cfg.admin.token = Some(mirrorgate::config::SecretSource {
+        value: Some("t0ken".into()),
+        env: None,
+        file: None,
+    });
+    let gw = TestGateway::start(cfg);
+    let admin = gw.admin();
+    crate::failover::wait_mirroring(&admin, "admtok", 1);
+    for action in ["pause", "resume", "start", "failover"] {
+        let path = format!("/v1/mirrors/admtok/{action}");
+        let (s, b) = crate::gw::admin_call(&admin, Method::POST, &path, None);
+        assert_eq!(s, 401, "{action} without a token: {b}");
+        let (s, b) = crate::gw::admin_call(&admin, Method::POST, &path, Some("t0kem"));
+        assert_eq!(s, 403, "{action} with a wrong token: {b}");
+    }
+    // Nothing moved, and reads need no token.
+    let m = crate::failover::mirror_json(&admin, "admtok");
+    assert_eq!(m["states"]["MIRRORING"], 1, "{m}");
+}
