@@ -273,13 +273,15 @@ async fn run(
                     }
                 }
                 if let Some(frame) = forward {
-                    up_wr
-                        .write_all(&frame)
-                        .await
-                        .map_err(|source| Refused::Upstream {
-                            addr: addr.clone(),
-                            source,
-                        })?;
+                    // Flush: a TLS stream may hold written bytes until flushed.
+                    let sent = match up_wr.write_all(&frame).await {
+                        Ok(()) => up_wr.flush().await,
+                        Err(e) => Err(e),
+                    };
+                    sent.map_err(|source| Refused::Upstream {
+                        addr: addr.clone(),
+                        source,
+                    })?;
                 }
             }
         }
@@ -296,6 +298,7 @@ async fn run(
                         .write_all(&local)
                         .await
                         .map_err(Refused::ClientGone)?;
+                    client_wr.flush().await.map_err(Refused::ClientGone)?;
                     pending.fetch_sub(1, Ordering::AcqRel);
                     ctx.handles.bytes_out.inc_by(local.len() as u64);
                     ctx.handles
@@ -354,6 +357,7 @@ async fn run(
                     .write_all(&out)
                     .await
                     .map_err(Refused::ClientGone)?;
+                client_wr.flush().await.map_err(Refused::ClientGone)?;
                 pending.fetch_sub(1, Ordering::AcqRel);
                 ctx.handles.bytes_out.inc_by(out.len() as u64);
                 ctx.handles
