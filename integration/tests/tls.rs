@@ -505,6 +505,7 @@ fn a_destination_whose_certificate_does_not_chain_to_the_configured_ca_is_refuse
         matches!(err, mirrorgate::net::ConnectError::Tls { .. }),
         "{err:?}"
     );
+    assert_eq!(err.kind(), "upstream_tls");
     let text = err.to_string();
     assert!(
         text.contains("UnknownIssuer") || text.contains("issuer"),

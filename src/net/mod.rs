@@ -39,6 +39,17 @@ pub enum ConnectError {
     ServerName { addr: String, host: String },
 }
 
+impl ConnectError {
+    /// The `kind` label of `mirrorgate_errors_total` for this failure: `upstream_tls` for a
+    /// failed TLS handshake (certificate, name or protocol), `upstream_connect` otherwise.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ConnectError::Io { .. } | ConnectError::Timeout { .. } => "upstream_connect",
+            ConnectError::Tls { .. } | ConnectError::ServerName { .. } => "upstream_tls",
+        }
+    }
+}
+
 /// Why the transport for a cluster or listener could not be set up (bad files, bad settings).
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {

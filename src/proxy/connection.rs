@@ -183,7 +183,7 @@ async fn run(
         Ok(s) => s,
         Err(e) => {
             tracing::warn!(error = %e, "closing: cannot connect to the destination broker");
-            ctx.metrics.error(kind, "upstream_connect");
+            ctx.metrics.error(kind, e.kind());
             return;
         }
     };
