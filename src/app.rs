@@ -153,20 +153,44 @@ impl Gateway {
             (Some(registry), Some(controller))
         };
 
+        let mut specs = vec![(ListenerKind::Client, config.listeners.client.clone())];
+        if let Some(m) = &config.listeners.mirror {
+            specs.push((ListenerKind::Mirror, m.clone()));
+        }
+        let mut acceptors = Vec::new();
+        for (kind, lcfg) in &specs {
+            let acceptor = crate::net::Acceptor::for_listener(lcfg).map_err(|source| {
+                StartError::ListenerTransport {
+                    listener: kind.as_str(),
+                    source,
+                }
+            })?;
+            if let Some(served) = acceptor.served_certificate() {
+                watch_certificate(*kind, served, &metrics, &shutdown_rx);
+            }
+            acceptors.push(acceptor);
+        }
+        // The agent appends through the mirror listener (the second spec, when configured).
+        let mirror_connector = match acceptors.get(1) {
+            Some(a) => crate::net::Connector::to_own_listener(a).map_err(|source| {
+                StartError::ListenerTransport {
+                    listener: "mirror",
+                    source,
+                }
+            })?,
+            None => crate::net::Connector::plain(),
+        };
         let agent = crate::mirror::agent::start(
             &config,
             mirrors.as_ref(),
             &cluster,
             &metrics,
             &shutdown_rx,
+            mirror_connector,
         )
         .map_err(StartError::Agent)?;
         let mut listeners = Vec::new();
-        let mut specs = vec![(ListenerKind::Client, config.listeners.client.clone())];
-        if let Some(m) = &config.listeners.mirror {
-            specs.push((ListenerKind::Mirror, m.clone()));
-        }
-        for (kind, lcfg) in specs {
+        for ((kind, lcfg), acceptor) in specs.into_iter().zip(acceptors) {
             let ctx = Arc::new(ConnContext {
                 kind,
                 psm: psm.clone(),
@@ -181,12 +205,7 @@ impl Gateway {
                 handles: metrics.api_handles(kind),
                 limits: config.limits.clone(),
                 connect_timeout: Duration::from_millis(config.destination.connect_timeout_ms),
-                acceptor: crate::net::Acceptor::for_listener(&lcfg).map_err(|source| {
-                    StartError::ListenerTransport {
-                        listener: kind.as_str(),
-                        source,
-                    }
-                })?,
+                acceptor,
             });
             let bound = Arc::new(BoundPorts::default());
             tokio::spawn(crate::proxy::listener::run_listener(
@@ -309,6 +328,33 @@ impl Gateway {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+/// Serve the listener's certificate files as they change, and keep its TLS metrics.
+fn watch_certificate(
+    kind: ListenerKind,
+    served: Arc<crate::net::ServedCertificate>,
+    metrics: &Arc<Metrics>,
+    shutdown: &watch::Receiver<bool>,
+) {
+    let l = kind.as_str();
+    let not_after = metrics.tls_not_after.with_label_values(&[l]);
+    if let Some(t) = served.not_after() {
+        not_after.set(t);
+    }
+    let ok = metrics.tls_reloads.with_label_values(&[l, "ok"]);
+    let error = metrics.tls_reloads.with_label_values(&[l, "error"]);
+    tokio::spawn(
+        served.watch_files(shutdown.clone(), move |outcome| match outcome {
+            Ok(r) => {
+                ok.inc();
+                if let Some(t) = r.not_after {
+                    not_after.set(t);
+                }
+            }
+            Err(_) => error.inc(),
+        }),
+    );
 }
 
 /// Keep mirror partitions in step with the destination's metadata, resume failovers in

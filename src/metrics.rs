@@ -59,6 +59,11 @@ pub struct Metrics {
     pub unmapped_endpoints: IntCounter,
     /// `mirrorgate_ready`: 1 when the gateway is ready.
     pub ready: IntGauge,
+    /// `mirrorgate_tls_reloads_total{listener,result}`: certificate file changes, `ok` (new
+    /// certificate in service) or `error` (rejected; the previous one stays).
+    pub tls_reloads: IntCounterVec,
+    /// `mirrorgate_tls_certificate_not_after_seconds{listener}`: expiry of the served leaf.
+    pub tls_not_after: IntGaugeVec,
 }
 
 /// Precomputed per-API handles for one listener.
@@ -165,6 +170,22 @@ impl Metrics {
             .expect("valid metric"),
             ready: IntGauge::new("mirrorgate_ready", "1 when the gateway is ready to serve.")
                 .expect("valid metric"),
+            tls_reloads: IntCounterVec::new(
+                Opts::new(
+                    "mirrorgate_tls_reloads_total",
+                    "Changes of a listener's TLS certificate files: ok (in service) or error (rejected, previous certificate kept).",
+                ),
+                &["listener", "result"],
+            )
+            .expect("valid metric"),
+            tls_not_after: IntGaugeVec::new(
+                Opts::new(
+                    "mirrorgate_tls_certificate_not_after_seconds",
+                    "Expiry (unix seconds) of the leaf certificate a listener serves.",
+                ),
+                &["listener"],
+            )
+            .expect("valid metric"),
             registry,
         };
         for c in [
@@ -180,6 +201,8 @@ impl Metrics {
             Box::new(m.metadata_refresh.clone()),
             Box::new(m.unmapped_endpoints.clone()),
             Box::new(m.ready.clone()),
+            Box::new(m.tls_reloads.clone()),
+            Box::new(m.tls_not_after.clone()),
         ] {
             m.registry.register(c).expect("metric registered once");
         }

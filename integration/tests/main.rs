@@ -13,3 +13,4 @@ mod proxy_bad_input;
 mod proxy_clients;
 mod psm_differential;
 mod rig_tests;
+mod tls;

@@ -12,6 +12,7 @@ mod error;
 mod load;
 mod positions;
 mod secret;
+mod tls;
 mod topics;
 mod validate;
 
@@ -21,6 +22,7 @@ mod tests;
 pub use error::{ConfigError, ConfigIssue};
 pub use load::{load_file, load_str, render_effective, validate};
 pub use secret::{SecretError, REDACTED};
+pub use tls::{ClusterTlsConfig, ListenerTlsConfig, MIN_RELOAD_INTERVAL_MS};
 pub use topics::{
     compile_topic_regex, is_valid_topic_name, TopicEntry, TopicMatcher, TopicRouter, REGEX_PREFIX,
 };
@@ -69,6 +71,9 @@ pub struct ClusterConfig {
     /// How often broker metadata is refreshed, milliseconds.
     #[serde(default = "default_metadata_refresh_ms")]
     pub metadata_refresh_ms: u64,
+    /// TLS towards the brokers; plain TCP when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ClusterTlsConfig>,
 }
 
 /// The client and mirror listeners.
@@ -103,6 +108,9 @@ pub struct ListenerConfig {
     /// Number of ports reserved for this listener.
     #[serde(default = "default_max_brokers")]
     pub max_brokers: u16,
+    /// TLS for the clients of this listener; plain TCP when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ListenerTlsConfig>,
 }
 
 /// The admin HTTP server.

@@ -532,6 +532,7 @@ fn port_for_node_and_node_for_port_are_inverse() {
         port_base: 9092,
         node_id_base: 1,
         max_brokers: 16,
+        tls: None,
     };
     for node in 1..=16 {
         let port = l.port_for_node(node).unwrap();
@@ -557,6 +558,7 @@ proptest! {
             port_base: base,
             node_id_base: nbase,
             max_brokers: max,
+            tls: None,
         };
         let node = nbase + i32::from(k);
         if let Some(port) = l.port_for_node(node) {

@@ -62,6 +62,10 @@ fn check_cluster(out: &mut Issues, path: &str, c: &ClusterConfig) {
             ),
         );
     }
+    if let Some(t) = &c.tls {
+        out.0
+            .extend(super::tls::cluster_tls_issues(&format!("{path}.tls"), t));
+    }
 }
 
 /// Checks a `host:port` address (IPv6 hosts in brackets).
@@ -149,6 +153,10 @@ fn check_listener(out: &mut Issues, path: &str, l: &ListenerConfig) -> Option<Bo
             format!("{path}.node_id_base"),
             "node id range overflows a 32-bit integer",
         );
+    }
+    if let Some(t) = &l.tls {
+        out.0
+            .extend(super::tls::listener_tls_issues(&format!("{path}.tls"), t));
     }
     let ip = ip?;
     if !ok {

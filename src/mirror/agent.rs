@@ -151,7 +151,8 @@ pub struct Agent {
     mirrors: Vec<Arc<MirrorAgent>>,
 }
 
-/// Start an agent for every mirror with a `source:`. `Ok(None)` when there is none. Fails when
+/// Start an agent for every mirror with a `source:`; `mirror_connector` opens its connections to
+/// the gateway's own mirror listener. `Ok(None)` when there is none. Fails when
 /// a mirror has a source but `listeners.mirror` is not configured, or the state store cannot
 /// be opened.
 pub fn start(
@@ -160,6 +161,7 @@ pub fn start(
     cluster: &Arc<ClusterView>,
     metrics: &Metrics,
     shutdown: &watch::Receiver<bool>,
+    mirror_connector: Connector,
 ) -> Result<Option<Arc<Agent>>, String> {
     let with_source: Vec<(usize, &crate::config::MirrorConfig)> = config
         .mirrors
@@ -205,8 +207,6 @@ pub fn start(
     let _ = metrics.registry().register(Box::new(batches.clone()));
     let _ = metrics.registry().register(Box::new(bytes.clone()));
     let router = config.topic_router();
-    // The agent is a client of the gateway's own mirror listener.
-    let mirror_connector = Connector::plain();
     let mut mirrors = Vec::new();
     for (idx, m) in with_source {
         let (offsets, offsets_error) =

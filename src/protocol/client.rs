@@ -114,13 +114,14 @@ impl KafkaClient {
         let timeout = self.timeout;
         let addr = self.addr.clone();
         let fut = async {
-            self.stream
-                .write_all(&out)
-                .await
-                .map_err(|e| ClientError::Frame {
-                    addr: addr.clone(),
-                    source: e.into(),
-                })?;
+            let sent = match self.stream.write_all(&out).await {
+                Ok(()) => self.stream.flush().await,
+                Err(e) => Err(e),
+            };
+            sent.map_err(|e| ClientError::Frame {
+                addr: addr.clone(),
+                source: e.into(),
+            })?;
             read_frame(&mut self.stream, &mut self.buf, 256 * 1024 * 1024)
                 .await
                 .map_err(|source| ClientError::Frame {

@@ -190,7 +190,7 @@ async fn run(
         Ok(s) => s,
         Err(e) => {
             tracing::warn!(error = %e, "closing: cannot connect to the destination broker");
-            ctx.metrics.error(kind, "upstream_connect");
+            ctx.metrics.error(kind, e.kind());
             return;
         }
     };
@@ -281,13 +281,15 @@ async fn run(
                     }
                 }
                 if let Some(frame) = forward {
-                    up_wr
-                        .write_all(&frame)
-                        .await
-                        .map_err(|source| Refused::Upstream {
-                            addr: addr.clone(),
-                            source,
-                        })?;
+                    // Flush: a TLS stream may hold written bytes until flushed.
+                    let sent = match up_wr.write_all(&frame).await {
+                        Ok(()) => up_wr.flush().await,
+                        Err(e) => Err(e),
+                    };
+                    sent.map_err(|source| Refused::Upstream {
+                        addr: addr.clone(),
+                        source,
+                    })?;
                 }
             }
         }
@@ -304,6 +306,7 @@ async fn run(
                         .write_all(&local)
                         .await
                         .map_err(Refused::ClientGone)?;
+                    client_wr.flush().await.map_err(Refused::ClientGone)?;
                     pending.fetch_sub(1, Ordering::AcqRel);
                     ctx.handles.bytes_out.inc_by(local.len() as u64);
                     ctx.handles
@@ -374,6 +377,7 @@ async fn run(
                     .write_all(&out)
                     .await
                     .map_err(Refused::ClientGone)?;
+                client_wr.flush().await.map_err(Refused::ClientGone)?;
                 pending.fetch_sub(1, Ordering::AcqRel);
                 ctx.handles.bytes_out.inc_by(out.len() as u64);
                 ctx.handles

@@ -1,0 +1,898 @@
+//! TLS with rustls (ring provider, installed explicitly; no process-wide default is used).
+//!
+//! Owns: building rustls client and server configurations from the `tls` sections of the
+//! configuration (reading the PEM files), the served certificate of a listener and its reload
+//! when the files change, the TLS handshakes (bounded), and the pinned trust of the built-in
+//! mirror agent in its own mirror listener.
+//! Must not touch: metrics (reload outcomes are reported to a callback the caller provides),
+//! Kafka framing, gateway state.
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::Duration;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::ResolvesClientCert;
+use rustls::crypto::CryptoProvider;
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
+use rustls::sign::CertifiedKey;
+use rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig,
+    SignatureScheme,
+};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+use crate::config::{ClusterTlsConfig, ListenerTlsConfig};
+
+use super::{AcceptError, ConnectError, Stream};
+
+/// Bound on a client's TLS handshake on a gateway listener.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The crypto provider of every TLS configuration of the gateway: ring.
+fn provider() -> Arc<CryptoProvider> {
+    static P: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
+    P.get_or_init(|| Arc::new(rustls::crypto::ring::default_provider()))
+        .clone()
+}
+
+/// Why a TLS configuration could not be built from its files. Each variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsSetupError {
+    #[error("cannot read the {what} file {}: {source}", path.display())]
+    Read {
+        what: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+    #[error("the {what} file {} holds no PEM certificate (`-----BEGIN CERTIFICATE-----`)", path.display())]
+    NoCertificate { what: &'static str, path: PathBuf },
+    #[error("the {what} file {} is not valid PEM: {reason}", path.display())]
+    BadPem {
+        what: &'static str,
+        path: PathBuf,
+        reason: String,
+    },
+    #[error("the key file {} holds no private key (PEM `PRIVATE KEY`, `RSA PRIVATE KEY` or `EC PRIVATE KEY`)", path.display())]
+    NoKey { path: PathBuf },
+    #[error("the key in {} cannot be used: {reason}", path.display())]
+    BadKey { path: PathBuf, reason: String },
+    #[error("the certificate in {} does not match the private key in {}", cert.display(), key.display())]
+    KeyMismatch { cert: PathBuf, key: PathBuf },
+    #[error("the first certificate in {} cannot be parsed: {reason}", path.display())]
+    BadCertificate { path: PathBuf, reason: String },
+    #[error("the CA file {} cannot be used: {reason}", path.display())]
+    BadCa { path: PathBuf, reason: String },
+    #[error("no CA file is configured and the system trust store has no usable certificate ({reason}); set `ca`")]
+    NoSystemRoots { reason: String },
+    #[error("TLS settings rejected: {0}")]
+    Rustls(#[from] rustls::Error),
+}
+
+fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsSetupError> {
+    std::fs::read(path).map_err(|source| TlsSetupError::Read {
+        what,
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn parse_certs(
+    what: &'static str,
+    path: &Path,
+    pem: &[u8],
+) -> Result<Vec<CertificateDer<'static>>, TlsSetupError> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsSetupError::BadPem {
+            what,
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    if certs.is_empty() {
+        return Err(TlsSetupError::NoCertificate {
+            what,
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(certs)
+}
+
+fn parse_key(path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>, TlsSetupError> {
+    PrivateKeyDer::from_pem_slice(pem).map_err(|e| match e {
+        rustls_pki_types::pem::Error::NoItemsFound => TlsSetupError::NoKey {
+            path: path.to_path_buf(),
+        },
+        other => TlsSetupError::BadPem {
+            what: "key",
+            path: path.to_path_buf(),
+            reason: other.to_string(),
+        },
+    })
+}
+
+/// A certificate chain with its key, checked to belong together, as read from two files.
+struct LoadedKey {
+    certified: Arc<CertifiedKey>,
+    key_der: PrivateKeyDer<'static>,
+    not_after: Option<i64>,
+}
+
+fn load_certified(
+    cert_path: &Path,
+    cert_pem: &[u8],
+    key_path: &Path,
+    key_pem: &[u8],
+) -> Result<LoadedKey, TlsSetupError> {
+    let chain = parse_certs("certificate", cert_path, cert_pem)?;
+    let key_der = parse_key(key_path, key_pem)?;
+    let signing = provider()
+        .key_provider
+        .load_private_key(key_der.clone_key())
+        .map_err(|e| TlsSetupError::BadKey {
+            path: key_path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    let not_after = x509_parser::parse_x509_certificate(chain[0].as_ref())
+        .ok()
+        .map(|(_, c)| c.validity().not_after.timestamp());
+    let certified = CertifiedKey::new(chain, signing);
+    match certified.keys_match() {
+        Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {}
+        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => {
+            return Err(TlsSetupError::KeyMismatch {
+                cert: cert_path.to_path_buf(),
+                key: key_path.to_path_buf(),
+            })
+        }
+        Err(e) => {
+            return Err(TlsSetupError::BadCertificate {
+                path: cert_path.to_path_buf(),
+                reason: e.to_string(),
+            })
+        }
+    }
+    Ok(LoadedKey {
+        certified: Arc::new(certified),
+        key_der,
+        not_after,
+    })
+}
+
+fn load_roots(path: &Path) -> Result<RootCertStore, TlsSetupError> {
+    let pem = read("CA", path)?;
+    let certs = parse_certs("CA", path, &pem)?;
+    let mut roots = RootCertStore::empty();
+    for (i, c) in certs.into_iter().enumerate() {
+        roots.add(c).map_err(|e| TlsSetupError::BadCa {
+            path: path.to_path_buf(),
+            reason: format!("certificate #{}: {e}", i + 1),
+        })?;
+    }
+    Ok(roots)
+}
+
+fn system_roots() -> Result<RootCertStore, TlsSetupError> {
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = RootCertStore::empty();
+    let (added, _ignored) = roots.add_parsable_certificates(found.certs);
+    if added == 0 {
+        let reason = if found.errors.is_empty() {
+            "none found".to_string()
+        } else {
+            found
+                .errors
+                .iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        return Err(TlsSetupError::NoSystemRoots { reason });
+    }
+    Ok(roots)
+}
+
+// ------------------------------------------------------------------ client side
+
+/// TLS towards the brokers of one cluster (or towards the gateway's own mirror listener).
+#[derive(Clone)]
+pub(super) struct ClientTls {
+    connector: TlsConnector,
+    /// Fixed server name; `None`: the host of each address.
+    server_name: Option<ServerName<'static>>,
+}
+
+impl fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientTls")
+            .field("server_name", &self.server_name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientTls {
+    /// From a cluster's `tls` section: CA (or system roots), optional client certificate.
+    pub(super) fn new(cfg: &ClusterTlsConfig) -> Result<Self, TlsSetupError> {
+        let roots = match &cfg.ca {
+            Some(p) => load_roots(p)?,
+            None => system_roots()?,
+        };
+        let builder = ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots);
+        let config = match (&cfg.cert, &cfg.key) {
+            (Some(c), Some(k)) => {
+                let loaded = load_certified(c, &read("certificate", c)?, k, &read("key", k)?)?;
+                builder.with_client_auth_cert(loaded.certified.cert.clone(), loaded.key_der)?
+            }
+            _ => builder.with_no_client_auth(),
+        };
+        let server_name = match &cfg.server_name {
+            Some(n) => Some(ServerName::try_from(n.clone()).map_err(|_| {
+                rustls::Error::General(format!("server_name `{n}` is not a DNS name or IP"))
+            })?),
+            None => None,
+        };
+        Ok(ClientTls {
+            connector: TlsConnector::from(Arc::new(config)),
+            server_name,
+        })
+    }
+
+    /// Trusting exactly the certificate `served` serves now (or served just before the last
+    /// reload), whatever the name; presenting it as client certificate when `client_auth`.
+    fn pinned(served: &Arc<ServedCertificate>, client_auth: bool) -> Result<Self, TlsSetupError> {
+        let builder = ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(PinnedVerifier {
+                served: served.clone(),
+                provider: provider(),
+            }));
+        let config = if client_auth {
+            builder.with_client_cert_resolver(Arc::new(ServedAsClientCert(served.clone())))
+        } else {
+            builder.with_no_client_auth()
+        };
+        Ok(ClientTls {
+            connector: TlsConnector::from(Arc::new(config)),
+            server_name: None,
+        })
+    }
+
+    /// The TLS handshake over `tcp` to `addr` (`host:port`).
+    pub(super) async fn handshake(
+        &self,
+        addr: &str,
+        tcp: TcpStream,
+    ) -> Result<Stream, ConnectError> {
+        let name = match &self.server_name {
+            Some(n) => n.clone(),
+            None => {
+                let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+                let host = host
+                    .strip_prefix('[')
+                    .and_then(|h| h.strip_suffix(']'))
+                    .unwrap_or(host);
+                ServerName::try_from(host.to_string()).map_err(|_| ConnectError::ServerName {
+                    addr: addr.to_string(),
+                    host: host.to_string(),
+                })?
+            }
+        };
+        let shown = name.to_str().into_owned();
+        let tls = self
+            .connector
+            .connect(name, tcp)
+            .await
+            .map_err(|source| ConnectError::Tls {
+                addr: addr.to_string(),
+                server_name: shown,
+                source,
+            })?;
+        Ok(Stream::Tls(Box::new(tokio_rustls::TlsStream::Client(tls))))
+    }
+}
+
+/// Accepts the leaf certificate a listener serves now or served before its last reload.
+#[derive(Debug)]
+struct PinnedVerifier {
+    served: Arc<ServedCertificate>,
+    provider: Arc<CryptoProvider>,
+}
+
+impl ServerCertVerifier for PinnedVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        if self.served.is_pinned(end_entity.as_ref()) {
+            Ok(ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::ApplicationVerificationFailure,
+            ))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// The agent's client certificate on a mirror listener with `client_ca`: the listener's own.
+#[derive(Debug)]
+struct ServedAsClientCert(Arc<ServedCertificate>);
+
+impl ResolvesClientCert for ServedAsClientCert {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.current())
+    }
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
+// ------------------------------------------------------------------ server side
+
+/// What a successful reload put in service.
+#[derive(Debug, Clone)]
+pub struct Reloaded {
+    /// Expiry of the new leaf certificate, unix seconds (when it could be read).
+    pub not_after: Option<i64>,
+}
+
+struct ServedState {
+    current: Arc<CertifiedKey>,
+    /// The leaf served before the last reload (pinned connections may still present it).
+    previous_leaf: Option<CertificateDer<'static>>,
+    not_after: Option<i64>,
+    /// File contents last looked at (loaded or rejected), to notice the next change.
+    seen: (Vec<u8>, Vec<u8>),
+}
+
+/// The certificate a listener serves, swapped in place when its files change; the rustls
+/// server configuration resolves every handshake through it.
+pub struct ServedCertificate {
+    cert_path: PathBuf,
+    key_path: PathBuf,
+    reload_interval: Duration,
+    state: RwLock<ServedState>,
+    /// Serialises reloads (the state lock is only held to swap).
+    reloading: Mutex<()>,
+}
+
+impl fmt::Debug for ServedCertificate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServedCertificate")
+            .field("cert", &self.cert_path)
+            .field("key", &self.key_path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServedCertificate {
+    fn load(cfg: &ListenerTlsConfig) -> Result<Self, TlsSetupError> {
+        let cert_pem = read("certificate", &cfg.cert)?;
+        let key_pem = read("key", &cfg.key)?;
+        let loaded = load_certified(&cfg.cert, &cert_pem, &cfg.key, &key_pem)?;
+        Ok(ServedCertificate {
+            cert_path: cfg.cert.clone(),
+            key_path: cfg.key.clone(),
+            reload_interval: Duration::from_millis(cfg.reload_interval_ms),
+            state: RwLock::new(ServedState {
+                current: loaded.certified,
+                previous_leaf: None,
+                not_after: loaded.not_after,
+                seen: (cert_pem, key_pem),
+            }),
+            reloading: Mutex::new(()),
+        })
+    }
+
+    fn read_state(&self) -> std::sync::RwLockReadGuard<'_, ServedState> {
+        self.state.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The certificate chain and key in service.
+    pub fn current(&self) -> Arc<CertifiedKey> {
+        self.read_state().current.clone()
+    }
+
+    /// Expiry of the leaf in service, unix seconds (when it could be read).
+    pub fn not_after(&self) -> Option<i64> {
+        self.read_state().not_after
+    }
+
+    /// How often the files are checked.
+    pub fn reload_interval(&self) -> Duration {
+        self.reload_interval
+    }
+
+    fn is_pinned(&self, leaf: &[u8]) -> bool {
+        let s = self.read_state();
+        s.current.cert.first().is_some_and(|c| c.as_ref() == leaf)
+            || s.previous_leaf.as_ref().is_some_and(|c| c.as_ref() == leaf)
+    }
+
+    /// Re-read the files: `None` when they are unchanged since the last look, otherwise the
+    /// outcome. A pair that fails to load is rejected and the certificate in service stays.
+    pub fn check_files(&self) -> Option<Result<Reloaded, TlsSetupError>> {
+        let _one = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
+        let cert_pem = match read("certificate", &self.cert_path) {
+            Ok(b) => b,
+            Err(e) => return self.note_failure(e, None),
+        };
+        let key_pem = match read("key", &self.key_path) {
+            Ok(b) => b,
+            Err(e) => return self.note_failure(e, None),
+        };
+        {
+            let s = self.read_state();
+            if s.seen.0 == cert_pem && s.seen.1 == key_pem {
+                return None;
+            }
+        }
+        match load_certified(&self.cert_path, &cert_pem, &self.key_path, &key_pem) {
+            Ok(loaded) => {
+                let mut s = self.state.write().unwrap_or_else(|e| e.into_inner());
+                s.previous_leaf = s.current.cert.first().cloned();
+                s.current = loaded.certified;
+                s.not_after = loaded.not_after;
+                s.seen = (cert_pem, key_pem);
+                Some(Ok(Reloaded {
+                    not_after: loaded.not_after,
+                }))
+            }
+            Err(e) => self.note_failure(e, Some((cert_pem, key_pem))),
+        }
+    }
+
+    /// Remember what was rejected so that it is reported once, not on every check. An
+    /// unreadable file is reported once until it becomes readable again.
+    fn note_failure(
+        &self,
+        e: TlsSetupError,
+        seen: Option<(Vec<u8>, Vec<u8>)>,
+    ) -> Option<Result<Reloaded, TlsSetupError>> {
+        let mut s = self.state.write().unwrap_or_else(|e| e.into_inner());
+        let seen = seen.unwrap_or_default();
+        if s.seen == seen {
+            return None;
+        }
+        s.seen = seen;
+        Some(Err(e))
+    }
+
+    /// Check the files every `reload_interval` until `shutdown`; `report` gets each change.
+    pub async fn watch_files<F>(self: Arc<Self>, mut shutdown: watch::Receiver<bool>, mut report: F)
+    where
+        F: FnMut(&Result<Reloaded, TlsSetupError>) + Send,
+    {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(self.reload_interval) => {}
+                _ = shutdown.changed() => return,
+            }
+            let me = self.clone();
+            let outcome = match tokio::task::spawn_blocking(move || me.check_files()).await {
+                Ok(o) => o,
+                Err(e) => {
+                    tracing::error!(error = %e, "certificate reload check failed");
+                    continue;
+                }
+            };
+            let Some(outcome) = outcome else { continue };
+            match &outcome {
+                Ok(r) => tracing::info!(
+                    cert = %self.cert_path.display(),
+                    not_after = ?r.not_after,
+                    "TLS certificate reloaded; new connections get the new certificate"
+                ),
+                Err(e) => tracing::error!(
+                    cert = %self.cert_path.display(),
+                    error = %e,
+                    "TLS certificate files changed but cannot be used; the previous certificate stays in service"
+                ),
+            }
+            report(&outcome);
+        }
+    }
+}
+
+impl ResolvesServerCert for ServedCertificate {
+    fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+/// TLS on one listener.
+#[derive(Clone)]
+pub(super) struct ServerTls {
+    acceptor: TlsAcceptor,
+    served: Arc<ServedCertificate>,
+    client_auth: bool,
+    pub(super) handshake_timeout: Duration,
+}
+
+impl fmt::Debug for ServerTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerTls")
+            .field("served", &self.served)
+            .field("client_auth", &self.client_auth)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServerTls {
+    pub(super) fn new(cfg: &ListenerTlsConfig) -> Result<Self, TlsSetupError> {
+        let served = Arc::new(ServedCertificate::load(cfg)?);
+        let builder = ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()?;
+        let builder = match &cfg.client_ca {
+            Some(p) => {
+                let roots = load_roots(p)?;
+                let verifier =
+                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+                        .build()
+                        .map_err(|e| TlsSetupError::BadCa {
+                            path: p.clone(),
+                            reason: e.to_string(),
+                        })?;
+                builder.with_client_cert_verifier(verifier)
+            }
+            None => builder.with_no_client_auth(),
+        };
+        let config = builder.with_cert_resolver(served.clone());
+        Ok(ServerTls {
+            acceptor: TlsAcceptor::from(Arc::new(config)),
+            served,
+            client_auth: cfg.client_ca.is_some(),
+            handshake_timeout: HANDSHAKE_TIMEOUT,
+        })
+    }
+
+    pub(super) fn served(&self) -> &Arc<ServedCertificate> {
+        &self.served
+    }
+
+    /// A client of this listener that trusts exactly the certificate it serves.
+    pub(super) fn pinned_client(&self) -> Result<ClientTls, TlsSetupError> {
+        ClientTls::pinned(&self.served, self.client_auth)
+    }
+
+    /// The server handshake, bounded by `handshake_timeout`.
+    pub(super) async fn accept(&self, tcp: TcpStream) -> Result<Stream, AcceptError> {
+        match tokio::time::timeout(self.handshake_timeout, self.acceptor.accept(tcp)).await {
+            Err(_) => Err(AcceptError::TlsHandshakeTimeout(self.handshake_timeout)),
+            Ok(Err(e)) => Err(AcceptError::TlsHandshake(e)),
+            Ok(Ok(s)) => Ok(Stream::Tls(Box::new(tokio_rustls::TlsStream::Server(s)))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::{Acceptor, Connector};
+
+    /// A self-signed certificate for 127.0.0.1 / localhost with common name `cn`: (cert PEM, key PEM).
+    fn mint(cn: &str) -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params =
+            rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+                .unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        let cert = params.self_signed(&key).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    struct Files {
+        dir: tempfile::TempDir,
+    }
+
+    impl Files {
+        fn new() -> Files {
+            Files {
+                dir: tempfile::tempdir().unwrap(),
+            }
+        }
+        fn write(&self, name: &str, text: &str) -> PathBuf {
+            let p = self.dir.path().join(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        }
+        fn path(&self, name: &str) -> PathBuf {
+            self.dir.path().join(name)
+        }
+    }
+
+    fn listener_cfg(cert: PathBuf, key: PathBuf) -> ListenerTlsConfig {
+        ListenerTlsConfig {
+            cert,
+            key,
+            client_ca: None,
+            reload_interval_ms: 100,
+        }
+    }
+
+    fn setup_err(cfg: &ListenerTlsConfig) -> TlsSetupError {
+        match ServerTls::new(cfg) {
+            Ok(_) => panic!("expected a set-up error"),
+            Err(e) => e,
+        }
+    }
+
+    fn leaf_cn(ck: &CertifiedKey) -> String {
+        let (_, c) = x509_parser::parse_x509_certificate(ck.cert[0].as_ref()).unwrap();
+        let cn = c
+            .subject()
+            .iter_common_name()
+            .next()
+            .and_then(|a| a.as_str().ok())
+            .unwrap()
+            .to_string();
+        cn
+    }
+
+    #[test]
+    fn missing_certificate_file_is_named_in_the_error() {
+        let f = Files::new();
+        let (_, key) = mint("a");
+        let cfg = listener_cfg(f.path("nope.pem"), f.write("key.pem", &key));
+        let e = setup_err(&cfg);
+        assert!(
+            matches!(
+                e,
+                TlsSetupError::Read {
+                    what: "certificate",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("nope.pem"), "{e}");
+    }
+
+    #[test]
+    fn empty_certificate_file_has_no_certificate() {
+        let f = Files::new();
+        let (_, key) = mint("a");
+        let cfg = listener_cfg(f.write("cert.pem", ""), f.write("key.pem", &key));
+        let e = setup_err(&cfg);
+        assert!(matches!(e, TlsSetupError::NoCertificate { .. }), "{e:?}");
+        assert!(e.to_string().contains("cert.pem"), "{e}");
+    }
+
+    #[test]
+    fn key_file_without_a_key_is_rejected() {
+        let f = Files::new();
+        let (cert, _) = mint("a");
+        // A certificate where the key should be.
+        let cfg = listener_cfg(f.write("cert.pem", &cert), f.write("key.pem", &cert));
+        let e = setup_err(&cfg);
+        assert!(matches!(e, TlsSetupError::NoKey { .. }), "{e:?}");
+        assert!(e.to_string().contains("key.pem"), "{e}");
+    }
+
+    #[test]
+    fn certificate_with_the_key_of_another_is_a_mismatch() {
+        let f = Files::new();
+        let (cert_a, _) = mint("a");
+        let (_, key_b) = mint("b");
+        let cfg = listener_cfg(f.write("cert.pem", &cert_a), f.write("key.pem", &key_b));
+        let e = setup_err(&cfg);
+        assert!(matches!(e, TlsSetupError::KeyMismatch { .. }), "{e:?}");
+        assert!(e.to_string().contains("does not match"), "{e}");
+    }
+
+    #[test]
+    fn garbage_inside_a_certificate_block_is_a_bad_certificate() {
+        let f = Files::new();
+        let (_, key) = mint("a");
+        let garbage = "-----BEGIN CERTIFICATE-----\nAAAAAAAAAAAA\n-----END CERTIFICATE-----\n";
+        let cfg = listener_cfg(f.write("cert.pem", garbage), f.write("key.pem", &key));
+        let e = setup_err(&cfg);
+        assert!(matches!(e, TlsSetupError::BadCertificate { .. }), "{e:?}");
+    }
+
+    #[test]
+    fn ca_file_without_certificates_is_rejected() {
+        let f = Files::new();
+        let (cert, key) = mint("a");
+        let mut cfg = listener_cfg(f.write("cert.pem", &cert), f.write("key.pem", &key));
+        cfg.client_ca = Some(f.write("ca.pem", "not a CA\n"));
+        let e = setup_err(&cfg);
+        assert!(
+            matches!(e, TlsSetupError::NoCertificate { what: "CA", .. }),
+            "{e:?}"
+        );
+        let client = ClusterTlsConfig {
+            ca: Some(f.path("ca.pem")),
+            ..ClusterTlsConfig::default()
+        };
+        let e = ClientTls::new(&client).unwrap_err();
+        assert!(e.to_string().contains("ca.pem"), "{e}");
+    }
+
+    #[test]
+    fn client_certificate_with_a_foreign_key_is_rejected() {
+        let f = Files::new();
+        let (ca, _) = mint("ca");
+        let (cert_a, _) = mint("a");
+        let (_, key_b) = mint("b");
+        let client = ClusterTlsConfig {
+            ca: Some(f.write("ca.pem", &ca)),
+            cert: Some(f.write("cert.pem", &cert_a)),
+            key: Some(f.write("key.pem", &key_b)),
+            server_name: None,
+        };
+        let e = ClientTls::new(&client).unwrap_err();
+        assert!(matches!(e, TlsSetupError::KeyMismatch { .. }), "{e:?}");
+    }
+
+    #[test]
+    fn changed_files_are_served_and_rejected_files_keep_the_previous_certificate() {
+        let f = Files::new();
+        let (cert_a, key_a) = mint("cert-a");
+        let cfg = listener_cfg(f.write("cert.pem", &cert_a), f.write("key.pem", &key_a));
+        let served = ServedCertificate::load(&cfg).unwrap();
+        assert!(
+            served.check_files().is_none(),
+            "unchanged files are not reloaded"
+        );
+
+        let (cert_b, key_b) = mint("cert-b");
+        f.write("cert.pem", &cert_b);
+        f.write("key.pem", &key_b);
+        assert!(matches!(served.check_files(), Some(Ok(_))));
+        assert_eq!(leaf_cn(&served.current()), "cert-b");
+        assert!(served.not_after().is_some());
+
+        f.write("cert.pem", "garbage\n");
+        assert!(matches!(
+            served.check_files(),
+            Some(Err(TlsSetupError::NoCertificate { .. }))
+        ));
+        assert_eq!(leaf_cn(&served.current()), "cert-b");
+        assert!(
+            served.check_files().is_none(),
+            "a rejected change is reported once"
+        );
+    }
+
+    async fn tls_listener(acceptor: Acceptor) -> (String, tokio::task::JoinHandle<()>) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let task = tokio::spawn(async move {
+            while let Ok((tcp, _)) = l.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    if let Ok(mut s) = acceptor.accept(tcp).await {
+                        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                        let mut b = [0u8; 4];
+                        if s.read_exact(&mut b).await.is_ok() {
+                            let _ = s.write_all(&b).await;
+                            let _ = s.flush().await;
+                        }
+                    }
+                });
+            }
+        });
+        (addr, task)
+    }
+
+    #[tokio::test]
+    async fn a_client_that_never_completes_the_handshake_is_dropped_after_the_timeout() {
+        let f = Files::new();
+        let (cert, key) = mint("a");
+        let mut lcfg = crate::config::load_str(
+            "destination: {bootstrap: [\"127.0.0.1:1\"]}\nlisteners: {client: {port_base: 1}}\n",
+            "t",
+        )
+        .unwrap()
+        .listeners
+        .client;
+        lcfg.tls = Some(listener_cfg(
+            f.write("c.pem", &cert),
+            f.write("k.pem", &key),
+        ));
+        let acceptor = Acceptor::for_listener(&lcfg)
+            .unwrap()
+            .with_handshake_timeout(Duration::from_millis(200));
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let _silent = TcpStream::connect(addr).await.unwrap();
+        let (tcp, _) = l.accept().await.unwrap();
+        let r = tokio::time::timeout(Duration::from_secs(5), acceptor.accept(tcp))
+            .await
+            .expect("accept returns by itself");
+        let e = r.err().expect("handshake fails");
+        assert_eq!(e.kind(), "tls_handshake_timeout");
+    }
+
+    #[tokio::test]
+    async fn own_listener_connector_trusts_exactly_the_served_certificate() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let f = Files::new();
+        let (cert, key) = mint("served");
+        let served_cfg = listener_cfg(f.write("c.pem", &cert), f.write("k.pem", &key));
+        let (other_cert, other_key) = mint("other");
+        let other_cfg = listener_cfg(
+            f.write("oc.pem", &other_cert),
+            f.write("ok.pem", &other_key),
+        );
+        let mine = Acceptor {
+            tls: Some(ServerTls::new(&served_cfg).unwrap()),
+        };
+        let other = Acceptor {
+            tls: Some(ServerTls::new(&other_cfg).unwrap()),
+        };
+        let connector = Connector::to_own_listener(&mine).unwrap();
+        let (addr, _t1) = tls_listener(mine).await;
+        let (other_addr, _t2) = tls_listener(other).await;
+
+        let mut s = connector
+            .connect(&addr, Duration::from_secs(5))
+            .await
+            .expect("the served certificate is trusted");
+        s.write_all(b"ping").await.unwrap();
+        s.flush().await.unwrap();
+        let mut b = [0u8; 4];
+        s.read_exact(&mut b).await.unwrap();
+        assert_eq!(&b, b"ping");
+
+        let e = connector
+            .connect(&other_addr, Duration::from_secs(5))
+            .await
+            .err()
+            .expect("another certificate is not trusted");
+        assert!(matches!(e, ConnectError::Tls { .. }), "{e:?}");
+    }
+}
