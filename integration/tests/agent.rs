@@ -149,6 +149,7 @@ fn agent_config(name: &str, topics: &[&str], source: &str) -> Config {
             bootstrap: source.split(',').map(|s| s.trim().to_string()).collect(),
             connect_timeout_ms: 3000,
             metadata_refresh_ms: 30_000,
+            sasl: None,
         }),
     }];
     cfg.psm.snapshot_interval_ms = 200;

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 mod error;
 mod load;
 mod positions;
+mod sasl;
 mod secret;
 mod topics;
 mod validate;
@@ -20,6 +21,7 @@ mod tests;
 
 pub use error::{ConfigError, ConfigIssue};
 pub use load::{load_file, load_str, render_effective, validate};
+pub use sasl::{SaslConfig, SaslMechanism, PRINCIPAL_PREFIX};
 pub use secret::{SecretError, REDACTED};
 pub use topics::{
     compile_topic_regex, is_valid_topic_name, TopicEntry, TopicMatcher, TopicRouter, REGEX_PREFIX,
@@ -69,6 +71,9 @@ pub struct ClusterConfig {
     /// How often broker metadata is refreshed, milliseconds.
     #[serde(default = "default_metadata_refresh_ms")]
     pub metadata_refresh_ms: u64,
+    /// The gateway's own SASL credentials for this cluster (see `sasl.rs`). Optional.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sasl: Option<SaslConfig>,
 }
 
 /// The client and mirror listeners.
@@ -103,6 +108,10 @@ pub struct ListenerConfig {
     /// Number of ports reserved for this listener.
     #[serde(default = "default_max_brokers")]
     pub max_brokers: u16,
+    /// Mirror listener only: SASL principals (`User:NAME`) allowed to authenticate (see
+    /// `sasl.rs`). Absent: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_principals: Option<Vec<String>>,
 }
 
 /// The admin HTTP server.

@@ -532,6 +532,7 @@ fn port_for_node_and_node_for_port_are_inverse() {
         port_base: 9092,
         node_id_base: 1,
         max_brokers: 16,
+        allowed_principals: None,
     };
     for node in 1..=16 {
         let port = l.port_for_node(node).unwrap();
@@ -557,6 +558,7 @@ proptest! {
             port_base: base,
             node_id_base: nbase,
             max_brokers: max,
+            allowed_principals: None,
         };
         let node = nbase + i32::from(k);
         if let Some(port) = l.port_for_node(node) {
@@ -664,4 +666,171 @@ fn validate_works_on_configs_built_in_code() {
     cfg.logging.format = "xml".into();
     let err = validate(&cfg).unwrap_err();
     assert_eq!(err.issues()[0].path, "logging.format");
+}
+
+// ------------------------------------------------------------------ SASL
+
+/// `BASE` with `sasl` under `destination` (`sasl` is the YAML of the section's body, indented
+/// by four spaces) and `extra` lines appended under `listeners.mirror`.
+fn with_sasl(sasl: &str, mirror_extra: &str) -> String {
+    let mut text = BASE.replace(
+        "  bootstrap: [\"127.0.0.1:29092\"]\n",
+        &format!("  bootstrap: [\"127.0.0.1:29092\"]\n  sasl:\n{sasl}"),
+    );
+    if !mirror_extra.is_empty() {
+        text = text.replace(
+            "    port_base: 9192\n",
+            &format!("    port_base: 9192\n{mirror_extra}"),
+        );
+    }
+    text
+}
+
+const ADMIN_SASL: &str =
+    "    mechanism: SCRAM-SHA-256\n    username: admin\n    password: {env: MG_SASL_PW}\n";
+
+fn single_issue(text: &str) -> ConfigIssue {
+    let issues = issues_of(text);
+    assert_eq!(issues.len(), 1, "{issues:?}");
+    issues.into_iter().next().unwrap()
+}
+
+#[test]
+fn destination_sasl_and_allowed_principals_parse() {
+    let text = with_sasl(
+        ADMIN_SASL,
+        "    allowed_principals: [\"User:mirror\", \"User:a,b\"]\n",
+    );
+    let cfg = load_str(&text, "t.yaml").unwrap();
+    let s = cfg.destination.sasl.as_ref().unwrap();
+    assert_eq!(s.mechanism, SaslMechanism::ScramSha256);
+    assert_eq!(s.principal(), "User:admin");
+    assert_eq!(
+        cfg.listeners.mirror.unwrap().allowed_principals.unwrap(),
+        vec!["User:mirror".to_string(), "User:a,b".to_string()]
+    );
+}
+
+#[test]
+fn unknown_sasl_mechanism_is_reported_at_its_key() {
+    let issue = single_issue(&with_sasl(
+        "    mechanism: GSSAPI\n    username: admin\n    password: {env: X}\n",
+        "",
+    ));
+    assert_eq!(issue.path, "destination.sasl.mechanism");
+    assert!(issue.message.contains("SCRAM-SHA-512"), "{}", issue.message);
+    assert_eq!(issue.line, Some(4));
+}
+
+#[test]
+fn empty_sasl_username_is_refused() {
+    let issue = single_issue(&with_sasl(
+        "    mechanism: PLAIN\n    username: \"\"\n    password: {env: X}\n",
+        "",
+    ));
+    assert_eq!(issue.path, "destination.sasl.username");
+    assert_eq!(issue.message, "must not be empty");
+}
+
+#[test]
+fn sasl_password_needs_exactly_one_source() {
+    let issue = single_issue(&with_sasl(
+        "    mechanism: PLAIN\n    username: u\n    password: {env: X, file: /p}\n",
+        "",
+    ));
+    assert_eq!(issue.path, "destination.sasl.password");
+    assert!(issue.message.contains("exactly one"), "{}", issue.message);
+}
+
+#[test]
+fn sasl_password_env_must_name_a_variable() {
+    let issue = single_issue(&with_sasl(
+        "    mechanism: PLAIN\n    username: u\n    password: {env: \"\"}\n",
+        "",
+    ));
+    assert_eq!(issue.path, "destination.sasl.password.env");
+}
+
+#[test]
+fn sasl_password_type_errors_do_not_echo_the_secret() {
+    let err = load_str(
+        &with_sasl(
+            "    mechanism: PLAIN\n    username: u\n    password: {value: [hunter2]}\n",
+            "",
+        ),
+        "t.yaml",
+    )
+    .unwrap_err();
+    assert!(!err.to_string().contains("hunter2"), "{err}");
+    assert_eq!(err.issues()[0].path, "destination.sasl.password.value");
+}
+
+#[test]
+fn render_effective_redacts_sasl_passwords() {
+    let text = with_sasl(
+        "    mechanism: PLAIN\n    username: u\n    password: {value: hunter2}\n",
+        "",
+    );
+    let cfg = load_str(&text, "t.yaml").unwrap();
+    let rendered = render_effective(&cfg);
+    assert!(!rendered.contains("hunter2"), "{rendered}");
+    assert!(rendered.contains("<redacted>"), "{rendered}");
+}
+
+#[test]
+fn mirror_source_sasl_is_validated_with_its_key_path() {
+    let text = BASE.replace(
+        "    topics: [users]\n",
+        "    topics: [users]\n    source:\n      bootstrap: [\"127.0.0.1:19092\"]\n      sasl: {mechanism: SCRAM-SHA-512, username: \"\", password: {env: X}}\n",
+    );
+    let issue = single_issue(&text);
+    assert_eq!(issue.path, "mirrors[1].source.sasl.username");
+}
+
+#[test]
+fn allowed_principals_on_the_client_listener_are_refused() {
+    let text = with_sasl(ADMIN_SASL, "").replace(
+        "    port_base: 9092\n",
+        "    port_base: 9092\n    allowed_principals: [\"User:x\"]\n",
+    );
+    let issue = single_issue(&text);
+    assert_eq!(issue.path, "listeners.client.allowed_principals");
+    assert!(issue.message.contains("only the mirror listener"));
+}
+
+#[test]
+fn allowed_principal_must_be_a_user_principal() {
+    let issue = single_issue(&with_sasl(
+        ADMIN_SASL,
+        "    allowed_principals: [\"User:mirror\", \"mirror\"]\n",
+    ));
+    assert_eq!(issue.path, "listeners.mirror.allowed_principals[1]");
+    assert!(issue.message.contains("`mirror` is not `User:NAME`"));
+}
+
+#[test]
+fn empty_allowed_principals_are_refused() {
+    let issue = single_issue(&with_sasl(ADMIN_SASL, "    allowed_principals: []\n"));
+    assert_eq!(issue.path, "listeners.mirror.allowed_principals");
+}
+
+#[test]
+fn duplicate_allowed_principals_are_refused() {
+    let issue = single_issue(&with_sasl(
+        ADMIN_SASL,
+        "    allowed_principals: [\"User:m\", \"User:m\"]\n",
+    ));
+    assert_eq!(issue.path, "listeners.mirror.allowed_principals[1]");
+    assert!(issue.message.contains("listed twice"));
+}
+
+#[test]
+fn allowed_principals_need_destination_sasl() {
+    let text = BASE.replace(
+        "    port_base: 9192\n",
+        "    port_base: 9192\n    allowed_principals: [\"User:mirror\"]\n",
+    );
+    let issue = single_issue(&text);
+    assert_eq!(issue.path, "listeners.mirror.allowed_principals");
+    assert!(issue.message.contains("needs destination.sasl"));
 }

@@ -1,16 +1,19 @@
 //! Transport: the byte streams under the Kafka protocol.
 //!
 //! Owns: opening connections to brokers ([`Connector`]: TCP with a connect timeout, then the
-//! cluster's transport security) and turning accepted client sockets into streams
+//! cluster's transport security and SASL authentication, [`sasl`]) and turning accepted client sockets into streams
 //! ([`Acceptor`]), and the [`Stream`] type both produce, split into independently owned halves
 //! for the two directions of a proxied connection.
 //! Must not touch: Kafka framing or semantics (that is `protocol/` and `proxy/`), metrics, or
 //! any gateway state. Configuration comes in already validated.
 
+pub mod sasl;
+
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -25,11 +28,16 @@ pub enum ConnectError {
     Io { addr: String, source: io::Error },
     #[error("connecting to {addr} timed out after {after:?}")]
     Timeout { addr: String, after: Duration },
+    #[error(transparent)]
+    Sasl(#[from] sasl::SaslError),
 }
 
 /// Why the transport for a cluster or listener could not be set up (bad files, bad settings).
 #[derive(Debug, thiserror::Error)]
-pub enum SetupError {}
+pub enum SetupError {
+    #[error(transparent)]
+    Sasl(#[from] sasl::SaslSetupError),
+}
 
 /// Why an accepted client connection could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -139,21 +147,37 @@ impl AsyncWrite for WriteHalf {
 
 /// Opens connections to the brokers of one cluster. Cheap to clone.
 #[derive(Clone, Debug, Default)]
-pub struct Connector {}
+pub struct Connector {
+    /// The gateway's own SASL credentials, when the cluster has `sasl`.
+    sasl: Option<Arc<sasl::Credentials>>,
+}
 
 impl Connector {
     /// Plain TCP, no transport security (tests, tools, clusters without security settings).
     pub fn plain() -> Self {
-        Connector {}
+        Connector { sasl: None }
     }
 
     /// The connector for `cluster`'s transport settings.
-    pub fn for_cluster(_cluster: &ClusterConfig) -> Result<Self, SetupError> {
-        Ok(Connector {})
+    pub fn for_cluster(cluster: &ClusterConfig) -> Result<Self, SetupError> {
+        Ok(Connector {
+            sasl: sasl::Credentials::for_cluster(cluster.sasl.as_ref())?,
+        })
+    }
+
+    /// This connector, authenticating every connection with `creds` (or not, with `None`).
+    pub fn with_sasl(self, creds: Option<Arc<sasl::Credentials>>) -> Self {
+        Connector { sasl: creds }
+    }
+
+    /// The SASL credentials this connector authenticates with.
+    pub fn sasl(&self) -> Option<&Arc<sasl::Credentials>> {
+        self.sasl.as_ref()
     }
 
     /// Connect to `addr` (`host:port`); `timeout` bounds the whole set-up.
     pub async fn connect(&self, addr: &str, timeout: Duration) -> Result<Stream, ConnectError> {
+        let started = Instant::now();
         let tcp = tokio::time::timeout(timeout, TcpStream::connect(addr))
             .await
             .map_err(|_| ConnectError::Timeout {
@@ -165,7 +189,14 @@ impl Connector {
                 source,
             })?;
         let _ = tcp.set_nodelay(true);
-        Ok(Stream::Plain(tcp))
+        let stream = Stream::Plain(tcp);
+        match &self.sasl {
+            None => Ok(stream),
+            Some(creds) => {
+                let left = timeout.saturating_sub(started.elapsed());
+                Ok(sasl::authenticate(stream, addr, creds, left).await?)
+            }
+        }
     }
 }
 

@@ -124,6 +124,7 @@ async fn connect_through_gateway(upstream: &str, limits: LimitsConfig, node: i32
             bootstrap: vec![upstream.to_string()],
             connect_timeout_ms: 2000,
             metadata_refresh_ms: 1000,
+            sasl: None,
         },
         crate::net::Connector::plain(),
         metrics.clone(),
@@ -143,6 +144,7 @@ async fn connect_through_gateway(upstream: &str, limits: LimitsConfig, node: i32
         port_base: 39999,
         node_id_base: 1,
         max_brokers: 4,
+        allowed_principals: None,
     };
     let ctx = Arc::new(ConnContext {
         kind: ListenerKind::Client,
@@ -156,6 +158,7 @@ async fn connect_through_gateway(upstream: &str, limits: LimitsConfig, node: i32
         limits,
         connect_timeout: Duration::from_secs(2),
         acceptor: crate::net::Acceptor::default(),
+        principal_limits: None,
     });
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
