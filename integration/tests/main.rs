@@ -12,3 +12,4 @@ mod proxy_bad_input;
 mod proxy_clients;
 mod psm_differential;
 mod rig_tests;
+mod sasl;

@@ -166,8 +166,15 @@ impl Connector {
     }
 
     /// This connector, authenticating every connection with `creds` (or not, with `None`).
-    pub fn with_sasl(self, creds: Option<Arc<sasl::Credentials>>) -> Self {
-        Connector { sasl: creds }
+    pub fn with_sasl(mut self, creds: Option<Arc<sasl::Credentials>>) -> Self {
+        self.sasl = creds;
+        self
+    }
+
+    /// The same transport without the gateway's SASL authentication: for the upstream
+    /// connection of a proxied client, which authenticates itself through the gateway.
+    pub fn for_passthrough(&self) -> Self {
+        self.clone().with_sasl(None)
     }
 
     /// The SASL credentials this connector authenticates with.

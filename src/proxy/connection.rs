@@ -178,9 +178,12 @@ async fn run(
         ctx.metrics.error(kind, "unknown_broker");
         return;
     };
+    // The client authenticates itself through this connection (SASL passthrough): the
+    // gateway's own credentials are never used on it.
     let upstream = match ctx
         .cluster
         .connector()
+        .for_passthrough()
         .connect(&addr, ctx.connect_timeout)
         .await
     {
