@@ -442,63 +442,97 @@ fn sasl_handshake_v0_is_refused_by_closing_the_connection() {
     );
 }
 
+/// (key, value) of every record of partition 0 of `topic` (read over PLAINTEXT at `bootstrap`).
+fn records(bootstrap: &str, topic: &str) -> Vec<(Option<String>, Option<String>)> {
+    crate::failover::read_log(bootstrap, topic, 0)
+        .records
+        .into_iter()
+        .map(|r| (r.key, r.value))
+        .collect()
+}
+
+/// Wait (90 s at most) until partition 0 of `topic` at `destination` holds `want`.
+fn wait_mirrored(
+    gw: &TestGateway,
+    destination: &str,
+    topic: &str,
+    want: &[(Option<String>, Option<String>)],
+) {
+    // The agent creates the destination topic (waited for up to 30 s).
+    harness::partition_leaders(destination, topic);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let got = records(destination, topic);
+        if got == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the agent did not mirror {topic}: {} of {} records; partitions {}",
+            got.len(),
+            want.len(),
+            crate::gw::admin_call(&gw.admin(), Method::GET, "/v1/mirrors/m/partitions", None).1
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn mirror_from(source: &str, topic: &str, sasl: Option<SaslConfig>) -> MirrorConfig {
+    MirrorConfig {
+        name: "m".into(),
+        topics: vec![topic.to_string()],
+        source: Some(ClusterConfig {
+            bootstrap: vec![source.to_string()],
+            connect_timeout_ms: 3000,
+            metadata_refresh_ms: 30_000,
+            sasl,
+        }),
+    }
+}
+
 #[test]
 fn the_agent_mirrors_into_a_sasl_destination_through_the_limited_mirror_listener() {
     let (plaintext, sasl) = secure();
     let source = harness::cluster("source");
     let topic = harness::unique_topic("sasl-agent");
     harness::create_topic(&source, &topic, 1, None);
-    let acked = harness::produce_keyed(&source, &topic, N, &[]);
-    assert_eq!(acked.len(), N);
+    assert_eq!(harness::produce_keyed(&source, &topic, N, &[]).len(), N);
 
+    // The gateway authenticates as admin, which allowed_principals does not list.
     let mut cfg = sasl_config(&sasl, "admin-secret");
     cfg.listeners
         .mirror
         .as_mut()
         .expect("mirror listener")
         .allowed_principals = Some(vec!["User:mirror".to_string()]);
-    cfg.mirrors = vec![MirrorConfig {
-        name: "secure".into(),
-        topics: vec![topic.clone()],
-        source: Some(ClusterConfig {
-            bootstrap: vec![source.clone()],
-            connect_timeout_ms: 3000,
-            metadata_refresh_ms: 30_000,
-            sasl: None,
-        }),
-    }];
+    cfg.mirrors = vec![mirror_from(&source, &topic, None)];
     cfg.psm.snapshot_interval_ms = 200;
     let gw = TestGateway::start(cfg);
-    let want: Vec<_> = crate::failover::read_log(&source, &topic, 0)
-        .records
-        .into_iter()
-        .map(|r| (r.key, r.value))
-        .collect();
+    let want = records(&source, &topic);
     assert_eq!(want.len(), N);
-    // The agent creates the destination topic (waited for up to 30 s).
-    harness::partition_leaders(&plaintext, &topic);
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let got: Vec<_> = crate::failover::read_log(&plaintext, &topic, 0)
-            .records
-            .into_iter()
-            .map(|r| (r.key, r.value))
-            .collect();
-        if got == want {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the agent did not mirror {topic} into the secure cluster: {} of {N} records; status {}",
-            got.len(),
-            crate::gw::admin_call(&gw.admin(), Method::GET, "/v1/mirrors/secure/partitions", None).1
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    wait_mirrored(&gw, &plaintext, &topic, &want);
     assert_eq!(
         gw.metric(
             "mirrorgate_request_errors_total{kind=\"principal_refused\",listener=\"mirror\"}"
         ),
         0.0
     );
+}
+
+#[test]
+fn the_agent_reads_a_sasl_source_with_the_source_credentials() {
+    let (plaintext, sasl) = secure();
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("sasl-source");
+    harness::create_topic(&plaintext, &topic, 1, None);
+    assert_eq!(harness::produce_keyed(&plaintext, &topic, N, &[]).len(), N);
+
+    let mut cfg = test_config(&destination);
+    let creds = creds(SaslMechanism::ScramSha512, "mirror", "mirror-secret");
+    cfg.mirrors = vec![mirror_from(&sasl, &topic, Some(creds))];
+    cfg.psm.snapshot_interval_ms = 200;
+    let gw = TestGateway::start(cfg);
+    let want = records(&plaintext, &topic);
+    assert_eq!(want.len(), N);
+    wait_mirrored(&gw, &destination, &topic, &want);
 }
