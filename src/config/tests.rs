@@ -834,3 +834,35 @@ fn allowed_principals_need_destination_sasl() {
     assert_eq!(issue.path, "listeners.mirror.allowed_principals");
     assert!(issue.message.contains("needs destination.sasl"));
 }
+
+#[test]
+fn the_commented_sasl_examples_of_the_default_config_are_valid() {
+    let text = include_str!("../../config/mirrorgate.yaml");
+    let uncommented: String = text
+        .lines()
+        .map(|l| {
+            let t = l.trim_start();
+            let indent = &l[..l.len() - t.len()];
+            let keep = [
+                "# sasl",
+                "#   mechanism",
+                "#   username",
+                "#   password",
+                "# allowed_principals",
+            ];
+            if keep.iter().any(|k| t.starts_with(k)) {
+                format!("{indent}{}\n", &t[2..])
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    let cfg =
+        load_str(&uncommented, "mirrorgate.yaml").unwrap_or_else(|e| panic!("{e}\n{uncommented}"));
+    assert!(cfg.destination.sasl.is_some());
+    assert!(cfg.mirrors[0].source.as_ref().unwrap().sasl.is_some());
+    assert_eq!(
+        cfg.listeners.mirror.unwrap().allowed_principals,
+        Some(vec!["User:mirror".to_string()])
+    );
+}
