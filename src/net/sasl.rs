@@ -87,17 +87,6 @@ pub enum SaslError {
     Scram { addr: String, source: ScramError },
 }
 
-impl SaslError {
-    /// A short label for metrics and logs.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            SaslError::AuthenticationFailed { .. } => "sasl_authentication_failed",
-            SaslError::Timeout { .. } => "sasl_timeout",
-            _ => "sasl",
-        }
-    }
-}
-
 /// A server message the SCRAM client cannot accept.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ScramError {
@@ -150,13 +139,6 @@ impl Credentials {
     ) -> Result<Option<Arc<Credentials>>, SaslSetupError> {
         cfg.map(Self::resolve).transpose()
     }
-
-    pub fn username(&self) -> &str {
-        &self.username
-    }
-    pub fn mechanism(&self) -> SaslMechanism {
-        self.mechanism
-    }
 }
 
 /// Authenticate `stream` (connected to `addr`) with `creds`; the whole exchange is bounded by
@@ -169,7 +151,7 @@ pub async fn authenticate(
 ) -> Result<Stream, SaslError> {
     let timeout = timeout.max(Duration::from_millis(1));
     let mut client = KafkaClient::over(stream, addr, timeout);
-    match tokio::time::timeout(timeout, exchange(&mut client, addr, creds)).await {
+    match tokio::time::timeout(timeout, exchange(&mut client, addr, creds, timeout)).await {
         Ok(Ok(())) => {
             tracing::debug!(broker = addr, user = %creds.username, mechanism = %creds.mechanism, "SASL authenticated");
             Ok(client.into_stream())
@@ -186,11 +168,9 @@ async fn exchange(
     client: &mut KafkaClient,
     addr: &str,
     creds: &Credentials,
+    timeout: Duration,
 ) -> Result<(), SaslError> {
-    let ex = |e: ClientError| SaslError::Exchange {
-        addr: addr.to_string(),
-        source: Box::new(e),
-    };
+    let ex = |e| exchange_error(addr, timeout, e);
     let hs = client
         .send(
             &SaslHandshakeRequest::default()
@@ -233,15 +213,21 @@ async fn exchange(
             token.extend_from_slice(creds.username.as_bytes());
             token.push(0);
             token.extend_from_slice(creds.password.as_bytes());
-            authenticate_step(client, addr, creds, token).await?;
+            authenticate_step(client, addr, creds, token, timeout).await?;
             return Ok(());
         }
         SaslMechanism::ScramSha256 => ScramHash::Sha256,
         SaslMechanism::ScramSha512 => ScramHash::Sha512,
     };
     let mut scram = ScramClient::new(hash, &creds.username, &creds.password);
-    let server_first =
-        authenticate_step(client, addr, creds, scram.client_first().into_bytes()).await?;
+    let server_first = authenticate_step(
+        client,
+        addr,
+        creds,
+        scram.client_first().into_bytes(),
+        timeout,
+    )
+    .await?;
     let scram_err = |source| SaslError::Scram {
         addr: addr.to_string(),
         source,
@@ -249,10 +235,25 @@ async fn exchange(
     let client_final = scram
         .server_first(&String::from_utf8_lossy(&server_first), &creds.salts)
         .map_err(scram_err)?;
-    let server_final = authenticate_step(client, addr, creds, client_final.into_bytes()).await?;
+    let server_final =
+        authenticate_step(client, addr, creds, client_final.into_bytes(), timeout).await?;
     scram
         .server_final(&String::from_utf8_lossy(&server_final))
         .map_err(scram_err)
+}
+
+/// A failed request of the exchange; a request timeout is the exchange's timeout.
+fn exchange_error(addr: &str, timeout: Duration, e: ClientError) -> SaslError {
+    match e {
+        ClientError::Timeout { .. } => SaslError::Timeout {
+            addr: addr.to_string(),
+            after: timeout,
+        },
+        e => SaslError::Exchange {
+            addr: addr.to_string(),
+            source: Box::new(e),
+        },
+    }
 }
 
 /// One SaslAuthenticate round trip; the server's token on success.
@@ -261,6 +262,7 @@ async fn authenticate_step(
     addr: &str,
     creds: &Credentials,
     token: Vec<u8>,
+    timeout: Duration,
 ) -> Result<Bytes, SaslError> {
     let resp = client
         .send(
@@ -268,10 +270,7 @@ async fn authenticate_step(
             AUTHENTICATE_VERSION,
         )
         .await
-        .map_err(|e| SaslError::Exchange {
-            addr: addr.to_string(),
-            source: Box::new(e),
-        })?;
+        .map_err(|e| exchange_error(addr, timeout, e))?;
     let message = || {
         resp.error_message
             .as_ref()
@@ -598,6 +597,66 @@ mod tests {
         let b = ScramClient::new(ScramHash::Sha256, "u", "p").client_first();
         assert_ne!(a, b);
         assert!(!a[3..].contains(",r=,"));
+    }
+
+    #[test]
+    fn a_password_from_a_missing_environment_variable_is_a_setup_error() {
+        let cfg = SaslConfig {
+            mechanism: SaslMechanism::ScramSha256,
+            username: "admin".into(),
+            password: crate::config::SecretSource {
+                value: None,
+                env: Some("MIRRORGATE_SASL_TEST_UNSET_9C1E".into()),
+                file: None,
+            },
+        };
+        let err = Credentials::for_cluster(Some(&cfg)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "sasl.password: environment variable MIRRORGATE_SASL_TEST_UNSET_9C1E is not set"
+        );
+        assert!(Credentials::for_cluster(None).unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn an_unanswered_exchange_times_out_within_the_connect_timeout() {
+        // A listener that accepts and never answers.
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let _hold = tokio::spawn(async move {
+            let conn = l.accept().await;
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            drop(conn);
+        });
+        let cluster = crate::config::ClusterConfig {
+            bootstrap: vec![addr.clone()],
+            connect_timeout_ms: 300,
+            metadata_refresh_ms: 1000,
+            sasl: Some(SaslConfig {
+                mechanism: SaslMechanism::ScramSha512,
+                username: "admin".into(),
+                password: crate::config::SecretSource {
+                    value: Some("pw".into()),
+                    env: None,
+                    file: None,
+                },
+            }),
+        };
+        let c = super::super::Connector::for_cluster(&cluster).unwrap();
+        let started = std::time::Instant::now();
+        let err = c
+            .connect(&addr, Duration::from_millis(300))
+            .await
+            .err()
+            .expect("no broker answered");
+        assert!(started.elapsed() < Duration::from_secs(3));
+        assert!(
+            matches!(
+                err,
+                super::super::ConnectError::Sasl(SaslError::Timeout { .. })
+            ),
+            "{err}"
+        );
     }
 
     #[test]
