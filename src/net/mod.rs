@@ -1,9 +1,9 @@
 //! Transport: the byte streams under the Kafka protocol.
 //!
 //! Owns: opening connections to brokers ([`Connector`]: TCP with a connect timeout, then the
-//! cluster's transport security and SASL authentication, [`sasl`]) and turning accepted client sockets into streams
-//! ([`Acceptor`]), and the [`Stream`] type both produce, split into independently owned halves
-//! for the two directions of a proxied connection.
+//! cluster's transport security, then the gateway's SASL authentication, [`sasl`]) and turning
+//! accepted client sockets into streams ([`Acceptor`]), and the [`Stream`] type both produce,
+//! split into independently owned halves for the two directions of a proxied connection.
 //! Must not touch: Kafka framing or semantics (that is `protocol/` and `proxy/`), metrics, or
 //! any gateway state. Configuration comes in already validated.
 
