@@ -866,3 +866,33 @@ fn the_commented_sasl_examples_of_the_default_config_are_valid() {
         Some(vec!["User:mirror".to_string()])
     );
 }
+
+#[test]
+fn sasl_username_with_control_characters_is_refused() {
+    let issue = single_issue(&with_sasl(
+        "    mechanism: PLAIN\n    username: \"a\\u0000b\"\n    password: {env: X}\n",
+        "",
+    ));
+    assert_eq!(issue.path, "destination.sasl.username");
+    assert_eq!(issue.message, "must not contain control characters");
+}
+
+#[test]
+fn empty_inline_sasl_password_is_refused() {
+    let issue = single_issue(&with_sasl(
+        "    mechanism: PLAIN\n    username: u\n    password: {value: \"\"}\n",
+        "",
+    ));
+    assert_eq!(issue.path, "destination.sasl.password.value");
+    assert_eq!(issue.message, "must not be empty");
+}
+
+#[test]
+fn empty_sasl_password_file_is_refused() {
+    let issue = single_issue(&with_sasl(
+        "    mechanism: PLAIN\n    username: u\n    password: {file: \"\"}\n",
+        "",
+    ));
+    assert_eq!(issue.path, "destination.sasl.password.file");
+    assert_eq!(issue.message, "must name a file");
+}
