@@ -536,3 +536,37 @@ fn the_agent_reads_a_sasl_source_with_the_source_credentials() {
     assert_eq!(want.len(), N);
     wait_mirrored(&gw, &destination, &topic, &want);
 }
+
+#[test]
+fn a_failover_writes_its_barrier_into_the_sasl_destination_and_local_producers_follow() {
+    let (plaintext, sasl) = secure();
+    let source = harness::cluster("source");
+    let topic = harness::unique_topic("sasl-failover");
+    harness::create_topic(&source, &topic, 1, None);
+    assert_eq!(harness::produce_keyed(&source, &topic, N, &[]).len(), N);
+    let mut cfg = sasl_config(&sasl, "admin-secret");
+    cfg.mirrors = vec![mirror_from(&source, &topic, None)];
+    cfg.psm.snapshot_interval_ms = 200;
+    let gw = TestGateway::start(cfg);
+    let want = records(&source, &topic);
+    wait_mirrored(&gw, &plaintext, &topic, &want);
+
+    crate::failover::failover(&gw.admin(), "m");
+    crate::failover::wait_stopped(&gw.admin(), "m");
+    let log = crate::failover::read_log(&plaintext, &topic, 0);
+    let barriers: Vec<i64> = log.barriers.iter().map(|b| b.0).collect();
+    assert_eq!(
+        barriers,
+        vec![N as i64],
+        "one barrier after the mirrored records"
+    );
+
+    // After the failover a local client (authenticated through the gateway) writes the topic
+    // after the barrier.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let alice = client_props(&dir, "SCRAM-SHA-256", "alice", "alice-secret");
+    let (acked, out) = java_produce(&gw.bootstrap(), &topic, 50, &alice);
+    harness::expect_success("VerifiableProducer after the failover", &out);
+    assert_eq!(acked.len(), 50);
+    assert!(acked.keys().all(|(_, o)| *o > N as i64), "{acked:?}");
+}
