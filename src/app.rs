@@ -206,6 +206,18 @@ impl Gateway {
                 limits: config.limits.clone(),
                 connect_timeout: Duration::from_millis(config.destination.connect_timeout_ms),
                 acceptor,
+                principal_limits: lcfg.allowed_principals.as_ref().map(|allowed| {
+                    let own = config
+                        .destination
+                        .sasl
+                        .as_ref()
+                        .map(|s| s.username.as_str());
+                    Arc::new(crate::proxy::sasl::PrincipalLimits::new(
+                        kind.as_str(),
+                        allowed,
+                        own,
+                    ))
+                }),
             });
             let bound = Arc::new(BoundPorts::default());
             tokio::spawn(crate::proxy::listener::run_listener(
@@ -253,7 +265,10 @@ impl Gateway {
         let mut reasons = Vec::new();
         let metadata_known = self.cluster.is_known();
         if !metadata_known {
-            reasons.push("destination metadata not yet known".to_string());
+            reasons.push(match self.cluster.last_refresh_error() {
+                Some(e) => format!("destination metadata not yet known (last attempt: {e})"),
+                None => "destination metadata not yet known".to_string(),
+            });
         }
         let brokers = self.cluster.brokers();
         for l in &self.listeners {

@@ -150,6 +150,7 @@ fn agent_config(name: &str, topics: &[&str], source: &str) -> Config {
             connect_timeout_ms: 3000,
             metadata_refresh_ms: 30_000,
             tls: None,
+            sasl: None,
         }),
     }];
     cfg.psm.snapshot_interval_ms = 200;

@@ -13,4 +13,5 @@ mod proxy_bad_input;
 mod proxy_clients;
 mod psm_differential;
 mod rig_tests;
+mod sasl;
 mod tls;

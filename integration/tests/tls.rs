@@ -491,6 +491,7 @@ fn a_destination_whose_certificate_does_not_chain_to_the_configured_ca_is_refuse
             ca: Some(other.ca_path()),
             ..ClusterTlsConfig::default()
         }),
+        sasl: None,
     })
     .expect("connector");
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -597,6 +598,7 @@ fn the_agent_mirrors_from_a_tls_source_through_a_tls_mirror_listener() {
                 ca: Some(broker_ca),
                 ..ClusterTlsConfig::default()
             }),
+            sasl: None,
         }),
     }];
     cfg.psm.snapshot_interval_ms = 200;

@@ -145,7 +145,9 @@ fn serde_issue(
         }
     }
 
-    if path.starts_with("admin.token") && !message.starts_with("unknown field") {
+    if (path.starts_with("admin.token") || path.contains(".sasl.password"))
+        && !message.starts_with("unknown field")
+    {
         // Do not echo (part of) a secret in an error.
         message = "invalid type or value (contents not shown: it may be a secret)".to_string();
     }
@@ -167,6 +169,13 @@ pub fn render_effective(cfg: &Config) -> String {
     let mut shown = cfg.clone();
     if let Some(t) = &shown.admin.token {
         shown.admin.token = Some(t.redacted());
+    }
+    let clusters = std::iter::once(&mut shown.destination)
+        .chain(shown.mirrors.iter_mut().filter_map(|m| m.source.as_mut()));
+    for c in clusters {
+        if let Some(s) = &c.sasl {
+            c.sasl = Some(s.redacted());
+        }
     }
     serde_yaml::to_string(&shown)
         .unwrap_or_else(|e| format!("# cannot render the configuration: {e}\n"))

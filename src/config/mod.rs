@@ -11,6 +11,7 @@ use std::path::PathBuf;
 mod error;
 mod load;
 mod positions;
+mod sasl;
 mod secret;
 mod tls;
 mod topics;
@@ -21,6 +22,7 @@ mod tests;
 
 pub use error::{ConfigError, ConfigIssue};
 pub use load::{load_file, load_str, render_effective, validate};
+pub use sasl::{SaslConfig, SaslMechanism, PRINCIPAL_PREFIX};
 pub use secret::{SecretError, REDACTED};
 pub use tls::{ClusterTlsConfig, ListenerTlsConfig, MIN_RELOAD_INTERVAL_MS};
 pub use topics::{
@@ -74,6 +76,9 @@ pub struct ClusterConfig {
     /// TLS towards the brokers; plain TCP when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<ClusterTlsConfig>,
+    /// The gateway's own SASL credentials for this cluster (see `sasl.rs`). Optional.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sasl: Option<SaslConfig>,
 }
 
 /// The client and mirror listeners.
@@ -111,6 +116,10 @@ pub struct ListenerConfig {
     /// TLS for the clients of this listener; plain TCP when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<ListenerTlsConfig>,
+    /// Mirror listener only: SASL principals (`User:NAME`) allowed to authenticate (see
+    /// `sasl.rs`). Absent: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_principals: Option<Vec<String>>,
 }
 
 /// The admin HTTP server.

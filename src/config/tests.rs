@@ -533,6 +533,7 @@ fn port_for_node_and_node_for_port_are_inverse() {
         node_id_base: 1,
         max_brokers: 16,
         tls: None,
+        allowed_principals: None,
     };
     for node in 1..=16 {
         let port = l.port_for_node(node).unwrap();
@@ -559,6 +560,7 @@ proptest! {
             node_id_base: nbase,
             max_brokers: max,
             tls: None,
+            allowed_principals: None,
         };
         let node = nbase + i32::from(k);
         if let Some(port) = l.port_for_node(node) {
@@ -666,4 +668,233 @@ fn validate_works_on_configs_built_in_code() {
     cfg.logging.format = "xml".into();
     let err = validate(&cfg).unwrap_err();
     assert_eq!(err.issues()[0].path, "logging.format");
+}
+
+// ------------------------------------------------------------------ SASL
+
+/// `BASE` with `sasl` under `destination` (`sasl` is the YAML of the section's body, indented
+/// by four spaces) and `extra` lines appended under `listeners.mirror`.
+fn with_sasl(sasl: &str, mirror_extra: &str) -> String {
+    let mut text = BASE.replace(
+        "  bootstrap: [\"127.0.0.1:29092\"]\n",
+        &format!("  bootstrap: [\"127.0.0.1:29092\"]\n  sasl:\n{sasl}"),
+    );
+    if !mirror_extra.is_empty() {
+        text = text.replace(
+            "    port_base: 9192\n",
+            &format!("    port_base: 9192\n{mirror_extra}"),
+        );
+    }
+    text
+}
+
+const ADMIN_SASL: &str =
+    "    mechanism: SCRAM-SHA-256\n    username: admin\n    password: {env: MG_SASL_PW}\n";
+
+fn single_issue(text: &str) -> ConfigIssue {
+    let issues = issues_of(text);
+    assert_eq!(issues.len(), 1, "{issues:?}");
+    issues.into_iter().next().unwrap()
+}
+
+#[test]
+fn destination_sasl_and_allowed_principals_parse() {
+    let text = with_sasl(
+        ADMIN_SASL,
+        "    allowed_principals: [\"User:mirror\", \"User:a,b\"]\n",
+    );
+    let cfg = load_str(&text, "t.yaml").unwrap();
+    let s = cfg.destination.sasl.as_ref().unwrap();
+    assert_eq!(s.mechanism, SaslMechanism::ScramSha256);
+    assert_eq!(s.principal(), "User:admin");
+    assert_eq!(
+        cfg.listeners.mirror.unwrap().allowed_principals.unwrap(),
+        vec!["User:mirror".to_string(), "User:a,b".to_string()]
+    );
+}
+
+#[test]
+fn unknown_sasl_mechanism_is_reported_at_its_key() {
+    let issue = single_issue(&with_sasl(
+        "    mechanism: GSSAPI\n    username: admin\n    password: {env: X}\n",
+        "",
+    ));
+    assert_eq!(issue.path, "destination.sasl.mechanism");
+    assert!(issue.message.contains("SCRAM-SHA-512"), "{}", issue.message);
+    assert_eq!(issue.line, Some(4));
+}
+
+#[test]
+fn empty_sasl_username_is_refused() {
+    let issue = single_issue(&with_sasl(
+        "    mechanism: PLAIN\n    username: \"\"\n    password: {env: X}\n",
+        "",
+    ));
+    assert_eq!(issue.path, "destination.sasl.username");
+    assert_eq!(issue.message, "must not be empty");
+}
+
+#[test]
+fn sasl_password_needs_exactly_one_source() {
+    let issue = single_issue(&with_sasl(
+        "    mechanism: PLAIN\n    username: u\n    password: {env: X, file: /p}\n",
+        "",
+    ));
+    assert_eq!(issue.path, "destination.sasl.password");
+    assert!(issue.message.contains("exactly one"), "{}", issue.message);
+}
+
+#[test]
+fn sasl_password_env_must_name_a_variable() {
+    let issue = single_issue(&with_sasl(
+        "    mechanism: PLAIN\n    username: u\n    password: {env: \"\"}\n",
+        "",
+    ));
+    assert_eq!(issue.path, "destination.sasl.password.env");
+}
+
+#[test]
+fn sasl_password_type_errors_do_not_echo_the_secret() {
+    let err = load_str(
+        &with_sasl(
+            "    mechanism: PLAIN\n    username: u\n    password: {value: [hunter2]}\n",
+            "",
+        ),
+        "t.yaml",
+    )
+    .unwrap_err();
+    assert!(!err.to_string().contains("hunter2"), "{err}");
+    assert_eq!(err.issues()[0].path, "destination.sasl.password.value");
+}
+
+#[test]
+fn render_effective_redacts_sasl_passwords() {
+    let text = with_sasl(
+        "    mechanism: PLAIN\n    username: u\n    password: {value: hunter2}\n",
+        "",
+    );
+    let cfg = load_str(&text, "t.yaml").unwrap();
+    let rendered = render_effective(&cfg);
+    assert!(!rendered.contains("hunter2"), "{rendered}");
+    assert!(rendered.contains("<redacted>"), "{rendered}");
+}
+
+#[test]
+fn mirror_source_sasl_is_validated_with_its_key_path() {
+    let text = BASE.replace(
+        "    topics: [users]\n",
+        "    topics: [users]\n    source:\n      bootstrap: [\"127.0.0.1:19092\"]\n      sasl: {mechanism: SCRAM-SHA-512, username: \"\", password: {env: X}}\n",
+    );
+    let issue = single_issue(&text);
+    assert_eq!(issue.path, "mirrors[1].source.sasl.username");
+}
+
+#[test]
+fn allowed_principals_on_the_client_listener_are_refused() {
+    let text = with_sasl(ADMIN_SASL, "").replace(
+        "    port_base: 9092\n",
+        "    port_base: 9092\n    allowed_principals: [\"User:x\"]\n",
+    );
+    let issue = single_issue(&text);
+    assert_eq!(issue.path, "listeners.client.allowed_principals");
+    assert!(issue.message.contains("only the mirror listener"));
+}
+
+#[test]
+fn allowed_principal_must_be_a_user_principal() {
+    let issue = single_issue(&with_sasl(
+        ADMIN_SASL,
+        "    allowed_principals: [\"User:mirror\", \"mirror\"]\n",
+    ));
+    assert_eq!(issue.path, "listeners.mirror.allowed_principals[1]");
+    assert!(issue.message.contains("`mirror` is not `User:NAME`"));
+}
+
+#[test]
+fn empty_allowed_principals_are_refused() {
+    let issue = single_issue(&with_sasl(ADMIN_SASL, "    allowed_principals: []\n"));
+    assert_eq!(issue.path, "listeners.mirror.allowed_principals");
+}
+
+#[test]
+fn duplicate_allowed_principals_are_refused() {
+    let issue = single_issue(&with_sasl(
+        ADMIN_SASL,
+        "    allowed_principals: [\"User:m\", \"User:m\"]\n",
+    ));
+    assert_eq!(issue.path, "listeners.mirror.allowed_principals[1]");
+    assert!(issue.message.contains("listed twice"));
+}
+
+#[test]
+fn allowed_principals_need_destination_sasl() {
+    let text = BASE.replace(
+        "    port_base: 9192\n",
+        "    port_base: 9192\n    allowed_principals: [\"User:mirror\"]\n",
+    );
+    let issue = single_issue(&text);
+    assert_eq!(issue.path, "listeners.mirror.allowed_principals");
+    assert!(issue.message.contains("needs destination.sasl"));
+}
+
+#[test]
+fn the_commented_sasl_examples_of_the_default_config_are_valid() {
+    let text = include_str!("../../config/mirrorgate.yaml");
+    let uncommented: String = text
+        .lines()
+        .map(|l| {
+            let t = l.trim_start();
+            let indent = &l[..l.len() - t.len()];
+            let keep = [
+                "# sasl",
+                "#   mechanism",
+                "#   username",
+                "#   password",
+                "# allowed_principals",
+            ];
+            if keep.iter().any(|k| t.starts_with(k)) {
+                format!("{indent}{}\n", &t[2..])
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    let cfg =
+        load_str(&uncommented, "mirrorgate.yaml").unwrap_or_else(|e| panic!("{e}\n{uncommented}"));
+    assert!(cfg.destination.sasl.is_some());
+    assert!(cfg.mirrors[0].source.as_ref().unwrap().sasl.is_some());
+    assert_eq!(
+        cfg.listeners.mirror.unwrap().allowed_principals,
+        Some(vec!["User:mirror".to_string()])
+    );
+}
+
+#[test]
+fn sasl_username_with_control_characters_is_refused() {
+    let issue = single_issue(&with_sasl(
+        "    mechanism: PLAIN\n    username: \"a\\u0000b\"\n    password: {env: X}\n",
+        "",
+    ));
+    assert_eq!(issue.path, "destination.sasl.username");
+    assert_eq!(issue.message, "must not contain control characters");
+}
+
+#[test]
+fn empty_inline_sasl_password_is_refused() {
+    let issue = single_issue(&with_sasl(
+        "    mechanism: PLAIN\n    username: u\n    password: {value: \"\"}\n",
+        "",
+    ));
+    assert_eq!(issue.path, "destination.sasl.password.value");
+    assert_eq!(issue.message, "must not be empty");
+}
+
+#[test]
+fn empty_sasl_password_file_is_refused() {
+    let issue = single_issue(&with_sasl(
+        "    mechanism: PLAIN\n    username: u\n    password: {file: \"\"}\n",
+        "",
+    ));
+    assert_eq!(issue.path, "destination.sasl.password.file");
+    assert_eq!(issue.message, "must name a file");
 }

@@ -32,10 +32,15 @@ pub fn semantic_issues(cfg: &Config) -> Vec<ConfigIssue> {
     check_psm(&mut out, cfg);
     check_logging(&mut out, cfg);
     check_mirrors(&mut out, cfg);
+    out.0.extend(super::sasl::check_allowed_principals(cfg));
     out.0
 }
 
 fn check_cluster(out: &mut Issues, path: &str, c: &ClusterConfig) {
+    if let Some(s) = &c.sasl {
+        out.0
+            .extend(super::sasl::check_sasl(&format!("{path}.sasl"), s));
+    }
     if c.bootstrap.is_empty() {
         out.push(
             format!("{path}.bootstrap"),

@@ -207,6 +207,9 @@ pub fn start(
     let _ = metrics.registry().register(Box::new(batches.clone()));
     let _ = metrics.registry().register(Box::new(bytes.clone()));
     let router = config.topic_router();
+    // The agent is a client of the gateway's own mirror listener; its SASL exchange passes
+    // through to the destination, so it authenticates with the destination credentials.
+    let mirror_connector = mirror_connector.with_sasl(cluster.connector().sasl().cloned());
     let mut mirrors = Vec::new();
     for (idx, m) in with_source {
         let (offsets, offsets_error) =

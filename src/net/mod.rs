@@ -1,16 +1,19 @@
 //! Transport: the byte streams under the Kafka protocol.
 //!
 //! Owns: opening connections to brokers ([`Connector`]: TCP with a connect timeout, then the
-//! cluster's transport security) and turning accepted client sockets into streams
-//! ([`Acceptor`]), and the [`Stream`] type both produce, split into independently owned halves
-//! for the two directions of a proxied connection.
+//! cluster's transport security, then the gateway's SASL authentication, [`sasl`]) and turning
+//! accepted client sockets into streams ([`Acceptor`]), and the [`Stream`] type both produce,
+//! split into independently owned halves for the two directions of a proxied connection.
 //! Must not touch: Kafka framing or semantics (that is `protocol/` and `proxy/`), metrics, or
 //! any gateway state. Configuration comes in already validated.
 
+pub mod sasl;
+
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -29,6 +32,8 @@ pub enum ConnectError {
     Io { addr: String, source: io::Error },
     #[error("connecting to {addr} timed out after {after:?}")]
     Timeout { addr: String, after: Duration },
+    #[error(transparent)]
+    Sasl(#[from] sasl::SaslError),
     #[error("TLS handshake with {addr} (server name {server_name}) failed: {source}")]
     Tls {
         addr: String,
@@ -46,6 +51,7 @@ impl ConnectError {
         match self {
             ConnectError::Io { .. } | ConnectError::Timeout { .. } => "upstream_connect",
             ConnectError::Tls { .. } | ConnectError::ServerName { .. } => "upstream_tls",
+            ConnectError::Sasl(_) => "upstream_sasl",
         }
     }
 }
@@ -55,6 +61,8 @@ impl ConnectError {
 pub enum SetupError {
     #[error("tls: {0}")]
     Tls(#[from] TlsSetupError),
+    #[error(transparent)]
+    Sasl(#[from] sasl::SaslSetupError),
 }
 
 /// Why an accepted client connection could not be set up.
@@ -196,35 +204,59 @@ impl AsyncWrite for WriteHalf {
 #[derive(Clone, Debug, Default)]
 pub struct Connector {
     tls: Option<tls::ClientTls>,
+    /// The gateway's own SASL credentials, when the cluster has `sasl`.
+    sasl: Option<Arc<sasl::Credentials>>,
 }
 
 impl Connector {
     /// Plain TCP, no transport security (tests, tools, clusters without security settings).
     pub fn plain() -> Self {
-        Connector { tls: None }
+        Connector::default()
     }
 
     /// The connector for `cluster`'s transport settings.
     pub fn for_cluster(cluster: &ClusterConfig) -> Result<Self, SetupError> {
         let tls = cluster.tls.as_ref().map(tls::ClientTls::new).transpose()?;
-        Ok(Connector { tls })
+        Ok(Connector {
+            tls,
+            sasl: sasl::Credentials::for_cluster(cluster.sasl.as_ref())?,
+        })
+    }
+
+    /// This connector, authenticating every connection with `creds` (or not, with `None`).
+    pub fn with_sasl(mut self, creds: Option<Arc<sasl::Credentials>>) -> Self {
+        self.sasl = creds;
+        self
+    }
+
+    /// The same transport without the gateway's SASL authentication: for the upstream
+    /// connection of a proxied client, which authenticates itself through the gateway.
+    pub fn for_passthrough(&self) -> Self {
+        self.clone().with_sasl(None)
+    }
+
+    /// The SASL credentials this connector authenticates with.
+    pub fn sasl(&self) -> Option<&Arc<sasl::Credentials>> {
+        self.sasl.as_ref()
     }
 
     /// A connector to the gateway's own listener served by `acceptor`: plain when the listener
     /// is plain; with TLS, trusting exactly the certificate the listener serves (across
     /// reloads) and, when the listener requires client certificates, presenting that same
-    /// certificate.
+    /// certificate. No SASL (add it with [`Self::with_sasl`]).
     pub fn to_own_listener(acceptor: &Acceptor) -> Result<Self, SetupError> {
         let tls = acceptor
             .tls
             .as_ref()
             .map(|t| t.pinned_client())
             .transpose()?;
-        Ok(Connector { tls })
+        Ok(Connector { tls, sasl: None })
     }
 
-    /// Connect to `addr` (`host:port`); `timeout` bounds the whole set-up (TCP and TLS).
+    /// Connect to `addr` (`host:port`); `timeout` bounds the whole set-up (TCP, TLS, then the
+    /// gateway's SASL authentication when configured).
     pub async fn connect(&self, addr: &str, timeout: Duration) -> Result<Stream, ConnectError> {
+        let started = Instant::now();
         let setup = async {
             let tcp = TcpStream::connect(addr)
                 .await
@@ -238,12 +270,20 @@ impl Connector {
                 Some(t) => t.handshake(addr, tcp).await,
             }
         };
-        tokio::time::timeout(timeout, setup)
-            .await
-            .map_err(|_| ConnectError::Timeout {
-                addr: addr.to_string(),
-                after: timeout,
-            })?
+        let stream =
+            tokio::time::timeout(timeout, setup)
+                .await
+                .map_err(|_| ConnectError::Timeout {
+                    addr: addr.to_string(),
+                    after: timeout,
+                })??;
+        match &self.sasl {
+            None => Ok(stream),
+            Some(creds) => {
+                let left = timeout.saturating_sub(started.elapsed());
+                Ok(sasl::authenticate(stream, addr, creds, left).await?)
+            }
+        }
     }
 }
 

@@ -69,13 +69,25 @@ impl KafkaClient {
         timeout: Duration,
     ) -> Result<Self, ClientError> {
         let stream = connector.connect(addr, timeout).await?;
-        Ok(KafkaClient {
+        Ok(Self::over(stream, addr, timeout))
+    }
+
+    /// A client over an already connected `stream` to `addr` (used while the connection is set
+    /// up, e.g. for its SASL exchanges); `timeout` bounds each request.
+    pub fn over(stream: Stream, addr: &str, timeout: Duration) -> Self {
+        KafkaClient {
             stream,
             addr: addr.to_string(),
             buf: BytesMut::new(),
             next_correlation: 1,
             timeout,
-        })
+        }
+    }
+
+    /// The underlying stream. Only between requests: the broker sends nothing unasked, so no
+    /// buffered bytes are lost.
+    pub fn into_stream(self) -> Stream {
+        self.stream
     }
 
     /// The address this client is connected to.

@@ -33,6 +33,8 @@ pub struct ClusterView {
     metrics: Arc<Metrics>,
     /// Bumped whenever the broker set changes.
     changed: watch::Sender<u64>,
+    /// Why the last metadata refresh failed (`None` after a success).
+    last_error: std::sync::Mutex<Option<String>>,
 }
 
 /// A topic as the destination's metadata describes it.
@@ -64,6 +66,7 @@ impl ClusterView {
             connector,
             metrics,
             changed,
+            last_error: std::sync::Mutex::new(None),
         })
     }
 
@@ -116,6 +119,14 @@ impl ClusterView {
         let mut v: Vec<String> = self.read().topics.keys().cloned().collect();
         v.sort();
         v
+    }
+
+    /// Why the last metadata refresh failed, `None` when it succeeded (or none ran yet).
+    pub fn last_refresh_error(&self) -> Option<String> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Whether metadata has been fetched at least once.
@@ -204,6 +215,7 @@ impl ClusterView {
         match self.fetch().await {
             Ok(s) => {
                 self.replace(s);
+                *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
                 self.metrics
                     .metadata_refresh
                     .with_label_values(&["ok"])
@@ -215,6 +227,7 @@ impl ClusterView {
                     .metadata_refresh
                     .with_label_values(&["error"])
                     .inc();
+                *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
                 Err(e)
             }
         }

@@ -80,6 +80,8 @@ pub struct ConnContext {
     pub connect_timeout: Duration,
     /// Sets up the transport of accepted client sockets (TLS, when configured).
     pub acceptor: crate::net::Acceptor,
+    /// SASL principals allowed on this listener (`None`: no limit).
+    pub principal_limits: Option<Arc<super::sasl::PrincipalLimits>>,
 }
 
 /// Why the gateway closed a connection on its own.
@@ -134,6 +136,8 @@ enum End {
     ClientClosed,
     Idle,
     Shutdown,
+    /// Principal limits refused the client (an answer may still be queued).
+    Refused(super::sasl::Refusal),
 }
 
 struct InFlight {
@@ -181,9 +185,12 @@ async fn run(
         ctx.metrics.error(kind, "unknown_broker");
         return;
     };
+    // The client authenticates itself through this connection (SASL passthrough): the
+    // gateway's own credentials are never used on it.
     let upstream = match ctx
         .cluster
         .connector()
+        .for_passthrough()
         .connect(&addr, ctx.connect_timeout)
         .await
     {
@@ -222,6 +229,10 @@ async fn run(
         let addr = addr.clone();
         async move {
             let mut buf = BytesMut::with_capacity(64 * 1024);
+            let mut sasl_guard = ctx
+                .principal_limits
+                .clone()
+                .map(super::sasl::SaslGuard::new);
             loop {
                 let read = tokio::select! {
                     r = tokio::time::timeout(idle, read_frame(&mut client_rd, &mut buf, max_request)) => r,
@@ -247,6 +258,26 @@ async fn run(
                 ctx.handles.request(h.api_key);
                 ctx.handles.bytes_in.inc_by(frame.len() as u64);
                 let started = Instant::now();
+                if let Some(guard) = sasl_guard.as_mut() {
+                    use super::sasl::Verdict;
+                    match guard.on_request(&h, &frame) {
+                        Verdict::Forward => {}
+                        Verdict::Close(refusal) => return Ok(End::Refused(refusal)),
+                        Verdict::AnswerAndClose { response, refusal } => {
+                            pending.fetch_add(1, Ordering::AcqRel);
+                            let answer = InFlight {
+                                correlation_id: h.correlation_id,
+                                api: h.api_key,
+                                version: h.api_version,
+                                started,
+                                extras: Default::default(),
+                                local: Some(response),
+                            };
+                            let _ = tx.send(answer).await;
+                            return Ok(End::Refused(refusal));
+                        }
+                    }
+                }
                 let plan = if ctx.psm.is_some() || ctx.mirrors.is_some() {
                     super::intercept::plan_request(&ctx, &h, frame)?
                 } else {
@@ -402,6 +433,10 @@ async fn run(
                     End::Idle => tracing::info!("closing idle connection"),
                     End::Shutdown => tracing::debug!("draining for shutdown"),
                     End::ClientClosed => tracing::debug!("client closed"),
+                    End::Refused(r) => {
+                        tracing::warn!(reason = %r, "closing connection");
+                        ctx.metrics.error(kind, r.kind());
+                    }
                 }
                 let grace = Duration::from_millis(ctx.limits.shutdown_grace_ms);
                 match tokio::time::timeout(grace, responses).await {

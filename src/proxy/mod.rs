@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod connection;
 pub mod intercept;
 pub mod listener;
+pub mod sasl;
 pub mod screen;
 
 pub use cluster::ClusterView;

@@ -118,6 +118,15 @@ struct Setup {
 }
 
 async fn connect_through_gateway(upstream: &str, limits: LimitsConfig, node: i32) -> Setup {
+    connect_with_principal_limits(upstream, limits, node, None).await
+}
+
+async fn connect_with_principal_limits(
+    upstream: &str,
+    limits: LimitsConfig,
+    node: i32,
+    principal_limits: Option<Arc<super::sasl::PrincipalLimits>>,
+) -> Setup {
     let metrics = Metrics::new();
     let cluster = ClusterView::new(
         ClusterConfig {
@@ -125,6 +134,7 @@ async fn connect_through_gateway(upstream: &str, limits: LimitsConfig, node: i32
             connect_timeout_ms: 2000,
             metadata_refresh_ms: 1000,
             tls: None,
+            sasl: None,
         },
         crate::net::Connector::plain(),
         metrics.clone(),
@@ -145,6 +155,7 @@ async fn connect_through_gateway(upstream: &str, limits: LimitsConfig, node: i32
         node_id_base: 1,
         max_brokers: 4,
         tls: None,
+        allowed_principals: None,
     };
     let ctx = Arc::new(ConnContext {
         kind: ListenerKind::Client,
@@ -158,6 +169,7 @@ async fn connect_through_gateway(upstream: &str, limits: LimitsConfig, node: i32
         limits,
         connect_timeout: Duration::from_secs(2),
         acceptor: crate::net::Acceptor::default(),
+        principal_limits,
     });
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
@@ -417,4 +429,74 @@ async fn a_port_for_an_unknown_broker_closes_the_connection() {
     let mut s = connect_through_gateway(&up, limits(), 3).await;
     expect_closed(&mut s.client).await;
     assert!(s.metrics.render().contains(r#"kind="unknown_broker""#));
+}
+
+fn encoded<R: Encodable>(req: &R, version: i16) -> Vec<u8> {
+    let mut b = BytesMut::new();
+    req.encode(&mut b, version).unwrap();
+    b.to_vec()
+}
+
+#[tokio::test]
+async fn a_refused_principal_is_answered_by_the_gateway_after_earlier_responses_and_never_reaches_the_broker(
+) {
+    use kafka_protocol::messages::{
+        ResponseHeader, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+    };
+    use kafka_protocol::protocol::Decodable;
+    let (up, _seen, frames) = fake_broker(Script::default()).await;
+    let limits_cfg = Arc::new(super::sasl::PrincipalLimits::new(
+        "mirror",
+        &["User:mirror".to_string()],
+        None,
+    ));
+    let mut s = connect_with_principal_limits(&up, limits(), 1, Some(limits_cfg)).await;
+    let handshake = request(
+        ApiKey::SaslHandshake,
+        1,
+        1,
+        &encoded(
+            &SaslHandshakeRequest::default()
+                .with_mechanism(StrBytes::from_static_str("SCRAM-SHA-256")),
+            1,
+        ),
+    );
+    let first_token = request(
+        ApiKey::SaslAuthenticate,
+        2,
+        2,
+        &encoded(
+            &SaslAuthenticateRequest::default()
+                .with_auth_bytes(bytes::Bytes::from_static(b"n,,n=alice,r=nonce")),
+            2,
+        ),
+    );
+    s.client.write_all(&handshake).await.unwrap();
+    s.client.write_all(&first_token).await.unwrap();
+    assert_eq!(read_response(&mut s.client).await.map(|r| r.0), Some(1));
+    let mut len = [0u8; 4];
+    s.client.read_exact(&mut len).await.unwrap();
+    let mut body = vec![0u8; i32::from_be_bytes(len) as usize];
+    s.client.read_exact(&mut body).await.unwrap();
+    let mut body = bytes::Bytes::from(body);
+    let h = ResponseHeader::decode(
+        &mut body,
+        ApiKey::SaslAuthenticate.response_header_version(2),
+    )
+    .unwrap();
+    assert_eq!(h.correlation_id, 2);
+    let r = SaslAuthenticateResponse::decode(&mut body, 2).unwrap();
+    assert_eq!(r.error_code, 58);
+    assert!(r
+        .error_message
+        .unwrap()
+        .to_string()
+        .contains("principal User:alice is not allowed on the mirror listener"));
+    expect_closed(&mut s.client).await;
+    assert_eq!(
+        *frames.lock().unwrap(),
+        vec![handshake],
+        "only the handshake reached the broker"
+    );
+    assert!(s.metrics.render().contains(r#"kind="principal_refused""#));
 }

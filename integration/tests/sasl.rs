@@ -1,0 +1,574 @@
+//! SASL on the real `secure` cluster (SASL_PLAINTEXT listener, SCRAM-SHA-256/512): the gateway's
+//! own connections authenticate with `destination.sasl`; clients authenticate with the broker
+//! through the gateway (passthrough); the mirror listener limits principals; the built-in agent
+//! authenticates on the mirror listener with the destination credentials.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, BytesMut};
+use hyper::Method;
+use kafka_protocol::messages::{ApiKey, MetadataRequest, RequestHeader, SaslHandshakeRequest};
+use kafka_protocol::protocol::{Encodable, StrBytes};
+use mirrorgate::config::{
+    ClusterConfig, Config, MirrorConfig, SaslConfig, SaslMechanism, SecretSource,
+};
+use mirrorgate::net::{ConnectError, Connector};
+use mirrorgate::protocol::client::{ClientError, KafkaClient};
+
+use crate::gw::{test_config, TestGateway};
+use crate::harness;
+
+const N: usize = 200;
+
+/// The `secure` cluster: (PLAINTEXT address for test set-up, SASL_PLAINTEXT address).
+fn secure() -> (String, String) {
+    let plaintext = harness::cluster("secure");
+    let out = harness::rig(&["secure-info"]);
+    harness::expect_success("integration/rig secure-info", &out);
+    let info = harness::parse_status(&out.stdout);
+    let sasl = info
+        .get("sasl_plaintext")
+        .cloned()
+        .expect("secure-info prints sasl_plaintext");
+    (plaintext, sasl)
+}
+
+fn creds(mechanism: SaslMechanism, user: &str, password: &str) -> SaslConfig {
+    SaslConfig {
+        mechanism,
+        username: user.to_string(),
+        password: SecretSource {
+            value: Some(password.to_string()),
+            env: None,
+            file: None,
+        },
+    }
+}
+
+/// A gateway config in front of the secure cluster's SASL listener, authenticating as `admin`.
+fn sasl_config(sasl_addr: &str, password: &str) -> Config {
+    let mut cfg = test_config(sasl_addr);
+    cfg.destination.sasl = Some(creds(SaslMechanism::ScramSha256, "admin", password));
+    cfg
+}
+
+/// A Java client properties file for `user` with `mechanism`.
+fn client_props(dir: &tempfile::TempDir, mechanism: &str, user: &str, password: &str) -> PathBuf {
+    let path = dir.path().join(format!("{user}-{mechanism}.properties"));
+    std::fs::write(
+        &path,
+        format!(
+            "security.protocol=SASL_PLAINTEXT\nsasl.mechanism={mechanism}\n\
+             sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \
+             username=\"{user}\" password=\"{password}\";\n\
+             acks=all\nenable.idempotence=true\nretries=2147483647\n\
+             max.in.flight.requests.per.connection=5\nlinger.ms=5\nmax.block.ms=20000\n"
+        ),
+    )
+    .expect("write properties");
+    path
+}
+
+fn json_lines(out: &[u8]) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(out)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// Produce `n` records with VerifiableProducer; (partition, offset) → value of each ack.
+fn java_produce(
+    bootstrap: &str,
+    topic: &str,
+    n: usize,
+    props: &Path,
+) -> (BTreeMap<(i32, i64), String>, std::process::Output) {
+    let n = n.to_string();
+    let out = harness::rig_java(
+        "org.apache.kafka.tools.VerifiableProducer",
+        &[
+            "--bootstrap-server",
+            bootstrap,
+            "--topic",
+            topic,
+            "--max-messages",
+            &n,
+            "--acks",
+            "-1",
+            "--producer.config",
+            props.to_str().expect("utf-8 path"),
+        ],
+    );
+    let mut acked = BTreeMap::new();
+    for e in json_lines(&out.stdout) {
+        if e["name"] == "producer_send_success" {
+            acked.insert(
+                (
+                    e["partition"].as_i64().unwrap_or(-1) as i32,
+                    e["offset"].as_i64().unwrap_or(-1),
+                ),
+                e["value"].as_str().unwrap_or_default().to_string(),
+            );
+        }
+    }
+    (acked, out)
+}
+
+fn java_consume(
+    bootstrap: &str,
+    topic: &str,
+    n: usize,
+    props: &Path,
+) -> BTreeMap<(i32, i64), String> {
+    let n = n.to_string();
+    let group = format!("{topic}-group");
+    let out = harness::rig_java(
+        "org.apache.kafka.tools.VerifiableConsumer",
+        &[
+            "--bootstrap-server",
+            bootstrap,
+            "--topic",
+            topic,
+            "--group-id",
+            &group,
+            "--max-messages",
+            &n,
+            "--reset-policy",
+            "earliest",
+            "--verbose",
+            "--consumer.config",
+            props.to_str().expect("utf-8 path"),
+        ],
+    );
+    harness::expect_success("VerifiableConsumer through the gateway", &out);
+    json_lines(&out.stdout)
+        .into_iter()
+        .filter(|e| e["name"] == "record_data")
+        .map(|e| {
+            (
+                (
+                    e["partition"].as_i64().unwrap_or(-1) as i32,
+                    e["offset"].as_i64().unwrap_or(-1),
+                ),
+                e["value"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// `kafka-topics --list` as a quick authenticated admin round trip.
+fn java_list_topics(bootstrap: &str, props: &Path) -> std::process::Output {
+    harness::rig_java(
+        "org.apache.kafka.tools.TopicCommand",
+        &[
+            "--bootstrap-server",
+            bootstrap,
+            "--command-config",
+            props.to_str().expect("utf-8 path"),
+            "--list",
+        ],
+    )
+}
+
+fn output_text(out: &std::process::Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn round_trip(mechanism: &str) {
+    let (plaintext, sasl) = secure();
+    let gw = TestGateway::start(sasl_config(&sasl, "admin-secret"));
+    let r = gw.gateway.readiness();
+    assert!(r.ready && r.metadata_known, "{r:?}");
+    let topic = harness::unique_topic("sasl-rt");
+    harness::create_topic(&plaintext, &topic, 2, None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let props = client_props(&dir, mechanism, "alice", "alice-secret");
+    let (acked, out) = java_produce(&gw.bootstrap(), &topic, N, &props);
+    harness::expect_success("VerifiableProducer through the gateway", &out);
+    assert_eq!(acked.len(), N, "acknowledged records");
+    let consumed = java_consume(&gw.bootstrap(), &topic, N, &props);
+    assert_eq!(
+        consumed, acked,
+        "consumed records differ from the acknowledged ones"
+    );
+}
+
+#[test]
+fn java_clients_authenticate_through_the_gateway_with_scram_sha_256() {
+    round_trip("SCRAM-SHA-256");
+}
+
+#[test]
+fn java_clients_authenticate_through_the_gateway_with_scram_sha_512() {
+    round_trip("SCRAM-SHA-512");
+}
+
+fn metadata_with(connector: &Connector, addr: &str) -> Result<usize, ClientError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        let mut c = KafkaClient::connect_with(connector, addr, Duration::from_secs(10)).await?;
+        let md = c
+            .send(&MetadataRequest::default().with_topics(None), 12)
+            .await?;
+        Ok(md.brokers.len())
+    })
+}
+
+fn connector(mechanism: SaslMechanism, user: &str, password: &str) -> Connector {
+    let cluster = ClusterConfig {
+        bootstrap: vec!["unused:1".into()],
+        connect_timeout_ms: 10_000,
+        metadata_refresh_ms: 30_000,
+        tls: None,
+        sasl: Some(creds(mechanism, user, password)),
+    };
+    Connector::for_cluster(&cluster).expect("connector")
+}
+
+#[test]
+fn the_gateways_own_connections_authenticate_with_scram_sha_256_and_512() {
+    let (_, sasl) = secure();
+    for m in [SaslMechanism::ScramSha256, SaslMechanism::ScramSha512] {
+        let n = metadata_with(&connector(m, "admin", "admin-secret"), &sasl)
+            .unwrap_or_else(|e| panic!("{m}: {e}"));
+        assert_eq!(n, 1, "{m}: brokers in metadata");
+    }
+}
+
+#[test]
+fn a_wrong_gateway_password_is_a_typed_authentication_error_with_the_brokers_message() {
+    let (_, sasl) = secure();
+    let err = metadata_with(
+        &connector(SaslMechanism::ScramSha512, "admin", "wrong"),
+        &sasl,
+    )
+    .expect_err("authenticated with a wrong password");
+    let text = err.to_string();
+    assert!(
+        matches!(
+            err,
+            ClientError::Connect(ConnectError::Sasl(
+                mirrorgate::net::sasl::SaslError::AuthenticationFailed { .. }
+            ))
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("SaslAuthenticationFailed: ") && text.contains("invalid credentials"),
+        "{text}"
+    );
+    assert!(!text.contains("wrong"), "the password leaked: {text}");
+}
+
+#[test]
+fn a_mechanism_the_broker_does_not_enable_is_reported_with_the_enabled_ones() {
+    let (_, sasl) = secure();
+    let err = metadata_with(
+        &connector(SaslMechanism::Plain, "admin", "admin-secret"),
+        &sasl,
+    )
+    .expect_err("PLAIN is not enabled on the secure cluster");
+    let text = err.to_string();
+    assert!(
+        text.contains("does not enable SASL mechanism PLAIN")
+            && text.contains("SCRAM-SHA-256")
+            && text.contains("SCRAM-SHA-512"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_client_with_a_wrong_password_fails_through_the_gateway_and_others_are_served() {
+    let (_, sasl) = secure();
+    let gw = TestGateway::start(sasl_config(&sasl, "admin-secret"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = client_props(&dir, "SCRAM-SHA-256", "alice", "not-her-password");
+    let out = java_list_topics(&gw.bootstrap(), &bad);
+    assert!(!out.status.success(), "listed topics with a wrong password");
+    let text = output_text(&out);
+    assert!(text.contains("Authentication failed"), "{text}");
+    let good = client_props(&dir, "SCRAM-SHA-256", "alice", "alice-secret");
+    let out = java_list_topics(&gw.bootstrap(), &good);
+    harness::expect_success("kafka-topics --list with the right password", &out);
+    assert!(gw.gateway.readiness().ready);
+}
+
+#[test]
+fn a_wrong_destination_password_leaves_the_gateway_unready_with_the_reason() {
+    let (_, sasl) = secure();
+    let cfg = sasl_config(&sasl, "not-the-admin-password");
+    let rt = tokio::runtime::Runtime::new().expect("rt");
+    rt.block_on(async {
+        let gw = mirrorgate::app::Gateway::start(cfg)
+            .await
+            .expect("starts without authenticating");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let body = loop {
+            let (status, body) = mirrorgate::admin::client::call(
+                &gw.admin_addr().to_string(),
+                Method::GET,
+                "/readyz",
+                None,
+                None,
+            )
+            .await
+            .expect("admin call");
+            assert_eq!(status, 503, "{body}");
+            if body.contains("SaslAuthenticationFailed") || Instant::now() > deadline {
+                break body;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        assert!(
+            body.contains("destination metadata not yet known")
+                && body.contains("SaslAuthenticationFailed: "),
+            "{body}"
+        );
+        assert!(!body.contains("not-the-admin-password"), "{body}");
+        gw.shutdown().await;
+    });
+}
+
+/// A gateway in front of the secure cluster whose mirror listener allows `User:mirror`.
+fn limited_gateway(sasl: &str) -> TestGateway {
+    let mut cfg = sasl_config(sasl, "admin-secret");
+    cfg.listeners
+        .mirror
+        .as_mut()
+        .expect("mirror listener")
+        .allowed_principals = Some(vec!["User:mirror".to_string()]);
+    TestGateway::start(cfg)
+}
+
+#[test]
+fn the_mirror_listener_refuses_a_principal_not_allowed_with_the_gateways_message() {
+    let (plaintext, sasl) = secure();
+    let gw = limited_gateway(&sasl);
+    let topic = harness::unique_topic("sasl-limit");
+    harness::create_topic(&plaintext, &topic, 1, None);
+    let dir = tempfile::tempdir().expect("tempdir");
+
+    let alice = client_props(&dir, "SCRAM-SHA-256", "alice", "alice-secret");
+    let (acked, out) = java_produce(&gw.mirror_bootstrap(), &topic, 5, &alice);
+    assert!(acked.is_empty(), "alice produced on the mirror listener");
+    let text = output_text(&out);
+    assert!(
+        text.contains("mirrorgate: principal User:alice is not allowed on the mirror listener"),
+        "{text}"
+    );
+    assert!(
+        gw.metric(
+            "mirrorgate_request_errors_total{kind=\"principal_refused\",listener=\"mirror\"}"
+        ) >= 1.0
+    );
+
+    let mirror = client_props(&dir, "SCRAM-SHA-512", "mirror", "mirror-secret");
+    let (acked, out) = java_produce(&gw.mirror_bootstrap(), &topic, 20, &mirror);
+    harness::expect_success("VerifiableProducer as mirror on the mirror listener", &out);
+    assert_eq!(acked.len(), 20);
+    // The client listener has no limits.
+    let (acked, out) = java_produce(&gw.bootstrap(), &topic, 5, &alice);
+    harness::expect_success("VerifiableProducer as alice on the client listener", &out);
+    assert_eq!(acked.len(), 5);
+}
+
+/// Send one request frame on a raw connection; `true` when the gateway closed the connection
+/// without answering.
+fn closed_without_answer<R: Encodable>(addr: &str, key: ApiKey, version: i16, req: &R) -> bool {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let mut out = BytesMut::new();
+    out.put_i32(0);
+    RequestHeader::default()
+        .with_request_api_key(key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(1)
+        .with_client_id(Some(StrBytes::from_static_str("sasl-test")))
+        .encode(&mut out, key.request_header_version(version))
+        .expect("header");
+    req.encode(&mut out, version).expect("body");
+    let len = (out.len() - 4) as i32;
+    out[0..4].copy_from_slice(&len.to_be_bytes());
+    s.write_all(&out).expect("send");
+    let mut buf = [0u8; 4];
+    matches!(s.read(&mut buf), Ok(0))
+}
+
+#[test]
+fn a_client_skipping_sasl_on_the_limited_mirror_listener_is_closed() {
+    let (_, sasl) = secure();
+    let gw = limited_gateway(&sasl);
+    let addr = gw.mirror_bootstrap();
+    assert!(closed_without_answer(
+        &addr,
+        ApiKey::Metadata,
+        12,
+        &MetadataRequest::default().with_topics(None)
+    ));
+    assert_eq!(
+        gw.metric(
+            "mirrorgate_request_errors_total{kind=\"unauthenticated_request\",listener=\"mirror\"}"
+        ),
+        1.0
+    );
+}
+
+#[test]
+fn sasl_handshake_v0_is_refused_by_closing_the_connection() {
+    let (_, sasl) = secure();
+    let gw = TestGateway::start(sasl_config(&sasl, "admin-secret"));
+    assert!(closed_without_answer(
+        &gw.bootstrap(),
+        ApiKey::SaslHandshake,
+        0,
+        &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN"))
+    ));
+    assert_eq!(
+        gw.metric(
+            "mirrorgate_request_errors_total{kind=\"unsupported_version\",listener=\"client\"}"
+        ),
+        1.0
+    );
+}
+
+/// (key, value) of every record of partition 0 of `topic` (read over PLAINTEXT at `bootstrap`).
+fn records(bootstrap: &str, topic: &str) -> Vec<(Option<String>, Option<String>)> {
+    crate::failover::read_log(bootstrap, topic, 0)
+        .records
+        .into_iter()
+        .map(|r| (r.key, r.value))
+        .collect()
+}
+
+/// Wait (90 s at most) until partition 0 of `topic` at `destination` holds `want`.
+fn wait_mirrored(
+    gw: &TestGateway,
+    destination: &str,
+    topic: &str,
+    want: &[(Option<String>, Option<String>)],
+) {
+    // The agent creates the destination topic (waited for up to 30 s).
+    harness::partition_leaders(destination, topic);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let got = records(destination, topic);
+        if got == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the agent did not mirror {topic}: {} of {} records; partitions {}",
+            got.len(),
+            want.len(),
+            crate::gw::admin_call(&gw.admin(), Method::GET, "/v1/mirrors/m/partitions", None).1
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn mirror_from(source: &str, topic: &str, sasl: Option<SaslConfig>) -> MirrorConfig {
+    MirrorConfig {
+        name: "m".into(),
+        topics: vec![topic.to_string()],
+        source: Some(ClusterConfig {
+            bootstrap: vec![source.to_string()],
+            connect_timeout_ms: 3000,
+            metadata_refresh_ms: 30_000,
+            tls: None,
+            sasl,
+        }),
+    }
+}
+
+#[test]
+fn the_agent_mirrors_into_a_sasl_destination_through_the_limited_mirror_listener() {
+    let (plaintext, sasl) = secure();
+    let source = harness::cluster("source");
+    let topic = harness::unique_topic("sasl-agent");
+    harness::create_topic(&source, &topic, 1, None);
+    assert_eq!(harness::produce_keyed(&source, &topic, N, &[]).len(), N);
+
+    // The gateway authenticates as admin, which allowed_principals does not list.
+    let mut cfg = sasl_config(&sasl, "admin-secret");
+    cfg.listeners
+        .mirror
+        .as_mut()
+        .expect("mirror listener")
+        .allowed_principals = Some(vec!["User:mirror".to_string()]);
+    cfg.mirrors = vec![mirror_from(&source, &topic, None)];
+    cfg.psm.snapshot_interval_ms = 200;
+    let gw = TestGateway::start(cfg);
+    let want = records(&source, &topic);
+    assert_eq!(want.len(), N);
+    wait_mirrored(&gw, &plaintext, &topic, &want);
+    assert_eq!(
+        gw.metric(
+            "mirrorgate_request_errors_total{kind=\"principal_refused\",listener=\"mirror\"}"
+        ),
+        0.0
+    );
+}
+
+#[test]
+fn the_agent_reads_a_sasl_source_with_the_source_credentials() {
+    let (plaintext, sasl) = secure();
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("sasl-source");
+    harness::create_topic(&plaintext, &topic, 1, None);
+    assert_eq!(harness::produce_keyed(&plaintext, &topic, N, &[]).len(), N);
+
+    let mut cfg = test_config(&destination);
+    let creds = creds(SaslMechanism::ScramSha512, "mirror", "mirror-secret");
+    cfg.mirrors = vec![mirror_from(&sasl, &topic, Some(creds))];
+    cfg.psm.snapshot_interval_ms = 200;
+    let gw = TestGateway::start(cfg);
+    let want = records(&plaintext, &topic);
+    assert_eq!(want.len(), N);
+    wait_mirrored(&gw, &destination, &topic, &want);
+}
+
+#[test]
+fn a_failover_writes_its_barrier_into_the_sasl_destination_and_local_producers_follow() {
+    let (plaintext, sasl) = secure();
+    let source = harness::cluster("source");
+    let topic = harness::unique_topic("sasl-failover");
+    harness::create_topic(&source, &topic, 1, None);
+    assert_eq!(harness::produce_keyed(&source, &topic, N, &[]).len(), N);
+    let mut cfg = sasl_config(&sasl, "admin-secret");
+    cfg.mirrors = vec![mirror_from(&source, &topic, None)];
+    cfg.psm.snapshot_interval_ms = 200;
+    let gw = TestGateway::start(cfg);
+    let want = records(&source, &topic);
+    wait_mirrored(&gw, &plaintext, &topic, &want);
+
+    crate::failover::failover(&gw.admin(), "m");
+    crate::failover::wait_stopped(&gw.admin(), "m");
+    let log = crate::failover::read_log(&plaintext, &topic, 0);
+    let barriers: Vec<i64> = log.barriers.iter().map(|b| b.0).collect();
+    assert_eq!(
+        barriers,
+        vec![N as i64],
+        "one barrier after the mirrored records"
+    );
+
+    // After the failover a local client (authenticated through the gateway) writes the topic
+    // after the barrier.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let alice = client_props(&dir, "SCRAM-SHA-256", "alice", "alice-secret");
+    let (acked, out) = java_produce(&gw.bootstrap(), &topic, 50, &alice);
+    harness::expect_success("VerifiableProducer after the failover", &out);
+    assert_eq!(acked.len(), 50);
+    assert!(acked.keys().all(|(_, o)| *o > N as i64), "{acked:?}");
+}
