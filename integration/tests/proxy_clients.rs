@@ -130,13 +130,6 @@ fn librdkafka_round_trip_through_the_gateway_only() {
     assert_only_gateway_addresses(&gw, &brokers_seen_by_rdkafka(&gw.bootstrap()));
 }
 
-fn json_lines(out: &[u8]) -> Vec<serde_json::Value> {
-    String::from_utf8_lossy(out)
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
-}
-
 #[test]
 fn java_clients_round_trip_through_the_gateway_only() {
     let destination = harness::cluster("destination");
@@ -164,7 +157,7 @@ fn java_clients_round_trip_through_the_gateway_only() {
     harness::expect_success("VerifiableProducer through the gateway", &out);
     let mut produced: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
     let mut values_by_offset: BTreeMap<(i32, i64), String> = BTreeMap::new();
-    for e in json_lines(&out.stdout) {
+    for e in harness::json_lines(&out.stdout) {
         if e["name"] == "producer_send_success" {
             let (p, o) = (
                 e["partition"].as_i64().unwrap_or(-1) as i32,
@@ -197,7 +190,7 @@ fn java_clients_round_trip_through_the_gateway_only() {
     harness::expect_success("VerifiableConsumer through the gateway", &out);
     let mut consumed: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
     let mut commits_ok = 0;
-    for e in json_lines(&out.stdout) {
+    for e in harness::json_lines(&out.stdout) {
         if e["name"] == "record_data" {
             let (p, o) = (
                 e["partition"].as_i64().unwrap_or(-1) as i32,
@@ -255,7 +248,9 @@ fn kafka_python_round_trip_through_the_gateway_only() {
         ]);
     let out = harness::run_with_timeout(cmd, Duration::from_secs(240));
     harness::expect_success("kafka-python round trip through the gateway", &out);
-    let report: serde_json::Value = json_lines(&out.stdout).pop().expect("a JSON report");
+    let report: serde_json::Value = harness::json_lines(&out.stdout)
+        .pop()
+        .expect("a JSON report");
     let acked: i64 = report["acked"]
         .as_object()
         .expect("acked")

@@ -3,7 +3,6 @@
 //! through the gateway (passthrough); the mirror listener limits principals; the built-in agent
 //! authenticates on the mirror listener with the destination credentials.
 
-use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -21,6 +20,7 @@ use mirrorgate::protocol::client::{ClientError, KafkaClient};
 
 use crate::gw::{test_config, TestGateway};
 use crate::harness;
+use crate::harness::{verifiable_consume as java_consume, verifiable_produce as java_produce};
 
 const N: usize = 200;
 
@@ -71,93 +71,6 @@ fn client_props(dir: &tempfile::TempDir, mechanism: &str, user: &str, password: 
     )
     .expect("write properties");
     path
-}
-
-fn json_lines(out: &[u8]) -> Vec<serde_json::Value> {
-    String::from_utf8_lossy(out)
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
-}
-
-/// Produce `n` records with VerifiableProducer; (partition, offset) → value of each ack.
-fn java_produce(
-    bootstrap: &str,
-    topic: &str,
-    n: usize,
-    props: &Path,
-) -> (BTreeMap<(i32, i64), String>, std::process::Output) {
-    let n = n.to_string();
-    let out = harness::rig_java(
-        "org.apache.kafka.tools.VerifiableProducer",
-        &[
-            "--bootstrap-server",
-            bootstrap,
-            "--topic",
-            topic,
-            "--max-messages",
-            &n,
-            "--acks",
-            "-1",
-            "--producer.config",
-            props.to_str().expect("utf-8 path"),
-        ],
-    );
-    let mut acked = BTreeMap::new();
-    for e in json_lines(&out.stdout) {
-        if e["name"] == "producer_send_success" {
-            acked.insert(
-                (
-                    e["partition"].as_i64().unwrap_or(-1) as i32,
-                    e["offset"].as_i64().unwrap_or(-1),
-                ),
-                e["value"].as_str().unwrap_or_default().to_string(),
-            );
-        }
-    }
-    (acked, out)
-}
-
-fn java_consume(
-    bootstrap: &str,
-    topic: &str,
-    n: usize,
-    props: &Path,
-) -> BTreeMap<(i32, i64), String> {
-    let n = n.to_string();
-    let group = format!("{topic}-group");
-    let out = harness::rig_java(
-        "org.apache.kafka.tools.VerifiableConsumer",
-        &[
-            "--bootstrap-server",
-            bootstrap,
-            "--topic",
-            topic,
-            "--group-id",
-            &group,
-            "--max-messages",
-            &n,
-            "--reset-policy",
-            "earliest",
-            "--verbose",
-            "--consumer.config",
-            props.to_str().expect("utf-8 path"),
-        ],
-    );
-    harness::expect_success("VerifiableConsumer through the gateway", &out);
-    json_lines(&out.stdout)
-        .into_iter()
-        .filter(|e| e["name"] == "record_data")
-        .map(|e| {
-            (
-                (
-                    e["partition"].as_i64().unwrap_or(-1) as i32,
-                    e["offset"].as_i64().unwrap_or(-1),
-                ),
-                e["value"].as_str().unwrap_or_default().to_string(),
-            )
-        })
-        .collect()
 }
 
 /// `kafka-topics --list` as a quick authenticated admin round trip.

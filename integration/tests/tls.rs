@@ -282,67 +282,20 @@ fn java_round_trip(
     .expect("write props");
     let consumer_props = dir.path().join("consumer.properties");
     std::fs::write(&consumer_props, props).expect("write props");
-    let n = N.to_string();
-    let out = harness::rig_java(
-        "org.apache.kafka.tools.VerifiableProducer",
-        &[
-            "--bootstrap-server",
-            bootstrap,
-            "--topic",
-            topic,
-            "--max-messages",
-            &n,
-            "--acks",
-            "-1",
-            "--producer.config",
-            producer_props.to_str().expect("utf-8"),
-        ],
-    );
+    let (acked, out) = harness::verifiable_produce(bootstrap, topic, N, &producer_props);
     harness::expect_success("VerifiableProducer", &out);
-    let mut acked = BTreeMap::new();
-    for e in json_lines(&out.stdout) {
+    for e in harness::json_lines(&out.stdout) {
         assert_ne!(e["name"], "producer_send_error", "send error: {e}");
-        if e["name"] == "producer_send_success" {
-            *acked
-                .entry(e["partition"].as_i64().unwrap_or(-1) as i32)
-                .or_default() += 1;
-        }
     }
-    let out = harness::rig_java(
-        "org.apache.kafka.tools.VerifiableConsumer",
-        &[
-            "--bootstrap-server",
-            bootstrap,
-            "--topic",
-            topic,
-            "--group-id",
-            &format!("{topic}-group"),
-            "--max-messages",
-            &n,
-            "--reset-policy",
-            "earliest",
-            "--verbose",
-            "--consumer.config",
-            consumer_props.to_str().expect("utf-8"),
-        ],
-    );
-    harness::expect_success("VerifiableConsumer", &out);
-    let mut consumed = BTreeMap::new();
-    for e in json_lines(&out.stdout) {
-        if e["name"] == "record_data" {
-            *consumed
-                .entry(e["partition"].as_i64().unwrap_or(-1) as i32)
-                .or_default() += 1;
+    let consumed = harness::verifiable_consume(bootstrap, topic, N, &consumer_props);
+    let per_partition = |m: &BTreeMap<(i32, i64), String>| {
+        let mut out: BTreeMap<i32, usize> = BTreeMap::new();
+        for (p, _) in m.keys() {
+            *out.entry(*p).or_default() += 1;
         }
-    }
-    (acked, consumed)
-}
-
-fn json_lines(out: &[u8]) -> Vec<serde_json::Value> {
-    String::from_utf8_lossy(out)
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
+        out
+    };
+    (per_partition(&acked), per_partition(&consumed))
 }
 
 // ------------------------------------------------------------------ tests

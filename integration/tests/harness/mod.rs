@@ -627,3 +627,95 @@ pub fn assert_same_per_partition(acks: &[Acked], consumed: &BTreeMap<i32, Vec<Co
         }
     }
 }
+
+// ------------------------------------------------------------------ Java verifiable clients
+
+/// JSON objects, one per line of a tool's output (other lines skipped).
+pub fn json_lines(out: &[u8]) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(out)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// Produce `n` records with VerifiableProducer; (partition, offset) → value of each ack.
+pub fn verifiable_produce(
+    bootstrap: &str,
+    topic: &str,
+    n: usize,
+    props: &std::path::Path,
+) -> (BTreeMap<(i32, i64), String>, std::process::Output) {
+    let n = n.to_string();
+    let out = rig_java(
+        "org.apache.kafka.tools.VerifiableProducer",
+        &[
+            "--bootstrap-server",
+            bootstrap,
+            "--topic",
+            topic,
+            "--max-messages",
+            &n,
+            "--acks",
+            "-1",
+            "--producer.config",
+            props.to_str().expect("utf-8 path"),
+        ],
+    );
+    let mut acked = BTreeMap::new();
+    for e in json_lines(&out.stdout) {
+        if e["name"] == "producer_send_success" {
+            acked.insert(
+                (
+                    e["partition"].as_i64().unwrap_or(-1) as i32,
+                    e["offset"].as_i64().unwrap_or(-1),
+                ),
+                e["value"].as_str().unwrap_or_default().to_string(),
+            );
+        }
+    }
+    (acked, out)
+}
+
+/// Consume `n` records with VerifiableConsumer (group `<topic>-group`, from the earliest
+/// offset); (partition, offset) → value of each record. Fails the test when the tool fails.
+pub fn verifiable_consume(
+    bootstrap: &str,
+    topic: &str,
+    n: usize,
+    props: &std::path::Path,
+) -> BTreeMap<(i32, i64), String> {
+    let n = n.to_string();
+    let group = format!("{topic}-group");
+    let out = rig_java(
+        "org.apache.kafka.tools.VerifiableConsumer",
+        &[
+            "--bootstrap-server",
+            bootstrap,
+            "--topic",
+            topic,
+            "--group-id",
+            &group,
+            "--max-messages",
+            &n,
+            "--reset-policy",
+            "earliest",
+            "--verbose",
+            "--consumer.config",
+            props.to_str().expect("utf-8 path"),
+        ],
+    );
+    expect_success("VerifiableConsumer through the gateway", &out);
+    json_lines(&out.stdout)
+        .into_iter()
+        .filter(|e| e["name"] == "record_data")
+        .map(|e| {
+            (
+                (
+                    e["partition"].as_i64().unwrap_or(-1) as i32,
+                    e["offset"].as_i64().unwrap_or(-1),
+                ),
+                e["value"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
