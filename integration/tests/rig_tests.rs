@@ -279,7 +279,7 @@ fn stdout(o: &Output) -> String {
 #[test]
 fn rig_lifecycle_up_twice_is_noop_status_shows_it_down_leaves_no_process_or_port() {
     let rig = Isolated::new(1000);
-    let (port, ctrl) = (39092 + 1000, 39093 + 1000);
+    let (port, ctrl) = (23092 + 1000, 23093 + 1000);
     let line = format!("third=127.0.0.1:{port}");
     let me = std::process::id().to_string();
 
@@ -343,7 +343,7 @@ fn rig_lifecycle_up_twice_is_noop_status_shows_it_down_leaves_no_process_or_port
 #[test]
 fn rig_up_fails_naming_a_port_already_taken_and_starts_nothing() {
     let rig = Isolated::new(1100);
-    let port = 39092 + 1100;
+    let port = 23092 + 1100;
     let _taken = TcpListener::bind(("127.0.0.1", port)).expect("bind test port");
     let me = std::process::id().to_string();
     let up = rig.rig(&["up", "third", "--owner-pid", &me]);

@@ -121,7 +121,7 @@ mod tests {
     /// the bodies of the three `tls` sections.
     fn text(client: &str, dest: &str, source: &str) -> String {
         format!(
-            "destination:\n  bootstrap: [\"127.0.0.1:49094\"]\n  tls: {dest}\nlisteners:\n  client:\n    port_base: 9092\n    tls: {client}\n  mirror:\n    port_base: 9192\nmirrors:\n  - name: m\n    topics: [t]\n    source:\n      bootstrap: [\"h:1\"]\n      tls: {source}\n"
+            "destination:\n  bootstrap: [\"127.0.0.1:26094\"]\n  tls: {dest}\nlisteners:\n  client:\n    port_base: 9092\n    tls: {client}\n  mirror:\n    port_base: 9192\nmirrors:\n  - name: m\n    topics: [t]\n    source:\n      bootstrap: [\"h:1\"]\n      tls: {source}\n"
         )
     }
 

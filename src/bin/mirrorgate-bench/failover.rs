@@ -80,7 +80,7 @@ pub fn run(topics: usize, partitions: i32) -> Result<serde_json::Value, String> 
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let base = 47192u16;
+    let base = 17192u16;
     let cfg = crate::bench_config(
         &destination,
         base,

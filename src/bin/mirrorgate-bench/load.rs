@@ -43,7 +43,7 @@ const RATE: f64 = 2.0;
 const TOPICS: usize = 4;
 const PARTITIONS: i32 = 6;
 /// Client listener ports of the gateway (node n on BASE + n - 1) and its admin port.
-const BASE: u16 = 47392;
+const BASE: u16 = 17392;
 const ADMIN: u16 = BASE + 10;
 /// The slow consumer: fetches of up to this many bytes, this many of them, never read.
 const SLOW_MAX_BYTES: i32 = 16 * 1024 * 1024;

@@ -135,7 +135,7 @@ pub fn run(quick: bool) -> Result<serde_json::Value, String> {
     eprintln!("producing {records} records of 1 KiB (lz4) to two source topics…");
     produce(&source, &t_agent, records, -1)?;
     produce(&source, &t_mm2, records, -1)?;
-    let base = 47292u16;
+    let base = 17292u16;
     let state = std::env::temp_dir().join(format!("mirrorgate-bench-mirror-{stamp}"));
     let cfg = crate::bench_config(&destination, base, &state, &format!("mirrors:\n  - name: agent\n    topics: [\"{t_agent}\", \"{t_lag}\"]\n    source: {{ bootstrap: [\"{source}\"] }}\n  - name: mm2\n    topics: [\"{t_mm2}\"]\n"))?;
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -122,7 +122,7 @@ pub fn run(quick: bool, runs: usize, records: Option<u64>) -> Result<serde_json:
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let base = 47092u16;
+    let base = 17092u16;
     let yaml = format!(
         "destination: {{ bootstrap: [\"{destination}\"] }}\n\
          listeners:\n  client: {{ bind: 127.0.0.1, port_base: {base}, max_brokers: 4 }}\n\
