@@ -363,6 +363,20 @@ impl MirrorController {
         *self.barriers.write().unwrap_or_else(|e| e.into_inner()) = barriers;
     }
 
+    /// Persist `slot`; when that fails, put back `before` so that memory never runs ahead of
+    /// what is recorded (the gateway acts only on recorded states).
+    fn persist_or_revert(
+        &self,
+        slot: &mut MirrorSlot,
+        before: MirrorRecord,
+    ) -> Result<(), FailoverError> {
+        let r = self.persist(slot);
+        if r.is_err() {
+            slot.record = before;
+        }
+        r
+    }
+
     fn persist(&self, slot: &MirrorSlot) -> Result<(), FailoverError> {
         self.store
             .write(
@@ -748,10 +762,7 @@ impl MirrorController {
                 _ => {}
             }
         }
-        if let Err(e) = self.persist(slot) {
-            slot.record = before;
-            return Err(e);
-        }
+        self.persist_or_revert(slot, before)?;
         drop(slots);
         self.refresh_lookup();
         crash_point("fenced_persisted");
@@ -777,10 +788,7 @@ impl MirrorController {
                 moved += 1;
             }
         }
-        if let Err(e) = self.persist(slot) {
-            slot.record = before;
-            return Err(e);
-        }
+        self.persist_or_revert(slot, before)?;
         drop(slots);
         self.refresh_lookup();
         Ok(moved)
@@ -829,10 +837,8 @@ impl MirrorController {
         slot.record.failover_id = None;
         slot.record.started_ms = None;
         slot.record.completed_ms = None;
-        if let Err(e) = self.persist(slot) {
-            slot.record = before;
-            return Err(StartError::Failover(e));
-        }
+        self.persist_or_revert(slot, before)
+            .map_err(StartError::Failover)?;
         drop(slots);
         self.refresh_lookup();
         Ok(moved)
@@ -939,9 +945,8 @@ impl MirrorController {
         if slot.record.all_stopped() && slot.record.completed_ms.is_none() {
             slot.record.completed_ms = Some(now_ms());
         }
-        let r = self.persist(slot);
+        let r = self.persist_or_revert(slot, before);
         if let Err(e) = &r {
-            slot.record = before;
             for p in slot
                 .record
                 .partitions
