@@ -176,19 +176,28 @@ fn next_producer_id(addr: &str) -> i64 {
         let mut c = KafkaClient::connect(addr, Duration::from_secs(10))
             .await
             .expect("connect");
-        let r = c
-            .send(
-                &InitProducerIdRequest::default()
-                    .with_transactional_id(None)
-                    .with_transaction_timeout_ms(60_000)
-                    .with_producer_id((-1).into())
-                    .with_producer_epoch(-1),
-                4,
-            )
-            .await
-            .expect("init producer id");
-        assert_eq!(r.error_code, 0);
-        r.producer_id.0 + 1
+        // A freshly started cluster answers COORDINATOR_LOAD_IN_PROGRESS (14) or
+        // COORDINATOR_NOT_AVAILABLE (15) for a while: retriable, so retry for up to 30 s.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let r = c
+                .send(
+                    &InitProducerIdRequest::default()
+                        .with_transactional_id(None)
+                        .with_transaction_timeout_ms(60_000)
+                        .with_producer_id((-1).into())
+                        .with_producer_epoch(-1),
+                    4,
+                )
+                .await
+                .expect("init producer id");
+            if matches!(r.error_code, 14 | 15) && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+            assert_eq!(r.error_code, 0);
+            return r.producer_id.0 + 1;
+        }
     })
 }
 
