@@ -9,8 +9,7 @@
 //! client sees it (send to decoded response). An error is a failed request (connection, timeout,
 //! decode) or a non-zero partition error code; after one the connection reconnects.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,10 +30,11 @@ use kafka_protocol::records::{
 use mirrorgate::protocol::batch::BatchWalker;
 use mirrorgate::protocol::client::KafkaClient;
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::{repo, Clusters};
+use crate::process::{gateway_binary, readyz, rss_kib, GatewayProcess};
+use crate::Clusters;
 
 /// Requests per second per connection (produce and fetch alternate).
 const RATE: f64 = 2.0;
@@ -100,123 +100,6 @@ fn ensure_fd_limit(connections: usize) -> Result<(), String> {
         .status()
         .map_err(err)?;
     std::process::exit(status.code().unwrap_or(1));
-}
-
-/// `target/release/mirrorgate` next to this executable, rebuilt when cargo is at hand (a
-/// `cargo run --bin mirrorgate-bench` does not build the gateway binary).
-fn gateway_binary() -> Result<PathBuf, String> {
-    let exe = std::env::current_exe().map_err(err)?;
-    let dir = exe.parent().ok_or("no executable directory")?;
-    let bin = dir.join("mirrorgate");
-    let profile = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    if std::env::var_os("MIRRORGATE_BENCH_NO_BUILD").is_none() {
-        let mut cmd = Command::new(&cargo);
-        cmd.current_dir(repo())
-            .args(["build", "--bin", "mirrorgate"]);
-        if profile == "release" {
-            cmd.arg("--release");
-        }
-        match cmd.status() {
-            Ok(s) if s.success() => {}
-            Ok(s) => return Err(format!("building the gateway binary failed ({s})")),
-            Err(e) if bin.exists() => {
-                eprintln!("cannot run {cargo} ({e}); using {}", bin.display())
-            }
-            Err(e) => return Err(format!("cannot run {cargo} to build the gateway: {e}")),
-        }
-    }
-    if !bin.exists() {
-        return Err(format!(
-            "{} not found; run `cargo build --release`",
-            bin.display()
-        ));
-    }
-    Ok(bin)
-}
-
-/// The gateway process; killed on drop.
-struct GatewayProcess {
-    child: Child,
-    dir: PathBuf,
-}
-
-impl Drop for GatewayProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn start_gateway(bin: &Path, destination: &[String]) -> Result<GatewayProcess, String> {
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0);
-    let dir = std::env::temp_dir().join(format!("mirrorgate-bench-load-{stamp}"));
-    std::fs::create_dir_all(&dir).map_err(err)?;
-    let yaml = format!(
-        "destination: {{ bootstrap: [{}] }}\n\
-         listeners:\n  client: {{ bind: 127.0.0.1, port_base: {BASE}, max_brokers: 4 }}\n\
-         admin: {{ bind: \"127.0.0.1:{ADMIN}\" }}\n\
-         state_dir: {}\n\
-         logging: {{ level: warn }}\n",
-        destination
-            .iter()
-            .map(|a| format!("\"{a}\""))
-            .collect::<Vec<_>>()
-            .join(", "),
-        dir.join("state").display()
-    );
-    let config = dir.join("mirrorgate.yaml");
-    std::fs::write(&config, yaml).map_err(err)?;
-    let log = std::fs::File::create(dir.join("gateway.log")).map_err(err)?;
-    let child = Command::new(bin)
-        .arg("run")
-        .arg("--config")
-        .arg(&config)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().map_err(err)?)
-        .stderr(log)
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
-    Ok(GatewayProcess { child, dir })
-}
-
-/// VmRSS of `pid` in KiB.
-fn rss_kib(pid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines()
-        .find(|l| l.starts_with("VmRSS:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
-/// GET /readyz within one second; true on 200.
-async fn readyz() -> bool {
-    let probe = async {
-        let mut s = TcpStream::connect(("127.0.0.1", ADMIN)).await.ok()?;
-        s.write_all(b"GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-            .await
-            .ok()?;
-        let mut buf = [0u8; 64];
-        let mut n = 0;
-        while n < 12 {
-            let r = s.read(&mut buf[n..]).await.ok()?;
-            if r == 0 {
-                break;
-            }
-            n += r;
-        }
-        Some(buf[..n].starts_with(b"HTTP/1.1 200"))
-    };
-    matches!(
-        tokio::time::timeout(Duration::from_secs(1), probe).await,
-        Ok(Some(true))
-    )
 }
 
 fn record_batch(records: usize, value_size: usize, salt: u64) -> Bytes {
@@ -542,20 +425,15 @@ pub fn run(
         .find(|(n, _)| n == "destination")
         .map(|(_, a)| a.split(',').map(str::to_string).collect())
         .ok_or("destination cluster not running")?;
-    let gateway = start_gateway(&bin, &destination)?;
-    let pid = gateway.child.id();
+    let gateway = GatewayProcess::start(&bin, &destination, BASE, ADMIN, "load")?;
+    let pid = gateway.pid();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(err)?;
     let result = rt.block_on(drive(pid, connections, seconds));
     if result.is_err() {
-        let log = std::fs::read_to_string(gateway.dir.join("gateway.log")).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(20).collect();
-        eprintln!("gateway log (last lines):");
-        for l in tail.iter().rev() {
-            eprintln!("  {l}");
-        }
+        gateway.print_log_tail();
     }
     drop(gateway);
     result
@@ -565,7 +443,7 @@ async fn drive(pid: u32, connections: usize, seconds: u64) -> Result<serde_json:
     let bootstrap = format!("127.0.0.1:{BASE}");
     // Ready (destination discovered, listeners bound).
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !readyz().await {
+    while !readyz(ADMIN).await {
         if Instant::now() > deadline {
             return Err("gateway not ready on /readyz within 60 s".into());
         }
@@ -671,7 +549,7 @@ async fn drive(pid: u32, connections: usize, seconds: u64) -> Result<serde_json:
             while !stop.load(Ordering::Relaxed) {
                 tick.tick().await;
                 polls.fetch_add(1, Ordering::Relaxed);
-                if !readyz().await {
+                if !readyz(ADMIN).await {
                     failures.fetch_add(1, Ordering::Relaxed);
                 }
             }

@@ -2,8 +2,10 @@
 //! it needs through the rig when they are not running (and stops those it started), and prints
 //! its figures as one JSON object on its last line.
 //!
-//! - `proxy`: the Java producer and consumer perf tools against the destination directly and
-//!   through the gateway, alternating, in one run; medians and gateway ÷ direct ratios.
+//! - `proxy`: the Java producer and consumer perf tools against the destination directly, through
+//!   a byte relay, through the gateway and through a peer proxy, interleaved in one run:
+//!   saturation throughput, latency at fixed rates, CPU per MiB and memory of each proxy.
+//! - `relay` (internal): the byte-relay floor that `proxy` starts as a process of its own.
 //! - `psm`: producer-state update cost, batch-header walk throughput, memory per producer.
 
 use std::path::PathBuf;
@@ -12,10 +14,15 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 mod failover;
+mod latency;
 mod load;
 mod mirror;
+mod peer;
+mod process;
+mod profile;
 mod proxy;
 mod psm;
+mod relay;
 
 #[derive(Parser)]
 #[command(name = "mirrorgate-bench")]
@@ -26,17 +33,46 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Bench {
-    /// Producer/consumer perf tools: destination directly vs through the gateway.
+    /// Producer/consumer perf tools: destination directly, through a byte relay, through the
+    /// gateway and through a peer proxy (Kroxylicious), interleaved: saturation, latency at 25,
+    /// 50 and 75 % of the direct rate, CPU per MiB and memory.
     Proxy {
-        /// A short run (under 3 minutes).
+        /// A short run: 50,000 records per saturation run, 6 s per fixed-rate run.
         #[arg(long)]
         quick: bool,
-        /// Runs per mode (at least 3).
+        /// Repetitions per mode and phase (at least 3).
         #[arg(long, default_value_t = 3)]
         runs: usize,
-        /// Records per run (default 200000, or 50000 with --quick).
+        /// Records per saturation run (default 200000, or 50000 with --quick).
         #[arg(long)]
         records: Option<u64>,
+        /// Measured seconds per fixed-rate run, after a 2 s warm-up (default 15, or 6 with
+        /// --quick).
+        #[arg(long)]
+        rate_seconds: Option<u64>,
+        /// Leave the peer proxy out.
+        #[arg(long)]
+        no_peer: bool,
+    },
+    /// A CPU profile of the gateway under a steady produce load (perf + inferno flame graph in
+    /// target/profile/).
+    Profile {
+        /// Seconds of load (perf records all but the first 3 and last 1).
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+        /// Records per second (default: half the direct saturation rate, measured first).
+        #[arg(long)]
+        rate: Option<i64>,
+    },
+    /// The byte-relay floor used by `proxy` (runs until killed).
+    #[command(hide = true)]
+    Relay {
+        /// First local port; node at position i of --brokers is served on port_base + i.
+        #[arg(long)]
+        port_base: u16,
+        /// `NODE_ID=HOST:PORT,…`
+        #[arg(long)]
+        brokers: String,
     },
     /// Producer-state manager and batch walker micro-figures (no cluster needed).
     Psm {
@@ -148,7 +184,7 @@ impl Drop for Clusters {
 }
 
 pub fn java(class: &str, args: &[String], timeout: Duration) -> Result<String, String> {
-    let mut child = Command::new(repo().join("integration/rig"))
+    let mut child = process::die_with_parent(&mut Command::new(repo().join("integration/rig")))
         .arg("java")
         .arg(class)
         .args(args)
@@ -221,7 +257,19 @@ fn main() -> ExitCode {
             quick,
             runs,
             records,
-        } => proxy::run(quick, runs, records),
+            rate_seconds,
+            no_peer,
+        } => proxy::run(proxy::Options {
+            quick,
+            runs,
+            records,
+            rate_seconds,
+            peer: !no_peer,
+        }),
+        Bench::Profile { seconds, rate } => profile::run(seconds.max(8), rate),
+        Bench::Relay { port_base, brokers } => {
+            relay::parse_brokers(&brokers).and_then(|b| relay::serve(port_base, &b))
+        }
         Bench::Psm { quick } => psm::run(quick),
         Bench::Mirror { quick } => mirror::run(quick),
         Bench::Failover {

@@ -1,7 +1,9 @@
 //! `mirrorgate-bench mirror`: the built-in agent and MirrorMaker 2 mirror the same amount of
 //! compressed data (1 KiB records, lz4) from the source to the destination, each through the
 //! gateway, timed from the first to the last record arriving; then the agent's lag (seconds) is
-//! sampled while a producer writes to the source at a fixed rate.
+//! sampled while a producer writes to the source at a fixed rate. CPU per MiB mirrored: the
+//! agent's is this process's CPU time while it mirrors (the gateway, agent included, runs here);
+//! MirrorMaker 2's is its JVM's, and separately the gateway's while MM2 appends through it.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -10,6 +12,7 @@ use mirrorgate::app::Gateway;
 use mirrorgate::protocol::client::{KafkaClient, LATEST};
 use serde_json::json;
 
+use crate::process::CpuMeter;
 use crate::{java, median, repo, Clusters};
 
 /// MirrorMaker 2, stopped when dropped.
@@ -150,14 +153,19 @@ pub fn run(quick: bool) -> Result<serde_json::Value, String> {
         Ok::<_, String>(gw)
     })?;
     let mb = records as f64 * 1024.0 / 1_000_000.0;
+    let mib = records as f64 * 1024.0 / (1024.0 * 1024.0);
+    // The gateway (and so the agent) runs in this process: its CPU is this process's.
+    let me = std::process::id();
     // 1. The agent (it starts on its own: the mirror has a source).
+    let agent_cpu = CpuMeter::start(me);
     let agent_s = rt.block_on(time_until(
         &gw,
         &t_agent,
         records as i64,
         Duration::from_secs(600),
     ))?;
-    eprintln!("agent: {mb:.1} MB in {agent_s:.2} s");
+    let agent_cpu_s = agent_cpu.stop();
+    eprintln!("agent: {mb:.1} MB in {agent_s:.2} s, {agent_cpu_s:.2} s CPU");
     // 2. MirrorMaker 2 into the mirror listener.
     let dir = std::env::temp_dir().join(format!("mirrorgate-bench-mm2-{stamp}"));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
@@ -185,14 +193,20 @@ pub fn run(quick: bool) -> Result<serde_json::Value, String> {
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| format!("cannot start MirrorMaker 2: {e}"))?);
+    let mm2_cpu = CpuMeter::start(mm2.0.id());
+    let mm2_gateway_cpu = CpuMeter::start(me);
     let mm2_s = rt.block_on(time_until(
         &gw,
         &t_mm2,
         records as i64,
         Duration::from_secs(900),
     ))?;
+    let mm2_cpu_s = mm2_cpu.stop();
+    let mm2_gateway_cpu_s = mm2_gateway_cpu.stop();
     drop(mm2);
-    eprintln!("MirrorMaker 2: {mb:.1} MB in {mm2_s:.2} s");
+    eprintln!(
+        "MirrorMaker 2: {mb:.1} MB in {mm2_s:.2} s, {mm2_cpu_s:.2} s CPU (+ {mm2_gateway_cpu_s:.2} s in the gateway)"
+    );
     // 3. Lag at a fixed rate (1,000 records/s) with the agent.
     let (rate, seconds) = if quick { (1000, 20u64) } else { (1000, 60) };
     let src = source.clone();
@@ -238,6 +252,7 @@ pub fn run(quick: bool) -> Result<serde_json::Value, String> {
         .unwrap_or(f64::NAN);
     rt.block_on(gw.shutdown());
     let _ = std::fs::remove_dir_all(&state);
+    let per_mib = |cpu_s: f64| ((cpu_s * 1000.0 / mib) * 100.0).round() / 100.0;
     let agent = mb / agent_s;
     let mm2_rate = mb / mm2_s;
     Ok(json!({
@@ -251,5 +266,9 @@ pub fn run(quick: bool) -> Result<serde_json::Value, String> {
         "lag_p99_s": p99,
         "lag_median_s": median(samples.clone()),
         "lag_rate_records_per_s": rate,
+        "agent_cpu_ms_per_mib": per_mib(agent_cpu_s),
+        "mm2_cpu_ms_per_mib": per_mib(mm2_cpu_s),
+        "mm2_gateway_cpu_ms_per_mib": per_mib(mm2_gateway_cpu_s),
+        "mm2_total_cpu_ms_per_mib": per_mib(mm2_cpu_s + mm2_gateway_cpu_s),
     }))
 }

@@ -1,20 +1,72 @@
-//! `mirrorgate-bench proxy`: Java perf tools directly vs through the gateway.
+//! `mirrorgate-bench proxy`: what the gateway costs a client, side by side with the brokers
+//! directly, a byte-relay floor and a peer Kafka proxy, in one run.
+//!
+//! Modes: `direct` (the destination brokers), `relay` (the frame relay of `relay.rs`, the floor
+//! any proxy pays here), `gateway` (`mirrorgate run`, no mirrors) and `peer` (Kroxylicious, when
+//! it builds). Every proxy is a process of its own so that its CPU time and resident memory can
+//! be read from `/proc`. Phases, each with the modes interleaved (the starting mode rotates per
+//! repetition) and medians over the repetitions:
+//!
+//! 1. saturation: Java `ProducerPerformance` (1 KiB records, acks=all, idempotent, unlimited
+//!    rate) then `ConsumerPerformance` of the same records; MB/s, and CPU per MiB of payload
+//!    forwarded (produce + consume) per proxy;
+//! 2. latency at fixed rates: an idempotent producer (`latency.rs`: 1 KiB records, acks=all, a
+//!    batch per partition every 5 ms, 5 in flight) at 25 %, 50 % and 75 % of the direct
+//!    saturation rate of phase 1, timed per request to the microsecond after a warm-up;
+//!    p50/p99/p99.9 per mode and the overhead versus direct in milliseconds, and CPU per MiB
+//!    of each proxy at 50 %.
+//!
+//! Owns: the phases, the figures and the targets. Must not touch: how the proxies run
+//! (`process.rs`, `relay.rs`, `peer.rs`).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde_json::json;
+use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
+use kafka_protocol::messages::{BrokerId, CreateTopicsRequest, DeleteTopicsRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use mirrorgate::protocol::client::KafkaClient;
+use serde_json::{json, Value};
 
+use crate::latency::{self, Latency};
+use crate::peer::{self, PeerProcess};
+use crate::process::{gateway_binary, peak_rss_kib, CpuMeter, GatewayProcess};
+use crate::relay::RelayProcess;
 use crate::{java, median, Clusters};
 
-#[derive(Debug, Clone, Copy, Default)]
+/// Gateway client ports (node n on GATEWAY_BASE + n - 1) and admin port.
+const GATEWAY_BASE: u16 = 17092;
+const GATEWAY_ADMIN: u16 = 17102;
+/// Relay ports (node n on RELAY_BASE + n - 1).
+const RELAY_BASE: u16 = 17192;
+/// Kroxylicious bootstrap port (node n on PEER_BASE + n).
+const PEER_BASE: u16 = 17500;
+/// Fixed rates, in percent of the direct saturation rate.
+const RATES: [u32; 3] = [25, 50, 75];
+const RECORD_SIZE: u64 = 1024;
+/// Excluded start of every fixed-rate run (connections, metadata, first batches).
+const WARMUP: Duration = Duration::from_secs(2);
+
+/// Options of `mirrorgate-bench proxy`.
+pub struct Options {
+    pub quick: bool,
+    pub runs: usize,
+    pub records: Option<u64>,
+    pub rate_seconds: Option<u64>,
+    pub peer: bool,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 struct ProduceRun {
+    records_per_s: f64,
     mb_per_s: f64,
     p50_ms: f64,
     p99_ms: f64,
+    p999_ms: f64,
 }
 
 /// Parse the final summary line of ProducerPerformance:
-/// `N records sent, R records/sec (M MB/sec), A ms avg latency, X ms max latency, P ms 50th, ... P ms 99th, ...`
+/// `N records sent, R records/sec (M MB/sec), A ms avg latency, X ms max latency, P ms 50th, ... P ms 99th, P ms 99.9th.`
 fn parse_producer(out: &str) -> Option<ProduceRun> {
     let line = out
         .lines()
@@ -29,16 +81,24 @@ fn parse_producer(out: &str) -> Option<ProduceRun> {
         .ok()?;
     let field = |suffix: &str| -> Option<f64> {
         line.split(',')
-            .find(|p| p.trim().ends_with(suffix))?
+            .find(|p| p.trim().trim_end_matches('.').ends_with(suffix))?
             .split_whitespace()
             .next()?
             .parse()
             .ok()
     };
     Some(ProduceRun {
+        records_per_s: line
+            .split(',')
+            .nth(1)?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()?,
         mb_per_s: mb,
         p50_ms: field("ms 50th")?,
         p99_ms: field("ms 99th")?,
+        p999_ms: field("ms 99.9th")?,
     })
 }
 
@@ -52,25 +112,8 @@ fn parse_consumer(out: &str) -> Option<f64> {
     line.split(',').nth(idx)?.trim().parse().ok()
 }
 
-fn create_topic(bootstrap: &str, topic: &str) -> Result<(), String> {
-    java(
-        "org.apache.kafka.tools.TopicCommand",
-        &[
-            "--bootstrap-server".into(),
-            bootstrap.into(),
-            "--create".into(),
-            "--topic".into(),
-            topic.into(),
-            "--replica-assignment".into(),
-            "1,2".into(),
-        ],
-        Duration::from_secs(60),
-    )
-    .map(|_| ())
-}
-
-fn one_run(bootstrap: &str, topic: &str, records: u64) -> Result<(ProduceRun, f64), String> {
-    let p = java(
+fn produce(bootstrap: &str, topic: &str, records: u64, rate: i64) -> Result<ProduceRun, String> {
+    let out = java(
         "org.apache.kafka.tools.ProducerPerformance",
         &[
             "--topic".into(),
@@ -78,9 +121,9 @@ fn one_run(bootstrap: &str, topic: &str, records: u64) -> Result<(ProduceRun, f6
             "--num-records".into(),
             records.to_string(),
             "--record-size".into(),
-            "1024".into(),
+            RECORD_SIZE.to_string(),
             "--throughput".into(),
-            "-1".into(),
+            rate.to_string(),
             "--producer-props".into(),
             format!("bootstrap.servers={bootstrap}"),
             "acks=all".into(),
@@ -89,8 +132,11 @@ fn one_run(bootstrap: &str, topic: &str, records: u64) -> Result<(ProduceRun, f6
         ],
         Duration::from_secs(600),
     )?;
-    let produce = parse_producer(&p).ok_or_else(|| format!("cannot parse producer output: {p}"))?;
-    let c = java(
+    parse_producer(&out).ok_or_else(|| format!("cannot parse producer output: {out}"))
+}
+
+fn consume(bootstrap: &str, topic: &str, records: u64) -> Result<f64, String> {
+    let out = java(
         "org.apache.kafka.tools.ConsumerPerformance",
         &[
             "--bootstrap-server".into(),
@@ -104,98 +150,408 @@ fn one_run(bootstrap: &str, topic: &str, records: u64) -> Result<(ProduceRun, f6
         ],
         Duration::from_secs(600),
     )?;
-    let consume = parse_consumer(&c).ok_or_else(|| format!("cannot parse consumer output: {c}"))?;
-    Ok((produce, consume))
+    parse_consumer(&out).ok_or_else(|| format!("cannot parse consumer output: {out}"))
 }
 
-pub fn run(quick: bool, runs: usize, records: Option<u64>) -> Result<serde_json::Value, String> {
-    let runs = runs.max(3);
-    let records = records.unwrap_or(if quick { 50_000 } else { 200_000 });
+/// Creates the topics directly on the destination: 2 partitions, replication factor 1,
+/// partition 0 on node 1 and partition 1 on node 2 (so every proxy serves both brokers).
+async fn create_topics(bootstrap: &str, names: &[String]) -> Result<(), String> {
+    let mut c = KafkaClient::connect(bootstrap, Duration::from_secs(10))
+        .await
+        .map_err(|e| e.to_string())?;
+    let assignment = |p: i32| {
+        CreatableReplicaAssignment::default()
+            .with_partition_index(p)
+            .with_broker_ids(vec![BrokerId(p + 1)])
+    };
+    let req = CreateTopicsRequest::default()
+        .with_timeout_ms(60_000)
+        .with_topics(
+            names
+                .iter()
+                .map(|n| {
+                    CreatableTopic::default()
+                        .with_name(TopicName(StrBytes::from_string(n.clone())))
+                        .with_num_partitions(-1)
+                        .with_replication_factor(-1)
+                        .with_assignments(vec![assignment(0), assignment(1)])
+                })
+                .collect(),
+        );
+    let resp = c.send(&req, 5).await.map_err(|e| e.to_string())?;
+    if let Some(t) = resp.topics.iter().find(|t| t.error_code != 0) {
+        return Err(format!(
+            "cannot create {}: error {}",
+            t.name.0, t.error_code
+        ));
+    }
+    Ok(())
+}
+
+async fn delete_topics(bootstrap: &str, names: &[String]) {
+    if let Ok(mut c) = KafkaClient::connect(bootstrap, Duration::from_secs(10)).await {
+        let req = DeleteTopicsRequest::default()
+            .with_timeout_ms(30_000)
+            .with_topic_names(
+                names
+                    .iter()
+                    .map(|t| TopicName(StrBytes::from_string(t.clone())))
+                    .collect(),
+            );
+        let _ = c.send(&req, 4).await;
+    }
+}
+
+/// One way for clients to reach the destination.
+struct Mode {
+    name: &'static str,
+    bootstrap: String,
+    /// The proxy process (none for `direct`).
+    pid: Option<u32>,
+}
+
+/// Figures of one saturation run.
+#[derive(Debug, Clone, Copy)]
+struct Saturation {
+    produce: ProduceRun,
+    consume_mb_per_s: f64,
+    cpu_s: Option<f64>,
+}
+
+/// The modes in a rotated order: repetition `i` starts with mode `i % n`, so no mode is always
+/// first (or always right after the JVM-heavy one).
+fn rotated<T>(items: &[T], i: usize) -> impl Iterator<Item = &T> {
+    let n = items.len();
+    (0..n).map(move |k| &items[(i + k) % n])
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+pub fn run(opts: Options) -> Result<Value, String> {
+    let runs = opts.runs.max(3);
+    let records = opts
+        .records
+        .unwrap_or(if opts.quick { 50_000 } else { 200_000 });
+    let rate_seconds = opts
+        .rate_seconds
+        .unwrap_or(if opts.quick { 6 } else { 15 })
+        .max(2);
+    let bin = gateway_binary()?;
     let (_clusters, addrs) = Clusters::ensure(&["destination"])?;
-    let destination = addrs
+    let brokers: Vec<String> = addrs
         .iter()
         .find(|(n, _)| n == "destination")
-        .map(|(_, a)| a.split(',').next().unwrap_or_default().to_string())
+        .map(|(_, a)| a.split(',').map(str::to_string).collect())
         .ok_or("destination cluster not running")?;
-
+    let direct = brokers.first().cloned().ok_or("no destination broker")?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let base = 17092u16;
-    let yaml = format!(
-        "destination: {{ bootstrap: [\"{destination}\"] }}\n\
-         listeners:\n  client: {{ bind: 127.0.0.1, port_base: {base}, max_brokers: 4 }}\n\
-         admin: {{ bind: \"127.0.0.1:{}\" }}\n\
-         logging: {{ level: warn }}\n",
-        base + 10
-    );
-    let cfg = mirrorgate::config::load_str(&yaml, "bench").map_err(|e| e.to_string())?;
-    let gw = rt.block_on(async {
-        let gw = mirrorgate::app::Gateway::start(cfg)
-            .await
-            .map_err(|e| e.to_string())?;
-        gw.wait_ready(Duration::from_secs(60))
-            .await
-            .map_err(|r| r.reasons.join("; "))?;
-        Ok::<_, String>(gw)
-    })?;
-    let gateway = format!("127.0.0.1:{base}");
+
+    let gateway = GatewayProcess::start(&bin, &brokers, GATEWAY_BASE, GATEWAY_ADMIN, "proxy")?;
+    rt.block_on(gateway.wait_ready(Duration::from_secs(60)))?;
+    let relay = RelayProcess::start(RELAY_BASE, &brokers)?;
+    let (peer, peer_error) = if opts.peer {
+        match peer::build().and_then(|cp| PeerProcess::start(&cp, &brokers, PEER_BASE)) {
+            Ok(p) => (Some(p), None),
+            Err(e) => {
+                eprintln!("peer proxy unavailable: {e}");
+                (None, Some(e))
+            }
+        }
+    } else {
+        (None, Some("disabled with --no-peer".to_string()))
+    };
+    let mut modes = vec![
+        Mode {
+            name: "direct",
+            bootstrap: direct.clone(),
+            pid: None,
+        },
+        Mode {
+            name: "relay",
+            bootstrap: format!("127.0.0.1:{RELAY_BASE}"),
+            pid: Some(relay.pid()),
+        },
+        Mode {
+            name: "gateway",
+            bootstrap: format!("127.0.0.1:{GATEWAY_BASE}"),
+            pid: Some(gateway.pid()),
+        },
+    ];
+    if let Some(p) = &peer {
+        modes.push(Mode {
+            name: "peer",
+            bootstrap: p.bootstrap.clone(),
+            pid: Some(p.pid()),
+        });
+    }
+
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
+    let sat_topic = |m: &str, i: usize| format!("bench-proxy-{stamp}-{m}-sat-{i}");
+    let rate_topic = |m: &str| format!("bench-proxy-{stamp}-{m}-rate");
+    let warm_topic = format!("bench-proxy-{stamp}-warmup");
+    let mut topics = vec![warm_topic.clone()];
+    for m in &modes {
+        topics.push(rate_topic(m.name));
+        topics.extend((0..runs).map(|i| sat_topic(m.name, i)));
+    }
+    rt.block_on(create_topics(&direct, &topics))?;
+    let result = measure(
+        &rt,
+        &modes,
+        runs,
+        records,
+        rate_seconds,
+        &warm_topic,
+        &sat_topic,
+        &rate_topic,
+    );
+    rt.block_on(delete_topics(&direct, &topics));
+    let (sat, lat, cpu50) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            gateway.print_log_tail();
+            return Err(e);
+        }
+    };
+    let rss = |pid: u32| peak_rss_kib(pid).map(|k| round2(k as f64 / 1024.0));
+    let gateway_rss = rss(gateway.pid());
+    let relay_rss = rss(relay.pid());
+    let peer_rss = peer.as_ref().and_then(|p| rss(p.pid()));
+    drop(peer);
+    drop(relay);
+    drop(gateway);
 
-    let mut direct = Vec::new();
-    let mut through = Vec::new();
+    Ok(report(
+        &modes,
+        &sat,
+        &lat,
+        &cpu50,
+        records,
+        rate_seconds,
+        runs,
+        gateway_rss,
+        relay_rss,
+        peer_rss,
+        peer_error,
+    ))
+}
+
+type SatTable = BTreeMap<&'static str, Vec<Saturation>>;
+type LatTable = BTreeMap<(&'static str, u32), Vec<Latency>>;
+/// CPU seconds and MiB of the 50 % runs, per proxy.
+type Cpu50 = BTreeMap<&'static str, (f64, f64)>;
+
+#[allow(clippy::too_many_arguments)]
+fn measure(
+    rt: &tokio::runtime::Runtime,
+    modes: &[Mode],
+    runs: usize,
+    records: u64,
+    rate_seconds: u64,
+    warm_topic: &str,
+    sat_topic: &dyn Fn(&str, usize) -> String,
+    rate_topic: &dyn Fn(&str) -> String,
+) -> Result<(SatTable, LatTable, Cpu50), String> {
+    // Warm-up: every path once (JIT of the peer, connection pools, page cache of the brokers).
+    for m in modes {
+        produce(&m.bootstrap, warm_topic, 20_000, -1)?;
+    }
+    // 1. Saturation.
+    let mut sat: SatTable = BTreeMap::new();
     for i in 0..runs {
-        for (mode, bootstrap) in [
-            ("direct", destination.as_str()),
-            ("gateway", gateway.as_str()),
-        ] {
-            let topic = format!("bench-proxy-{stamp}-{mode}-{i}");
-            create_topic(&destination, &topic)?;
-            let (p, c) = one_run(bootstrap, &topic, records)?;
+        for m in rotated(modes, i) {
+            let topic = sat_topic(m.name, i);
+            let meter = m.pid.map(CpuMeter::start);
+            let produce = produce(&m.bootstrap, &topic, records, -1)?;
+            let consume_mb_per_s = consume(&m.bootstrap, &topic, records)?;
+            let cpu_s = meter.map(|c| c.stop());
             eprintln!(
-                "run {i} {mode:>7}: produce {:.1} MB/s p50 {:.0} ms p99 {:.0} ms, consume {:.1} MB/s",
-                p.mb_per_s, p.p50_ms, p.p99_ms, c
+                "saturation {i} {:>7}: produce {:.1} MB/s ({:.0} rec/s), consume {:.1} MB/s{}",
+                m.name,
+                produce.mb_per_s,
+                produce.records_per_s,
+                consume_mb_per_s,
+                cpu_s
+                    .map(|c| format!(", proxy CPU {c:.2} s"))
+                    .unwrap_or_default()
             );
-            if mode == "direct" {
-                direct.push((p, c))
-            } else {
-                through.push((p, c))
+            sat.entry(m.name).or_default().push(Saturation {
+                produce,
+                consume_mb_per_s,
+                cpu_s,
+            });
+        }
+    }
+    let direct_rate = median(
+        sat.get("direct")
+            .map(|v| v.iter().map(|s| s.produce.records_per_s).collect())
+            .unwrap_or_default(),
+    );
+    if !(direct_rate.is_finite() && direct_rate > 0.0) {
+        return Err("no direct saturation rate measured".into());
+    }
+    // 2. Fixed rates.
+    let mut lat: LatTable = BTreeMap::new();
+    let mut cpu50: Cpu50 = BTreeMap::new();
+    for pct in RATES {
+        let rate = direct_rate * pct as f64 / 100.0;
+        for i in 0..runs {
+            for m in rotated(modes, i) {
+                let meter = m.pid.map(CpuMeter::start);
+                let r = rt.block_on(latency::fixed_rate(
+                    &m.bootstrap,
+                    &rate_topic(m.name),
+                    rate,
+                    WARMUP,
+                    rate_seconds,
+                ))?;
+                if let (Some(c), 50) = (meter, pct) {
+                    let e = cpu50.entry(m.name).or_default();
+                    e.0 += c.stop();
+                    e.1 += (r.records * RECORD_SIZE) as f64 / (1024.0 * 1024.0);
+                }
+                eprintln!(
+                    "rate {pct}% ({rate:.0} rec/s) {i} {:>7}: p50 {:.3} ms p99 {:.3} ms p99.9 {:.3} ms ({} requests)",
+                    m.name, r.p50_ms, r.p99_ms, r.p999_ms, r.requests
+                );
+                lat.entry((m.name, pct)).or_default().push(r);
             }
         }
     }
-    rt.block_on(gw.shutdown());
-    let med = |v: &[(ProduceRun, f64)], f: &dyn Fn(&(ProduceRun, f64)) -> f64| {
-        median(v.iter().map(f).collect())
+    Ok((sat, lat, cpu50))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn report(
+    modes: &[Mode],
+    sat: &SatTable,
+    lat: &LatTable,
+    cpu50: &Cpu50,
+    records: u64,
+    rate_seconds: u64,
+    runs: usize,
+    gateway_rss: Option<f64>,
+    relay_rss: Option<f64>,
+    peer_rss: Option<f64>,
+    peer_error: Option<String>,
+) -> Value {
+    let sat_med = |mode: &str, f: &dyn Fn(&Saturation) -> f64| -> Option<f64> {
+        let v: Vec<f64> = sat.get(mode)?.iter().map(f).collect();
+        Some(median(v))
     };
-    let d_tp = med(&direct, &|r| r.0.mb_per_s);
-    let g_tp = med(&through, &|r| r.0.mb_per_s);
-    let d_c = med(&direct, &|r| r.1);
-    let g_c = med(&through, &|r| r.1);
-    let d50 = med(&direct, &|r| r.0.p50_ms);
-    let g50 = med(&through, &|r| r.0.p50_ms);
-    let d99 = med(&direct, &|r| r.0.p99_ms);
-    let g99 = med(&through, &|r| r.0.p99_ms);
-    Ok(json!({
+    let lat_med = |mode: &str, pct: u32, f: &dyn Fn(&Latency) -> f64| -> Option<f64> {
+        let v: Vec<f64> = lat.get(&(mode, pct))?.iter().map(f).collect();
+        Some(median(v))
+    };
+    // CPU ms per MiB of payload at saturation: produced and consumed records both count.
+    let mib_per_run = 2.0 * (records * RECORD_SIZE) as f64 / (1024.0 * 1024.0);
+    let cpu_per_mib = |mode: &str| -> Option<f64> {
+        let v: Vec<f64> = sat
+            .get(mode)?
+            .iter()
+            .filter_map(|s| s.cpu_s)
+            .map(|c| c * 1000.0 / mib_per_run)
+            .collect();
+        (!v.is_empty()).then(|| round2(median(v)))
+    };
+    let cpu_per_mib_50 = |mode: &str| -> Option<f64> {
+        let (s, mib) = cpu50.get(mode)?;
+        (*mib > 0.0).then(|| round2(s * 1000.0 / mib))
+    };
+    let overhead = |mode: &str, pct: u32, f: &dyn Fn(&Latency) -> f64| -> Option<f64> {
+        Some(round3(lat_med(mode, pct, f)? - lat_med("direct", pct, f)?))
+    };
+    let p50 = |r: &Latency| r.p50_ms;
+    let p99 = |r: &Latency| r.p99_ms;
+    let p999 = |r: &Latency| r.p999_ms;
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(round2(a / b)),
+        _ => None,
+    };
+
+    let mut table = serde_json::Map::new();
+    for m in modes {
+        let mut row = json!({
+            "produce_mb_per_s": sat_med(m.name, &|s| s.produce.mb_per_s).map(round2),
+            "produce_records_per_s": sat_med(m.name, &|s| s.produce.records_per_s).map(round2),
+            "consume_mb_per_s": sat_med(m.name, &|s| s.consume_mb_per_s).map(round2),
+            "cpu_ms_per_mib": cpu_per_mib(m.name),
+            "cpu_ms_per_mib_at_50": cpu_per_mib_50(m.name),
+        });
+        for pct in RATES {
+            row[format!("p50_ms_{pct}")] = json!(lat_med(m.name, pct, &p50));
+            row[format!("p99_ms_{pct}")] = json!(lat_med(m.name, pct, &p99));
+            row[format!("p999_ms_{pct}")] = json!(lat_med(m.name, pct, &p999));
+            if m.name != "direct" {
+                row[format!("p50_overhead_ms_{pct}")] = json!(overhead(m.name, pct, &p50));
+                row[format!("p99_overhead_ms_{pct}")] = json!(overhead(m.name, pct, &p99));
+                row[format!("p999_overhead_ms_{pct}")] = json!(overhead(m.name, pct, &p999));
+            }
+        }
+        table.insert(m.name.to_string(), row);
+    }
+    let has_peer = modes.iter().any(|m| m.name == "peer");
+    let throughput_ratio = ratio(
+        sat_med("gateway", &|s| s.produce.mb_per_s),
+        sat_med("direct", &|s| s.produce.mb_per_s),
+    );
+    let consume_ratio = ratio(
+        sat_med("gateway", &|s| s.consume_mb_per_s),
+        sat_med("direct", &|s| s.consume_mb_per_s),
+    );
+    let p99_overhead_50 = overhead("gateway", 50, &p99);
+    let gateway_cpu = cpu_per_mib("gateway");
+    let relay_cpu = cpu_per_mib("relay");
+    let cpu_vs_relay = ratio(gateway_cpu, relay_cpu);
+    json!({
         "bench": "proxy",
         "runs": runs,
         "records": records,
-        "record_size": 1024,
-        "direct_mb_per_s": d_tp,
-        "gateway_mb_per_s": g_tp,
-        "throughput_ratio": g_tp / d_tp,
-        "direct_consume_mb_per_s": d_c,
-        "gateway_consume_mb_per_s": g_c,
-        "consume_throughput_ratio": g_c / d_c,
-        "direct_p50_ms": d50,
-        "direct_p99_ms": d99,
-        "gateway_p50_ms": g50,
-        "gateway_p99_ms": g99,
-        "p99_ratio": g99 / d99.max(1.0),
-    }))
+        "record_size": RECORD_SIZE,
+        "rate_seconds": rate_seconds,
+        "rates_percent": RATES,
+        "direct_saturation_records_per_s": sat_med("direct", &|s| s.produce.records_per_s).map(round2),
+        "modes": table,
+        "throughput_ratio": throughput_ratio,
+        "consume_throughput_ratio": consume_ratio,
+        "direct_p50_ms": lat_med("direct", 50, &p50),
+        "direct_p99_ms": lat_med("direct", 50, &p99),
+        "gateway_p50_ms": lat_med("gateway", 50, &p50),
+        "gateway_p99_ms": lat_med("gateway", 50, &p99),
+        "p99_ratio": ratio(lat_med("gateway", 50, &p99), lat_med("direct", 50, &p99).map(|d| d.max(1.0))),
+        "p50_overhead_ms_50": overhead("gateway", 50, &p50),
+        "p99_overhead_ms_50": p99_overhead_50,
+        "p999_overhead_ms_50": overhead("gateway", 50, &p999),
+        "p99_overhead_ms_75": overhead("gateway", 75, &p99),
+        "relay_p99_overhead_ms_50": overhead("relay", 50, &p99),
+        "gateway_cpu_ms_per_mib": gateway_cpu,
+        "relay_cpu_ms_per_mib": relay_cpu,
+        "gateway_cpu_vs_relay": cpu_vs_relay,
+        "gateway_rss_mib": gateway_rss,
+        "relay_rss_mib": relay_rss,
+        "peer": if has_peer { Some(peer::NAME) } else { None },
+        "peer_error": peer_error,
+        "peer_p99_overhead_ms_50": if has_peer { overhead("peer", 50, &p99) } else { None },
+        "peer_cpu_ms_per_mib": if has_peer { cpu_per_mib("peer") } else { None },
+        "peer_rss_mib": peer_rss,
+        "targets": {
+            "p99_overhead_ms_50_le_1": p99_overhead_50.map(|o| o <= 1.0),
+            "gateway_cpu_le_2x_relay": cpu_vs_relay.map(|r| r <= 2.0),
+            "throughput_ratio_ge_0_95": throughput_ratio.map(|r| r >= 0.95),
+        },
+    })
 }
 
 #[cfg(test)]
@@ -208,7 +564,16 @@ mod tests {
         let out = "5000 records sent, 1000.0 records/sec (0.98 MB/sec), 3.1 ms avg latency, 180.0 ms max latency.\n\
                    50000 records sent, 24509.8 records/sec (23.94 MB/sec), 12.34 ms avg latency, 250.00 ms max latency, 5 ms 50th, 30 ms 95th, 41 ms 99th, 50 ms 99.9th.";
         let r = parse_producer(out).unwrap();
-        assert_eq!((r.mb_per_s, r.p50_ms, r.p99_ms), (23.94, 5.0, 41.0));
+        assert_eq!(
+            r,
+            ProduceRun {
+                records_per_s: 24509.8,
+                mb_per_s: 23.94,
+                p50_ms: 5.0,
+                p99_ms: 41.0,
+                p999_ms: 50.0
+            }
+        );
     }
 
     #[test]
@@ -222,5 +587,14 @@ mod tests {
     fn median_of_even_and_odd_lengths() {
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+
+    #[test]
+    fn every_repetition_starts_with_another_mode() {
+        let modes = ["direct", "relay", "gateway", "peer"];
+        let order = |i| rotated(&modes, i).copied().collect::<Vec<_>>();
+        assert_eq!(order(0), ["direct", "relay", "gateway", "peer"]);
+        assert_eq!(order(1), ["relay", "gateway", "peer", "direct"]);
+        assert_eq!(order(5), ["relay", "gateway", "peer", "direct"]);
     }
 }
