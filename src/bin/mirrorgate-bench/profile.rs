@@ -261,7 +261,9 @@ pub fn run(seconds: u64, rate: Option<i64>) -> Result<Value, String> {
         .output()
         .map_err(|e| format!("{}: {e}", graph.display()))?;
     std::fs::write(&svg_path, &svg.stdout).map_err(|e| e.to_string())?;
-    let samples: u64 = folded
+    // perf's cpu-clock event weighs each sample by its period in nanoseconds, and the folded
+    // counts carry that weight: their sum is the CPU time sampled.
+    let weight: u64 = folded
         .lines()
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
         .sum();
@@ -304,7 +306,7 @@ pub fn run(seconds: u64, rate: Option<i64>) -> Result<Value, String> {
         "recorded_seconds": rec_seconds,
         "gateway_cpu_s_recorded": (cpu_s * 100.0).round() / 100.0,
         "gateway_cpu_ms_per_mib": ((cpu_s * 1000.0 / mib) * 100.0).round() / 100.0,
-        "samples": samples,
+        "sampled_cpu_ms": weight / 1_000_000,
         "produce_p50_ms": produced.p50_ms,
         "produce_p99_ms": produced.p99_ms,
         "groups": groups.iter().map(|(n, s)| json!({"group": n, "share": (s * 1000.0).round() / 1000.0})).collect::<Vec<_>>(),
