@@ -12,6 +12,7 @@ mod observability;
 mod proxy_bad_input;
 mod proxy_clients;
 mod psm_differential;
+mod read_only_apis;
 mod rig_tests;
 mod sasl;
 mod tls;

@@ -629,6 +629,41 @@ fn mirror_for_topic_finds_exact_and_regex() {
 }
 
 #[test]
+fn overlapping_regexes_load_and_the_first_mirror_in_config_order_wins() {
+    // `pay\..*` (mirror a) and `.*\.us` (mirror b, listed second) both match `pay.us`: a
+    // overlap validation cannot see (the texts differ); routing is deterministic.
+    let text = edit(14, "    topics: [users, \"regex:.*\\\\.us\"]");
+    let cfg = load_str(&text, "t.yaml").unwrap();
+    let router = cfg.topic_router();
+    assert_eq!(router.mirror_index("pay.us"), Some(0));
+    assert_eq!(router.claimants("pay.us"), vec![0, 1]);
+    assert_eq!(
+        cfg.mirror_for_topic("pay.us").map(|m| m.name.as_str()),
+        Some("a")
+    );
+    assert_eq!(router.mirror_index("shop.us"), Some(1));
+    assert_eq!(router.claimants("shop.us"), vec![1]);
+    assert_eq!(router.claimants("orders"), vec![0]);
+    assert!(router.claimants("other").is_empty());
+    // Listing mirror b first makes it the winner.
+    let reordered = format!(
+        "{}\n  - name: a\n    topics: [orders, \"regex:pay\\\\..*\"]\n",
+        text.replace(
+            "  - name: a\n    topics: [orders, \"regex:pay\\\\..*\"]\n",
+            ""
+        )
+        .trim_end()
+    );
+    let cfg = load_str(&reordered, "t.yaml").unwrap();
+    assert_eq!(cfg.mirrors[0].name, "b");
+    assert_eq!(
+        cfg.mirror_for_topic("pay.us").map(|m| m.name.as_str()),
+        Some("b")
+    );
+    assert_eq!(cfg.topic_router().mirror_index("pay.us"), Some(0));
+}
+
+#[test]
 fn valid_topic_names() {
     assert!(is_valid_topic_name("a.b_c-D9"));
     assert!(!is_valid_topic_name(""));

@@ -93,8 +93,10 @@ impl TopicMatcher {
 
 /// All mirrors' matchers, compiled once: topic → index of the mirror in `Config::mirrors`.
 ///
-/// An exact name wins over a regex; among regexes the first mirror in file order wins (a
-/// validated config has no topic claimed by two mirrors, except regexes that overlap).
+/// An exact name wins over a regex; among regexes the first mirror in config order wins. A
+/// validated config has no topic claimed by two mirrors except through two regexes that can both
+/// match it (whether two regexes overlap is not checked at load); such a topic is routed to the
+/// first of them, and [`TopicRouter::claimants`] lets the caller notice and report it.
 #[derive(Debug, Clone, Default)]
 pub struct TopicRouter {
     matchers: Vec<TopicMatcher>,
@@ -132,6 +134,17 @@ impl TopicRouter {
                     .iter()
                     .position(|m| m.regexes.iter().any(|r| r.is_match(topic)))
             })
+    }
+
+    /// Indexes (in config order) of every mirror whose exact names or regexes match `topic`.
+    /// More than one means overlapping regexes: the topic goes to [`Self::mirror_index`]'s pick.
+    pub fn claimants(&self, topic: &str) -> Vec<usize> {
+        self.matchers
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.matches(topic))
+            .map(|(i, _)| i)
+            .collect()
     }
 
     /// The mirror owning `topic`.

@@ -51,7 +51,8 @@ fn now_ms() -> i64 {
 pub struct Refusal {
     pub error_code: i16,
     pub message: String,
-    /// `mirrorgate_produce_rejected_total{reason}`.
+    /// `mirrorgate_produce_rejected_total{reason}` (`read_only`, `mirror_fenced`,
+    /// `state_unreadable`, `read_only_admin`).
     pub reason: &'static str,
 }
 
@@ -124,6 +125,7 @@ struct MirrorMetrics {
     duplicate_ack_guard: IntCounter,
     rejected: IntCounterVec,
     failover_duration: Histogram,
+    topic_overlaps: IntCounter,
 }
 
 impl MirrorMetrics {
@@ -158,7 +160,7 @@ impl MirrorMetrics {
         let rejected = IntCounterVec::new(
             Opts::new(
                 "mirrorgate_produce_rejected_total",
-                "Produce partitions refused by the gateway, by reason.",
+                "Produce partitions and admin-request entries refused by the gateway, by reason.",
             ),
             &["reason"],
         )
@@ -171,8 +173,14 @@ impl MirrorMetrics {
             .buckets(vec![0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0]),
         )
         .expect("valid metric");
+        let topic_overlaps = IntCounter::new(
+            "mirrorgate_mirror_topic_overlaps_total",
+            "Topics matched by the regexes of more than one mirror (each counted once); the first mirror in config order owns them.",
+        )
+        .expect("valid metric");
         for c in [
-            Box::new(barriers_written.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(topic_overlaps.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(barriers_written.clone()),
             Box::new(barriers_seen.clone()),
             Box::new(pid_screened.clone()),
             Box::new(duplicate_ack_guard.clone()),
@@ -188,6 +196,7 @@ impl MirrorMetrics {
             duplicate_ack_guard,
             rejected,
             failover_duration,
+            topic_overlaps,
         }
     }
 }
@@ -219,6 +228,8 @@ pub struct MirrorController {
     /// while the record is MIRRORING) and the hook that stops it first in a failover.
     agent_failed: RwLock<HashMap<String, HashMap<i32, String>>>,
     agent_stop: std::sync::OnceLock<AgentStopHook>,
+    /// Topics seen matched by more than one mirror (overlapping regexes): warned about once.
+    overlaps_reported: Mutex<std::collections::HashSet<String>>,
 }
 
 /// Stops the built-in agent of a mirror; the future ends once its appends in flight are answered.
@@ -326,6 +337,7 @@ impl MirrorController {
             ),
             agent_failed: RwLock::new(HashMap::new()),
             agent_stop: std::sync::OnceLock::new(),
+            overlaps_reported: Mutex::new(std::collections::HashSet::new()),
         });
         c.refresh_lookup();
         c
@@ -398,6 +410,9 @@ impl MirrorController {
             return;
         }
         let topics = self.cluster.topic_names();
+        for t in &topics {
+            self.report_overlap(t);
+        }
         let mut changed = false;
         let mut resume = Vec::new();
         {
@@ -443,6 +458,23 @@ impl MirrorController {
         for name in resume {
             self.spawn_failover(name, true);
         }
+    }
+
+    /// Warn once per topic (and count) when the regexes of two or more mirrors match it: it
+    /// belongs to the first of them in config order.
+    fn report_overlap(&self, topic: &str) {
+        let claimants = self.router.claimants(topic);
+        if claimants.len() < 2 || !lock(&self.overlaps_reported).insert(topic.to_string()) {
+            return;
+        }
+        let names: Vec<&str> = claimants.iter().map(|i| self.mirror_name(*i)).collect();
+        tracing::warn!(
+            topic,
+            mirrors = ?names,
+            "topic matched by more than one mirror's regex: it belongs to mirror {} (the first in config order); make the patterns disjoint",
+            names[0]
+        );
+        self.metrics.topic_overlaps.inc();
     }
 
     /// The state of a partition (FAILED when the built-in agent failed a MIRRORING partition).
@@ -568,6 +600,95 @@ impl MirrorController {
                 }
             }
         }
+    }
+
+    /// The decision for an admin or transaction request `op` (e.g. `DeleteRecords`) on the
+    /// client listener naming `topic` — one partition, or the whole topic when `partition` is
+    /// `None`. Refused (POLICY_VIOLATION) while the partition, or any partition of the topic, is
+    /// not STOPPED; counted in `mirrorgate_produce_rejected_total{reason="read_only_admin"}`.
+    /// `None`: not a mirror topic, or allowed.
+    pub fn refuse_admin(&self, op: &str, topic: &str, partition: Option<i32>) -> Option<Refusal> {
+        let idx = self.router.mirror_index(topic)?;
+        let mirror = self.mirror_name(idx);
+        let what = match partition {
+            Some(p) => format!("{topic}-{p}"),
+            None => format!("topic {topic}"),
+        };
+        if let Some(reason) = self.unreadable(idx) {
+            self.metrics
+                .rejected
+                .with_label_values(&["state_unreadable"])
+                .inc();
+            return Some(Refusal {
+                error_code: REJECT_ERROR_CODE,
+                message: format!(
+                    "mirrorgate: {op} on {what} is refused: it belongs to mirror {mirror}, whose state cannot be read ({reason}); it stays read-only"
+                ),
+                reason: "state_unreadable",
+            });
+        }
+        let state = match partition {
+            Some(p) => self.state_of(topic, p).unwrap_or(PartitionState::Mirroring),
+            None => self.topic_state(topic),
+        };
+        if state == PartitionState::Stopped {
+            return None;
+        }
+        self.metrics
+            .rejected
+            .with_label_values(&["read_only_admin"])
+            .inc();
+        Some(Refusal {
+            error_code: REJECT_ERROR_CODE,
+            message: format!(
+                "mirrorgate: {op} on {what} is refused: it belongs to mirror {mirror}, which is {}; mirror topics are read-only on the client listener until failover",
+                state.as_str()
+            ),
+            reason: "read_only_admin",
+        })
+    }
+
+    /// [`Self::refuse_admin`] for a request on every partition of the cluster: refused when any
+    /// mirror topic is not STOPPED in full.
+    pub fn refuse_admin_everywhere(&self, op: &str) -> Option<Refusal> {
+        let mut topics = self.cluster.topic_names();
+        topics.extend(
+            self.states
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .keys()
+                .cloned(),
+        );
+        topics.sort();
+        topics.dedup();
+        topics.iter().find_map(|t| self.refuse_admin(op, t, None))
+    }
+
+    /// The state of a whole topic for admin requests: STOPPED only when every partition known
+    /// (in the cluster's metadata or in the records) is; otherwise the state of the first
+    /// partition that is not (a partition without a record counts as MIRRORING, as does a topic
+    /// without any known partition).
+    fn topic_state(&self, topic: &str) -> PartitionState {
+        let in_cluster = self
+            .cluster
+            .topic(topic)
+            .map(|t| t.leaders.len())
+            .unwrap_or(0);
+        let recorded = self
+            .states
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(topic)
+            .map(Vec::len)
+            .unwrap_or(0);
+        let n = in_cluster.max(recorded);
+        if n == 0 {
+            return PartitionState::Mirroring;
+        }
+        (0..n as i32)
+            .map(|p| self.state_of(topic, p).unwrap_or(PartitionState::Mirroring))
+            .find(|s| *s != PartitionState::Stopped)
+            .unwrap_or(PartitionState::Stopped)
     }
 
     fn failover_started(&self, idx: usize) -> bool {
@@ -1387,3 +1508,7 @@ impl prometheus::core::Collector for PartitionStateGauge {
         prometheus::core::Collector::collect(&g)
     }
 }
+
+#[cfg(test)]
+#[path = "controller_tests.rs"]
+mod tests;

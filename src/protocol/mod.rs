@@ -7,6 +7,7 @@
 //! Must not touch: connection management, metrics, configuration, or any gateway state.
 //! Callers pass in what a rewrite needs (e.g. an [`rewrite::AddressMap`]).
 
+pub mod admin_refusal;
 pub mod barrier;
 pub mod batch;
 pub mod client;

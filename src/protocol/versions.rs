@@ -4,7 +4,8 @@
 //! The gateway forwards most requests as raw bytes, so for those it only needs to know the api
 //! key (unknown keys are removed from ApiVersions so that clients never send them). For the APIs
 //! whose responses it decodes or rewrites, it caps the advertised range to what the
-//! `kafka-protocol` crate can parse.
+//! `kafka-protocol` crate can parse; the same for the admin and transaction requests whose
+//! entries read-only enforcement may refuse ([`super::admin_refusal`]).
 
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::ApiKey;
@@ -36,6 +37,9 @@ pub fn gateway_range(key: ApiKey) -> Option<(i16, i16)> {
         ApiKey::ApiVersions => None,
         // PID screening decodes InitProducerId requests; the crate decodes them up to v5.
         ApiKey::InitProducerId => Some((key.valid_versions().min, 5)),
+        // Read-only enforcement decodes these admin / transaction requests on the client
+        // listener: only versions the crate can read are offered.
+        k if super::admin_refusal::is_guarded(k) => super::admin_refusal::readable_versions(k),
         k if is_decoded(k) => {
             let r = k.valid_versions();
             Some((r.min, r.max))
@@ -119,6 +123,17 @@ mod tests {
     #[test]
     fn any_api_versions_version_is_forwarded() {
         assert!(accepts(ApiKey::ApiVersions, 77));
+    }
+
+    #[test]
+    fn guarded_admin_apis_are_capped_to_what_can_be_read() {
+        for api in crate::protocol::admin_refusal::GUARDED {
+            let (min, max) = crate::protocol::admin_refusal::readable_versions(*api).unwrap();
+            let mut v = vec![entry(*api as i16, 0, 99)];
+            cap_api_versions(&mut v);
+            assert_eq!((v[0].min_version, v[0].max_version), (min, max), "{api:?}");
+            assert!(!accepts(*api, max + 1), "{api:?}");
+        }
     }
 
     #[test]

@@ -15,6 +15,7 @@ use kafka_protocol::messages::ApiKey;
 
 use crate::metrics::ListenerKind;
 use crate::mirror::controller::{InFlightGuard, MirrorController};
+use crate::protocol::admin_refusal::{self, AdminDecision, AdminRefusalError, Target};
 use crate::protocol::enforce::{self, ProduceDecision, RejectedPartition, Rejection};
 use crate::protocol::fetch_filter::hide_barriers_in_fetch;
 use crate::protocol::frame::{FrameError, RequestHeaderInfo};
@@ -43,6 +44,8 @@ pub struct Extras {
     pub hide_barriers: bool,
     /// InitProducerId request details, for PID screening of the answer.
     pub init: Option<super::screen::InitRequest>,
+    /// Entries of an admin request refused by the gateway, merged into the broker's response.
+    pub admin_refused: Option<admin_refusal::Refused>,
 }
 
 /// What to do with one request.
@@ -59,6 +62,8 @@ pub struct Plan {
 pub enum InterceptError {
     #[error("produce request not readable for enforcement: {0}")]
     Enforce(#[from] enforce::EnforceError),
+    #[error("admin request not readable for read-only enforcement: {0}")]
+    Admin(#[from] AdminRefusalError),
     #[error(transparent)]
     Frame(#[from] FrameError),
 }
@@ -93,7 +98,72 @@ pub fn plan_request(
             p.extras.init = init;
             Ok(p)
         }
+        api if ctx.kind == ListenerKind::Client && admin_refusal::is_guarded(api) => {
+            plan_admin(ctx, ctl, h, frame)
+        }
         _ => Ok(forward(frame)),
+    }
+}
+
+/// Refuse the entries of an admin or transaction request that name a mirror topic or partition
+/// that is not STOPPED; forward the rest (the original bytes when nothing is refused).
+///
+/// A topic id the gateway does not know (DeleteTopics v6) is refused with UNKNOWN_TOPIC_ID
+/// (retriable) rather than forwarded: it may be a mirror topic created since the last metadata
+/// refresh, and for an id that really does not exist the broker would answer the same.
+fn plan_admin(
+    ctx: &ConnContext,
+    ctl: &Arc<MirrorController>,
+    h: &RequestHeaderInfo,
+    frame: Bytes,
+) -> Result<Plan, InterceptError> {
+    let op = format!("{:?}", h.api_key);
+    let cluster = &ctx.cluster;
+    let refusal = |r: crate::mirror::controller::Refusal| Rejection {
+        error_code: r.error_code,
+        message: r.message,
+    };
+    let decision = admin_refusal::plan(
+        &frame,
+        h.api_key,
+        h.header_len,
+        h.api_version,
+        h.correlation_id,
+        &mut |target| match target {
+            Target::Topic(name) => ctl.refuse_admin(&op, name, None).map(refusal),
+            Target::Partition(name, p) => ctl.refuse_admin(&op, name, Some(p)).map(refusal),
+            Target::TopicId(id) => match cluster.topic_name(&id) {
+                Some(name) => ctl.refuse_admin(&op, &name, None).map(refusal),
+                None => Some(Rejection {
+                    error_code: UNKNOWN_TOPIC_ID,
+                    message: format!(
+                        "mirrorgate: topic id {id} is not known yet; refresh metadata and retry"
+                    ),
+                }),
+            },
+            Target::AllPartitions => ctl.refuse_admin_everywhere(&op).map(refusal),
+        },
+    )?;
+    match decision {
+        AdminDecision::Forward => Ok(forward(frame)),
+        AdminDecision::Rewritten { frame, refused } => {
+            for m in &refused.messages {
+                tracing::debug!(api = ?h.api_key, "{m}");
+            }
+            let mut p = forward(frame);
+            p.extras.admin_refused = Some(refused);
+            Ok(p)
+        }
+        AdminDecision::AllRefused { response, messages } => {
+            for m in &messages {
+                tracing::debug!(api = ?h.api_key, "{m}");
+            }
+            Ok(Plan {
+                forward: None,
+                local_response: Some(response),
+                extras: Extras::default(),
+            })
+        }
     }
 }
 
@@ -226,6 +296,9 @@ pub async fn on_response(
     let Some(ctl) = &ctx.mirrors else {
         return Ok(frame);
     };
+    if let Some(refused) = &extras.admin_refused {
+        frame = admin_refusal::merge(&frame, refused)?;
+    }
     if api == ApiKey::Produce {
         if !extras.rejected.is_empty() {
             frame = enforce::merge_rejections(&frame, version, &extras.rejected)?;
