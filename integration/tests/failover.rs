@@ -154,10 +154,10 @@ pub fn wait_stopped(admin: &str, name: &str) -> serde_json::Value {
 
 /// The next 30 producer ids of each destination broker's id block (each broker allocates from a
 /// block of its own, and a transaction coordinator uses its broker's block).
-fn next_producer_ids(gw: &TestGateway) -> Vec<i64> {
+fn next_producer_ids(port_for: impl Fn(i32) -> u16) -> Vec<i64> {
     let mut ids = Vec::new();
     for node in [1, 2] {
-        let next = next_producer_id(&format!("127.0.0.1:{}", gw.port_for(node)));
+        let next = next_producer_id(&format!("127.0.0.1:{}", port_for(node)));
         ids.extend(next..next + 30);
     }
     ids.sort();
@@ -425,7 +425,7 @@ fn after_failover_new_idempotent_producers_lose_nothing_to_colliding_producer_id
                 .expect("port")
         )),
     ];
-    for pid in next_producer_ids(&gw) {
+    for pid in next_producer_ids(|n| gw.port_for(n)) {
         for (partition, conn) in conns.iter_mut().enumerate() {
             for seq in 0..3 {
                 let (code, _) = conn.produce(
@@ -752,6 +752,12 @@ fn disruptive_gateway_killed_after_the_barrier_write_completes_the_failover_on_r
 }
 
 #[test]
+fn disruptive_gateway_killed_after_persisting_the_screening_set_completes_the_failover_on_restart()
+{
+    crash_at("screen_persisted");
+}
+
+#[test]
 fn disruptive_gateway_killed_after_persisting_the_barrier_completes_the_failover_on_restart() {
     crash_at("barrier_persisted");
 }
@@ -914,7 +920,7 @@ fn after_failover_a_transactional_producer_is_bumped_above_the_mirrored_epoch() 
     // Mirrored batches of the next producer ids, at epoch 3.
     // Mirrored batches of the next producer ids of both brokers' id blocks, at epoch 3.
     let mut mirror = RawConn::connect(&gw.mirror_bootstrap());
-    for pid in next_producer_ids(&gw) {
+    for pid in next_producer_ids(|n| gw.port_for(n)) {
         assert_eq!(
             mirror
                 .produce(&topic, 0, batch(pid, 3, 0, 1, &format!("m{pid}")))
@@ -1005,4 +1011,309 @@ fn disruptive_a_corrupt_mirror_state_keeps_the_topics_read_only_and_says_why() {
     let mut mirror = RawConn::connect(&gw.mirror_bootstrap());
     let (code, _, _) = mirror.produce_msg(&topic, 0, batch(-1, -1, -1, 1, "mirror"));
     assert_eq!(code, 44);
+}
+
+/// Mirror single-record batches (sequences 0–2, epoch 0) of every producer id in `ids` into
+/// partition 0 of `topic` through the mirror listener at `mirror`: the collision hazard's shape.
+fn mirror_colliding_batches(mirror: &str, topic: &str, ids: &[i64]) {
+    let mut conn = RawConn::connect(mirror);
+    for pid in ids {
+        for seq in 0..3 {
+            let (code, _) = conn.produce(topic, 0, batch(*pid, 0, seq, 1, &format!("m{pid}")));
+            assert_eq!(code, 0, "mirror produce pid {pid} seq {seq}");
+        }
+    }
+}
+
+/// Every acknowledged local record is in partition 0's log under its key, after the barrier.
+fn assert_acked_after_barrier(destination: &str, topic: &str, acks: &[harness::Acked]) {
+    let log = read_log(destination, topic, 0);
+    assert_eq!(log.barriers.len(), 1, "barriers {:?}", log.barriers);
+    let barrier = log.barriers[0].0;
+    for a in acks {
+        let r = log
+            .records
+            .iter()
+            .find(|r| r.offset == a.offset)
+            .unwrap_or_else(|| panic!("acked {a:?} not in the log"));
+        assert_eq!(
+            r.key.as_deref(),
+            Some(a.key.as_str()),
+            "acked {a:?} but the log holds {r:?}"
+        );
+        assert!(
+            a.offset > barrier,
+            "acked {a:?} before the barrier {barrier}"
+        );
+    }
+}
+
+/// A metric of a gateway process (0 when absent).
+fn process_metric(gw: &ProcessGateway, series: &str) -> f64 {
+    let (_, body) = gw.call(Method::GET, "/metrics");
+    body.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or(0.0)
+}
+
+/// Review F8: the gateway is killed right after BARRIER_PERSISTED of a failover whose mirrored
+/// traffic left producer ids the brokers hand out next. On restart the PSM is rebuilt up to the
+/// barrier and cleared there, so the screening entries must already be durable: `pids.json`
+/// holds every mirrored id, and new local idempotent producers are screened and lose nothing.
+#[test]
+fn disruptive_gateway_killed_after_persisting_the_barrier_keeps_the_screening_set() {
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("crash-screen");
+    harness::create_topic(&destination, &topic, 1, Some(&[1]));
+    let mut gw = ProcessGateway::start(
+        mirror_config("crashscreen", &[&topic]),
+        &[("MIRRORGATE_CRASH_AFTER", "barrier_persisted")],
+    );
+    wait_mirroring(&gw.admin(), "crashscreen", 1);
+    let ids = next_producer_ids(|n| gw.port_for(n));
+    mirror_colliding_batches(&gw.mirror_bootstrap(), &topic, &ids);
+    match crate::gw::try_admin_call(
+        &gw.admin(),
+        Method::POST,
+        "/v1/mirrors/crashscreen/failover",
+        None,
+    ) {
+        Ok((s, b)) => assert_eq!(s, 202, "{b}"),
+        Err(e) => panic!("failover call failed: {e}"),
+    }
+    assert!(
+        gw.wait_exit(Duration::from_secs(30)),
+        "the crash hook did not fire:\n{}",
+        gw.log()
+    );
+    gw.restart(&[]);
+    wait_stopped(&gw.admin(), "crashscreen");
+    let file = gw.config.state_dir.join("screen/pids.json");
+    let screen: BTreeMap<String, serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(&file).expect("screen/pids.json"))
+            .expect("screening set");
+    let missing: Vec<&i64> = ids
+        .iter()
+        .filter(|i| !screen.contains_key(&i.to_string()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} mirrored producer ids lost from the screening set: {missing:?}",
+        missing.len(),
+        ids.len()
+    );
+    let mut acks = Vec::new();
+    for _ in 0..3 {
+        acks.extend(harness::produce_keyed(
+            &gw.bootstrap(),
+            &topic,
+            50,
+            &[("linger.ms", "0"), ("batch.num.messages", "1")],
+        ));
+    }
+    assert!(
+        process_metric(&gw, "mirrorgate_pid_screened_total") >= 1.0,
+        "no producer id was screened"
+    );
+    assert_acked_after_barrier(&destination, &topic, &acks);
+    assert_eq!(
+        process_metric(&gw, "mirrorgate_duplicate_ack_guard_total"),
+        0.0,
+        "screening alone prevented the collisions"
+    );
+}
+
+/// Set topic configs directly on the destination (legacy AlterConfigs replaces the topic's
+/// dynamic configs) and wait until every broker reports them.
+fn set_topic_configs_on_the_destination(destination: &str, topic: &str, configs: &[(&str, &str)]) {
+    use kafka_protocol::messages::alter_configs_request::{AlterConfigsResource, AlterableConfig};
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::{AlterConfigsRequest, DescribeConfigsRequest};
+    use kafka_protocol::protocol::StrBytes;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let brokers = harness::brokers(destination);
+    rt.block_on(async {
+        let mut c = KafkaClient::connect(&brokers[0].1, Duration::from_secs(10))
+            .await
+            .expect("connect");
+        let r = c
+            .send(
+                &AlterConfigsRequest::default().with_resources(vec![
+                    AlterConfigsResource::default()
+                        .with_resource_type(2)
+                        .with_resource_name(StrBytes::from_string(topic.to_string()))
+                        .with_configs(
+                            configs
+                                .iter()
+                                .map(|(k, v)| {
+                                    AlterableConfig::default()
+                                        .with_name(StrBytes::from_string(k.to_string()))
+                                        .with_value(Some(StrBytes::from_string(v.to_string())))
+                                })
+                                .collect(),
+                        ),
+                ]),
+                2,
+            )
+            .await
+            .expect("alter configs");
+        assert_eq!(r.responses[0].error_code, 0, "{:?}", r.responses[0]);
+        for (_, addr) in &brokers {
+            let mut c = KafkaClient::connect(addr, Duration::from_secs(10))
+                .await
+                .expect("connect");
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let r = c
+                    .send(
+                        &DescribeConfigsRequest::default().with_resources(vec![
+                            DescribeConfigsResource::default()
+                                .with_resource_type(2)
+                                .with_resource_name(StrBytes::from_string(topic.to_string()))
+                                .with_configuration_keys(None),
+                        ]),
+                        4,
+                    )
+                    .await
+                    .expect("describe configs");
+                let have = |k: &str, v: &str| {
+                    r.results[0].configs.iter().any(|c| {
+                        c.name.as_str() == k && c.value.as_ref().map(|x| x.as_str()) == Some(v)
+                    })
+                };
+                if configs.iter().all(|(k, v)| have(k, v)) {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "configs not applied on {addr}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    });
+}
+
+/// Review F13: the barrier is written whatever the topic's timestamp limits and the gateway's
+/// clock. The gateway's barrier clock runs 2 h ahead of the brokers' (test hook), one topic
+/// keeps the defaults (`message.timestamp.after.max.ms` = 1 h), the other gets
+/// `message.timestamp.before.max.ms=0` and `after.max.ms=0` on the broker after the data was
+/// mirrored: both barriers are written on the first try and the failover completes.
+#[test]
+fn a_barrier_is_written_whatever_the_topics_timestamp_limits() {
+    let destination = harness::cluster("destination");
+    let plain = harness::unique_topic("barrier-ts");
+    let strict = harness::unique_topic("barrier-ts-strict");
+    harness::create_topic(&destination, &plain, 1, Some(&[1]));
+    harness::create_topic(&destination, &strict, 1, Some(&[2]));
+    let gw = ProcessGateway::start(
+        mirror_config("barrierts", &[&plain, &strict]),
+        &[("MIRRORGATE_TEST_BARRIER_CLOCK_SKEW_MS", "7200000")],
+    );
+    wait_mirroring(&gw.admin(), "barrierts", 2);
+    for t in [&plain, &strict] {
+        harness::produce_keyed(&gw.mirror_bootstrap(), t, 20, &[]);
+    }
+    set_topic_configs_on_the_destination(
+        &destination,
+        &strict,
+        &[
+            ("message.timestamp.before.max.ms", "0"),
+            ("message.timestamp.after.max.ms", "0"),
+        ],
+    );
+    // The limits bite: a batch stamped 50 ms ago is refused with INVALID_TIMESTAMP (32).
+    let leader = harness::destination_brokers()
+        .into_iter()
+        .find(|(n, _)| *n == 2)
+        .expect("broker 2")
+        .1;
+    let stale = batch(-1, -1, -1, 1, "stale");
+    std::thread::sleep(Duration::from_millis(50));
+    let (code, _, msg) = RawConn::connect(&leader).produce_msg(&strict, 0, stale);
+    assert_eq!(code, 32, "a stale timestamp was accepted: {msg}");
+    failover(&gw.admin(), "barrierts");
+    // The first barrier writes succeed: no partition is FAILED on the way.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, body) = admin_call(
+            &gw.admin(),
+            Method::GET,
+            "/v1/mirrors/barrierts/partitions",
+            None,
+        );
+        assert_eq!(status, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+        let parts = v["partitions"].as_array().expect("partitions").clone();
+        for p in &parts {
+            assert_ne!(p["state"], "FAILED", "the barrier write failed: {p}");
+        }
+        if parts.iter().all(|p| p["state"] == "STOPPED") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the failover did not complete: {parts:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for t in [&plain, &strict] {
+        let log = read_log(&destination, t, 0);
+        assert_eq!(log.barriers.len(), 1, "{t}: {:?}", log.barriers);
+        assert_eq!(
+            log.barriers[0].0, 20,
+            "{t}: the barrier follows the mirrored records"
+        );
+        // Consumers through the gateway see the mirrored records and never the barrier.
+        let consumed = harness::consume_group(
+            &gw.bootstrap(),
+            t,
+            &harness::unique_topic("barrier-ts-group"),
+            20,
+            Duration::from_secs(30),
+            &[],
+        );
+        let n: usize = consumed.values().map(Vec::len).sum();
+        assert_eq!(n, 20, "{t}: {consumed:?}");
+    }
+    // Local writes after the failover go through, after the barrier.
+    let acks = harness::produce_keyed(&gw.bootstrap(), &plain, 10, &[]);
+    assert_acked_after_barrier(&destination, &plain, &acks);
+}
+
+/// Review F10. Runs alone: the PID screening set is corrupted while the gateway is down, after a
+/// failover. On start the gateway does not start empty: `/readyz` names the file, why, and the
+/// recovery; local produce to the mirror's (STOPPED) topics is refused, plain topics are not.
+#[test]
+fn disruptive_a_corrupt_screening_set_keeps_the_gateway_unready_and_mirror_topics_read_only() {
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("screen-corrupt");
+    let plain = harness::unique_topic("screen-plain");
+    harness::create_topic(&destination, &topic, 1, Some(&[1]));
+    harness::create_topic(&destination, &plain, 1, Some(&[1]));
+    let mut gw = ProcessGateway::start(mirror_config("screencorrupt", &[&topic]), &[]);
+    wait_mirroring(&gw.admin(), "screencorrupt", 1);
+    failover(&gw.admin(), "screencorrupt");
+    wait_stopped(&gw.admin(), "screencorrupt");
+    gw.kill9();
+    let file = gw.config.state_dir.join("screen/pids.json");
+    std::fs::create_dir_all(file.parent().expect("dir")).expect("screen dir");
+    std::fs::write(&file, b"{\"8000\":{\"max_epoch\":0,\"last_tim").expect("corrupt");
+    gw.restart_unready(&[]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let (status, body) = gw.call(Method::GET, "/readyz");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("screen/pids.json"), "{body}");
+    assert!(body.contains("README"), "{body}");
+    let mut local = RawConn::connect(&gw.bootstrap());
+    let (code, _, msg) = local.produce_msg(&topic, 0, batch(-1, -1, -1, 1, "local"));
+    assert_eq!(code, 44, "{msg}");
+    assert!(msg.contains("screening"), "{msg}");
+    let (code, _, msg) = local.produce_msg(&plain, 0, batch(-1, -1, -1, 1, "plain"));
+    assert_eq!(code, 0, "{msg}");
+    // The corrupt file is left as it was, for the operator.
+    assert_eq!(
+        std::fs::read(&file).expect("file"),
+        b"{\"8000\":{\"max_epoch\":0,\"last_tim"
+    );
 }

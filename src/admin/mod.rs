@@ -272,7 +272,8 @@ async fn mirrors(
                 Err(
                     e @ (FailoverError::AlreadyStopped { .. }
                     | FailoverError::NoPartitions { .. }
-                    | FailoverError::StateUnreadable { .. }),
+                    | FailoverError::StateUnreadable { .. }
+                    | FailoverError::ScreenUnreadable(_)),
                 ) => error_reply(StatusCode::CONFLICT, &e.to_string()),
                 Err(e @ FailoverError::Persist { .. }) => {
                     error_reply(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string())

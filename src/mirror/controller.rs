@@ -4,6 +4,15 @@
 //! after a restart, and the set of producer ids that mirrored traffic left in the brokers (PID
 //! screening).
 //!
+//! The screening set (`screen/pids.json`) has one writer at a time: every change is serialised
+//! and written while the set's lock is held, so a file never holds an older set than a write
+//! that finished after it (review F10). A failover makes the entries of its partitions durable
+//! *before* it records BARRIER_PERSISTED (review F8): after that record a restart rebuilds the PSM
+//! only from the barrier on, so the entries could not be found again. A screening set that cannot
+//! be read is never started empty nor rewritten: the gateway is not ready and the mirror topics
+//! stay read-only on the client listener until the operator recovers it (README, "Recovering the
+//! PID screening set").
+//!
 //! Owns: mirror state files in the state store (`mirrors/NAME.json`, `screen/pids.json`), barrier
 //! writes. Must not touch: client sockets (the proxy asks it for decisions), the PSM's rules (it
 //! asks the registry to clear a partition).
@@ -22,11 +31,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{Config, TopicRouter};
 use crate::metrics::{ListenerKind, Metrics};
-use crate::protocol::barrier::{encode_barrier_batch, parse_barrier, BarrierValue};
+use crate::protocol::barrier::{
+    encode_barrier_batch, parse_barrier, BarrierValue, BARRIER_TIMESTAMP,
+};
 use crate::protocol::batch::BatchWalker;
 use crate::proxy::ClusterView;
 use crate::psm::registry::PsmRegistry;
-use crate::state::StateStore;
+use crate::state::{StateError, StateStore};
 
 use super::state::{FailoverStep, MirrorRecord, PartitionRecord, PartitionState};
 
@@ -46,13 +57,27 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// The gateway clock as barrier writes see it. Test hook (environment, read once):
+/// `MIRRORGATE_TEST_BARRIER_CLOCK_SKEW_MS` shifts it, standing for a gateway whose wall clock is
+/// off from the brokers'.
+fn barrier_clock_ms() -> i64 {
+    static SKEW: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    let skew = *SKEW.get_or_init(|| {
+        std::env::var("MIRRORGATE_TEST_BARRIER_CLOCK_SKEW_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    });
+    now_ms().saturating_add(skew)
+}
+
 /// A refused partition of a produce request.
 #[derive(Debug, Clone)]
 pub struct Refusal {
     pub error_code: i16,
     pub message: String,
     /// `mirrorgate_produce_rejected_total{reason}` (`read_only`, `mirror_fenced`,
-    /// `state_unreadable`, `read_only_admin`).
+    /// `state_unreadable`, `screen_unreadable`, `read_only_admin`).
     pub reason: &'static str,
 }
 
@@ -86,6 +111,27 @@ pub enum FailoverError {
     StateUnreadable { name: String, reason: String },
     #[error("cannot persist the state of mirror {name:?}: {reason}")]
     Persist { name: String, reason: String },
+    #[error("no failover while {0}")]
+    ScreenUnreadable(ScreenError),
+}
+
+/// Why the PID screening set cannot be changed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ScreenError {
+    /// The file could not be read or decoded at start: it is left as it is for the operator.
+    #[error(
+        "the PID screening set {path} cannot be read ({reason}); mirror topics stay read-only on the \
+         client listener; recovery: README, \"Recovering the PID screening set\""
+    )]
+    Unreadable { path: String, reason: String },
+    #[error("cannot persist the PID screening set: {0}")]
+    Persist(String),
+}
+
+impl From<StateError> for ScreenError {
+    fn from(e: StateError) -> Self {
+        ScreenError::Persist(e.to_string())
+    }
 }
 
 /// Why a mirror cannot be started (failback).
@@ -214,7 +260,10 @@ pub struct MirrorController {
     /// Barrier offset per partition of stopped partitions (duplicate-ack guard).
     barriers: RwLock<HashMap<String, Vec<Option<i64>>>>,
     in_flight: RwLock<HashMap<(String, i32), Arc<AtomicI64>>>,
+    /// The PID screening set. Its lock is held across serialising and writing the file.
     screen: Mutex<HashMap<i64, ScreenEntry>>,
+    /// Set when `screen/pids.json` could not be read at start (fail closed, never rewritten).
+    screen_unreadable: Option<ScreenError>,
     metrics: MirrorMetrics,
     psm: Option<Arc<PsmRegistry>>,
     cluster: Arc<ClusterView>,
@@ -241,7 +290,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Test hook: `MIRRORGATE_CRASH_AFTER=fenced|barrier_written|barrier_persisted|psm_cleared` makes
+/// Test hook: `MIRRORGATE_CRASH_AFTER=fenced_persisted|fenced|barrier_written|screen_persisted|
+/// barrier_persisted|psm_cleared` makes
 /// the process abort right after that failover step (used by the restart tests).
 fn crash_point(step: &str) {
     if std::env::var("MIRRORGATE_CRASH_AFTER").is_ok_and(|v| v == step) {
@@ -296,13 +346,15 @@ impl MirrorController {
                 running: false,
             });
         }
-        let screen: HashMap<i64, ScreenEntry> = match store.read(SCREEN_AREA, SCREEN_FILE) {
-            Ok(Some(b)) => serde_json::from_slice(&b).unwrap_or_else(|e| {
-                tracing::error!(error = %e, "PID screening set unreadable; starting empty");
-                HashMap::new()
-            }),
-            _ => HashMap::new(),
+        // An unreadable store already makes every mirror unreadable (and read-only).
+        let (screen, screen_unreadable) = if store_problem.is_some() {
+            (HashMap::new(), None)
+        } else {
+            load_screen(&store)
         };
+        if let Some(e) = &screen_unreadable {
+            tracing::error!(error = %e, "PID screening set unreadable: not ready, mirror topics read-only on the client listener");
+        }
         let c = Arc::new(MirrorController {
             names: config.mirrors.iter().map(|m| m.name.clone()).collect(),
             with_source: config
@@ -318,6 +370,7 @@ impl MirrorController {
             barriers: RwLock::new(HashMap::new()),
             in_flight: RwLock::new(HashMap::new()),
             screen: Mutex::new(screen),
+            screen_unreadable,
             metrics: MirrorMetrics::new(metrics),
             psm,
             cluster,
@@ -549,6 +602,21 @@ impl MirrorController {
                     "mirrorgate: {topic}-{partition} belongs to mirror {mirror}, whose state cannot be read ({reason}); it stays read-only"
                 ),
                 reason: "state_unreadable",
+            });
+        }
+        if let (ListenerKind::Client, Some(e)) = (listener, &self.screen_unreadable) {
+            // Without the screening set a local producer could be handed a producer id that
+            // mirrored traffic left in the brokers, and be falsely acknowledged.
+            self.metrics
+                .rejected
+                .with_label_values(&["screen_unreadable"])
+                .inc();
+            return Err(Refusal {
+                error_code: REJECT_ERROR_CODE,
+                message: format!(
+                    "mirrorgate: {topic}-{partition} belongs to mirror {mirror} and stays read-only: {e}"
+                ),
+                reason: "screen_unreadable",
             });
         }
         match listener {
@@ -787,15 +855,89 @@ impl MirrorController {
             .as_ref()
             .map(|p| p.expiration_ms() + p.check_interval_ms())
             .unwrap_or(i64::MAX / 4);
+        if self.screen_unreadable.is_some() {
+            return;
+        }
         let now = now_ms();
         let mut s = lock(&self.screen);
         let before = s.len();
         s.retain(|_, e| now.saturating_sub(e.last_timestamp) <= horizon);
         if s.len() != before {
-            let bytes = serde_json::to_vec(&*s).unwrap_or_default();
-            drop(s);
-            let _ = self.store.write(SCREEN_AREA, SCREEN_FILE, &bytes);
+            // The file keeps the expired entries until a write succeeds: screening more is safe.
+            if let Err(e) = self.persist_screen(&s) {
+                tracing::warn!(error = %e, "cannot persist the expired PID screening entries; retried");
+            }
         }
+    }
+
+    /// Write the screening set `s`. The caller holds the set's lock across this call, so writes
+    /// land in the order of the changes (one writer at a time). Refused when the set could not be
+    /// read at start: rewriting it would drop the entries it held.
+    fn persist_screen(&self, s: &HashMap<i64, ScreenEntry>) -> Result<(), ScreenError> {
+        if let Some(e) = &self.screen_unreadable {
+            return Err(e.clone());
+        }
+        let bytes = serde_json::to_vec(s).map_err(|e| ScreenError::Persist(e.to_string()))?;
+        self.store.write(SCREEN_AREA, SCREEN_FILE, &bytes)?;
+        Ok(())
+    }
+
+    /// Add every producer the PSM holds for `parts` to the screening set and persist it (the
+    /// failover's step before BARRIER_PERSISTED). Idempotent.
+    fn screen_producers(&self, parts: &[(String, i32)]) -> Result<(), ScreenError> {
+        let mut found: Vec<(i64, ScreenEntry)> = Vec::new();
+        if let Some(psm) = &self.psm {
+            for (t, p) in parts {
+                if let Some(slot) = psm.existing(t, *p) {
+                    let s = slot.lock().unwrap_or_else(|e| e.into_inner());
+                    found.extend(s.psm.iter().map(|e| {
+                        (
+                            e.producer_id(),
+                            ScreenEntry {
+                                max_epoch: e.epoch(),
+                                last_timestamp: e.last_timestamp(),
+                            },
+                        )
+                    }));
+                }
+            }
+        }
+        let mut screen = lock(&self.screen);
+        merge_screen(&mut screen, found);
+        self.persist_screen(&screen)
+    }
+
+    /// Whether the PSM of a partition is rebuilt: a failover reads a partition's producers for
+    /// the screening set only then.
+    fn psm_ready(&self, topic: &str, partition: i32) -> bool {
+        let Some(psm) = &self.psm else { return true };
+        if !psm.tracks(topic) {
+            return true;
+        }
+        match psm.existing(topic, partition) {
+            Some(s) => s.lock().unwrap_or_else(|e| e.into_inner()).ready,
+            None => psm.is_initialized(),
+        }
+    }
+
+    /// Keep the barriers of the partitions whose PSM is rebuilt ([`Self::psm_ready`]); the
+    /// others wait at DRAINED (the next pass finds their barrier in the log).
+    fn with_psm_ready(
+        &self,
+        name: &str,
+        found: HashMap<(String, i32), i64>,
+    ) -> HashMap<(String, i32), i64> {
+        let (ready, waiting): (HashMap<_, _>, HashMap<_, _>) = found
+            .into_iter()
+            .partition(|((t, p), _)| self.psm_ready(t, *p));
+        if !waiting.is_empty() {
+            tracing::info!(
+                mirror = name,
+                partitions = waiting.len(),
+                "waiting for the producer state of partitions to be rebuilt before recording their barrier; they stay read-only"
+            );
+        }
+        ready
     }
 
     /// Records of every mirror (for the admin API).
@@ -826,20 +968,25 @@ impl MirrorController {
         out
     }
 
-    /// Readiness problems: unreadable state.
+    /// Readiness problems: unreadable mirror state, an unreadable PID screening set.
     pub fn problems(&self) -> Vec<String> {
-        lock(&self.slots)
+        let mut v: Vec<String> = lock(&self.slots)
             .iter()
             .filter_map(|s| {
                 s.unreadable
                     .as_ref()
                     .map(|r| format!("mirror {} state unreadable: {r}", s.record.name))
             })
-            .collect()
+            .collect();
+        v.extend(self.screen_unreadable.as_ref().map(|e| e.to_string()));
+        v
     }
 
     /// Start (or join) the failover of mirror `name`.
     pub fn failover(self: &Arc<Self>, name: &str) -> Result<FailoverStarted, FailoverError> {
+        if let Some(e) = &self.screen_unreadable {
+            return Err(FailoverError::ScreenUnreadable(e.clone()));
+        }
         self.sync_partitions();
         let mut slots = lock(&self.slots);
         let slot = usable_slot(&mut slots, name)?;
@@ -1213,6 +1360,19 @@ impl MirrorController {
                 self.fail_partitions(name, &failed, &reason);
             }
             crash_point("barrier_written");
+            // Their producers are read from the PSM: only once it is rebuilt (after a restart, or
+            // a rebuild triggered by an unknown outcome of mirror produce).
+            let found = self.with_psm_ready(name, found);
+            // The screening entries are durable before BARRIER_PERSISTED is: once it is recorded,
+            // a restart rebuilds the PSM from the barrier on and could not find them again.
+            let keys: Vec<(String, i32)> = found.keys().cloned().collect();
+            if !keys.is_empty() {
+                if let Err(e) = self.screen_producers(&keys) {
+                    self.fail_partitions(name, &keys, &e.to_string());
+                    return false;
+                }
+            }
+            crash_point("screen_persisted");
             let now = now_ms();
             let mut written = 0u64;
             let r = self.update(name, |p| {
@@ -1237,15 +1397,20 @@ impl MirrorController {
             .into_iter()
             .filter(|p| matches!(p.step, Some(FailoverStep::BarrierPersisted { .. })))
             .collect();
+        let keys: Vec<(String, i32)> = to_clear
+            .iter()
+            .map(|p| (p.topic.clone(), p.partition))
+            .collect();
         let mut expired: HashMap<(String, i32), u32> = HashMap::new();
         for p in &to_clear {
             let n = self.clear_psm(&p.topic, p.partition, p.barrier_offset.unwrap_or(-1));
             expired.insert((p.topic.clone(), p.partition), n as u32);
         }
         if !to_clear.is_empty() {
-            let bytes = serde_json::to_vec(&*lock(&self.screen)).unwrap_or_default();
-            if let Err(e) = self.store.write(SCREEN_AREA, SCREEN_FILE, &bytes) {
-                tracing::error!(error = %e, "cannot persist the PID screening set");
+            let screen = lock(&self.screen);
+            if let Err(e) = self.persist_screen(&screen) {
+                drop(screen);
+                self.fail_partitions(name, &keys, &e.to_string());
                 return false;
             }
         }
@@ -1290,17 +1455,20 @@ impl MirrorController {
             return 0;
         };
         let mut s = slot.lock().unwrap_or_else(|e| e.into_inner());
-        {
-            let mut screen = lock(&self.screen);
-            for e in s.psm.iter() {
-                let entry = screen.entry(e.producer_id()).or_insert(ScreenEntry {
-                    max_epoch: e.epoch(),
-                    last_timestamp: e.last_timestamp(),
-                });
-                entry.max_epoch = entry.max_epoch.max(e.epoch());
-                entry.last_timestamp = entry.last_timestamp.max(e.last_timestamp());
-            }
-        }
+        let found: Vec<(i64, ScreenEntry)> = s
+            .psm
+            .iter()
+            .map(|e| {
+                (
+                    e.producer_id(),
+                    ScreenEntry {
+                        max_epoch: e.epoch(),
+                        last_timestamp: e.last_timestamp(),
+                    },
+                )
+            })
+            .collect();
+        merge_screen(&mut lock(&self.screen), found);
         let n = s.psm.clear();
         s.barrier_offset = Some(barrier);
         s.applied_through = s.applied_through.max(barrier);
@@ -1389,7 +1557,7 @@ impl MirrorController {
                 }
             }
         }
-        let now = now_ms();
+        let now = barrier_clock_ms();
         for (addr, ps) in by_leader {
             let mut topics: Vec<TopicProduceData> = Vec::new();
             for p in &ps {
@@ -1411,7 +1579,8 @@ impl MirrorController {
                     producers_expired: producers,
                     last_mirrored_offset: last,
                 };
-                let batch: Bytes = encode_barrier_batch(&value, now);
+                // No timestamp: no topic's timestamp limits can refuse it (review F13).
+                let batch: Bytes = encode_barrier_batch(&value, BARRIER_TIMESTAMP);
                 let pd = PartitionProduceData::default()
                     .with_index(p.partition)
                     .with_records(Some(batch));
@@ -1464,6 +1633,32 @@ impl MirrorController {
             }
         }
         (out, failed, reason)
+    }
+}
+
+/// Read `screen/pids.json`: the set, or why it cannot be read (a missing file is an empty set).
+fn load_screen(store: &StateStore) -> (HashMap<i64, ScreenEntry>, Option<ScreenError>) {
+    let path = store.root().join(SCREEN_AREA).join(SCREEN_FILE);
+    let unreadable = |reason: String| ScreenError::Unreadable {
+        path: path.display().to_string(),
+        reason,
+    };
+    match store.read(SCREEN_AREA, SCREEN_FILE) {
+        Ok(None) => (HashMap::new(), None),
+        Ok(Some(b)) => match serde_json::from_slice(&b) {
+            Ok(s) => (s, None),
+            Err(e) => (HashMap::new(), Some(unreadable(format!("corrupt: {e}")))),
+        },
+        Err(e) => (HashMap::new(), Some(unreadable(e.to_string()))),
+    }
+}
+
+/// Merge producers into the screening set, keeping the highest epoch and latest timestamp.
+fn merge_screen(screen: &mut HashMap<i64, ScreenEntry>, found: Vec<(i64, ScreenEntry)>) {
+    for (pid, e) in found {
+        let entry = screen.entry(pid).or_insert(e);
+        entry.max_epoch = entry.max_epoch.max(e.max_epoch);
+        entry.last_timestamp = entry.last_timestamp.max(e.last_timestamp);
     }
 }
 

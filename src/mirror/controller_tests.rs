@@ -19,7 +19,13 @@ mirrors:
 "#;
 
 fn controller() -> (Arc<MirrorController>, Arc<Metrics>, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
+    controller_in(tempfile::tempdir().unwrap())
+}
+
+/// A controller over the state directory `dir` (which may already hold files).
+fn controller_in(
+    dir: tempfile::TempDir,
+) -> (Arc<MirrorController>, Arc<Metrics>, tempfile::TempDir) {
     let cfg = crate::config::load_str(
         &format!("{CONFIG}state_dir: {}\n", dir.path().display()),
         "t.yaml",
@@ -122,4 +128,122 @@ fn admin_requests_on_mirror_topics_are_refused_until_stopped() {
         ),
         4.0
     );
+}
+
+/// A state directory whose screening set is `content` (a directory when `None`: unreadable).
+fn with_screen_file(content: Option<&[u8]>) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    StateStore::init(dir.path()).unwrap();
+    let screen = dir.path().join(SCREEN_AREA);
+    std::fs::create_dir_all(&screen).unwrap();
+    match content {
+        Some(c) => std::fs::write(screen.join(SCREEN_FILE), c).unwrap(),
+        None => std::fs::create_dir_all(screen.join(SCREEN_FILE)).unwrap(),
+    }
+    dir
+}
+
+#[test]
+fn a_corrupt_or_unreadable_screening_set_makes_the_gateway_not_ready_and_mirror_topics_read_only() {
+    for (what, content) in [
+        (
+            "corrupt",
+            Some(&b"{\"8000\":{\"max_epoch\":0,\"last_ti"[..]),
+        ),
+        ("unreadable", None),
+    ] {
+        let (ctl, metrics, dir) = controller_in(with_screen_file(content));
+        let problems = ctl.problems();
+        let path = dir.path().join("screen/pids.json");
+        assert_eq!(problems.len(), 1, "{what}: {problems:?}");
+        assert!(
+            problems[0].contains(&path.display().to_string()),
+            "{what}: the path is named: {problems:?}"
+        );
+        assert!(
+            problems[0].contains("README"),
+            "{what}: the recovery is named: {problems:?}"
+        );
+        // Client produce to a mirror topic is refused for the screening set, plain topics pass.
+        let r = ctl
+            .admit(ListenerKind::Client, "orders", 0)
+            .err()
+            .unwrap_or_else(|| panic!("{what}: client produce admitted"));
+        assert_eq!(r.reason, "screen_unreadable", "{what}: {}", r.message);
+        assert!(r.message.contains("screening"), "{}", r.message);
+        assert!(ctl.admit(ListenerKind::Client, "plain", 0).is_ok());
+        // Mirror produce (MIRRORING) still passes: screening matters only after a failover.
+        assert!(ctl.admit(ListenerKind::Mirror, "orders", 0).is_ok());
+        assert_eq!(
+            sample(
+                &metrics,
+                r#"mirrorgate_produce_rejected_total{reason="screen_unreadable"}"#
+            ),
+            1.0
+        );
+        // A failover would overwrite the set with only its own entries: refused.
+        let err = ctl.failover("second").unwrap_err();
+        assert!(err.to_string().contains("screening"), "{what}: {err}");
+        // Nothing rewrote the file.
+        ctl.expire_screen();
+        match content {
+            Some(c) => assert_eq!(std::fs::read(&path).unwrap(), c),
+            None => assert!(path.is_dir()),
+        }
+    }
+}
+
+#[test]
+fn a_missing_screening_set_is_empty_and_ready() {
+    let (ctl, _, _dir) = controller();
+    assert!(ctl.problems().is_empty());
+    assert!(!ctl.screening_active());
+}
+
+#[test]
+fn concurrent_screening_writers_never_leave_an_older_or_torn_set() {
+    // Each writer adds a live entry and an expired one, then `expire_screen` persists: the file
+    // must always end up equal to memory (no lost update, no interleaved bytes).
+    let (ctl, _, dir) = controller();
+    let path = dir.path().join("screen/pids.json");
+    for round in 0..60i64 {
+        let threads: Vec<_> = (0..4i64)
+            .map(|t| {
+                let ctl = ctl.clone();
+                std::thread::spawn(move || {
+                    let pid = round * 10 + t;
+                    {
+                        let mut s = lock(&ctl.screen);
+                        s.insert(
+                            pid,
+                            ScreenEntry {
+                                max_epoch: 0,
+                                last_timestamp: now_ms(),
+                            },
+                        );
+                        s.insert(
+                            1_000_000 + pid,
+                            ScreenEntry {
+                                max_epoch: 0,
+                                last_timestamp: i64::MIN / 2,
+                            },
+                        );
+                    }
+                    ctl.expire_screen();
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let on_disk: HashMap<i64, ScreenEntry> =
+            serde_json::from_slice(&std::fs::read(&path).unwrap())
+                .unwrap_or_else(|e| panic!("round {round}: torn screening set: {e}"));
+        let mut disk: Vec<i64> = on_disk.keys().copied().collect();
+        let mut mem: Vec<i64> = lock(&ctl.screen).keys().copied().collect();
+        disk.sort();
+        mem.sort();
+        assert_eq!(disk, mem, "round {round}: the file lost an update");
+        assert_eq!(mem.len() as i64, (round + 1) * 4);
+    }
 }

@@ -16,6 +16,15 @@
 //! broker accepts it from a client (a control batch would be rejected, kip1279 H16) and it never
 //! touches the broker's producer state.
 //!
+//! The barrier carries no timestamp: base and max timestamp are [`BARRIER_TIMESTAMP`] (−1,
+//! `RecordBatch.NO_TIMESTAMP`) and the record's timestamp delta is 0. A CreateTime topic checks a
+//! record's timestamp against `message.timestamp.before.max.ms`/`after.max.ms` only when it is
+//! not −1 (Kafka 4.1.1 `LogValidator.validateTimestamp`), and a LogAppendTime topic stamps the
+//! batch itself, so the broker never refuses the barrier for its timestamp (INVALID_TIMESTAMP,
+//! 32), whatever the topic's limits or the gateway's clock (review F13; real-Kafka test
+//! `a_barrier_is_written_whatever_the_topics_timestamp_limits`). The gateway's time of the
+//! failover is in the value (`time_ms`).
+//!
 //! Detection ([`is_barrier_batch`]) needs all of: magic 2, uncompressed, not control, not
 //! transactional, producer id −1, record count 1, a well-formed single record filling the batch
 //! exactly, and the key equal to [`BARRIER_KEY`]. It reads only the header and the record's
@@ -363,8 +372,13 @@ fn read_nullable_bytes<'b>(b: &'b [u8], pos: &mut usize) -> Option<Option<&'b [u
 // ---------------------------------------------------------------------------------------------
 // The batch.
 
+/// The timestamp of a barrier batch as the gateway writes it: none (`NO_TIMESTAMP`), so that no
+/// topic's timestamp limits can refuse it (module doc).
+pub const BARRIER_TIMESTAMP: i64 = -1;
+
 /// Encodes the complete barrier record batch for `value`, with `timestamp_ms` as the record
-/// timestamp (base and max timestamp). See the module doc for the header fields.
+/// timestamp (base and max timestamp; the gateway passes [`BARRIER_TIMESTAMP`]). See the module
+/// doc for the header fields.
 pub fn encode_barrier_batch(value: &BarrierValue, timestamp_ms: i64) -> Bytes {
     let encoded = value.encode();
     let mut body = Vec::with_capacity(1 + 1 + 1 + 1 + BARRIER_KEY.len() + 5 + encoded.len() + 1);
@@ -809,6 +823,21 @@ mod tests {
             BarrierValue::decode(r.value.as_deref().unwrap()).unwrap(),
             value()
         );
+    }
+
+    #[test]
+    fn a_barrier_without_timestamp_is_detected_parsed_and_hidden() {
+        let b = encode_barrier_batch(&value(), BARRIER_TIMESTAMP);
+        let (h, _) = BatchWalker::new(&b, true).next().unwrap().unwrap();
+        assert_eq!((h.base_timestamp, h.max_timestamp), (-1, -1));
+        assert_eq!(decode_all(&b)[0].records[0].timestamp, -1);
+        assert!(is_barrier_batch(&b));
+        assert_eq!(parse_barrier(&b).unwrap(), Some(value()));
+        let hidden = hide_barriers(&b).expect("rewritten");
+        assert!(!is_barrier_batch(&hidden));
+        let (h, _) = BatchWalker::new(&hidden, true).next().unwrap().unwrap();
+        assert_eq!((h.base_timestamp, h.max_timestamp), (-1, -1));
+        assert!(decode_all(&hidden)[0].records[0].control);
     }
 
     #[test]

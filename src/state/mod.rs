@@ -1,6 +1,7 @@
 //! The on-disk state store: a directory of small files, each written atomically (write to a
-//! temporary file, fsync it, rename over the target, fsync the directory), so that a crash
-//! leaves either the old or the new content, never a mix.
+//! temporary file of its own, fsync it, rename over the target, fsync the directory), so that a
+//! crash leaves either the old or the new content, never a mix. Concurrent writers of one file
+//! each leave a whole file (the last rename wins); ordering them is the caller's business.
 //!
 //! The directory carries an identity file ([`IDENTITY_FILE`]) written by `mirrorgate state init`.
 //! A directory without it (missing, or an empty mount point after a lost volume) is never written
@@ -40,6 +41,9 @@ pub enum StateError {
     )]
     NotInitialised { path: PathBuf, what: &'static str },
 }
+
+/// Counter that makes each write's temporary file name unique within the process.
+static TMP_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// The identity file of an initialised state directory.
 pub const IDENTITY_FILE: &str = "mirrorgate.state";
@@ -158,7 +162,10 @@ impl StateStore {
         name: &str,
         bytes: &[u8],
     ) -> Result<(), StateError> {
-        let tmp = dir.join(format!(".{name}.tmp"));
+        // A temporary name of its own per write (process id and a counter): two writers of the
+        // same file never share, truncate or rename each other's temporary file (review F10).
+        let seq = TMP_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = dir.join(format!(".{name}.{}.{seq}.tmp", std::process::id()));
         let werr = |source| StateError::Write {
             path: path.to_path_buf(),
             source,
@@ -313,6 +320,47 @@ mod tests {
         let s = StateStore::open(dir.path()).unwrap();
         s.check().unwrap();
         assert!(dir.path().join(IDENTITY_FILE).exists());
+    }
+
+    #[test]
+    fn concurrent_writers_of_one_file_never_leave_a_torn_file_or_fail() {
+        // Each writer's content is one byte repeated: a torn or interleaved file would mix bytes
+        // or have the wrong length.
+        let dir = tempfile::tempdir().unwrap();
+        let s = StateStore::init(dir.path()).unwrap();
+        const LEN: usize = 64 * 1024;
+        let threads: Vec<_> = (0..4u8)
+            .map(|t| {
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    let mut errors = Vec::new();
+                    for i in 0..40u8 {
+                        let b = vec![b'a' + t * 5 + i % 5; LEN];
+                        if let Err(e) = s.write("screen", "pids.json", &b) {
+                            errors.push(e.to_string());
+                        }
+                        let read = s.read("screen", "pids.json").unwrap().unwrap();
+                        assert_eq!(read.len(), LEN, "torn file read by writer {t}");
+                        assert!(read.iter().all(|x| *x == read[0]), "interleaved bytes");
+                    }
+                    errors
+                })
+            })
+            .collect();
+        for t in threads {
+            let errors = t.join().unwrap();
+            assert!(errors.is_empty(), "concurrent writes failed: {errors:?}");
+        }
+        let read = s.read("screen", "pids.json").unwrap().unwrap();
+        assert_eq!(read.len(), LEN);
+        assert!(read.iter().all(|x| *x == read[0]));
+        assert_eq!(s.list("screen").unwrap(), vec!["pids.json".to_string()]);
+        let left: Vec<_> = std::fs::read_dir(dir.path().join("screen"))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(left.len(), 1, "temporary files left behind: {left:?}");
     }
 
     #[test]
