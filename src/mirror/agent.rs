@@ -5,7 +5,12 @@
 //!
 //! - Discovery: source metadata every few seconds; destination topics are created with the
 //!   source's partition count (and grown), replication factor min(source, destination brokers),
-//!   and [`wire::COPIED_CONFIGS`] copied from the source.
+//!   and [`wire::COPIED_CONFIGS`] copied from the source. A topic the offset map has entries
+//!   for is never created again.
+//! - Identity (review F4, F17): the map records the source cluster id and per topic the source
+//!   and destination topic ids; a changed source cluster refuses the mirror, a changed or
+//!   vanished topic and extra destination partitions fail those partitions (FAILED, marked here,
+//!   no task) — see README "What the agent checks".
 //! - One task per MIRRORING partition ([`partition`]): exact offset map ([`offsets`], persisted
 //!   in the state store area `agent`), per-partition order, one request in flight, retries that
 //!   never duplicate, FAILED with a reason on what it cannot mirror.
@@ -21,7 +26,7 @@ pub mod offsets;
 mod partition;
 pub mod wire;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
@@ -39,7 +44,7 @@ use crate::protocol::client::KafkaClient;
 use crate::proxy::ClusterView;
 use crate::state::StateStore;
 
-use offsets::{MirrorOffsets, AGENT_AREA};
+use offsets::{check_id, IdCheck, MirrorOffsets, AGENT_AREA};
 use wire::ClusterMeta;
 
 /// How long a failover waits for the agent's appends in flight.
@@ -143,6 +148,12 @@ pub struct MirrorAgent {
     source_ok: AtomicBool,
     refresh: Notify,
     tasks: Mutex<HashMap<(String, i32), TaskSlot>>,
+    /// Partitions the agent failed outside a task (identity changed, destination diverged): no
+    /// task is started for them; cleared when a failover stops the agent.
+    marked: Mutex<HashSet<(String, i32)>>,
+    /// Set when the source is not the cluster the offset map was mirrored from: no task runs,
+    /// nothing is created (until the configuration is fixed and the gateway restarted).
+    refused: Mutex<Option<String>>,
     metrics: AgentMetrics,
 }
 
@@ -250,6 +261,8 @@ pub fn start(
             source_ok: AtomicBool::new(true),
             refresh: Notify::new(),
             tasks: Mutex::new(HashMap::new()),
+            marked: Mutex::new(HashSet::new()),
+            refused: Mutex::new(None),
             metrics: AgentMetrics {
                 batches: batches.clone(),
                 bytes: bytes.clone(),
@@ -382,16 +395,59 @@ impl MirrorAgent {
         if !self.cluster.is_known() || self.failover_started() {
             return;
         }
+        if !self.check_source_cluster(&meta) {
+            return;
+        }
+        // The destination's own answer (not the gateway's cached view): which topics exist,
+        // their partition counts and topic ids.
+        let names: Vec<String> = topics.iter().map(|(t, _)| t.clone()).collect();
+        let dest_addrs: Vec<String> = self.cluster.brokers().into_iter().map(|(_, a)| a).collect();
+        let dest = match wire::metadata_of(
+            self.cluster.connector(),
+            &dest_addrs,
+            self.dest_timeout,
+            Some(&names),
+        )
+        .await
+        {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(mirror = %self.name, error = %e, "cannot read the destination metadata; discovery waits");
+                return;
+            }
+        };
         let mut changed = false;
         for (topic, src) in topics {
             let n = src.leaders.len() as i32;
-            match self.cluster.topic(&topic) {
-                None => {
-                    if let Err(e) = self.create_topic(&meta, &topic, &src).await {
-                        tracing::warn!(mirror = %self.name, %topic, error = %e, "cannot create the destination topic");
-                    }
-                    changed = true;
+            if !self.check_topic(&topic, &src, &dest) {
+                continue;
+            }
+            if dest.absent.contains(&topic) {
+                if let Err(e) = self.create_topic(&meta, &topic, &src).await {
+                    tracing::warn!(mirror = %self.name, %topic, error = %e, "cannot create the destination topic");
                 }
+                changed = true;
+                continue;
+            }
+            if let Some(d) = dest.topics.get(&topic) {
+                let dn = d.leaders.len() as i32;
+                if dn > n && n > 0 {
+                    let extra: Vec<(String, i32)> = (n..dn).map(|p| (topic.clone(), p)).collect();
+                    self.fail_partitions(
+                        extra,
+                        &format!(
+                            "the destination topic {topic} has {dn} partitions but its source has {n}: partitions {n}..{} have no \
+                             source partition behind them (added on the destination directly); they stay FAILED (read-only) \
+                             until a failover. Kafka cannot remove partitions: to mirror this topic exactly, delete and recreate \
+                             the destination topic (and its entries in state_dir/agent/{}.json) with the gateway stopped",
+                            dn - 1,
+                            self.name
+                        ),
+                    );
+                }
+            }
+            match dest.topics.get(&topic) {
+                None => {}
                 Some(d) if (d.leaders.len() as i32) < n => {
                     let r = async {
                         let mut c = self.dest_admin().await?;
@@ -414,6 +470,154 @@ impl MirrorAgent {
         if changed {
             let _ = self.cluster.refresh().await;
             self.controller.sync_partitions();
+        }
+    }
+
+    /// Whether the source is the cluster the offset map was mirrored from (its cluster id). A map
+    /// without a recorded id (older file) adopts the current one. On a change the mirror is
+    /// refused: every partition FAILED, no task runs, nothing is created.
+    fn check_source_cluster(&self, meta: &ClusterMeta) -> bool {
+        if let Some(reason) = lock(&self.refused).clone() {
+            self.fail_partitions(self.mirror_partitions(), &reason);
+            return false;
+        }
+        let reason = {
+            let mut o = lock(&self.offsets);
+            match check_id(o.source_cluster_id.as_deref(), meta.cluster_id.as_deref()) {
+                IdCheck::Same => return true,
+                IdCheck::Changed(_, new) if o.partitions.is_empty() => {
+                    o.source_cluster_id = Some(new);
+                    self.offsets_dirty.store(true, Ordering::SeqCst);
+                    return true;
+                }
+                IdCheck::Adopt(id) => {
+                    if !o.partitions.is_empty() {
+                        tracing::info!(mirror = %self.name, cluster_id = %id, "the offset map has no source cluster id (written by an older version): adopting the current source's");
+                    }
+                    o.source_cluster_id = Some(id);
+                    self.offsets_dirty.store(true, Ordering::SeqCst);
+                    return true;
+                }
+                IdCheck::Changed(old, new) => format!(
+                    "the source cluster id changed from {old} to {new}: the mirror's source ({}) is not the cluster its \
+                     offset map was mirrored from, and the agent refuses to mirror from it (its records would be mapped \
+                     onto the old cluster's). Point source.bootstrap back at cluster {old}, or mirror the new source into \
+                     fresh destination topics (delete them and state_dir/agent/{}.json with the gateway stopped)",
+                    self.source.bootstrap.join(","),
+                    self.name
+                ),
+            }
+        };
+        tracing::error!(mirror = %self.name, %reason, "mirror refused");
+        *lock(&self.refused) = Some(reason.clone());
+        self.fail_partitions(self.mirror_partitions(), &reason);
+        false
+    }
+
+    /// Identity checks of a topic the agent has mirrored (offset map entries): the source topic
+    /// id, the destination topic still existing with the same id. `false`: its partitions are
+    /// FAILED and the topic is left alone (never re-created).
+    fn check_topic(&self, topic: &str, src: &wire::TopicMeta, dest: &ClusterMeta) -> bool {
+        let parts: Vec<(String, i32)> = {
+            let o = lock(&self.offsets);
+            match o.partitions.get(topic) {
+                Some(m) if !m.is_empty() => m.keys().map(|p| (topic.to_string(), *p)).collect(),
+                _ => return true,
+            }
+        };
+        if dest.absent.contains(topic) {
+            self.fail_partitions(
+                parts,
+                &format!(
+                    "destination topic {topic} disappeared after mirroring; not re-creating it (it was deleted on the \
+                     destination behind the gateway). To mirror it again from the source log start, remove the topic from \
+                     state_dir/agent/{}.json with the gateway stopped",
+                    self.name
+                ),
+            );
+            return false;
+        }
+        let dest_id = dest.topics.get(topic).and_then(|d| d.topic_id.clone());
+        let mut failure = None;
+        {
+            let mut o = lock(&self.offsets);
+            let ident = o.topics.entry(topic.to_string()).or_default();
+            match check_id(ident.source_topic_id.as_deref(), src.topic_id.as_deref()) {
+                IdCheck::Same => {}
+                IdCheck::Adopt(id) => {
+                    tracing::info!(mirror = %self.name, %topic, topic_id = %id, "the offset map has no source topic id for this topic (new entry, or written by an older version): adopting the current one");
+                    ident.source_topic_id = Some(id);
+                    self.offsets_dirty.store(true, Ordering::SeqCst);
+                }
+                IdCheck::Changed(old, new) => {
+                    failure = Some(format!(
+                        "the source topic {topic} changed identity: its topic id was {old} and is now {new} (deleted and \
+                         re-created, or the source was repointed to another cluster); the destination holds the old topic's \
+                         records, so the agent refuses to append the new one's. Delete and recreate the destination topic and \
+                         remove the topic from state_dir/agent/{}.json with the gateway stopped",
+                        self.name
+                    ))
+                }
+            }
+            if failure.is_none() {
+                match check_id(ident.destination_topic_id.as_deref(), dest_id.as_deref()) {
+                    IdCheck::Same => {}
+                    IdCheck::Adopt(id) => {
+                        tracing::info!(mirror = %self.name, %topic, topic_id = %id, "the offset map has no destination topic id for this topic (new entry, or written by an older version): adopting the current one");
+                        ident.destination_topic_id = Some(id);
+                        self.offsets_dirty.store(true, Ordering::SeqCst);
+                    }
+                    IdCheck::Changed(old, new) => {
+                        failure = Some(format!(
+                            "the destination topic {topic} was re-created after mirroring (topic id {old}, now {new}): it no \
+                             longer holds what the agent mirrored; not mirroring into it. Remove the topic from \
+                             state_dir/agent/{}.json with the gateway stopped to mirror it again from the source log start",
+                            self.name
+                        ))
+                    }
+                }
+            }
+        }
+        match failure {
+            Some(reason) => {
+                self.fail_partitions(parts, &reason);
+                false
+            }
+            None => true,
+        }
+    }
+
+    /// Every partition of this mirror: in the controller's records and in the offset map.
+    fn mirror_partitions(&self) -> Vec<(String, i32)> {
+        let mut keys: HashSet<(String, i32)> = self
+            .controller
+            .records()
+            .into_iter()
+            .filter(|(r, _)| r.name == self.name)
+            .flat_map(|(r, _)| r.partitions.into_iter().map(|p| (p.topic, p.partition)))
+            .collect();
+        let o = lock(&self.offsets);
+        for (t, m) in &o.partitions {
+            for p in m.keys() {
+                keys.insert((t.clone(), *p));
+            }
+        }
+        keys.into_iter().collect()
+    }
+
+    /// Fail partitions outside their tasks: stop the tasks, mark them FAILED with `reason`, and
+    /// start no task for them until a failover clears the marks (or the gateway restarts, when
+    /// the checks run again).
+    fn fail_partitions(&self, keys: Vec<(String, i32)>, reason: &str) {
+        let set: HashSet<(String, i32)> = keys.into_iter().collect();
+        drop(self.stop_tasks(|k| set.contains(k)));
+        let mut marked = lock(&self.marked);
+        for (t, p) in set {
+            if marked.insert((t.clone(), p)) {
+                tracing::error!(mirror = %self.name, topic = %t, partition = p, %reason, "partition FAILED: the agent stopped mirroring it");
+            }
+            self.controller
+                .set_agent_failed(&t, p, Some(format!("mirror agent: {reason}")));
         }
     }
 
@@ -480,6 +684,10 @@ impl MirrorAgent {
             }
         }
         let Some(meta) = meta else { return };
+        if lock(&self.refused).is_some() {
+            return;
+        }
+        let marked = lock(&self.marked).clone();
         for (topic, src) in meta.topics.iter().filter(|(t, _)| self.owns(t)) {
             let Some(dest) = self.cluster.topic(topic) else {
                 continue;
@@ -487,6 +695,9 @@ impl MirrorAgent {
             let n = src.leaders.len().min(dest.leaders.len()) as i32;
             for p in 0..n {
                 let key = (topic.clone(), p);
+                if marked.contains(&key) {
+                    continue;
+                }
                 let state = self.controller.state_of(topic, p);
                 if let Some(slot) = tasks.get(&key) {
                     if slot.handle.as_ref().is_some_and(|h| !h.is_finished()) {
@@ -565,6 +776,9 @@ impl MirrorAgent {
             for ((t, p), _) in tasks.drain() {
                 self.controller.set_agent_failed(&t, p, None);
             }
+        }
+        for (t, p) in lock(&self.marked).drain() {
+            self.controller.set_agent_failed(&t, p, None);
         }
         let n = handles.len();
         if tokio::time::timeout(STOP_WAIT, futures_join(handles))

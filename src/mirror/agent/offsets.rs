@@ -90,12 +90,50 @@ impl PartitionMap {
     }
 }
 
+/// What a topic's maps were mirrored from and into: the source and destination topic ids.
+/// Absent in files written before they were recorded (the agent then adopts the current ids).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicIdentity {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_topic_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination_topic_id: Option<String>,
+}
+
+/// How a recorded id compares with the one seen now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdCheck {
+    /// The same, or nothing is known now (the check waits).
+    Same,
+    /// Nothing recorded yet: record the current id.
+    Adopt(String),
+    /// A different id: (recorded, current).
+    Changed(String, String),
+}
+
+/// Compare a recorded id with the current one.
+pub fn check_id(recorded: Option<&str>, current: Option<&str>) -> IdCheck {
+    match (recorded, current) {
+        (_, None) => IdCheck::Same,
+        (None, Some(c)) => IdCheck::Adopt(c.to_string()),
+        (Some(r), Some(c)) if r == c => IdCheck::Same,
+        (Some(r), Some(c)) => IdCheck::Changed(r.to_string(), c.to_string()),
+    }
+}
+
 /// The persisted maps of one mirror.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MirrorOffsets {
     pub version: u32,
     pub mirror: String,
+    /// The source cluster id the maps were mirrored from (absent in older files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_cluster_id: Option<String>,
+    /// topic → its source and destination topic ids (absent in older files).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub topics: BTreeMap<String, TopicIdentity>,
     /// topic → partition → map.
     pub partitions: BTreeMap<String, BTreeMap<i32, PartitionMap>>,
 }
@@ -105,6 +143,8 @@ impl MirrorOffsets {
         MirrorOffsets {
             version: OFFSETS_VERSION,
             mirror: mirror.to_string(),
+            source_cluster_id: None,
+            topics: BTreeMap::new(),
             partitions: BTreeMap::new(),
         }
     }
@@ -187,5 +227,35 @@ mod tests {
         bad.version = 9;
         assert!(MirrorOffsets::decode(&bad.encode()).is_err());
         assert!(MirrorOffsets::decode(b"{").is_err());
+    }
+
+    #[test]
+    fn a_map_file_without_identity_is_read_and_the_identity_round_trips() {
+        let old = br#"{"version":1,"mirror":"m","partitions":{"t":{"0":{"ranges":[{"source":0,"destination":0,"count":3}]}}}}"#;
+        let o = MirrorOffsets::decode(old).unwrap();
+        assert_eq!(o.source_cluster_id, None);
+        assert!(o.topics.is_empty());
+        assert_eq!(o.get("t", 0).and_then(|m| m.next()), Some((3, 3)));
+        let mut n = o.clone();
+        n.source_cluster_id = Some("cluster-a".into());
+        n.topics.insert(
+            "t".into(),
+            TopicIdentity {
+                source_topic_id: Some("s-id".into()),
+                destination_topic_id: Some("d-id".into()),
+            },
+        );
+        assert_eq!(MirrorOffsets::decode(&n.encode()).unwrap(), n);
+    }
+
+    #[test]
+    fn an_id_is_adopted_when_none_was_recorded_and_a_different_one_is_a_change() {
+        assert_eq!(check_id(None, Some("a")), IdCheck::Adopt("a".into()));
+        assert_eq!(check_id(Some("a"), Some("a")), IdCheck::Same);
+        assert_eq!(check_id(Some("a"), None), IdCheck::Same);
+        assert_eq!(
+            check_id(Some("a"), Some("b")),
+            IdCheck::Changed("a".into(), "b".into())
+        );
     }
 }

@@ -11,6 +11,8 @@
 //!   broker refuses a produced batch with another base offset and assigns offsets itself).
 //! - Transactional and control batches, and batches with offset gaps (compaction), FAIL the
 //!   partition: nothing is appended for them.
+//! - Every append must be acknowledged at the next destination offset of the map
+//!   ([`check_ack`]); any other offset FAILS the partition and is not recorded.
 //! - Retries never duplicate: an idempotent batch (producer id ≥ 0) is resent as-is and the
 //!   broker deduplicates it; for a batch without a producer id, the destination log end is
 //!   compared with the offset map (and the batch found there is matched) before resending.
@@ -67,6 +69,27 @@ fn not_appended(code: i16) -> bool {
 fn unknown_outcome(code: i16) -> bool {
     // REQUEST_TIMED_OUT, NETWORK_EXCEPTION, NOT_ENOUGH_REPLICAS_AFTER_APPEND.
     matches!(code, 7 | 13 | 20)
+}
+
+/// An append must be acknowledged at the next destination offset of the map: the batch then
+/// landed right after what was mirrored. A broker answers a batch it takes for a duplicate (same
+/// producer id, epoch and sequence as one of the last five it appended) with that older batch's
+/// offset; recording such an ack would map source records to a destination copy that holds other
+/// records (a repointed source whose producers reuse the same ids), so it fails the partition.
+pub fn check_ack(expected: i64, acked: i64) -> Result<(), String> {
+    if acked == expected {
+        return Ok(());
+    }
+    Err(format!(
+        "the destination acknowledged the append at offset {acked}, not at the next offset {expected} of the offset map: \
+         {} (not recorded; nothing more is appended). Check that the mirror's source is the cluster it mirrored from and \
+         that nobody else writes or deleted records in the destination topic",
+        if acked < expected {
+            "the broker took the batch for a duplicate of an earlier, different batch (same producer id and sequence)"
+        } else {
+            "records the agent did not write are in the destination"
+        }
+    ))
 }
 
 pub struct Task {
@@ -470,7 +493,10 @@ impl Task {
             let Some(c) = self.dst.as_mut() else { continue };
             let unknown = match wire::produce_one(c, &self.topic, self.partition, batch.clone()).await
             {
-                Ok((0, base, _)) => return Ok(base),
+                Ok((0, base, _)) => {
+                    check_ack(self.next_dst, base).map_err(Halt::Fail)?;
+                    return Ok(base);
+                }
                 Ok((44, _, msg)) => {
                     // Refused by the gateway: fenced (failover), paused, or read-only.
                     if self.m.controller.state_of(&self.topic, self.partition)
@@ -657,5 +683,24 @@ impl Task {
                 self.max_bytes = (self.max_bytes * 2).min(MAX_FETCH_BYTES);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_ack;
+
+    #[test]
+    fn an_append_acknowledged_at_any_offset_but_the_next_expected_one_fails_the_partition() {
+        assert!(check_ack(10, 10).is_ok());
+        let dup = check_ack(10, 7).unwrap_err();
+        assert!(
+            dup.contains("offset 7") && dup.contains("next offset 10"),
+            "{dup}"
+        );
+        assert!(dup.contains("duplicate"), "{dup}");
+        let ahead = check_ack(10, 12).unwrap_err();
+        assert!(ahead.contains("did not write"), "{ahead}");
+        assert!(check_ack(0, 5).is_err());
     }
 }

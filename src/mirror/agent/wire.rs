@@ -4,7 +4,7 @@
 //!
 //! Owns: request shapes and versions. Must not touch: agent state, the controller.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -12,6 +12,7 @@ use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     CreatePartitionsRequest, CreateTopicsRequest, DescribeConfigsRequest, FetchRequest,
@@ -38,6 +39,8 @@ pub struct TopicMeta {
     /// Replicas of partition 0 (the replication factor).
     pub replication_factor: i16,
     pub internal: bool,
+    /// The topic id (Metadata v10+; `None` when the broker sent the nil id).
+    pub topic_id: Option<String>,
 }
 
 /// Brokers and topics of a cluster.
@@ -45,6 +48,11 @@ pub struct TopicMeta {
 pub struct ClusterMeta {
     pub brokers: HashMap<i32, String>,
     pub topics: HashMap<String, TopicMeta>,
+    /// The cluster id (`None` if the broker sent none).
+    pub cluster_id: Option<String>,
+    /// Topics asked for by name that the cluster answered UNKNOWN_TOPIC_OR_PARTITION: they do
+    /// not exist (other topic errors are transient and leave a topic out of both lists).
+    pub absent: HashSet<String>,
 }
 
 impl ClusterMeta {
@@ -61,19 +69,45 @@ pub async fn metadata(
     addrs: &[String],
     timeout: Duration,
 ) -> Result<ClusterMeta, ClientError> {
+    metadata_of(connector, addrs, timeout, None).await
+}
+
+/// Metadata of `topics` (every topic with `None`) from the first reachable address, with the
+/// cluster id and topic ids (Metadata v12).
+pub async fn metadata_of(
+    connector: &Connector,
+    addrs: &[String],
+    timeout: Duration,
+    topics: Option<&[String]>,
+) -> Result<ClusterMeta, ClientError> {
     let mut last = None;
     for addr in addrs {
         let r = async {
             let mut c = KafkaClient::connect_with(connector, addr, timeout).await?;
             let req = MetadataRequest::default()
-                .with_topics(None)
+                .with_topics(topics.map(|ts| {
+                    ts.iter()
+                        .map(|t| {
+                            MetadataRequestTopic::default()
+                                .with_name(Some(StrBytes::from_string(t.clone()).into()))
+                        })
+                        .collect()
+                }))
                 .with_allow_auto_topic_creation(false);
-            c.send(&req, 9).await
+            c.send(&req, 12).await
         }
         .await;
         match r {
             Ok(resp) => {
-                let mut m = ClusterMeta::default();
+                let mut m = ClusterMeta {
+                    cluster_id: resp.cluster_id.as_ref().map(|c| c.to_string()),
+                    ..ClusterMeta::default()
+                };
+                for t in resp.topics.iter().filter(|t| t.error_code == 3) {
+                    if let Some(name) = t.name.as_ref() {
+                        m.absent.insert(name.0.to_string());
+                    }
+                }
                 for b in &resp.brokers {
                     m.brokers
                         .insert(b.node_id.0, format!("{}:{}", b.host.as_str(), b.port));
@@ -104,6 +138,7 @@ pub async fn metadata(
                             leaders,
                             replication_factor: rf.max(1),
                             internal: t.is_internal,
+                            topic_id: (!t.topic_id.is_nil()).then(|| t.topic_id.to_string()),
                         },
                     );
                 }
