@@ -64,11 +64,7 @@ async fn admin(
 
 pub fn run(topics: usize, partitions: i32) -> Result<serde_json::Value, String> {
     let (_clusters, addrs) = Clusters::ensure(&["destination"])?;
-    let destination: Vec<String> = addrs
-        .iter()
-        .find(|(n, _)| n == "destination")
-        .map(|(_, a)| a.split(',').map(str::to_string).collect())
-        .ok_or("destination cluster not running")?;
+    let destination = crate::cluster_brokers(&addrs, "destination")?;
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())

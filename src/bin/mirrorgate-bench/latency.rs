@@ -22,9 +22,6 @@ use kafka_protocol::messages::{
     ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
 use mirrorgate::protocol::client::KafkaClient;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -113,38 +110,6 @@ async fn producer_id(bootstrap: &str) -> Result<(i64, i16), String> {
         }
     }
     Err("InitProducerId: coordinator not available".into())
-}
-
-fn batch(pid: i64, epoch: i16, base_sequence: i32, records: usize, value: &Bytes) -> Bytes {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0);
-    let recs: Vec<Record> = (0..records)
-        .map(|i| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: pid,
-            producer_epoch: epoch,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: base_sequence.wrapping_add(i as i32),
-            timestamp: now,
-            key: None,
-            value: Some(value.clone()),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::with_capacity(records * (RECORD_SIZE + 16) + 64);
-    let opts = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    // Encoding a well-formed batch of plain records cannot fail.
-    let _ = RecordBatchEncoder::encode(&mut buf, recs.iter(), &opts);
-    buf.freeze()
 }
 
 fn produce_frame(topic: &str, partition: i32, correlation: i32, records: Bytes) -> Vec<u8> {
@@ -264,7 +229,16 @@ async fn partition_loop(
             &topic,
             partition,
             correlation,
-            batch(pid, epoch, sequence, per_batch, &value),
+            crate::batch::encode(
+                per_batch,
+                &value,
+                |_| None,
+                Some(crate::batch::Producer {
+                    id: pid,
+                    epoch,
+                    base_sequence: sequence,
+                }),
+            ),
         );
         let sent = Instant::now();
         tx.send((correlation, sent)).map_err(err)?;
@@ -351,19 +325,5 @@ mod tests {
         assert_eq!(quantile_ms(&us, 0.999), 0.999);
         assert_eq!(quantile_ms(&[7000], 0.99), 7.0);
         assert!(quantile_ms(&[], 0.5).is_nan());
-    }
-
-    #[test]
-    fn an_idempotent_batch_carries_the_producer_and_its_sequence() {
-        let b = batch(42, 3, 100, 4, &Bytes::from_static(b"v"));
-        let (h, _) = mirrorgate::protocol::batch::BatchWalker::new(&b, true)
-            .next()
-            .expect("one batch")
-            .expect("well formed, CRC included");
-        assert_eq!(
-            (h.producer_id, h.producer_epoch, h.base_sequence),
-            (42, 3, 100)
-        );
-        assert_eq!(h.last_offset_delta, 3);
     }
 }

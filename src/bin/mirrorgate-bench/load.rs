@@ -24,9 +24,6 @@ use kafka_protocol::messages::{
     ProduceRequest, RequestHeader, TopicName,
 };
 use kafka_protocol::protocol::{Encodable, HeaderVersion, StrBytes};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
 use mirrorgate::protocol::batch::BatchWalker;
 use mirrorgate::protocol::client::KafkaClient;
 use serde_json::json;
@@ -103,36 +100,12 @@ fn ensure_fd_limit(connections: usize) -> Result<(), String> {
 }
 
 fn record_batch(records: usize, value_size: usize, salt: u64) -> Bytes {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0);
-    let recs: Vec<Record> = (0..records)
-        .map(|i| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            // No producer id: base sequence -1. The encoder starts a new batch whenever
-            // offset - sequence changes, so the sequence follows the offset.
-            sequence: i as i32 - 1,
-            timestamp: now,
-            key: Some(Bytes::from(format!("k{salt}-{i}"))),
-            value: Some(Bytes::from(vec![b'x'; value_size])),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    let opts = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(&mut buf, recs.iter(), &opts).expect("record batch encodes");
-    buf.freeze()
+    crate::batch::encode(
+        records,
+        &Bytes::from(vec![b'x'; value_size]),
+        |i| Some(Bytes::from(format!("k{salt}-{i}"))),
+        None,
+    )
 }
 
 fn produce_request(topic: &str, partition: i32, batch: Bytes) -> ProduceRequest {
@@ -420,11 +393,7 @@ pub fn run(
     ensure_fd_limit(connections)?;
     let bin = gateway_binary()?;
     let (_clusters, addrs) = Clusters::ensure(&["destination"])?;
-    let destination: Vec<String> = addrs
-        .iter()
-        .find(|(n, _)| n == "destination")
-        .map(|(_, a)| a.split(',').map(str::to_string).collect())
-        .ok_or("destination cluster not running")?;
+    let destination = crate::cluster_brokers(&addrs, "destination")?;
     let gateway = GatewayProcess::start(&bin, &destination, BASE, ADMIN, "load")?;
     let pid = gateway.pid();
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -13,6 +13,7 @@ use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
+mod batch;
 mod failover;
 mod latency;
 mod load;
@@ -169,6 +170,15 @@ impl Clusters {
             .collect();
         Ok((Clusters { started }, addrs))
     }
+}
+
+/// The broker addresses of cluster `name` in the rig's status lines (`NAME=host:port,…`).
+pub fn cluster_brokers(addrs: &[(String, String)], name: &str) -> Result<Vec<String>, String> {
+    addrs
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, a)| a.split(',').map(str::to_string).collect())
+        .ok_or_else(|| format!("{name} cluster not running"))
 }
 
 impl Drop for Clusters {

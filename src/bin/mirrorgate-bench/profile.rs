@@ -124,11 +124,7 @@ pub fn run(seconds: u64, rate: Option<i64>) -> Result<Value, String> {
     let (collapse, graph) = inferno()?;
     let bin = gateway_binary()?;
     let (_clusters, addrs) = Clusters::ensure(&["destination"])?;
-    let brokers: Vec<String> = addrs
-        .iter()
-        .find(|(n, _)| n == "destination")
-        .map(|(_, a)| a.split(',').map(str::to_string).collect())
-        .ok_or("destination cluster not running")?;
+    let brokers = crate::cluster_brokers(&addrs, "destination")?;
     let gateway = GatewayProcess::start(&bin, &brokers, BASE, ADMIN, "profile")?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

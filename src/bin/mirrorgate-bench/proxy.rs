@@ -244,11 +244,7 @@ pub fn run(opts: Options) -> Result<Value, String> {
         .max(2);
     let bin = gateway_binary()?;
     let (_clusters, addrs) = Clusters::ensure(&["destination"])?;
-    let brokers: Vec<String> = addrs
-        .iter()
-        .find(|(n, _)| n == "destination")
-        .map(|(_, a)| a.split(',').map(str::to_string).collect())
-        .ok_or("destination cluster not running")?;
+    let brokers = crate::cluster_brokers(&addrs, "destination")?;
     let direct = brokers.first().cloned().ok_or("no destination broker")?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
