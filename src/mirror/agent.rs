@@ -146,6 +146,10 @@ pub struct MirrorAgent {
     offsets_error: Option<String>,
     source_meta: RwLock<Option<ClusterMeta>>,
     source_ok: AtomicBool,
+    /// A discovery pass has run every identity check (source cluster, topics, destination):
+    /// no partition task starts before, so nothing is appended from a source that a check
+    /// would refuse.
+    checked: AtomicBool,
     refresh: Notify,
     tasks: Mutex<HashMap<(String, i32), TaskSlot>>,
     /// Partitions the agent failed outside a task (identity changed, destination diverged): no
@@ -259,6 +263,7 @@ pub fn start(
             offsets_error,
             source_meta: RwLock::new(None),
             source_ok: AtomicBool::new(true),
+            checked: AtomicBool::new(false),
             refresh: Notify::new(),
             tasks: Mutex::new(HashMap::new()),
             marked: Mutex::new(HashSet::new()),
@@ -467,6 +472,7 @@ impl MirrorAgent {
                 Some(_) => {}
             }
         }
+        self.checked.store(true, Ordering::SeqCst);
         if changed {
             let _ = self.cluster.refresh().await;
             self.controller.sync_partitions();
@@ -684,7 +690,7 @@ impl MirrorAgent {
             }
         }
         let Some(meta) = meta else { return };
-        if lock(&self.refused).is_some() {
+        if lock(&self.refused).is_some() || !self.checked.load(Ordering::SeqCst) {
             return;
         }
         let marked = lock(&self.marked).clone();
