@@ -58,18 +58,21 @@ fn inferno() -> Result<(PathBuf, PathBuf), String> {
     Ok((collapse, graph))
 }
 
-/// The functions with the most samples at the top of the stack, from folded stacks
-/// (`frame;frame;leaf count` per line): `[(leaf, share of all samples)]`.
+/// The stacks of folded output (`frame;frame;leaf count` per line) with their counts; lines
+/// that do not parse are skipped.
+fn folded_stacks(folded: &str) -> impl Iterator<Item = (&str, u64)> {
+    folded.lines().filter_map(|line| {
+        let (stack, count) = line.rsplit_once(' ')?;
+        Some((stack, count.parse::<u64>().ok()?))
+    })
+}
+
+/// The functions with the most samples at the top of the stack, from folded stacks:
+/// `[(leaf, share of all samples)]`.
 fn top_leaves(folded: &str, n: usize) -> Vec<(String, f64)> {
     let mut by_leaf: std::collections::HashMap<&str, u64> = Default::default();
     let mut total = 0u64;
-    for line in folded.lines() {
-        let Some((stack, count)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(count) = count.parse::<u64>() else {
-            continue;
-        };
+    for (stack, count) in folded_stacks(folded) {
         let leaf = stack.rsplit(';').next().unwrap_or(stack);
         *by_leaf.entry(leaf).or_default() += count;
         total += count;
@@ -88,13 +91,7 @@ fn top_leaves(folded: &str, n: usize) -> Vec<(String, f64)> {
 fn stack_groups(folded: &str, groups: &[(&'static str, &[&str])]) -> Vec<(&'static str, f64)> {
     let mut counts = vec![0u64; groups.len() + 1];
     let mut total = 0u64;
-    for line in folded.lines() {
-        let Some((stack, count)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(count) = count.parse::<u64>() else {
-            continue;
-        };
+    for (stack, count) in folded_stacks(folded) {
         total += count;
         let leafward: Vec<&str> = stack.rsplit(';').collect();
         let g = groups
@@ -259,10 +256,7 @@ pub fn run(seconds: u64, rate: Option<i64>) -> Result<Value, String> {
     std::fs::write(&svg_path, &svg.stdout).map_err(|e| e.to_string())?;
     // perf's cpu-clock event weighs each sample by its period in nanoseconds, and the folded
     // counts carry that weight: their sum is the CPU time sampled.
-    let weight: u64 = folded
-        .lines()
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
-        .sum();
+    let weight: u64 = folded_stacks(&folded).map(|(_, c)| c).sum();
     let groups = stack_groups(
         &folded,
         &[
