@@ -3,6 +3,7 @@ mod admin_api;
 mod agent;
 mod cli;
 mod compose;
+mod drain;
 mod failover;
 mod faults;
 mod gw;

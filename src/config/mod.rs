@@ -169,6 +169,12 @@ pub struct LimitsConfig {
     /// must not hold client connections forever. Longer than clients' `request.timeout.ms`.
     #[serde(default = "default_upstream_timeout_ms")]
     pub upstream_timeout_ms: u64,
+    /// A mirror write whose answer never came (its connection was lost or timed out) may still
+    /// be appended by the broker. After writing a failover barrier, the gateway waits until
+    /// this long has passed since the last such write of the partition, re-reads the log after
+    /// the barrier, and writes a new barrier after anything that landed late; milliseconds.
+    #[serde(default = "default_unknown_outcome_settle_ms")]
+    pub unknown_outcome_settle_ms: u64,
 }
 
 /// Metrics options.
@@ -278,6 +284,9 @@ fn default_shutdown_grace_ms() -> u64 {
 fn default_upstream_timeout_ms() -> u64 {
     120_000
 }
+fn default_unknown_outcome_settle_ms() -> u64 {
+    5_000
+}
 fn default_true() -> bool {
     true
 }
@@ -304,6 +313,7 @@ impl Default for LimitsConfig {
             max_in_flight: default_max_in_flight(),
             shutdown_grace_ms: default_shutdown_grace_ms(),
             upstream_timeout_ms: default_upstream_timeout_ms(),
+            unknown_outcome_settle_ms: default_unknown_outcome_settle_ms(),
         }
     }
 }

@@ -933,3 +933,19 @@ fn empty_sasl_password_file_is_refused() {
     assert_eq!(issue.path, "destination.sasl.password.file");
     assert_eq!(issue.message, "must name a file");
 }
+
+#[test]
+fn an_unknown_outcome_settle_time_beyond_ten_minutes_is_refused() {
+    let err = load_str(
+        &append("limits: {unknown_outcome_settle_ms: 600001}\n"),
+        "f.yaml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("limits.unknown_outcome_settle_ms") && err.contains("at most 600000"),
+        "{err}"
+    );
+    let cfg = load_str(&append(""), "f.yaml").unwrap();
+    assert_eq!(cfg.limits.unknown_outcome_settle_ms, 5_000);
+}

@@ -10,6 +10,8 @@ use std::net::{IpAddr, SocketAddr};
 /// Lower bounds on limits.
 pub const MIN_MAX_FRAME_BYTES: u32 = 1024;
 pub const MIN_IDLE_TIMEOUT_MS: u64 = 1000;
+/// Longest `limits.unknown_outcome_settle_ms` (10 min): a failover may wait that long.
+pub const MAX_UNKNOWN_OUTCOME_SETTLE_MS: u64 = 600_000;
 pub const MIN_METADATA_REFRESH_MS: u64 = 100;
 
 struct Issues(Vec<ConfigIssue>);
@@ -277,6 +279,15 @@ fn check_limits(out: &mut Issues, cfg: &Config) {
             format!(
                 "must be at least {MIN_IDLE_TIMEOUT_MS} (got {})",
                 l.upstream_timeout_ms
+            ),
+        );
+    }
+    if l.unknown_outcome_settle_ms > MAX_UNKNOWN_OUTCOME_SETTLE_MS {
+        out.push(
+            "limits.unknown_outcome_settle_ms",
+            format!(
+                "must be at most {MAX_UNKNOWN_OUTCOME_SETTLE_MS} (got {}): a failover waits this long",
+                l.unknown_outcome_settle_ms
             ),
         );
     }

@@ -18,7 +18,7 @@
 //! asks the registry to clear a partition).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -81,11 +81,45 @@ pub struct Refusal {
     pub reason: &'static str,
 }
 
-/// Decrements a partition's in-flight mirror produce count when dropped.
-pub struct InFlightGuard(Arc<AtomicI64>);
+/// Mirror writes of one partition that the failover drain must know the outcome of.
+pub struct PartitionWrites {
+    /// `mirrorgate_protection_unknown_outcome_writes_total`.
+    unknown_total: IntCounter,
+    /// Admitted and not yet answered.
+    in_flight: AtomicI64,
+    /// Ended without the broker's answer (connection lost or timed out): such a write may
+    /// still be appended later, so the failover re-reads the log after its barrier.
+    unknown: AtomicU64,
+    /// When the last write of unknown outcome ended (ms since the epoch; 0: never).
+    last_unknown_ms: AtomicI64,
+}
+
+/// One admitted mirror write of a partition. [`InFlightGuard::answered`] releases it when the
+/// broker answered; dropped any other way (connection lost, timed out, gateway gave up), it
+/// counts as a write of unknown outcome.
+pub struct InFlightGuard {
+    writes: Arc<PartitionWrites>,
+    answered: bool,
+}
+
+impl InFlightGuard {
+    /// The broker answered the request that carried this write: its outcome is known.
+    pub fn answered(mut self) {
+        self.answered = true;
+    }
+}
+
 impl Drop for InFlightGuard {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        if !self.answered {
+            // Recorded before the in-flight count drops: a drain that sees zero sees this too.
+            self.writes
+                .last_unknown_ms
+                .fetch_max(now_ms(), Ordering::SeqCst);
+            self.writes.unknown.fetch_add(1, Ordering::SeqCst);
+            self.writes.unknown_total.inc();
+        }
+        self.writes.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -172,6 +206,8 @@ struct MirrorMetrics {
     rejected: IntCounterVec,
     failover_duration: Histogram,
     topic_overlaps: IntCounter,
+    unknown_writes: IntCounter,
+    late_writes: IntCounterVec,
 }
 
 impl MirrorMetrics {
@@ -224,8 +260,23 @@ impl MirrorMetrics {
             "Topics matched by the regexes of more than one mirror (each counted once); the first mirror in config order owns them.",
         )
         .expect("valid metric");
+        let unknown_writes = IntCounter::new(
+            "mirrorgate_protection_unknown_outcome_writes_total",
+            "Mirror writes whose answer never came (connection lost or timed out): the broker may still append them, so a failover re-reads the log after its barrier.",
+        )
+        .expect("valid metric");
+        let late_writes = IntCounterVec::new(
+            Opts::new(
+                "mirrorgate_protection_late_writes_total",
+                "Batches found in a partition's log after its failover barrier (mirror writes of unknown outcome that landed late); each is followed by a new barrier and its producer id screened.",
+            ),
+            &["mirror"],
+        )
+        .expect("valid metric");
         for c in [
-            Box::new(topic_overlaps.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(unknown_writes.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(late_writes.clone()),
+            Box::new(topic_overlaps.clone()),
             Box::new(barriers_written.clone()),
             Box::new(barriers_seen.clone()),
             Box::new(pid_screened.clone()),
@@ -243,6 +294,8 @@ impl MirrorMetrics {
             rejected,
             failover_duration,
             topic_overlaps,
+            unknown_writes,
+            late_writes,
         }
     }
 }
@@ -259,7 +312,13 @@ pub struct MirrorController {
     states: RwLock<HashMap<String, Vec<Option<PartitionState>>>>,
     /// Barrier offset per partition of stopped partitions (duplicate-ack guard).
     barriers: RwLock<HashMap<String, Vec<Option<i64>>>>,
-    in_flight: RwLock<HashMap<(String, i32), Arc<AtomicI64>>>,
+    in_flight: RwLock<HashMap<(String, i32), Arc<PartitionWrites>>>,
+    /// After a barrier, how long a partition's log is watched for mirror writes of unknown
+    /// outcome before it may become STOPPED (`limits.unknown_outcome_settle_ms`).
+    unknown_outcome_settle: Duration,
+    /// When this process started (ms): a resumed failover treats the writes of the process
+    /// before it as of unknown outcome, ended at this time.
+    started_ms: i64,
     /// The PID screening set. Its lock is held across serialising and writing the file.
     screen: Mutex<HashMap<i64, ScreenEntry>>,
     /// Set when `screen/pids.json` could not be read at start (fail closed, never rewritten).
@@ -369,6 +428,8 @@ impl MirrorController {
             states: RwLock::new(HashMap::new()),
             barriers: RwLock::new(HashMap::new()),
             in_flight: RwLock::new(HashMap::new()),
+            unknown_outcome_settle: Duration::from_millis(config.limits.unknown_outcome_settle_ms),
+            started_ms: now_ms(),
             screen: Mutex::new(screen),
             screen_unreadable,
             metrics: MirrorMetrics::new(metrics),
@@ -640,9 +701,12 @@ impl MirrorController {
             },
             ListenerKind::Mirror => {
                 // Count first, then check: a failover that fences after the check waits for this.
-                let counter = self.counter(topic, partition);
-                counter.fetch_add(1, Ordering::SeqCst);
-                let guard = InFlightGuard(counter);
+                let writes = self.writes(topic, partition);
+                writes.in_flight.fetch_add(1, Ordering::SeqCst);
+                let guard = InFlightGuard {
+                    writes,
+                    answered: false,
+                };
                 let state = self.state_of(topic, partition).unwrap_or_else(|| {
                     if self.failover_started(idx) {
                         PartitionState::Stopping
@@ -765,7 +829,7 @@ impl MirrorController {
             .is_some_and(|s| s.record.failover_id.is_some())
     }
 
-    fn counter(&self, topic: &str, partition: i32) -> Arc<AtomicI64> {
+    fn writes(&self, topic: &str, partition: i32) -> Arc<PartitionWrites> {
         if let Some(c) = self
             .in_flight
             .read()
@@ -778,7 +842,14 @@ impl MirrorController {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .entry((topic.to_string(), partition))
-            .or_default()
+            .or_insert_with(|| {
+                Arc::new(PartitionWrites {
+                    unknown_total: self.metrics.unknown_writes.clone(),
+                    in_flight: AtomicI64::new(0),
+                    unknown: AtomicU64::new(0),
+                    last_unknown_ms: AtomicI64::new(0),
+                })
+            })
             .clone()
     }
 
@@ -801,6 +872,14 @@ impl MirrorController {
     }
 
     /// Count a local acknowledgement turned into an error.
+    /// An acks=0 mirror write to a mirror partition was refused (the connection is closed).
+    pub fn count_acks_zero_refused(&self) {
+        self.metrics
+            .rejected
+            .with_label_values(&["mirror_acks_zero"])
+            .inc();
+    }
+
     pub fn count_duplicate_ack(&self) {
         self.metrics.duplicate_ack_guard.inc();
     }
@@ -1306,7 +1385,7 @@ impl MirrorController {
         loop {
             let busy: Vec<(String, i32)> = parts
                 .iter()
-                .filter(|(t, p)| self.counter(t, *p).load(Ordering::SeqCst) > 0)
+                .filter(|(t, p)| self.writes(t, *p).in_flight.load(Ordering::SeqCst) > 0)
                 .cloned()
                 .collect();
             if busy.is_empty() {
@@ -1360,6 +1439,13 @@ impl MirrorController {
                 self.fail_partitions(name, &failed, &reason);
             }
             crash_point("barrier_written");
+            // Mirror writes whose answer never came may have landed after the barrier.
+            let (found, unsettled, why) = self
+                .settle_unknown_outcomes(name, &fid, found, resumed)
+                .await;
+            if !unsettled.is_empty() {
+                self.fail_partitions(name, &unsettled, &why);
+            }
             // Their producers are read from the PSM: only once it is rebuilt (after a restart, or
             // a rebuild triggered by an unknown outcome of mirror produce).
             let found = self.with_psm_ready(name, found);
@@ -1486,7 +1572,8 @@ impl MirrorController {
             .and_then(|l| self.cluster.broker_addr(l))
     }
 
-    /// Look for this failover's barrier in the log tail of a partition.
+    /// Look for this failover's barrier in the log tail of a partition (the last one, when a
+    /// late write made the failover write more than one).
     async fn find_barrier(&self, topic: &str, partition: i32, fid: &str) -> Option<i64> {
         let addr = self.leader_addr(topic, partition)?;
         let mut c = self.cluster.client(&addr, self.timeout).await.ok()?;
@@ -1499,29 +1586,147 @@ impl MirrorController {
             .await
             .ok()?;
         // The barrier follows the last mirrored batch; look at the last few batches.
-        let mut from = (end - 64).max(start);
-        let mut found = None;
-        while from < end {
-            let f = c
-                .fetch_partition(topic, partition, from, 1024 * 1024)
-                .await
-                .ok()?;
-            let mut next = from;
-            for item in BatchWalker::fetched(&f.records) {
-                let Ok((h, batch)) = item else { break };
-                if let Ok(Some(v)) = parse_barrier(batch) {
-                    if v.failover_id == fid {
-                        found = Some(h.base_offset);
+        let tail = read_batches(&mut c, topic, partition, (end - 64).max(start), fid)
+            .await
+            .ok()?;
+        tail.iter()
+            .rev()
+            .find(|b| b.is_own_barrier)
+            .map(|b| b.base_offset)
+    }
+
+    /// Mirror writes of unknown outcome (review F1): for each partition of `found` (its barrier
+    /// offset) that had such writes — or every one, when the failover resumed after a restart
+    /// (the writes of the process before are unknown) — wait until
+    /// `limits.unknown_outcome_settle_ms` has passed since the last of them, re-read the log
+    /// after the barrier, and write a new barrier after anything that landed there, screening
+    /// its producer ids. Returns the barriers (moved where new ones were written) and the
+    /// partitions that could not be checked, with why.
+    async fn settle_unknown_outcomes(
+        &self,
+        name: &str,
+        fid: &str,
+        mut found: HashMap<(String, i32), i64>,
+        resumed: bool,
+    ) -> (HashMap<(String, i32), i64>, Vec<(String, i32)>, String) {
+        let mut check: Vec<((String, i32), i64)> = Vec::new();
+        for key in found.keys() {
+            let w = self.writes(&key.0, key.1);
+            let last = w.last_unknown_ms.load(Ordering::SeqCst);
+            let ended = if resumed {
+                Some(last.max(self.started_ms))
+            } else if w.unknown.load(Ordering::SeqCst) > 0 {
+                Some(last)
+            } else {
+                None
+            };
+            if let Some(ended) = ended {
+                check.push((key.clone(), ended));
+            }
+        }
+        let mut failed = Vec::new();
+        let mut reason = String::new();
+        if check.is_empty() {
+            return (found, failed, reason);
+        }
+        let settle = self.unknown_outcome_settle.as_millis() as i64;
+        let until = check.iter().map(|(_, t)| t + settle).max().unwrap_or(0);
+        let wait = until - now_ms();
+        if wait > 0 {
+            tracing::info!(
+                mirror = name,
+                partitions = check.len(),
+                wait_ms = wait,
+                "mirror writes of unknown outcome: waiting before re-reading the log after the barrier"
+            );
+            tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+        }
+        let records: HashMap<(String, i32), PartitionRecord> = self
+            .stopping(name)
+            .into_iter()
+            .map(|p| ((p.topic.clone(), p.partition), p))
+            .collect();
+        'partitions: for (key, _) in check {
+            let Some(record) = records.get(&key) else {
+                continue;
+            };
+            for _round in 0..MAX_LATE_BARRIERS {
+                let barrier = found[&key];
+                let late = match self.late_batches(&key.0, key.1, barrier + 1, fid).await {
+                    Ok(late) => late,
+                    Err(e) => {
+                        reason = format!("cannot re-read the log after the barrier: {e}");
+                        failed.push(key.clone());
+                        continue 'partitions;
+                    }
+                };
+                if late.is_empty() {
+                    continue 'partitions;
+                }
+                self.metrics
+                    .late_writes
+                    .with_label_values(&[name])
+                    .inc_by(late.len() as u64);
+                tracing::warn!(
+                    mirror = name, topic = %key.0, partition = key.1, barrier,
+                    batches = late.len(), first = late[0].base_offset,
+                    "mirror writes of unknown outcome landed after the barrier: screening their producer ids and writing a new barrier after them"
+                );
+                merge_screen(
+                    &mut lock(&self.screen),
+                    late.iter()
+                        .filter(|b| b.producer_id >= 0)
+                        .map(|b| {
+                            (
+                                b.producer_id,
+                                ScreenEntry {
+                                    max_epoch: b.producer_epoch,
+                                    last_timestamp: b.max_timestamp,
+                                },
+                            )
+                        })
+                        .collect(),
+                );
+                let (written, bad, why) = self.write_barriers(name, fid, &[record]).await;
+                match written.get(&key) {
+                    Some(o) if bad.is_empty() => {
+                        found.insert(key.clone(), *o);
+                    }
+                    _ => {
+                        reason = why;
+                        failed.push(key.clone());
+                        continue 'partitions;
                     }
                 }
-                next = h.last_offset() + 1;
             }
-            if next == from {
-                break;
-            }
-            from = next;
+            reason =
+                format!("mirror writes kept landing after {MAX_LATE_BARRIERS} barriers; retrying");
+            failed.push(key.clone());
         }
-        found
+        for k in &failed {
+            found.remove(k);
+        }
+        (found, failed, reason)
+    }
+
+    /// The batches of a partition from `from` to its end that are not this failover's barrier.
+    async fn late_batches(
+        &self,
+        topic: &str,
+        partition: i32,
+        from: i64,
+        fid: &str,
+    ) -> Result<Vec<TailBatch>, String> {
+        let addr = self
+            .leader_addr(topic, partition)
+            .ok_or_else(|| "no leader known for the partition".to_string())?;
+        let mut c = self
+            .cluster
+            .client(&addr, self.timeout)
+            .await
+            .map_err(|e| e.to_string())?;
+        let all = read_batches(&mut c, topic, partition, from, fid).await?;
+        Ok(all.into_iter().filter(|b| !b.is_own_barrier).collect())
     }
 
     /// Write the barriers of `parts`, one Produce request (acks=all) per leader. Returns the
@@ -1633,6 +1838,61 @@ impl MirrorController {
             }
         }
         (out, failed, reason)
+    }
+}
+
+/// New barriers a failover writes after mirror writes that landed late, per partition, before
+/// it gives up for this attempt (the partition is FAILED and retried).
+const MAX_LATE_BARRIERS: usize = 5;
+
+/// One batch of a partition's log tail.
+struct TailBatch {
+    base_offset: i64,
+    producer_id: i64,
+    producer_epoch: i16,
+    max_timestamp: i64,
+    /// A barrier batch of the failover being run.
+    is_own_barrier: bool,
+}
+
+/// The batches of a partition from `from` to its high watermark.
+async fn read_batches(
+    c: &mut crate::protocol::client::KafkaClient,
+    topic: &str,
+    partition: i32,
+    from: i64,
+    fid: &str,
+) -> Result<Vec<TailBatch>, String> {
+    let mut out = Vec::new();
+    let mut from = from;
+    loop {
+        let f = c
+            .fetch_partition(topic, partition, from, 1024 * 1024)
+            .await
+            .map_err(|e| e.to_string())?;
+        if from >= f.high_watermark {
+            return Ok(out);
+        }
+        let mut next = from;
+        for item in BatchWalker::fetched(&f.records) {
+            let Ok((h, batch)) = item else { break };
+            let is_own_barrier =
+                matches!(parse_barrier(batch), Ok(Some(v)) if v.failover_id == fid);
+            out.push(TailBatch {
+                base_offset: h.base_offset,
+                producer_id: h.producer_id,
+                producer_epoch: h.producer_epoch,
+                max_timestamp: h.max_timestamp,
+                is_own_barrier,
+            });
+            next = h.last_offset() + 1;
+        }
+        if next == from {
+            return Err(format!(
+                "no progress reading {topic}-{partition} at offset {from}"
+            ));
+        }
+        from = next;
     }
 }
 

@@ -247,3 +247,42 @@ fn concurrent_screening_writers_never_leave_an_older_or_torn_set() {
         assert_eq!(mem.len() as i64, (round + 1) * 4);
     }
 }
+
+#[test]
+fn a_mirror_write_answered_by_the_broker_leaves_no_unknown_outcome() {
+    let (ctl, metrics, _dir) = controller();
+    let g = ctl
+        .admit(ListenerKind::Mirror, "orders", 1)
+        .unwrap()
+        .expect("a mirror write is counted");
+    assert_eq!(ctl.writes("orders", 1).in_flight.load(Ordering::SeqCst), 1);
+    g.answered();
+    let w = ctl.writes("orders", 1);
+    assert_eq!(w.in_flight.load(Ordering::SeqCst), 0);
+    assert_eq!(w.unknown.load(Ordering::SeqCst), 0);
+    assert!(!metrics
+        .render()
+        .contains("mirrorgate_protection_unknown_outcome_writes_total 1"));
+}
+
+#[test]
+fn a_mirror_write_released_without_an_answer_counts_as_unknown_outcome() {
+    let (ctl, metrics, _dir) = controller();
+    let before = now_ms();
+    let g = ctl
+        .admit(ListenerKind::Mirror, "orders", 2)
+        .unwrap()
+        .expect("a mirror write is counted");
+    drop(g);
+    let w = ctl.writes("orders", 2);
+    assert_eq!(
+        w.in_flight.load(Ordering::SeqCst),
+        0,
+        "the drain is not held"
+    );
+    assert_eq!(w.unknown.load(Ordering::SeqCst), 1);
+    assert!(w.last_unknown_ms.load(Ordering::SeqCst) >= before);
+    assert!(metrics
+        .render()
+        .contains("mirrorgate_protection_unknown_outcome_writes_total 1"));
+}

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::StrBytes;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
 
@@ -126,6 +126,9 @@ impl Refused {
             Refused::UpstreamTimeout { .. } => "upstream_timeout",
             Refused::Correlation { .. } => "upstream_correlation",
             Refused::ClientGone(_) => "client_gone",
+            Refused::Intercept(super::intercept::InterceptError::MirrorAcksZero { .. }) => {
+                "mirror_acks_zero"
+            }
             Refused::Intercept(_) => "unreadable_for_enforcement",
         }
     }
@@ -306,8 +309,9 @@ async fn run(
                             local_response
                         },
                     };
-                    if tx.send(entry).await.is_err() {
-                        // The response half has ended; it reports why.
+                    if let Err(mpsc::error::SendError(entry)) = tx.send(entry).await {
+                        // The response half has ended; it reports why. Nothing was sent.
+                        entry.extras.release_unsent();
                         return Ok(End::ClientClosed);
                     }
                 }
@@ -331,13 +335,16 @@ async fn run(
         let addr = addr.clone();
         async move {
             let mut buf = BytesMut::with_capacity(64 * 1024);
+            // Once the client is gone, answers are still read from the broker (and dropped):
+            // the outcome of the mirror writes in flight is known only from them.
+            let mut client_gone: Option<std::io::Error> = None;
             while let Some(inf) = rx.recv().await {
                 if let Some(local) = inf.local {
-                    client_wr
-                        .write_all(&local)
-                        .await
-                        .map_err(Refused::ClientGone)?;
-                    client_wr.flush().await.map_err(Refused::ClientGone)?;
+                    if client_gone.is_none() {
+                        if let Err(e) = write_out(&mut client_wr, &local).await {
+                            client_gone = Some(e);
+                        }
+                    }
                     pending.fetch_sub(1, Ordering::AcqRel);
                     ctx.handles.bytes_out.inc_by(local.len() as u64);
                     ctx.handles
@@ -404,15 +411,18 @@ async fn run(
                 } else {
                     frame
                 };
-                client_wr
-                    .write_all(&out)
-                    .await
-                    .map_err(Refused::ClientGone)?;
-                client_wr.flush().await.map_err(Refused::ClientGone)?;
+                if client_gone.is_none() {
+                    if let Err(e) = write_out(&mut client_wr, &out).await {
+                        client_gone = Some(e);
+                    }
+                }
                 pending.fetch_sub(1, Ordering::AcqRel);
                 ctx.handles.bytes_out.inc_by(out.len() as u64);
                 ctx.handles
                     .latency(inf.api, inf.started.elapsed().as_secs_f64());
+            }
+            if let Some(e) = client_gone {
+                return Err(Refused::ClientGone(e));
             }
             let _ = client_wr.shutdown().await;
             Ok::<(), Refused>(())
@@ -427,30 +437,50 @@ async fn run(
                 log_close(&ctx.metrics, kind, &e);
             }
         }
-        r = &mut requests => match r {
-            Ok(end) => {
-                match end {
-                    End::Idle => tracing::info!("closing idle connection"),
-                    End::Shutdown => tracing::debug!("draining for shutdown"),
-                    End::ClientClosed => tracing::debug!("client closed"),
-                    End::Refused(r) => {
-                        tracing::warn!(reason = %r, "closing connection");
-                        ctx.metrics.error(kind, r.kind());
-                    }
+        r = &mut requests => {
+            // On the mirror listener the broker's answers are awaited as long as a request may
+            // take, whatever ended the client side: until they come, the failover drain cannot
+            // know whether the mirror writes among them will be appended.
+            let drain_ms = if kind == ListenerKind::Mirror {
+                ctx.limits.shutdown_grace_ms.max(ctx.limits.upstream_timeout_ms)
+            } else {
+                ctx.limits.shutdown_grace_ms
+            };
+            let mut grace = Duration::from_millis(drain_ms);
+            match r {
+                Ok(End::Idle) => tracing::info!("closing idle connection"),
+                Ok(End::Shutdown) => {
+                    tracing::debug!("draining for shutdown");
+                    grace = Duration::from_millis(ctx.limits.shutdown_grace_ms);
                 }
-                let grace = Duration::from_millis(ctx.limits.shutdown_grace_ms);
-                match tokio::time::timeout(grace, responses).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => log_close(&ctx.metrics, kind, &e),
-                    Err(_) => {
-                        tracing::warn!("in-flight requests not answered within the grace period; closing");
-                        ctx.metrics.error(kind, "drain_timeout");
+                Ok(End::ClientClosed) => tracing::debug!("client closed"),
+                Ok(End::Refused(r)) => {
+                    tracing::warn!(reason = %r, "closing connection");
+                    ctx.metrics.error(kind, r.kind());
+                }
+                Err(e) => {
+                    log_close(&ctx.metrics, kind, &e);
+                    if kind != ListenerKind::Mirror {
+                        return;
                     }
                 }
             }
-            Err(e) => log_close(&ctx.metrics, kind, &e),
-        },
+            match tokio::time::timeout(grace, responses).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => log_close(&ctx.metrics, kind, &e),
+                Err(_) => {
+                    tracing::warn!("in-flight requests not answered within the grace period; closing");
+                    ctx.metrics.error(kind, "drain_timeout");
+                }
+            }
+        }
     }
+}
+
+/// Write one whole frame to the client and flush it (a TLS stream may hold written bytes).
+async fn write_out<W: AsyncWrite + Unpin>(w: &mut W, frame: &[u8]) -> std::io::Result<()> {
+    w.write_all(frame).await?;
+    w.flush().await
 }
 
 fn log_close(metrics: &Metrics, kind: ListenerKind, e: &Refused) {

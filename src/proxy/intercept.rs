@@ -66,6 +66,19 @@ pub enum InterceptError {
     Admin(#[from] AdminRefusalError),
     #[error(transparent)]
     Frame(#[from] FrameError),
+    /// acks=0 leaves the failover drain nothing to wait for: refused on the mirror listener for
+    /// mirror partitions (Kafka itself closes the connection of a failed acks=0 request).
+    #[error("acks=0 produce to mirror partition {topic}-{partition} refused on the mirror listener: mirror writes must use acks=1 or acks=all, so a failover knows their outcome")]
+    MirrorAcksZero { topic: String, partition: i32 },
+}
+
+impl Extras {
+    /// The request was never sent upstream: its mirror writes are known not to be appended.
+    pub fn release_unsent(self) {
+        for g in self.guards {
+            g.answered();
+        }
+    }
 }
 
 fn forward(frame: Bytes) -> Plan {
@@ -192,6 +205,9 @@ fn plan_produce(
     let mut guards = Vec::new();
     let mut guard_check = false;
     let kind = ctx.kind;
+    let acks_zero = kind == ListenerKind::Mirror
+        && crate::protocol::produce::peek_acks(h.api_version, &frame[4 + h.header_len..])? == 0;
+    let mut acks_zero_refused: Option<(String, i32)> = None;
     let cluster = &ctx.cluster;
     let decision = enforce::filter_produce(
         &frame,
@@ -215,6 +231,11 @@ fn plan_produce(
                 guard_check = true;
             }
             match ctl.admit(kind, &name, p) {
+                Ok(Some(g)) if acks_zero => {
+                    g.answered();
+                    acks_zero_refused.get_or_insert((name.into_owned(), p));
+                    None
+                }
                 Ok(Some(g)) => {
                     guards.push(g);
                     None
@@ -227,6 +248,13 @@ fn plan_produce(
             }
         },
     )?;
+    if let Some((topic, partition)) = acks_zero_refused {
+        for g in guards {
+            g.answered();
+        }
+        ctl.count_acks_zero_refused();
+        return Err(InterceptError::MirrorAcksZero { topic, partition });
+    }
     let mut plan = match decision {
         ProduceDecision::Forward => forward(frame),
         ProduceDecision::Rewritten { frame, rejected } => {
@@ -292,7 +320,10 @@ pub async fn on_response(
     if let (Some(tracked), Some(psm)) = (extras.tracked, &ctx.psm) {
         crate::psm::tap::on_response(psm, version, &frame, tracked);
     }
-    drop(extras.guards);
+    // The broker answered: the outcome of these mirror writes is known.
+    for g in extras.guards {
+        g.answered();
+    }
     let Some(ctl) = &ctx.mirrors else {
         return Ok(frame);
     };

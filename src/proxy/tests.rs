@@ -225,6 +225,7 @@ fn limits() -> LimitsConfig {
         max_in_flight: 16,
         shutdown_grace_ms: 3000,
         upstream_timeout_ms: 60_000,
+        unknown_outcome_settle_ms: 5_000,
     }
 }
 

@@ -1,0 +1,259 @@
+//! The failover drain knows the outcome of every mirrored write admitted before fencing: each is
+//! in the log before the barrier, or is never appended, or — when its answer was lost — the log
+//! is re-read after the barrier and a new barrier follows anything that landed late. Against the
+//! real destination cluster.
+//!
+//! How a write can land late: Kafka handles one request of a connection at a time, so a Produce
+//! pipelined behind a long-polling Fetch on the same connection is appended only when the Fetch
+//! has been answered — even if the connection was closed in the meantime.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{ApiKey, FetchRequest, ProduceRequest, RequestHeader};
+use kafka_protocol::protocol::{Encodable, StrBytes};
+
+use crate::failover::{
+    failover, mirror_config, mirror_json, read_log, wait_mirroring, wait_stopped,
+};
+use crate::gw::TestGateway;
+use crate::harness;
+use crate::psm_differential::batch;
+
+/// One request frame (length prefix, header v1/v2, body).
+fn frame(key: ApiKey, version: i16, correlation_id: i32, body: &impl Encodable) -> Vec<u8> {
+    let mut out = BytesMut::new();
+    out.put_i32(0);
+    RequestHeader::default()
+        .with_request_api_key(key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(StrBytes::from_static_str("drain-test")))
+        .encode(&mut out, key.request_header_version(version))
+        .expect("header");
+    body.encode(&mut out, version).expect("body");
+    let len = (out.len() - 4) as i32;
+    out[0..4].copy_from_slice(&len.to_be_bytes());
+    out.to_vec()
+}
+
+fn produce_frame(topic: &str, acks: i16, records: Bytes, correlation_id: i32) -> Vec<u8> {
+    let req = ProduceRequest::default()
+        .with_acks(acks)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(StrBytes::from_string(topic.to_string()).into())
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(records))])]);
+    frame(ApiKey::Produce, 9, correlation_id, &req)
+}
+
+/// A Fetch of partition 0 of `idle` at offset 0 that the broker holds for `wait` (it asks for
+/// more bytes than the empty topic has).
+fn long_poll_frame(idle: &str, wait: Duration, correlation_id: i32) -> Vec<u8> {
+    let req = FetchRequest::default()
+        .with_replica_id((-1).into())
+        .with_max_wait_ms(wait.as_millis() as i32)
+        .with_min_bytes(1 << 20)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(StrBytes::from_string(idle.to_string()).into())
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(0)
+                .with_log_start_offset(-1)
+                .with_partition_max_bytes(1 << 20)])]);
+    frame(ApiKey::Fetch, 12, correlation_id, &req)
+}
+
+/// Records with a producer id (mirrored or local data, not barriers) at offsets above `barrier`.
+fn data_after(topic: &str, barrier: i64) -> Vec<String> {
+    read_log(&harness::cluster("destination"), topic, 0)
+        .records
+        .iter()
+        .filter(|r| r.offset > barrier && r.producer_id >= 0)
+        .map(|r| {
+            format!(
+                "{}@{} pid {}",
+                r.key.as_deref().unwrap_or("-"),
+                r.offset,
+                r.producer_id
+            )
+        })
+        .collect()
+}
+
+/// The barrier offset the mirror reports for partition 0 of `topic`.
+fn reported_barrier(admin: &str, mirror: &str, topic: &str) -> i64 {
+    let (status, body) = crate::gw::admin_call(
+        admin,
+        hyper::Method::GET,
+        &format!("/v1/mirrors/{mirror}/partitions"),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+    v["partitions"]
+        .as_array()
+        .expect("partitions")
+        .iter()
+        .find(|p| p["topic"] == topic && p["partition"] == 0)
+        .and_then(|p| p["barrier_offset"].as_i64())
+        .unwrap_or_else(|| panic!("no barrier offset for {topic}-0: {v}"))
+}
+
+/// A mirror topic and an idle topic, both with partition 0 led by broker 1.
+fn topics(prefix: &str) -> (String, String) {
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic(prefix);
+    let idle = harness::unique_topic(&format!("{prefix}-idle"));
+    harness::create_topic(&destination, &topic, 1, Some(&[1]));
+    harness::create_topic(&destination, &idle, 1, Some(&[1]));
+    (topic, idle)
+}
+
+/// acks=0 gives the gateway no answer to wait for, so the drain could not know whether such a
+/// write is still queued in the broker: the mirror listener refuses it (the connection is
+/// closed, as Kafka itself does for a failed acks=0 request) and nothing is appended.
+#[test]
+fn an_acks_0_mirror_write_to_a_mirror_partition_is_refused_and_never_appended() {
+    let (topic, _) = topics("acks0");
+    let gw = TestGateway::start(mirror_config("acks0", &[&topic]));
+    wait_mirroring(&gw.admin(), "acks0", 1);
+    let mut s = TcpStream::connect(gw.mirror_bootstrap()).expect("connect mirror listener");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    s.write_all(&produce_frame(&topic, 0, batch(4242, 0, 0, 1, "zero"), 7))
+        .expect("send");
+    let mut buf = [0u8; 64];
+    match s.read(&mut buf) {
+        Ok(0) => {}
+        Ok(n) => panic!("the gateway answered an acks=0 produce with {n} bytes"),
+        Err(e) => panic!(
+            "the gateway kept the connection of an acks=0 mirror produce open ({e}): it was forwarded"
+        ),
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let appended = data_after(&topic, -1);
+    assert!(
+        appended.is_empty(),
+        "an acks=0 mirror write was appended: {appended:?}"
+    );
+    assert!(
+        gw.metric("mirrorgate_produce_rejected_total{reason=\"mirror_acks_zero\"}") >= 1.0,
+        "{}",
+        gw.metrics()
+    );
+}
+
+/// Mirror writes pipelined behind a slow request on a mirror-listener connection whose client
+/// has gone: the gateway keeps the broker connection until every admitted write is answered, so
+/// the drain waits for them and they all lie before the barrier.
+#[test]
+fn a_mirrored_write_in_flight_at_failover_never_lands_after_the_barrier() {
+    let (topic, idle) = topics("late");
+    let mut cfg = mirror_config("late", &[&topic]);
+    // The client side of a connection is given up quickly; the mirror writes must not be.
+    cfg.limits.shutdown_grace_ms = 100;
+    let gw = TestGateway::start(cfg);
+    wait_mirroring(&gw.admin(), "late", 1);
+    let mut s = TcpStream::connect(gw.mirror_bootstrap()).expect("connect mirror listener");
+    let mut out = long_poll_frame(&idle, Duration::from_secs(4), 1);
+    for seq in 0..20 {
+        out.extend(produce_frame(
+            &topic,
+            -1,
+            batch(7_000_000 + seq as i64, 0, 0, 1, &format!("late{seq}")),
+            2 + seq,
+        ));
+    }
+    s.write_all(&out).expect("send");
+    // Let the gateway forward them, then go away without reading any answer.
+    std::thread::sleep(Duration::from_millis(300));
+    drop(s);
+    let started = Instant::now();
+    failover(&gw.admin(), "late");
+    wait_stopped(&gw.admin(), "late");
+    // Give anything still queued in the broker the time to land (the Fetch waits 4 s).
+    let settle = Duration::from_secs(6).saturating_sub(started.elapsed());
+    std::thread::sleep(settle);
+    let barrier = reported_barrier(&gw.admin(), "late", &topic);
+    let late = data_after(&topic, barrier);
+    assert!(
+        late.is_empty(),
+        "mirrored records landed after the barrier at {barrier}: {late:?}\nmirror: {}",
+        mirror_json(&gw.admin(), "late")
+    );
+    let log = read_log(&harness::cluster("destination"), &topic, 0);
+    assert_eq!(
+        log.records.iter().filter(|r| r.producer_id >= 0).count(),
+        20,
+        "every mirrored write admitted before fencing is in the log"
+    );
+}
+
+/// A mirror write whose answer never came (the broker connection timed out) has an unknown
+/// outcome: it may still be appended. The failover re-reads the log after its barrier, finds
+/// the late write, writes a new barrier after it, and screens its producer id.
+#[test]
+fn a_mirrored_write_whose_answer_was_lost_is_followed_by_a_new_barrier() {
+    let (topic, idle) = topics("lost");
+    let mut cfg = mirror_config("lost", &[&topic]);
+    cfg.limits.upstream_timeout_ms = 1000;
+    let gw = TestGateway::start(cfg);
+    wait_mirroring(&gw.admin(), "lost", 1);
+    let mut s = TcpStream::connect(gw.mirror_bootstrap()).expect("connect mirror listener");
+    let pid = 7_100_000 + (std::process::id() as i64 % 1000) * 10;
+    let mut out = long_poll_frame(&idle, Duration::from_secs(3), 1);
+    for seq in 0..5 {
+        out.extend(produce_frame(
+            &topic,
+            -1,
+            batch(pid, 0, seq, 1, &format!("lost{seq}")),
+            2 + seq,
+        ));
+    }
+    s.write_all(&out).expect("send");
+    let sent = Instant::now();
+    // The gateway gives the broker 1 s, then closes both connections: the writes' outcome is
+    // unknown to it, and the broker appends them when the Fetch ends.
+    let mut buf = [0u8; 64];
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let _ = s.read(&mut buf);
+    failover(&gw.admin(), "lost");
+    wait_stopped(&gw.admin(), "lost");
+    // Give anything still queued in the broker the time to land (the Fetch waits 3 s).
+    std::thread::sleep(Duration::from_secs(5).saturating_sub(sent.elapsed()));
+    let barrier = reported_barrier(&gw.admin(), "lost", &topic);
+    let late = data_after(&topic, barrier);
+    assert!(
+        late.is_empty(),
+        "mirrored records landed after the barrier at {barrier}: {late:?}\nmirror: {}",
+        mirror_json(&gw.admin(), "lost")
+    );
+    // Whether the broker appends writes queued on a connection the gateway closed depends on
+    // when it notices the close; those that landed are before the last barrier (checked
+    // above) and their producer id is screened.
+    let log = read_log(&harness::cluster("destination"), &topic, 0);
+    let landed = log.records.iter().filter(|r| r.producer_id == pid).count();
+    eprintln!(
+        "{landed} of 5 writes of unknown outcome landed; barriers {:?}",
+        log.barriers
+    );
+    if landed > 0 {
+        let screen: std::collections::BTreeMap<String, serde_json::Value> = serde_json::from_slice(
+            &std::fs::read(gw.config.state_dir.join("screen/pids.json")).expect("screen/pids.json"),
+        )
+        .expect("screening set");
+        assert!(
+            screen.contains_key(&pid.to_string()),
+            "the late writes' producer id {pid} is not screened: {screen:?}"
+        );
+    }
+}
