@@ -83,6 +83,12 @@ impl RawConn {
     }
 
     fn exchange(&mut self, key: ApiKey, version: i16, body: &impl Encodable) -> Bytes {
+        let corr = self.send(key, version, body);
+        self.receive(key, version, corr)
+    }
+
+    /// Write one request; returns its correlation id.
+    fn send(&mut self, key: ApiKey, version: i16, body: &impl Encodable) -> i32 {
         self.corr += 1;
         let mut out = BytesMut::new();
         out.put_i32(0);
@@ -97,6 +103,11 @@ impl RawConn {
         let len = (out.len() - 4) as i32;
         out[0..4].copy_from_slice(&len.to_be_bytes());
         self.s.write_all(&out).expect("send");
+        self.corr
+    }
+
+    /// Read the response to request `corr` (the next one on the connection).
+    fn receive(&mut self, key: ApiKey, version: i16, corr: i32) -> Bytes {
         let mut len = [0u8; 4];
         self.s.read_exact(&mut len).expect("response length");
         let mut resp = vec![0u8; i32::from_be_bytes(len) as usize];
@@ -104,8 +115,47 @@ impl RawConn {
         let mut b = Bytes::from(resp);
         let h = ResponseHeader::decode(&mut b, key.response_header_version(version))
             .expect("response header");
-        assert_eq!(h.correlation_id, self.corr);
+        assert_eq!(h.correlation_id, corr);
         b
+    }
+
+    fn produce_request(topic: &str, partition: i32, records: Bytes) -> ProduceRequest {
+        ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(30_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(StrBytes::from_string(topic.to_string()).into())
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(partition)
+                    .with_records(Some(records))])])
+    }
+
+    /// Send one Produce request (acks=all) per batch without waiting, then read the answers in
+    /// order: (error code, base offset) per batch.
+    pub fn produce_pipelined(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        batches: Vec<Bytes>,
+    ) -> Vec<(i16, i64)> {
+        let sent: Vec<i32> = batches
+            .into_iter()
+            .map(|b| {
+                self.send(
+                    ApiKey::Produce,
+                    9,
+                    &Self::produce_request(topic, partition, b),
+                )
+            })
+            .collect();
+        sent.into_iter()
+            .map(|corr| {
+                let mut b = self.receive(ApiKey::Produce, 9, corr);
+                let resp = ProduceResponse::decode(&mut b, 9).expect("produce response");
+                let p = &resp.responses[0].partition_responses[0];
+                (p.error_code, p.base_offset)
+            })
+            .collect()
     }
 
     /// Produce one batch with acks=all; returns (error code, base offset).
@@ -121,14 +171,7 @@ impl RawConn {
         partition: i32,
         records: Bytes,
     ) -> (i16, i64, String) {
-        let req = ProduceRequest::default()
-            .with_acks(-1)
-            .with_timeout_ms(30_000)
-            .with_topic_data(vec![TopicProduceData::default()
-                .with_name(StrBytes::from_string(topic.to_string()).into())
-                .with_partition_data(vec![PartitionProduceData::default()
-                    .with_index(partition)
-                    .with_records(Some(records))])]);
+        let req = Self::produce_request(topic, partition, records);
         let mut b = self.exchange(ApiKey::Produce, 9, &req);
         let resp = ProduceResponse::decode(&mut b, 9).expect("produce response");
         let p = &resp.responses[0].partition_responses[0];
@@ -598,4 +641,232 @@ fn disruptive_psm_rebuilt_after_kill_9_equals_the_one_before() {
         "the rebuild did not start from the snapshot:\n{}",
         gw.log()
     );
+}
+
+/// Producer ids listed by `rows`.
+fn pids(rows: &[ProducerRow]) -> std::collections::BTreeSet<i64> {
+    rows.iter().map(|r| r.0).collect()
+}
+
+/// `producers` idempotent librdkafka producers started together, each writing `records`
+/// single-record batches (`linger.ms=0`, one record per batch, up to 5 requests in flight per
+/// connection) to every partition of `topic` through `bootstrap`; waits for every
+/// acknowledgement (each producer is bounded by `harness::produce_keyed`).
+fn pipelined_idempotent_producers(bootstrap: &str, topic: &str, producers: usize, records: usize) {
+    std::thread::scope(|s| {
+        for _ in 0..producers {
+            s.spawn(|| {
+                harness::produce_keyed(
+                    bootstrap,
+                    topic,
+                    records,
+                    &[
+                        ("linger.ms", "0"),
+                        ("batch.num.messages", "1"),
+                        ("max.in.flight.requests.per.connection", "5"),
+                    ],
+                )
+            });
+        }
+    });
+}
+
+/// Per partition: the gateway's producer list against the broker's `DescribeProducers`, both
+/// limited to the producers `keep` selects; a description of each difference.
+fn producer_list_differences(
+    gw: &TestGateway,
+    topic: &str,
+    leaders: &[i32],
+    keep: impl Fn(i64) -> bool,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for (partition, node) in leaders.iter().enumerate() {
+        let partition = partition as i32;
+        let mut conn = RawConn::connect(&format!("127.0.0.1:{}", gw.port_for(*node)));
+        let broker: Vec<ProducerRow> = broker_producers(&mut conn, topic, partition)
+            .into_iter()
+            .filter(|r| keep(r.0))
+            .collect();
+        let gateway: Vec<ProducerRow> = gateway_producers(&gw.admin(), topic, partition)
+            .into_iter()
+            .filter(|r| keep(r.0))
+            .collect();
+        if gateway != broker {
+            let only_gw: Vec<_> = gateway.iter().filter(|r| !broker.contains(r)).collect();
+            let only_broker: Vec<_> = broker.iter().filter(|r| !gateway.contains(r)).collect();
+            out.push(format!(
+                "partition {partition} (leader {node}): {} producers in the gateway, {} in the broker; \
+                 only in the gateway {only_gw:?}; only in the broker {only_broker:?}",
+                gateway.len(),
+                broker.len()
+            ));
+        }
+    }
+    out
+}
+
+/// Wait (30 s at most) until every partition of `topic` is rebuilt and not waiting for a rebuild.
+fn wait_psm_settled(gw: &TestGateway, topic: &str, partitions: i32) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let settled = (0..partitions).all(|p| {
+            gw.gateway
+                .psm
+                .as_ref()
+                .and_then(|r| r.existing(topic, p))
+                .is_some_and(|s| {
+                    let s = s.lock().unwrap_or_else(|e| e.into_inner());
+                    s.ready && !s.needs_rebuild
+                })
+        });
+        if settled {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the PSM of {topic} is still rebuilding after 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// F16: many idempotent producers, each pipelining single-record batches (5 requests in flight),
+/// write to partitions led by both destination brokers, first through the mirror listener while
+/// the topic is mirrored, then through the client listener after a failover. Their responses
+/// reach the gateway on 30 connections at once, in any order across connections: the PSM must
+/// classify every batch as the broker did (no `diverged`), and afterwards hold exactly the
+/// producers the broker lists.
+#[test]
+fn the_psm_agrees_with_the_broker_on_pipelined_idempotent_producers_before_and_after_failover() {
+    const PRODUCERS: usize = 30;
+    const RECORDS: usize = 60;
+    let leaders = [1, 2, 1, 2];
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("psm-pipelined");
+    harness::create_topic(&destination, &topic, leaders.len() as i32, Some(&leaders));
+    let gw = TestGateway::start(crate::failover::mirror_config("pipelined", &[&topic]));
+    crate::failover::wait_mirroring(&gw.admin(), "pipelined", leaders.len() as u64);
+    let diverged = || gw.metric(r#"mirrorgate_psm_batches_total{result="diverged"}"#);
+    let mut failures = Vec::new();
+
+    // Before the failover: mirrored traffic.
+    pipelined_idempotent_producers(&gw.mirror_bootstrap(), &topic, PRODUCERS, RECORDS);
+    let before = diverged();
+    if before != 0.0 {
+        failures.push(format!(
+            "before the failover: {before} batches diverged (of {} accepted)",
+            gw.metric(r#"mirrorgate_psm_batches_total{result="accepted"}"#)
+        ));
+    }
+    wait_psm_settled(&gw, &topic, leaders.len() as i32);
+    failures.extend(
+        producer_list_differences(&gw, &topic, &leaders, |_| true)
+            .into_iter()
+            .map(|d| format!("before the failover: {d}")),
+    );
+    let mirrored: std::collections::BTreeSet<i64> = (0..leaders.len() as i32)
+        .flat_map(|p| pids(&gateway_producers(&gw.admin(), &topic, p)))
+        .collect();
+    assert!(
+        mirrored.len() >= PRODUCERS,
+        "expected {PRODUCERS} mirrored producers, the gateway lists {}",
+        mirrored.len()
+    );
+
+    crate::failover::failover(&gw.admin(), "pipelined");
+    crate::failover::wait_stopped(&gw.admin(), "pipelined");
+
+    // After the failover: local traffic. The mirrored producers were cleared from the PSM at
+    // the barrier (the broker still lists them): compare the others.
+    pipelined_idempotent_producers(&gw.bootstrap(), &topic, PRODUCERS, RECORDS);
+    let after = diverged() - before;
+    if after != 0.0 {
+        failures.push(format!(
+            "after the failover: {after} batches diverged (of {} accepted in both phases)",
+            gw.metric(r#"mirrorgate_psm_batches_total{result="accepted"}"#)
+        ));
+    }
+    wait_psm_settled(&gw, &topic, leaders.len() as i32);
+    failures.extend(
+        producer_list_differences(&gw, &topic, &leaders, |pid| !mirrored.contains(&pid))
+            .into_iter()
+            .map(|d| format!("after the failover: {d}")),
+    );
+    let local: usize = (0..leaders.len() as i32)
+        .map(|p| gateway_producers(&gw.admin(), &topic, p).len())
+        .max()
+        .unwrap_or(0);
+    assert!(
+        local >= PRODUCERS,
+        "expected {PRODUCERS} local producers per partition, the gateway lists {local}"
+    );
+    assert!(
+        failures.is_empty(),
+        "the PSM disagreed with the broker:\n{}",
+        failures.join("\n")
+    );
+}
+
+/// F16, with the pipelining spelled out: 30 connections, each with a producer id of its own,
+/// send five single-record Produce requests (sequences 0–4, then 5–9, then 10–14) to each
+/// partition before reading the five answers; partitions are led by both destination brokers.
+/// No batch diverges and the gateway's producer list equals the broker's.
+#[test]
+fn the_psm_agrees_with_the_broker_on_connections_pipelining_five_produce_requests() {
+    const CONNECTIONS: i64 = 30;
+    let leaders = [1, 2, 1, 2];
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("psm-raw-pipelined");
+    harness::create_topic(&destination, &topic, leaders.len() as i32, Some(&leaders));
+    let gw = gateway_tracking(&topic);
+    let base = 8_000_000 + (std::process::id() as i64 % 1000) * 1000;
+    std::thread::scope(|s| {
+        for c in 0..CONNECTIONS {
+            let (gw, topic, leaders) = (&gw, &topic, &leaders);
+            s.spawn(move || {
+                let pid = base + c;
+                let mut conns: Vec<RawConn> = leaders
+                    .iter()
+                    .map(|n| RawConn::connect(&format!("127.0.0.1:{}", gw.mirror_port_for(*n))))
+                    .collect();
+                for round in 0..3 {
+                    for (partition, conn) in conns.iter_mut().enumerate() {
+                        let batches = (0..5)
+                            .map(|i| {
+                                batch(pid, 0, round * 5 + i, 1, &format!("r{pid}-{round}-{i}"))
+                            })
+                            .collect();
+                        for (i, (code, _)) in conn
+                            .produce_pipelined(topic, partition as i32, batches)
+                            .into_iter()
+                            .enumerate()
+                        {
+                            assert_eq!(
+                                code,
+                                0,
+                                "pid {pid} partition {partition} seq {}",
+                                round * 5 + i as i32
+                            );
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let diverged = gw.metric(r#"mirrorgate_psm_batches_total{result="diverged"}"#);
+    wait_psm_settled(&gw, &topic, leaders.len() as i32);
+    let differences = producer_list_differences(&gw, &topic, &leaders, |_| true);
+    assert!(
+        diverged == 0.0 && differences.is_empty(),
+        "the PSM disagreed with the broker: {diverged} batches diverged (of {} accepted)\n{}",
+        gw.metric(r#"mirrorgate_psm_batches_total{result="accepted"}"#),
+        differences.join("\n")
+    );
+    for p in 0..leaders.len() as i32 {
+        assert_eq!(
+            gateway_producers(&gw.admin(), &topic, p).len(),
+            CONNECTIONS as usize,
+            "partition {p}"
+        );
+    }
 }
