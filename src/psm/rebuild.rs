@@ -193,6 +193,7 @@ pub async fn rebuild_partition(
         }
         s.psm = psm;
         s.applied_through = through;
+        s.log_read_through = next - 1;
         s.ready = true;
         s.needs_rebuild = false;
         s.dirty = true;

@@ -40,8 +40,14 @@ pub struct PartitionSlot {
     pub ready: bool,
     /// A rebuild is wanted (never rebuilt, diverged, or an outcome is unknown).
     pub needs_rebuild: bool,
-    /// Highest log offset reflected in `psm` (-1: none).
+    /// Highest log offset reflected in `psm` (-1: none). Outcomes of different connections
+    /// arrive in any order, so batches below it may still be on their way: it is not a mark
+    /// below which everything is known (see `log_read_through`).
     pub applied_through: i64,
+    /// Last offset of the log the last rebuild read (-1: none): every batch at or below it is in
+    /// `psm` already, so an outcome at or below it (answered after the rebuild read it) is not
+    /// applied again.
+    pub log_read_through: i64,
     /// Changed since the last snapshot.
     pub dirty: bool,
     /// Outcomes that arrived while the partition was being rebuilt: (first offset, header).
@@ -51,12 +57,19 @@ pub struct PartitionSlot {
 }
 
 impl PartitionSlot {
+    /// Outcomes at or below this offset are already reflected in `psm`: the log the last rebuild
+    /// read, and everything before the partition's own barrier.
+    pub fn reflected_through(&self) -> i64 {
+        self.log_read_through.max(self.barrier_offset.unwrap_or(-1))
+    }
+
     fn new() -> Self {
         PartitionSlot {
             psm: PartitionPsm::new(),
             ready: false,
             needs_rebuild: true,
             applied_through: -1,
+            log_read_through: -1,
             dirty: false,
             buffered: Vec::new(),
             barrier_offset: None,
@@ -375,9 +388,10 @@ impl PsmRegistry {
             .store(check_interval_ms, Ordering::Relaxed);
     }
 
-    /// Apply what the broker did with one batch of a tracked partition. The caller holds no lock;
-    /// outcomes of one partition must be applied in the order the broker appended them (one
-    /// connection's responses arrive in request order).
+    /// Apply what the broker did with one batch of a tracked partition. The caller holds no lock.
+    /// One producer's outcomes must be applied in the order the broker appended them (a producer
+    /// writes a partition through one connection, whose responses arrive in request order);
+    /// outcomes of different connections may come in any order.
     pub fn apply(
         &self,
         topic: &str,
@@ -526,6 +540,14 @@ pub fn apply_locked(
         s.needs_rebuild = true;
         return BatchResult::UnknownOutcome;
     }
+    if let BrokerOutcome::Appended { base_offset } = outcome {
+        if base_offset <= s.reflected_through() {
+            // Already in the state: the rebuild read it from the log (or it lies before the
+            // partition's barrier, where nothing counts). Judging it against a state that
+            // already holds it (and maybe later batches of its producer) would be wrong.
+            return BatchResult::Accepted;
+        }
+    }
     let verdict = s.psm.classify(header);
     match (verdict, outcome) {
         (Verdict::Duplicate { first_offset, .. }, BrokerOutcome::Appended { base_offset }) => {
@@ -538,13 +560,13 @@ pub fn apply_locked(
             }
         }
         (v, BrokerOutcome::Appended { base_offset }) if v.appends() => {
-            if base_offset <= s.applied_through {
-                // Already reflected (e.g. applied by a rebuild that read past it).
-                return BatchResult::of(&v);
-            }
+            // Outcomes of other connections may already have moved `applied_through` past this
+            // batch: the broker appended them later, but their answers were read first.
             match s.psm.append(header, base_offset) {
                 Ok(_) => {
-                    s.applied_through = header.last_offset_delta as i64 + base_offset;
+                    s.applied_through = s
+                        .applied_through
+                        .max(header.last_offset_delta as i64 + base_offset);
                     s.dirty = true;
                     BatchResult::of(&v)
                 }
@@ -645,5 +667,127 @@ impl prometheus::core::Collector for ProducerGauge {
             g.with_label_values(&values).set(n as i64);
         }
         prometheus::core::Collector::collect(&g)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! How broker outcomes meet the producer state ([`apply_locked`]): outcomes of one
+    //! partition come from many connections, and a connection's answers are read independently
+    //! of the others', so they reach the PSM in any order across connections.
+
+    use super::*;
+
+    fn single(pid: i64, seq: i32) -> BatchHeader {
+        BatchHeader {
+            base_offset: 0,
+            batch_length: 49,
+            partition_leader_epoch: -1,
+            magic: 2,
+            crc: 0,
+            attributes: 0,
+            last_offset_delta: 0,
+            base_timestamp: 1_700_000_000_000,
+            max_timestamp: 1_700_000_000_000,
+            producer_id: pid,
+            producer_epoch: 0,
+            base_sequence: seq,
+            record_count: 1,
+        }
+    }
+
+    fn ready_slot() -> PartitionSlot {
+        let mut s = PartitionSlot::new();
+        s.ready = true;
+        s.needs_rebuild = false;
+        s
+    }
+
+    fn appended(s: &mut PartitionSlot, pid: i64, seq: i32, offset: i64) -> BatchResult {
+        apply_locked(
+            s,
+            &single(pid, seq),
+            BrokerOutcome::Appended {
+                base_offset: offset,
+            },
+        )
+    }
+
+    /// (last sequence, last offset) the PSM holds for `pid`.
+    fn last(s: &PartitionSlot, pid: i64) -> Option<(i32, i64)> {
+        s.psm.get(pid).map(|e| (e.last_seq(), e.last_data_offset()))
+    }
+
+    #[test]
+    fn an_answer_read_after_a_later_offsets_answer_of_another_connection_is_still_applied() {
+        let mut s = ready_slot();
+        assert_eq!(appended(&mut s, 1, 0, 0), BatchResult::Accepted);
+        // The broker appends producer 1's seq 1 at 1, then producer 2's seq 0 at 2; the gateway
+        // reads producer 2's answer first.
+        assert_eq!(appended(&mut s, 2, 0, 2), BatchResult::Accepted);
+        assert_eq!(appended(&mut s, 1, 1, 1), BatchResult::Accepted);
+        assert_eq!(last(&s, 1), Some((1, 1)));
+        assert!(!s.needs_rebuild);
+    }
+
+    #[test]
+    fn a_pipelined_producers_next_batch_after_an_answer_read_out_of_log_order_is_in_sequence() {
+        // F16: producer 1's third batch (seq 2) was classified out of order because its second
+        // batch's answer, read after producer 2's later one, had been dropped.
+        let mut s = ready_slot();
+        appended(&mut s, 1, 0, 0);
+        appended(&mut s, 2, 0, 2);
+        appended(&mut s, 1, 1, 1);
+        assert_eq!(appended(&mut s, 1, 2, 3), BatchResult::Accepted);
+        assert_eq!(last(&s, 1), Some((2, 3)));
+        assert!(!s.needs_rebuild, "no divergence, no rebuild");
+    }
+
+    #[test]
+    fn applied_through_is_the_highest_offset_applied_whatever_order_answers_are_read_in() {
+        let mut s = ready_slot();
+        appended(&mut s, 2, 0, 5);
+        appended(&mut s, 1, 0, 4);
+        assert_eq!(s.applied_through, 5);
+    }
+
+    #[test]
+    fn an_answer_for_a_batch_the_rebuild_already_read_is_not_applied_twice() {
+        // The rebuild read producer 1's seq 0 and seq 1 (offsets 4 and 5); the answer for
+        // seq 0 is read afterwards.
+        let mut s = ready_slot();
+        let _ = s.psm.replay(&single(1, 0), 4);
+        let _ = s.psm.replay(&single(1, 1), 5);
+        s.log_read_through = 5;
+        s.applied_through = 5;
+        assert_eq!(appended(&mut s, 1, 0, 4), BatchResult::Accepted);
+        assert_eq!(s.psm.get(1).map(|e| e.batch_count()), Some(2));
+        assert_eq!(last(&s, 1), Some((1, 5)));
+        assert!(!s.needs_rebuild);
+        // The next batch continues the sequence.
+        assert_eq!(appended(&mut s, 1, 2, 6), BatchResult::Accepted);
+        assert_eq!(last(&s, 1), Some((2, 6)));
+    }
+
+    #[test]
+    fn an_answer_at_or_below_the_partitions_barrier_does_not_touch_the_state() {
+        let mut s = ready_slot();
+        s.barrier_offset = Some(10);
+        assert_eq!(appended(&mut s, 1, 0, 3), BatchResult::Accepted);
+        assert!(s.psm.is_empty());
+        assert_eq!(appended(&mut s, 1, 0, 11), BatchResult::Accepted);
+        assert_eq!(last(&s, 1), Some((0, 11)));
+    }
+
+    #[test]
+    fn an_answer_above_what_the_rebuild_read_is_applied() {
+        let mut s = ready_slot();
+        let _ = s.psm.replay(&single(1, 0), 4);
+        s.log_read_through = 4;
+        s.applied_through = 4;
+        // Producer 2's answer (offset 6) is read before producer 1's (offset 5).
+        assert_eq!(appended(&mut s, 2, 0, 6), BatchResult::Accepted);
+        assert_eq!(appended(&mut s, 1, 1, 5), BatchResult::Accepted);
+        assert_eq!(last(&s, 1), Some((1, 5)));
     }
 }

@@ -3,7 +3,9 @@
 //! On the request path it walks the Produce request (no decoding of records, no allocation for
 //! untracked topics) and notes the single batch of each tracked partition. On the response path
 //! it reads each partition's result and hands (batch, broker outcome) to the
-//! [`PsmRegistry`](super::registry::PsmRegistry), in response order.
+//! [`PsmRegistry`](super::registry::PsmRegistry), in response order: the broker's log order for
+//! one connection. Connections are answered independently, so a partition's outcomes from
+//! different connections (different producers) reach the registry in any order.
 
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
