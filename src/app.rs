@@ -35,6 +35,8 @@ pub enum StartError {
     Token(#[from] crate::config::SecretError),
     #[error("mirror agent: {0}")]
     Agent(String),
+    #[error("state directory does not match the mirrors configured: {0}")]
+    StateMismatch(String),
     #[error("destination: {0}")]
     Transport(crate::net::SetupError),
     #[error("listeners.{listener}: {source}")]
@@ -111,6 +113,15 @@ impl Gateway {
             .as_ref()
             .map(|t| t.resolve())
             .transpose()?;
+        if config
+            .state_dir
+            .join(crate::mirror::controller::MIRRORS_AREA)
+            .is_dir()
+        {
+            let store = StateStore::open(&config.state_dir)?;
+            crate::mirror::controller::check_state_matches_config(&config, &store)
+                .map_err(StartError::StateMismatch)?;
+        }
         let (psm, mirrors) = if config.mirrors.is_empty() {
             (None, None)
         } else {

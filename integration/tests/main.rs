@@ -10,6 +10,7 @@ mod gw;
 mod harness;
 mod mm2;
 mod observability;
+mod protection;
 mod proxy_bad_input;
 mod proxy_clients;
 mod psm_differential;

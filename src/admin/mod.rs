@@ -148,7 +148,11 @@ fn check_token(gw: &Gateway, headers: &hyper::HeaderMap) -> Option<Response<Full
     }
 }
 
-fn mirror_summary(record: &MirrorRecord, unreadable: &Option<String>) -> serde_json::Value {
+fn mirror_summary(
+    record: &MirrorRecord,
+    unreadable: &Option<String>,
+    protection_until: Option<i64>,
+) -> serde_json::Value {
     let mut counts = serde_json::Map::new();
     for st in PartitionState::ALL {
         let n = record.partitions.iter().filter(|p| p.state == st).count();
@@ -162,6 +166,9 @@ fn mirror_summary(record: &MirrorRecord, unreadable: &Option<String>) -> serde_j
         "failover_started_ms": record.started_ms,
         "failover_completed_ms": record.completed_ms,
         "state_error": unreadable,
+        // Until when producers of this mirror's topics must stay behind the gateway (the
+        // screening set is shared by every mirror); null before any failover.
+        "protection_needed_until_ms": record.failover_id.as_ref().and(protection_until),
     })
 }
 
@@ -201,17 +208,18 @@ async fn mirrors(
         .filter(|s| !s.is_empty())
         .collect();
     let find = |name: &str| ctl.records().into_iter().find(|(r, _)| r.name == name);
+    let until = ctl.protection_needed_until_ms();
     match (method, rest.as_slice()) {
         (&Method::GET, []) => {
             let list: Vec<serde_json::Value> = ctl
                 .records()
                 .iter()
-                .map(|(r, u)| mirror_summary(r, u))
+                .map(|(r, u)| mirror_summary(r, u, until))
                 .collect();
             json_reply(StatusCode::OK, &json!({ "mirrors": list }))
         }
         (&Method::GET, [name]) => match find(name) {
-            Some((r, u)) => json_reply(StatusCode::OK, &mirror_summary(&r, &u)),
+            Some((r, u)) => json_reply(StatusCode::OK, &mirror_summary(&r, &u, until)),
             None => error_reply(StatusCode::NOT_FOUND, &format!("no mirror named {name:?}")),
         },
         (&Method::GET, [name, "partitions"]) => match find(name) {

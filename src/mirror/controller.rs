@@ -128,6 +128,23 @@ impl Drop for InFlightGuard {
 pub struct ScreenEntry {
     pub max_epoch: i16,
     pub last_timestamp: i64,
+    /// When the gateway last added or refreshed this entry (ms; 0 in files of older versions):
+    /// a broker keeps a producer id until its first expiry check after the append, even when
+    /// the record's timestamp is old (review F11b).
+    #[serde(default)]
+    pub added_ms: i64,
+}
+
+impl ScreenEntry {
+    /// Until when the brokers may still hold this producer id (ms): the later of its last
+    /// timestamp plus `expiration_ms` and the time it was added, plus one expiry check
+    /// interval.
+    pub fn protected_until(&self, expiration_ms: i64, check_interval_ms: i64) -> i64 {
+        self.last_timestamp
+            .saturating_add(expiration_ms)
+            .max(self.added_ms)
+            .saturating_add(check_interval_ms)
+    }
 }
 
 /// Why a failover could not be started.
@@ -929,24 +946,44 @@ impl MirrorController {
 
     /// Drop screening entries the brokers have certainly expired.
     pub fn expire_screen(&self) {
-        let horizon = self
-            .psm
-            .as_ref()
-            .map(|p| p.expiration_ms() + p.check_interval_ms())
-            .unwrap_or(i64::MAX / 4);
         if self.screen_unreadable.is_some() {
             return;
         }
+        let (expiration, interval) = self.expiry_settings();
         let now = now_ms();
         let mut s = lock(&self.screen);
         let before = s.len();
-        s.retain(|_, e| now.saturating_sub(e.last_timestamp) <= horizon);
+        s.retain(|_, e| now <= e.protected_until(expiration, interval));
         if s.len() != before {
             // The file keeps the expired entries until a write succeeds: screening more is safe.
             if let Err(e) = self.persist_screen(&s) {
                 tracing::warn!(error = %e, "cannot persist the expired PID screening entries; retried");
             }
         }
+    }
+
+    /// The brokers' `producer.id.expiration.ms` and expiry check interval as the PSM knows them
+    /// (without a PSM: unbounded, nothing expires).
+    fn expiry_settings(&self) -> (i64, i64) {
+        self.psm
+            .as_ref()
+            .map(|p| (p.expiration_ms(), p.check_interval_ms()))
+            .unwrap_or((i64::MAX / 4, 0))
+    }
+
+    /// Until when producers of failed-over topics must stay behind the gateway (ms since the
+    /// epoch): the latest time any screened (mirrored) producer id can still be live in the
+    /// brokers. `None` while nothing is screened. With an unreadable screening set: unknown,
+    /// reported as `Some(i64::MAX)`.
+    pub fn protection_needed_until_ms(&self) -> Option<i64> {
+        if self.screen_unreadable.is_some() {
+            return Some(i64::MAX);
+        }
+        let (expiration, interval) = self.expiry_settings();
+        lock(&self.screen)
+            .values()
+            .map(|e| e.protected_until(expiration, interval))
+            .max()
     }
 
     /// Write the screening set `s`. The caller holds the set's lock across this call, so writes
@@ -975,6 +1012,7 @@ impl MirrorController {
                             ScreenEntry {
                                 max_epoch: e.epoch(),
                                 last_timestamp: e.last_timestamp(),
+                                added_ms: 0,
                             },
                         )
                     }));
@@ -1550,6 +1588,7 @@ impl MirrorController {
                     ScreenEntry {
                         max_epoch: e.epoch(),
                         last_timestamp: e.last_timestamp(),
+                        added_ms: 0,
                     },
                 )
             })
@@ -1682,6 +1721,7 @@ impl MirrorController {
                                 ScreenEntry {
                                     max_epoch: b.producer_epoch,
                                     last_timestamp: b.max_timestamp,
+                                    added_ms: 0,
                                 },
                             )
                         })
@@ -1915,11 +1955,77 @@ fn load_screen(store: &StateStore) -> (HashMap<i64, ScreenEntry>, Option<ScreenE
 
 /// Merge producers into the screening set, keeping the highest epoch and latest timestamp.
 fn merge_screen(screen: &mut HashMap<i64, ScreenEntry>, found: Vec<(i64, ScreenEntry)>) {
+    let now = now_ms();
     for (pid, e) in found {
         let entry = screen.entry(pid).or_insert(e);
         entry.max_epoch = entry.max_epoch.max(e.max_epoch);
         entry.last_timestamp = entry.last_timestamp.max(e.last_timestamp);
+        entry.added_ms = entry.added_ms.max(e.added_ms).max(now);
     }
+}
+
+/// Refuse to start when the state directory holds protection the configuration would drop
+/// (review F3): a mirror's state file whose mirror is no longer configured (removed or
+/// renamed), or partitions of a configured mirror whose topic the configuration now routes
+/// elsewhere. Both would silently end the read-only rule, the barrier hiding and the duplicate-ack
+/// guard of topics that may still hold mirrored producer ids. The error says how to resolve it.
+pub fn check_state_matches_config(config: &Config, store: &StateStore) -> Result<(), String> {
+    let router = config.topic_router();
+    let mut problems = Vec::new();
+    for file in store.list(MIRRORS_AREA).map_err(|e| e.to_string())? {
+        let Some(name) = file.strip_suffix(".json") else {
+            continue;
+        };
+        let configured = config.mirrors.iter().position(|m| m.name == name);
+        let record = match store.read(MIRRORS_AREA, &file) {
+            Ok(Some(bytes)) => MirrorRecord::decode(&bytes).ok(),
+            _ => None,
+        };
+        let Some(idx) = configured else {
+            let what = match &record {
+                Some(r) if r.failover_id.is_some() => format!(
+                    "failed over ({}), {} partitions",
+                    r.failover_id.as_deref().unwrap_or_default(),
+                    r.partitions.len()
+                ),
+                Some(r) => format!("{} partitions, not failed over", r.partitions.len()),
+                None => "unreadable".to_string(),
+            };
+            problems.push(format!(
+                "the state directory holds mirror {name:?} ({what}; file {MIRRORS_AREA}/{file}) but no mirror of that name is configured"
+            ));
+            continue;
+        };
+        let Some(record) = record else { continue };
+        let mut moved: Vec<String> = record
+            .partitions
+            .iter()
+            .filter(|p| router.mirror_index(&p.topic) != Some(idx))
+            .map(|p| {
+                let now = router
+                    .mirror_index(&p.topic)
+                    .and_then(|i| config.mirrors.get(i))
+                    .map(|m| format!("mirror {:?}", m.name))
+                    .unwrap_or_else(|| "no mirror".to_string());
+                format!("{} (now {now})", p.topic)
+            })
+            .collect();
+        moved.dedup();
+        if !moved.is_empty() {
+            problems.push(format!(
+                "mirror {name:?} holds partitions of topics its configuration no longer matches: {}",
+                moved.join(", ")
+            ));
+        }
+    }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "{}. Their topics would lose their protection (read-only rule, barrier hiding, duplicate-ack guard) while mirrored producer ids may still be live in the brokers. Restore the mirror configuration; or, to retire a mirror on purpose, wait until the time GET /v1/mirrors/NAME reports as protection_needed_until_ms has passed, then move its file out of {}/{MIRRORS_AREA}/ (see docs/guarantees.md)",
+        problems.join("; "),
+        store.root().display()
+    ))
 }
 
 /// The slot of mirror `name`, when it exists and its state is readable.
@@ -1960,7 +2066,19 @@ impl prometheus::core::Collector for PartitionStateGauge {
         for (m, s, n) in self.0.state_counts() {
             g.with_label_values(&[&m, s]).set(n as i64);
         }
-        prometheus::core::Collector::collect(&g)
+        let mut out = prometheus::core::Collector::collect(&g);
+        if let Ok(until) = prometheus::Gauge::new(
+            "mirrorgate_protection_needed_until_seconds",
+            "Until when (Unix time) producers of failed-over topics must stay behind the gateway: the latest time a mirrored producer id can still be live in the brokers (0: none screened; +Inf: the screening set is unreadable).",
+        ) {
+            until.set(match self.0.protection_needed_until_ms() {
+                None => 0.0,
+                Some(i64::MAX) => f64::INFINITY,
+                Some(ms) => ms as f64 / 1000.0,
+            });
+            out.extend(prometheus::core::Collector::collect(&until));
+        }
+        out
     }
 }
 

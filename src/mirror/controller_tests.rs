@@ -219,6 +219,7 @@ fn concurrent_screening_writers_never_leave_an_older_or_torn_set() {
                             ScreenEntry {
                                 max_epoch: 0,
                                 last_timestamp: now_ms(),
+                                added_ms: 0,
                             },
                         );
                         s.insert(
@@ -226,6 +227,7 @@ fn concurrent_screening_writers_never_leave_an_older_or_torn_set() {
                             ScreenEntry {
                                 max_epoch: 0,
                                 last_timestamp: i64::MIN / 2,
+                                added_ms: 0,
                             },
                         );
                     }
@@ -285,4 +287,68 @@ fn a_mirror_write_released_without_an_answer_counts_as_unknown_outcome() {
     assert!(metrics
         .render()
         .contains("mirrorgate_protection_unknown_outcome_writes_total 1"));
+}
+
+/// A state directory holding `mirrors/NAME.json` for each of `names`.
+fn store_with_mirrors(names: &[(&str, &[&str])]) -> (StateStore, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = StateStore::init(dir.path()).unwrap();
+    for (name, topics) in names {
+        let mut r = MirrorRecord::new(name.to_string(), Vec::new(), 1);
+        for t in *topics {
+            r.partitions.push(PartitionRecord::new(t.to_string(), 0, 1));
+        }
+        store
+            .write(MIRRORS_AREA, &format!("{name}.json"), &r.encode())
+            .unwrap();
+    }
+    (store, dir)
+}
+
+fn config_text() -> crate::config::Config {
+    crate::config::load_str(CONFIG, "t.yaml").unwrap()
+}
+
+#[test]
+fn a_state_file_of_a_mirror_that_is_no_longer_configured_is_an_error_at_start() {
+    let (store, _dir) = store_with_mirrors(&[("first", &["pay.us"]), ("retired", &["old"])]);
+    let err = check_state_matches_config(&config_text(), &store).unwrap_err();
+    assert!(
+        err.contains("mirror \"retired\"")
+            && err.contains("no mirror of that name is configured")
+            && err.contains("protection_needed_until_ms"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_topic_moved_to_another_mirror_is_an_error_at_start() {
+    // "pay.us" matches both regexes; "first" owns it. A state naming it under "second" means
+    // the configuration changed under a mirror that held it.
+    let (store, _dir) = store_with_mirrors(&[("second", &["orders", "pay.us"])]);
+    let err = check_state_matches_config(&config_text(), &store).unwrap_err();
+    assert!(
+        err.contains("mirror \"second\" holds partitions of topics its configuration no longer matches: pay.us (now mirror \"first\")"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_state_directory_matching_the_configuration_starts() {
+    let (store, _dir) = store_with_mirrors(&[("first", &["pay.us"]), ("second", &["orders"])]);
+    check_state_matches_config(&config_text(), &store).unwrap();
+}
+
+#[test]
+fn a_screened_producer_id_with_an_old_timestamp_stays_protected_until_an_expiry_check_after_it_was_added(
+) {
+    let day = 86_400_000;
+    let e = ScreenEntry {
+        max_epoch: 0,
+        last_timestamp: 1_000,
+        added_ms: 10 * day,
+    };
+    assert_eq!(e.protected_until(day, 600_000), 10 * day + 600_000);
+    let recent = ScreenEntry { added_ms: 0, ..e };
+    assert_eq!(recent.protected_until(day, 600_000), 1_000 + day + 600_000);
 }

@@ -1,0 +1,94 @@
+//! Protection outlives the mirror configuration (review F3): after a failover the destination
+//! brokers keep mirrored producer ids for `producer.id.expiration.ms` and more, so the gateway
+//! says until when producers must stay behind it, and refuses to start with a configuration that
+//! would silently drop a mirror's protection.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use mirrorgate::app::{Gateway, StartError};
+use mirrorgate::config::Config;
+
+use crate::failover::{failover, mirror_config, mirror_json, wait_mirroring, wait_stopped};
+use crate::gw::TestGateway;
+use crate::harness;
+use crate::psm_differential::{batch, RawConn};
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64
+}
+
+/// Start a gateway with `cfg`; the start error, if any.
+fn start_error(cfg: Config) -> Option<String> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        match Gateway::start(cfg).await {
+            Ok(gw) => {
+                gw.shutdown().await;
+                None
+            }
+            Err(e @ StartError::StateMismatch(_)) => Some(e.to_string()),
+            Err(e) => panic!("unexpected start error: {e}"),
+        }
+    })
+}
+
+/// A failed-over mirror `name` over a new topic, with mirrored producer ids; its config.
+fn failed_over(name: &str) -> Config {
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic(name);
+    harness::create_topic(&destination, &topic, 1, Some(&[1]));
+    let cfg = mirror_config(name, &[&topic]);
+    let gw = TestGateway::start(cfg.clone());
+    wait_mirroring(&gw.admin(), name, 1);
+    let mut conn = RawConn::connect(&gw.mirror_bootstrap());
+    assert_eq!(conn.produce(&topic, 0, batch(8_100_000, 0, 0, 1, "m")).0, 0);
+    let before = now_ms();
+    failover(&gw.admin(), name);
+    wait_stopped(&gw.admin(), name);
+    let until = mirror_json(&gw.admin(), name)["protection_needed_until_ms"]
+        .as_i64()
+        .unwrap_or_else(|| {
+            panic!(
+                "no protection_needed_until_ms: {}",
+                mirror_json(&gw.admin(), name)
+            )
+        });
+    // The rig's brokers keep producer ids for the default day (plus a 10 min check interval).
+    assert!(
+        until >= before + 86_400_000,
+        "protection needed until {until}, less than a day after the failover at {before}"
+    );
+    let gauge = gw.metric("mirrorgate_protection_needed_until_seconds");
+    assert_eq!(gauge, (until as f64 / 1000.0), "{}", gw.metrics());
+    cfg
+}
+
+#[test]
+fn a_gateway_restarted_without_its_failed_over_mirror_refuses_to_start() {
+    let mut cfg = failed_over("protremoved");
+    cfg.mirrors.clear();
+    let err = start_error(cfg).expect(
+        "the gateway started without the failed-over mirror: its topics lost their protection",
+    );
+    assert!(
+        err.contains("\"protremoved\"") && err.contains("no mirror of that name is configured"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_gateway_restarted_with_its_failed_over_mirror_renamed_refuses_to_start() {
+    let mut cfg = failed_over("protrenamed");
+    cfg.mirrors[0].name = "protrenamed2".into();
+    let err = start_error(cfg).expect(
+        "the gateway started with the failed-over mirror renamed: its topics were mirroring again",
+    );
+    assert!(err.contains("\"protrenamed\""), "{err}");
+}
