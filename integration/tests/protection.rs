@@ -92,3 +92,95 @@ fn a_gateway_restarted_with_its_failed_over_mirror_renamed_refuses_to_start() {
     );
     assert!(err.contains("\"protrenamed\""), "{err}");
 }
+
+/// Delete `topic` on the destination brokers directly and wait until it is gone.
+fn delete_topic_on_the_destination(topic: &str) {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::ClientConfig;
+    let destination = harness::cluster("destination");
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &destination)
+        .create()
+        .expect("admin client");
+    let opts = AdminOptions::new().operation_timeout(Some(std::time::Duration::from_secs(30)));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    for r in rt
+        .block_on(admin.delete_topics(&[topic], &opts))
+        .expect("delete topics")
+    {
+        r.unwrap_or_else(|(t, e)| panic!("delete {t}: {e:?}"));
+    }
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &destination)
+        .create()
+        .expect("client");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let md = c
+            .fetch_metadata(Some(topic), std::time::Duration::from_secs(10))
+            .expect("metadata");
+        let gone = md
+            .topics()
+            .iter()
+            .all(|t| t.name() != topic || t.error().is_some());
+        if gone {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{topic} not deleted");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// A mirror topic deleted and created again after its failover starts a new log: the old
+/// barrier offset guards nothing in it, so genuine acknowledgements below that offset are
+/// passed on, not turned into errors (which made producers resend: duplicates, failed sends).
+#[test]
+fn a_topic_created_again_after_failover_is_not_guarded_by_the_old_barrier() {
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("recreated");
+    harness::create_topic(&destination, &topic, 1, Some(&[1]));
+    let mut cfg = mirror_config("recreated", &[&topic]);
+    cfg.destination.metadata_refresh_ms = 1000;
+    let gw = TestGateway::start(cfg);
+    wait_mirroring(&gw.admin(), "recreated", 1);
+    let mut conn = RawConn::connect(&gw.mirror_bootstrap());
+    assert_eq!(
+        conn.produce(&topic, 0, batch(8_200_000, 0, 0, 100, "m")).0,
+        0
+    );
+    failover(&gw.admin(), "recreated");
+    let m = wait_stopped(&gw.admin(), "recreated");
+    eprintln!("{m}");
+    delete_topic_on_the_destination(&topic);
+    harness::create_topic(&destination, &topic, 1, Some(&[1]));
+    // Let the gateway's metadata see the new topic (refreshed every second here).
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let props = dir.path().join("p.properties");
+    std::fs::write(
+        &props,
+        "enable.idempotence=true\nacks=all\nretries=2147483647\nlinger.ms=0\nbatch.size=1\ndelivery.timeout.ms=20000\nrequest.timeout.ms=5000\n",
+    )
+    .expect("props");
+    let (acked, out) = harness::verifiable_produce(&gw.bootstrap(), &topic, 50, &props);
+    assert_eq!(
+        acked.len(),
+        50,
+        "not every send succeeded: {}\n{}",
+        harness::tail_text(&out.stdout, 2000),
+        harness::tail_text(&out.stderr, 2000)
+    );
+    let log = crate::failover::read_log(&destination, &topic, 0);
+    assert_eq!(
+        log.records.len(),
+        50,
+        "the new log holds {} records for 50 sends",
+        log.records.len()
+    );
+    assert_eq!(gw.metric("mirrorgate_duplicate_ack_guard_total"), 0.0);
+}

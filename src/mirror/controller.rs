@@ -327,8 +327,9 @@ pub struct MirrorController {
     slots: Mutex<Vec<MirrorSlot>>,
     /// Fast path: topic → state per partition index (absent: not synced yet).
     states: RwLock<HashMap<String, Vec<Option<PartitionState>>>>,
-    /// Barrier offset per partition of stopped partitions (duplicate-ack guard).
-    barriers: RwLock<HashMap<String, Vec<Option<i64>>>>,
+    /// Barrier offset per partition of stopped partitions (duplicate-ack guard), with the
+    /// destination topic id it was written under (absent in older state files).
+    barriers: RwLock<HashMap<String, Vec<Option<(i64, Option<uuid::Uuid>)>>>>,
     in_flight: RwLock<HashMap<(String, i32), Arc<PartitionWrites>>>,
     /// After a barrier, how long a partition's log is watched for mirror writes of unknown
     /// outcome before it may become STOPPED (`limits.unknown_outcome_settle_ms`).
@@ -482,7 +483,7 @@ impl MirrorController {
     fn refresh_lookup(&self) {
         let slots = lock(&self.slots);
         let mut states: HashMap<String, Vec<Option<PartitionState>>> = HashMap::new();
-        let mut barriers: HashMap<String, Vec<Option<i64>>> = HashMap::new();
+        let mut barriers: HashMap<String, Vec<Option<(i64, Option<uuid::Uuid>)>>> = HashMap::new();
         for s in slots.iter() {
             for p in &s.record.partitions {
                 let i = p.partition.max(0) as usize;
@@ -496,7 +497,13 @@ impl MirrorController {
                     b.resize(i + 1, None);
                 }
                 b[i] = if p.state == PartitionState::Stopped {
-                    p.barrier_offset
+                    p.barrier_offset.map(|o| {
+                        let id = p
+                            .barrier_topic_id
+                            .as_deref()
+                            .and_then(|id| uuid::Uuid::parse_str(id).ok());
+                        (o, id)
+                    })
                 } else {
                     None
                 };
@@ -871,12 +878,21 @@ impl MirrorController {
     }
 
     /// The barrier offset of a stopped partition (duplicate-ack guard).
+    ///
+    /// A barrier recorded under another topic id than the topic has now (the topic was deleted
+    /// and created again after the failover) guards nothing: its offset means nothing in the
+    /// new log, and acknowledgements below it are genuine (review F6).
     pub fn barrier_offset(&self, topic: &str, partition: i32) -> Option<i64> {
-        self.barriers
+        let (offset, id) = self
+            .barriers
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(topic)
-            .and_then(|v| v.get(partition.max(0) as usize).copied().flatten())
+            .and_then(|v| v.get(partition.max(0) as usize).copied().flatten())?;
+        match (id, self.cluster.topic(topic)) {
+            (Some(recorded), Some(now)) if now.id != recorded => None,
+            _ => Some(offset),
+        }
     }
 
     /// Whether any partition has a barrier (fast check before looking at responses).
@@ -1503,6 +1519,7 @@ impl MirrorController {
                 if let Some(o) = found.get(&(p.topic.clone(), p.partition)) {
                     let _ = p.advance(FailoverStep::BarrierWritten { offset: *o }, now);
                     let _ = p.advance(FailoverStep::BarrierPersisted { offset: *o }, now);
+                    p.barrier_topic_id = self.cluster.topic(&p.topic).map(|t| t.id.to_string());
                     written += 1;
                 }
             });

@@ -314,6 +314,11 @@ pub struct PartitionRecord {
     #[serde(deserialize_with = "required")]
     pub last_error: Option<String>,
     pub updated_ms: i64,
+    /// The destination topic's id when the barrier was recorded (absent in files of older
+    /// versions): a topic deleted and created again under the same name has another id, and
+    /// the old barrier offset means nothing in its log (review F6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub barrier_topic_id: Option<String>,
 }
 
 impl PartitionRecord {
@@ -329,6 +334,7 @@ impl PartitionRecord {
             producers_expired: 0,
             last_error: None,
             updated_ms: now_ms,
+            barrier_topic_id: None,
         }
     }
 
@@ -369,6 +375,7 @@ impl PartitionRecord {
         self.failover_id = Some(failover_id);
         self.step = None;
         self.barrier_offset = None;
+        self.barrier_topic_id = None;
         self.producers_expired = 0;
         self.last_error = None;
         self.updated_ms = now_ms;
@@ -450,6 +457,7 @@ impl PartitionRecord {
         self.failover_id = None;
         self.step = None;
         self.barrier_offset = None;
+        self.barrier_topic_id = None;
         self.producers_expired = 0;
         self.last_error = None;
         self.updated_ms = now_ms;
