@@ -10,6 +10,7 @@ mod gw;
 mod harness;
 mod mm2;
 mod observability;
+mod pid_allocator;
 mod protection;
 mod proxy_bad_input;
 mod proxy_clients;
