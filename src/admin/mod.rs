@@ -148,9 +148,12 @@ fn check_token(gw: &Gateway, headers: &hyper::HeaderMap) -> Option<Response<Full
     }
 }
 
+/// `pid_allocator`: the outcome of the failover step that advanced the producer-id allocators
+/// (review F15), when one ran in this process.
 fn mirror_summary(
     record: &MirrorRecord,
     unreadable: &Option<String>,
+    pid_allocator: Option<crate::mirror::pid_allocator::Outcome>,
     protection_until: Option<i64>,
 ) -> serde_json::Value {
     let mut counts = serde_json::Map::new();
@@ -165,6 +168,7 @@ fn mirror_summary(
         "failover_id": record.failover_id,
         "failover_started_ms": record.started_ms,
         "failover_completed_ms": record.completed_ms,
+        "pid_allocator": pid_allocator,
         "state_error": unreadable,
         // Until when producers of this mirror's topics must stay behind the gateway (the
         // screening set is shared by every mirror); null before any failover.
@@ -214,12 +218,15 @@ async fn mirrors(
             let list: Vec<serde_json::Value> = ctl
                 .records()
                 .iter()
-                .map(|(r, u)| mirror_summary(r, u, until))
+                .map(|(r, u)| mirror_summary(r, u, ctl.pid_allocator_outcome(&r.name), until))
                 .collect();
             json_reply(StatusCode::OK, &json!({ "mirrors": list }))
         }
         (&Method::GET, [name]) => match find(name) {
-            Some((r, u)) => json_reply(StatusCode::OK, &mirror_summary(&r, &u, until)),
+            Some((r, u)) => json_reply(
+                StatusCode::OK,
+                &mirror_summary(&r, &u, ctl.pid_allocator_outcome(name), until),
+            ),
             None => error_reply(StatusCode::NOT_FOUND, &format!("no mirror named {name:?}")),
         },
         (&Method::GET, [name, "partitions"]) => match find(name) {

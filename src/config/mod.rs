@@ -59,6 +59,9 @@ pub struct Config {
     /// Mirrors: sets of destination topics fed by mirroring.
     #[serde(default)]
     pub mirrors: Vec<MirrorConfig>,
+    /// Failover options.
+    #[serde(default)]
+    pub failover: FailoverConfig,
 }
 
 /// A Kafka cluster the gateway connects to.
@@ -233,6 +236,64 @@ impl Default for PsmConfig {
 
 fn default_snapshot_interval_ms() -> u64 {
     30_000
+}
+
+/// Failover options.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailoverConfig {
+    /// Advancing the destination brokers' producer-id allocators past the screened ids.
+    #[serde(default)]
+    pub pid_allocator: PidAllocatorConfig,
+}
+
+/// The failover step that advances every destination broker's producer-id allocator past the
+/// producer ids mirrored traffic left in the brokers (review F15), so that new local producers
+/// are not handed them; PID screening stays the fallback.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PidAllocatorConfig {
+    /// Run the step (`false`: screening alone).
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Most producer ids the step may skip; screened ids further above the brokers' lowest
+    /// position are left to screening.
+    #[serde(default = "default_pid_max_ids")]
+    pub max_ids: u64,
+    /// Give up (and rely on screening) after this long, milliseconds.
+    #[serde(default = "default_pid_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Connections per destination broker.
+    #[serde(default = "default_pid_connections")]
+    pub connections: usize,
+    /// InitProducerId requests written per connection before their answers are read.
+    #[serde(default = "default_pid_in_flight")]
+    pub in_flight: usize,
+}
+
+impl Default for PidAllocatorConfig {
+    fn default() -> Self {
+        PidAllocatorConfig {
+            enabled: true,
+            max_ids: default_pid_max_ids(),
+            timeout_ms: default_pid_timeout_ms(),
+            connections: default_pid_connections(),
+            in_flight: default_pid_in_flight(),
+        }
+    }
+}
+
+fn default_pid_max_ids() -> u64 {
+    1_000_000
+}
+fn default_pid_timeout_ms() -> u64 {
+    120_000
+}
+fn default_pid_connections() -> usize {
+    4
+}
+fn default_pid_in_flight() -> usize {
+    64
 }
 
 /// A mirror: destination topics fed from a source cluster.

@@ -46,6 +46,13 @@ fn base_config_is_valid() {
     let cfg = load_str(BASE, "base.yaml").unwrap();
     assert_eq!(cfg.mirrors.len(), 2);
     assert_eq!(cfg.listeners.client.bind, "127.0.0.1");
+    // The producer-id allocator advance is on by default (review F15).
+    let p = &cfg.failover.pid_allocator;
+    assert!(p.enabled);
+    assert_eq!(
+        (p.max_ids, p.timeout_ms, p.connections, p.in_flight),
+        (1_000_000, 120_000, 4, 64)
+    );
 }
 
 #[test]
@@ -280,6 +287,27 @@ fn bad_configs_report_key_path_message_and_line() {
             path: "limits.max_frame_bytes",
             fragment: "at least 1024",
             line: 16,
+        },
+        Case {
+            name: "no connection for the producer-id allocator advance",
+            text: append("failover:\n  pid_allocator:\n    connections: 0\n"),
+            path: "failover.pid_allocator.connections",
+            fragment: "between 1 and 16",
+            line: 17,
+        },
+        Case {
+            name: "too many requests in flight for the producer-id allocator advance",
+            text: append("failover:\n  pid_allocator:\n    enabled: true\n    in_flight: 5000\n"),
+            path: "failover.pid_allocator.in_flight",
+            fragment: "between 1 and 1024",
+            line: 18,
+        },
+        Case {
+            name: "producer-id allocator advance timeout too short",
+            text: append("failover:\n  pid_allocator:\n    timeout_ms: 5\n"),
+            path: "failover.pid_allocator.timeout_ms",
+            fragment: "at least 100",
+            line: 17,
         },
         Case {
             name: "metadata refresh too fast",

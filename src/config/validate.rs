@@ -32,6 +32,7 @@ pub fn semantic_issues(cfg: &Config) -> Vec<ConfigIssue> {
     }
     check_limits(&mut out, cfg);
     check_psm(&mut out, cfg);
+    check_failover(&mut out, cfg);
     check_logging(&mut out, cfg);
     check_mirrors(&mut out, cfg);
     out.0.extend(super::sasl::check_allowed_principals(cfg));
@@ -317,6 +318,28 @@ fn check_psm(out: &mut Issues, cfg: &Config) {
     }
     if cfg.psm.expiration_check_interval_ms == Some(0) {
         out.push("psm.expiration_check_interval_ms", "must be at least 1");
+    }
+}
+
+fn check_failover(out: &mut Issues, cfg: &Config) {
+    let p = &cfg.failover.pid_allocator;
+    if p.timeout_ms < 100 {
+        out.push(
+            "failover.pid_allocator.timeout_ms",
+            format!("must be at least 100 (got {})", p.timeout_ms),
+        );
+    }
+    if !(1..=16).contains(&p.connections) {
+        out.push(
+            "failover.pid_allocator.connections",
+            format!("must be between 1 and 16 (got {})", p.connections),
+        );
+    }
+    if !(1..=1024).contains(&p.in_flight) {
+        out.push(
+            "failover.pid_allocator.in_flight",
+            format!("must be between 1 and 1024 (got {})", p.in_flight),
+        );
     }
 }
 

@@ -342,6 +342,8 @@ pub struct MirrorController {
     /// Set when `screen/pids.json` could not be read at start (fail closed, never rewritten).
     screen_unreadable: Option<ScreenError>,
     metrics: MirrorMetrics,
+    /// The failover step that advances the brokers' producer-id allocators (review F15).
+    pid_allocator: super::pid_allocator::PidAllocator,
     psm: Option<Arc<PsmRegistry>>,
     cluster: Arc<ClusterView>,
     timeout: Duration,
@@ -451,6 +453,12 @@ impl MirrorController {
             screen: Mutex::new(screen),
             screen_unreadable,
             metrics: MirrorMetrics::new(metrics),
+            pid_allocator: super::pid_allocator::PidAllocator::new(
+                config.failover.pid_allocator.clone(),
+                cluster.clone(),
+                Duration::from_millis(config.destination.connect_timeout_ms),
+                metrics,
+            ),
             psm,
             cluster,
             timeout: Duration::from_millis(config.destination.connect_timeout_ms),
@@ -1073,6 +1081,11 @@ impl MirrorController {
         ready
     }
 
+    /// The outcome of the last producer-id allocator advance of mirror `name` (this process).
+    pub fn pid_allocator_outcome(&self, name: &str) -> Option<super::pid_allocator::Outcome> {
+        self.pid_allocator.last_outcome(name)
+    }
+
     /// Records of every mirror (for the admin API).
     pub fn records(&self) -> Vec<(MirrorRecord, Option<String>)> {
         let mut v: Vec<(MirrorRecord, Option<String>)> = lock(&self.slots)
@@ -1554,6 +1567,14 @@ impl MirrorController {
                 self.fail_partitions(name, &keys, &e.to_string());
                 return false;
             }
+        }
+        // The screening set is complete and durable, the partitions still read-only: advance every
+        // destination broker's producer-id allocator past the screened ids (review F15), so new
+        // producers are not handed them. Bounded; never fails the failover (screening is the
+        // fallback); idempotent on resume (the target is the highest screened id).
+        if !to_clear.is_empty() {
+            let screened: Vec<i64> = lock(&self.screen).keys().copied().collect();
+            self.pid_allocator.advance_past(name, screened).await;
         }
         let now = now_ms();
         let r = self.update(name, |p| {

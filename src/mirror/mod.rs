@@ -2,7 +2,8 @@
 //! §4.1, §4.2).
 //!
 //! Owns: [`controller`] — the running controller: partition states of every mirror, read-only
-//! checks, fencing, the failover executor and PID screening; and [`state`] — the per-partition state machine of a mirror (MIRRORING, PAUSED,
+//! checks, fencing, the failover executor and PID screening; [`pid_allocator`] — the failover
+//! step that advances the destination brokers' producer-id allocators past the screened ids; and [`state`] — the per-partition state machine of a mirror (MIRRORING, PAUSED,
 //! STOPPING, STOPPED, FAILED), the per-partition failover progress that lets a restarted gateway
 //! resume a failover from its last persisted step, and the versioned JSON persistence format of
 //! both. The state machine is pure data and rules: it performs no I/O, talks to no broker and
@@ -13,6 +14,7 @@
 
 pub mod agent;
 pub mod controller;
+pub mod pid_allocator;
 pub mod state;
 
 pub use state::{

@@ -101,27 +101,46 @@ impl KafkaClient {
         req: &R,
         version: i16,
     ) -> Result<R::Response, ClientError> {
+        let mut v = self.send_pipelined(req, version, 1).await?;
+        v.pop().ok_or_else(|| ClientError::Closed {
+            addr: self.addr.clone(),
+        })
+    }
+
+    /// Write `n` copies of `req` at `version` before reading any answer (pipelining: the broker
+    /// answers a connection's requests in order), then read the `n` responses. The client's
+    /// timeout bounds the whole exchange.
+    pub async fn send_pipelined<R: Request>(
+        &mut self,
+        req: &R,
+        version: i16,
+        n: usize,
+    ) -> Result<Vec<R::Response>, ClientError> {
         let api = ApiKey::try_from(R::KEY).unwrap_or(ApiKey::ApiVersions);
-        let correlation = self.next_correlation;
-        self.next_correlation = self.next_correlation.wrapping_add(1);
-        let header = RequestHeader::default()
-            .with_request_api_key(R::KEY)
-            .with_request_api_version(version)
-            .with_correlation_id(correlation)
-            .with_client_id(Some(StrBytes::from_static_str("mirrorgate")));
-        let mut out = BytesMut::new();
-        out.put_i32(0);
         let enc = |e: anyhow::Error| ClientError::Encode {
             api,
             version,
             reason: e.to_string(),
         };
-        header
-            .encode(&mut out, R::header_version(version))
-            .map_err(enc)?;
-        req.encode(&mut out, version).map_err(enc)?;
-        let len = (out.len() - 4) as i32;
-        out[0..4].copy_from_slice(&len.to_be_bytes());
+        let first = self.next_correlation;
+        let mut out = BytesMut::new();
+        for _ in 0..n {
+            let correlation = self.next_correlation;
+            self.next_correlation = self.next_correlation.wrapping_add(1);
+            let header = RequestHeader::default()
+                .with_request_api_key(R::KEY)
+                .with_request_api_version(version)
+                .with_correlation_id(correlation)
+                .with_client_id(Some(StrBytes::from_static_str("mirrorgate")));
+            let start = out.len();
+            out.put_i32(0);
+            header
+                .encode(&mut out, R::header_version(version))
+                .map_err(enc)?;
+            req.encode(&mut out, version).map_err(enc)?;
+            let len = (out.len() - start - 4) as i32;
+            out[start..start + 4].copy_from_slice(&len.to_be_bytes());
+        }
 
         let timeout = self.timeout;
         let addr = self.addr.clone();
@@ -134,15 +153,20 @@ impl KafkaClient {
                 addr: addr.clone(),
                 source: e.into(),
             })?;
-            read_frame(&mut self.stream, &mut self.buf, 256 * 1024 * 1024)
-                .await
-                .map_err(|source| ClientError::Frame {
-                    addr: addr.clone(),
-                    source,
-                })?
-                .ok_or_else(|| ClientError::Closed { addr: addr.clone() })
+            let mut frames = Vec::with_capacity(n);
+            for _ in 0..n {
+                let frame = read_frame(&mut self.stream, &mut self.buf, 256 * 1024 * 1024)
+                    .await
+                    .map_err(|source| ClientError::Frame {
+                        addr: addr.clone(),
+                        source,
+                    })?
+                    .ok_or_else(|| ClientError::Closed { addr: addr.clone() })?;
+                frames.push(frame);
+            }
+            Ok::<_, ClientError>(frames)
         };
-        let frame =
+        let frames =
             tokio::time::timeout(timeout, fut)
                 .await
                 .map_err(|_| ClientError::Timeout {
@@ -150,26 +174,31 @@ impl KafkaClient {
                     addr: self.addr.clone(),
                     after: timeout,
                 })??;
-        let mut body = frame.slice(4..);
         let dec = |e: anyhow::Error| ClientError::Decode {
             api,
             version,
             addr: self.addr.clone(),
             reason: e.to_string(),
         };
-        let rh = ResponseHeader::decode(
-            &mut body,
-            <R::Response as HeaderVersion>::header_version(version),
-        )
-        .map_err(dec)?;
-        if rh.correlation_id != correlation {
-            return Err(ClientError::Correlation {
-                addr: self.addr.clone(),
-                got: rh.correlation_id,
-                want: correlation,
-            });
+        let mut out = Vec::with_capacity(n);
+        for (i, frame) in frames.into_iter().enumerate() {
+            let want = first.wrapping_add(i as i32);
+            let mut body = frame.slice(4..);
+            let rh = ResponseHeader::decode(
+                &mut body,
+                <R::Response as HeaderVersion>::header_version(version),
+            )
+            .map_err(dec)?;
+            if rh.correlation_id != want {
+                return Err(ClientError::Correlation {
+                    addr: self.addr.clone(),
+                    got: rh.correlation_id,
+                    want,
+                });
+            }
+            out.push(R::Response::decode(&mut body, version).map_err(dec)?);
         }
-        R::Response::decode(&mut body, version).map_err(dec)
+        Ok(out)
     }
 }
 
