@@ -329,7 +329,7 @@ pub struct MirrorController {
     states: RwLock<HashMap<String, Vec<Option<PartitionState>>>>,
     /// Barrier offset per partition of stopped partitions (duplicate-ack guard), with the
     /// destination topic id it was written under (absent in older state files).
-    barriers: RwLock<HashMap<String, Vec<Option<(i64, Option<uuid::Uuid>)>>>>,
+    barriers: RwLock<HashMap<String, Vec<Option<Barrier>>>>,
     in_flight: RwLock<HashMap<(String, i32), Arc<PartitionWrites>>>,
     /// After a barrier, how long a partition's log is watched for mirror writes of unknown
     /// outcome before it may become STOPPED (`limits.unknown_outcome_settle_ms`).
@@ -491,7 +491,7 @@ impl MirrorController {
     fn refresh_lookup(&self) {
         let slots = lock(&self.slots);
         let mut states: HashMap<String, Vec<Option<PartitionState>>> = HashMap::new();
-        let mut barriers: HashMap<String, Vec<Option<(i64, Option<uuid::Uuid>)>>> = HashMap::new();
+        let mut barriers: HashMap<String, Vec<Option<Barrier>>> = HashMap::new();
         for s in slots.iter() {
             for p in &s.record.partitions {
                 let i = p.partition.max(0) as usize;
@@ -1918,6 +1918,9 @@ impl MirrorController {
         (out, failed, reason)
     }
 }
+
+/// A stopped partition's barrier offset and the destination topic id it was written under.
+type Barrier = (i64, Option<uuid::Uuid>);
 
 /// New barriers a failover writes after mirror writes that landed late, per partition, before
 /// it gives up for this attempt (the partition is FAILED and retried).
