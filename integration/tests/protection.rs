@@ -184,3 +184,57 @@ fn a_topic_created_again_after_failover_is_not_guarded_by_the_old_barrier() {
     );
     assert_eq!(gw.metric("mirrorgate_duplicate_ack_guard_total"), 0.0);
 }
+
+/// A failover called while the gateway is still rebuilding the producer state of a mirror's
+/// partitions (after a restart that lost the PSM snapshots) waits for the rebuild before it
+/// records its barriers and reads the screening entries from the PSM: nothing becomes writable
+/// early, and every mirrored producer id is screened.
+#[test]
+fn disruptive_a_failover_called_before_the_producer_state_is_rebuilt_waits_for_it() {
+    use crate::gw::ProcessGateway;
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("psmwait");
+    harness::create_topic(&destination, &topic, 1, Some(&[1]));
+    let mut cfg = mirror_config("psmwait", &[&topic]);
+    // Screening alone: the allocator step would keep the brokers from handing out these ids.
+    cfg.failover.pid_allocator.enabled = false;
+    let mut gw = ProcessGateway::start(cfg, &[]);
+    wait_mirroring(&gw.admin(), "psmwait", 1);
+    let ids: Vec<i64> = (0..20).map(|i| 8_300_000 + i).collect();
+    let mut conn = RawConn::connect(&gw.mirror_bootstrap());
+    for pid in &ids {
+        assert_eq!(conn.produce(&topic, 0, batch(*pid, 0, 0, 1, "m")).0, 0);
+    }
+    drop(conn);
+    gw.kill9();
+    let psm_dir = gw.config.state_dir.join("psm");
+    if psm_dir.is_dir() {
+        std::fs::remove_dir_all(&psm_dir).expect("remove PSM snapshots");
+    }
+    gw.restart_unready(&[("MIRRORGATE_TEST_HOLD_PSM_REBUILD_MS", "6000")]);
+    let (s, b) = gw.call(hyper::Method::POST, "/v1/mirrors/psmwait/failover");
+    assert_eq!(s, 202, "{b}");
+    let held_until = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while std::time::Instant::now() < held_until {
+        let (_, body) = gw.call(hyper::Method::GET, "/v1/mirrors/psmwait");
+        let m: serde_json::Value = serde_json::from_str(&body).expect("json");
+        assert_eq!(
+            m["states"]["STOPPED"], 0,
+            "the failover completed while the producer state was not rebuilt: {m}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    wait_stopped(&gw.admin(), "psmwait");
+    let screen: std::collections::BTreeMap<String, serde_json::Value> = serde_json::from_slice(
+        &std::fs::read(gw.config.state_dir.join("screen/pids.json")).expect("screen/pids.json"),
+    )
+    .expect("screening set");
+    let missing: Vec<&i64> = ids
+        .iter()
+        .filter(|i| !screen.contains_key(&i.to_string()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "mirrored producer ids missing from the screening set: {missing:?}"
+    );
+}

@@ -264,8 +264,17 @@ pub async fn maintain(
     let mut last_expiry = tokio::time::Instant::now();
     let mut last_snapshot = tokio::time::Instant::now();
     let mut first_rebuild_done = false;
+    // Test hook: hold the first rebuilds for this long after start (a slow rebuild of a large
+    // partition), so a failover called meanwhile can be shown to wait for them.
+    let hold_until = tokio::time::Instant::now()
+        + Duration::from_millis(
+            std::env::var("MIRRORGATE_TEST_HOLD_PSM_REBUILD_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+        );
     loop {
-        if cluster.is_known() {
+        if cluster.is_known() && tokio::time::Instant::now() >= hold_until {
             // Track every partition of every mirror topic the destination has.
             let topics = cluster.topic_names();
             for t in topics.iter().filter(|t| registry.tracks(t)) {
