@@ -8,7 +8,8 @@
 //!
 //! # The barrier batch
 //!
-//! One uncompressed record batch v2 with exactly one record: base offset 0 (the broker assigns
+//! One uncompressed record batch v2 (as the gateway writes it; see below for recompressed ones)
+//! with exactly one record: base offset 0 (the broker assigns
 //! the real one), partition leader epoch −1, attributes 0 (not transactional, not control,
 //! CreateTime), producer id −1, producer epoch −1, base sequence −1, last offset delta 0. The
 //! record has key [`BARRIER_KEY`] (`__mirrorgate_barrier`), the encoded [`BarrierValue`] as its
@@ -25,13 +26,23 @@
 //! `a_barrier_is_written_whatever_the_topics_timestamp_limits`). The gateway's time of the
 //! failover is in the value (`time_ms`).
 //!
-//! Detection ([`is_barrier_batch`]) needs all of: magic 2, uncompressed, not control, not
-//! transactional, producer id −1, record count 1, a well-formed single record filling the batch
-//! exactly, and the key equal to [`BARRIER_KEY`]. It reads only the header and the record's
-//! varints and key; it does not allocate and does not check the CRC ([`parse_barrier`] does).
-//! Detection does not depend on the value's version, so a barrier written by a newer gateway
-//! upstream (chain or failback topologies) is still recognised and hidden, even where its value
-//! cannot be decoded here.
+//! Detection ([`is_barrier_batch`]) needs all of: magic 2, not control, not transactional,
+//! producer id −1, record count 1, a well-formed single record filling the batch's (decompressed)
+//! records exactly, and the key equal to [`BARRIER_KEY`]. It does not check the CRC
+//! ([`parse_barrier`] does). Detection does not depend on the value's version, so a barrier
+//! written by a newer gateway upstream (chain or failback topologies) is still recognised and
+//! hidden, even where its value cannot be decoded here.
+//!
+//! **Recompressed barriers (review F7).** The gateway writes the barrier uncompressed, but a
+//! topic (or broker default) `compression.type` of gzip, snappy, lz4 or zstd makes the broker
+//! re-encode it: same single record, producer id −1, the codec in the attributes. Detection,
+//! [`parse_barrier`] (and so the resumed failover's search for its barrier) and
+//! [`hide_barriers`] all accept that form too. The cost stays on barrier candidates only: the
+//! header checks above come first (fixed header fields, no allocation); an uncompressed
+//! candidate's record is read in place without allocating; only a compressed candidate — a
+//! single-record batch without producer id, at most [`codec::MAX_DECOMPRESSED`] bytes — is
+//! decompressed, first just enough bytes to see its key, then (for a barrier) the rest, never
+//! more than [`codec::MAX_DECOMPRESSED`] bytes whatever the stream claims ([`codec`]).
 //!
 //! # The value format (version 1)
 //!
@@ -109,6 +120,9 @@
 //! type is outside every known set ([`HIDDEN_BARRIER_CONTROL_TYPE`] = 0x4D47, "MG"), one record.
 //! The gateway's own PSM sees it as `ControlType::Other` (see `batch::control_marker`), a no-op.
 
+use std::borrow::Cow;
+use std::ops::Range;
+
 use bytes::Bytes;
 use thiserror::Error;
 
@@ -116,6 +130,7 @@ use super::batch::{
     BatchHeader, BatchWalker, Compression, BATCH_HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2,
     NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
 };
+use super::codec;
 
 /// The reserved record key of a barrier.
 pub const BARRIER_KEY: &[u8] = b"__mirrorgate_barrier";
@@ -433,53 +448,92 @@ fn finish_batch(out: &mut [u8], start: usize) {
     batch[17..21].copy_from_slice(&crc.to_be_bytes());
 }
 
-/// What detection learned about a barrier batch. Borrowed, no allocation.
+/// What detection learned about a barrier batch. Borrowed for an uncompressed barrier; the value
+/// of a recompressed one is its own (decompressed) bytes.
 struct BarrierView<'a> {
     header: BatchHeader,
     /// The whole batch (exactly `batch_length + 12` bytes).
     batch: &'a [u8],
     timestamp_delta: i64,
     offset_delta: i32,
-    value: Result<&'a [u8], BarrierError>,
+    value: Result<Cow<'a, [u8]>, BarrierError>,
 }
 
-/// Recognises a barrier batch at the start of `bytes` (see the module doc). `None` if it is not
-/// one (including anything malformed or incomplete).
-fn barrier_view(bytes: &[u8]) -> Option<BarrierView<'_>> {
-    let header = BatchHeader::parse(bytes)?;
-    if header.magic != MAGIC_V2
-        || header.compression() != Compression::None
-        || header.attributes & (ATTR_CONTROL | ATTR_TRANSACTIONAL) != 0
-        || header.producer_id != NO_PRODUCER_ID
-        || header.record_count != 1
-        || header.last_offset_delta < 0
-        || header.batch_length < (BATCH_HEADER_SIZE - LOG_OVERHEAD) as i32
-    {
-        return None;
-    }
-    let batch = bytes.get(..header.total_size())?;
-    let records = &batch[BATCH_HEADER_SIZE..];
+/// The single record of a barrier candidate, read from its records section.
+struct BarrierRecord {
+    timestamp_delta: i64,
+    offset_delta: i32,
+    /// Where the value lies in the records section.
+    value: Result<Range<usize>, BarrierError>,
+}
+
+/// Bytes of a barrier record up to and including its key, at most: length, attributes,
+/// timestamp delta, offset delta and key length as varints of their widest sizes, and the key.
+const BARRIER_RECORD_PREFIX: usize = 5 + 1 + 10 + 5 + 5 + BARRIER_KEY.len();
+
+/// The header checks every barrier passes (module doc), whatever its compression. All are
+/// fields of the fixed header, so a batch that fails them costs nothing more.
+fn is_candidate(header: &BatchHeader) -> bool {
+    header.magic == MAGIC_V2
+        && header.attributes & (ATTR_CONTROL | ATTR_TRANSACTIONAL) == 0
+        && header.producer_id == NO_PRODUCER_ID
+        && header.record_count == 1
+        && header.last_offset_delta >= 0
+        && header.batch_length >= (BATCH_HEADER_SIZE - LOG_OVERHEAD) as i32
+}
+
+/// The start of a record up to its key, as [`read_key_part`] reads it.
+struct KeyPart {
+    /// Where the record starts after its length varint, and that length.
+    body_start: usize,
+    body_len: usize,
+    timestamp_delta: i64,
+    offset_delta: i32,
+}
+
+/// Reads the length, attributes, deltas and key of the record at the start of `records`;
+/// `None` unless the key is [`BARRIER_KEY`]. `records` may be a prefix of the section.
+fn read_key_part(records: &[u8], pos: &mut usize) -> Option<KeyPart> {
+    let len = read_varint(records, pos)?;
+    let body_len = usize::try_from(len).ok()?;
+    let body_start = *pos;
+    *pos += 1; // record attributes
+    let timestamp_delta = read_varlong(records, pos)?;
+    let offset_delta = read_varint(records, pos)?;
+    let key = read_nullable_bytes(records, pos)??;
+    (key == BARRIER_KEY).then_some(KeyPart {
+        body_start,
+        body_len,
+        timestamp_delta,
+        offset_delta,
+    })
+}
+
+/// Reads the one record of a barrier candidate's (decompressed) records section, which it must
+/// fill exactly; `None` if it is not a barrier record.
+fn read_barrier_record(records: &[u8], header: &BatchHeader) -> Option<BarrierRecord> {
     let mut pos = 0usize;
-    let len = read_varint(records, &mut pos)?;
-    if len < 0 || pos.checked_add(len as usize)? != records.len() {
-        return None;
-    }
-    pos += 1; // record attributes
-    let timestamp_delta = read_varlong(records, &mut pos)?;
-    let offset_delta = read_varint(records, &mut pos)?;
-    let key = read_nullable_bytes(records, &mut pos)??;
-    if key != BARRIER_KEY {
+    let KeyPart {
+        body_start,
+        body_len,
+        timestamp_delta,
+        offset_delta,
+    } = read_key_part(records, &mut pos)?;
+    if body_start.checked_add(body_len)? != records.len() {
         return None;
     }
     if offset_delta < 0 || offset_delta > header.last_offset_delta {
         return None;
     }
     let value = match read_nullable_bytes(records, &mut pos) {
-        Some(Some(v)) => Ok(v),
+        Some(Some(v)) => {
+            let end = pos;
+            Ok(end - v.len()..end)
+        }
         Some(None) => Err(BarrierError::NullValue),
         None => return None,
     };
-    // Headers: counted and skipped, the record must end exactly at the batch end.
+    // Headers: counted and skipped, the record must end exactly at the section's end.
     let count = read_varint(records, &mut pos)?;
     if count < 0 {
         return None;
@@ -491,24 +545,75 @@ fn barrier_view(bytes: &[u8]) -> Option<BarrierView<'_>> {
     if pos != records.len() {
         return None;
     }
-    Some(BarrierView {
-        header,
-        batch,
+    Some(BarrierRecord {
         timestamp_delta,
         offset_delta,
         value,
     })
 }
 
-/// Whether the batch at the start of `batch` is a barrier batch. Cheap: header fields, then the
-/// single record's varints and key; no allocation, no CRC check. Only the first batch of the
-/// slice is looked at; an incomplete batch is not a barrier.
+/// Recognises a barrier batch at the start of `bytes` (see the module doc). `None` if it is not
+/// one (including anything malformed or incomplete).
+///
+/// An uncompressed batch is read in place. A compressed one (a barrier the broker recompressed
+/// for the topic's `compression.type`) is looked into only when the header checks pass and its
+/// records section is at most [`codec::MAX_DECOMPRESSED`] bytes; then the first
+/// [`BARRIER_RECORD_PREFIX`] bytes are decompressed and must hold the barrier key before the
+/// rest is (never more than [`codec::MAX_DECOMPRESSED`] bytes).
+fn barrier_view(bytes: &[u8]) -> Option<BarrierView<'_>> {
+    let header = BatchHeader::parse(bytes)?;
+    if !is_candidate(&header) {
+        return None;
+    }
+    let compression = header.compression();
+    if let Compression::Unknown(_) = compression {
+        return None;
+    }
+    let batch = bytes.get(..header.total_size())?;
+    let section = &batch[BATCH_HEADER_SIZE..];
+    if compression == Compression::None {
+        let r = read_barrier_record(section, &header)?;
+        return Some(BarrierView {
+            header,
+            batch,
+            timestamp_delta: r.timestamp_delta,
+            offset_delta: r.offset_delta,
+            value: r.value.map(|v| Cow::Borrowed(&section[v])),
+        });
+    }
+    if section.len() > codec::MAX_DECOMPRESSED {
+        return None;
+    }
+    let mut d = codec::Decompressed::new(compression, section)?;
+    read_key_part(d.prefix(BARRIER_RECORD_PREFIX)?, &mut 0)?;
+    let mut records = d.finish()?;
+    let r = read_barrier_record(&records, &header)?;
+    Some(BarrierView {
+        header,
+        batch,
+        timestamp_delta: r.timestamp_delta,
+        offset_delta: r.offset_delta,
+        value: r.value.map(|v| {
+            records.truncate(v.end);
+            records.drain(..v.start);
+            Cow::Owned(records)
+        }),
+    })
+}
+
+/// Whether the batch at the start of `batch` is a barrier batch, compressed or not. Cheap for
+/// everything but a barrier candidate: header fields first (producer id −1, one record, not
+/// control or transactional); an uncompressed candidate's record is read in place without
+/// allocating; a compressed candidate of at most [`codec::MAX_DECOMPRESSED`] bytes is
+/// decompressed (bounded), its key first. No CRC check. Only the first batch of the slice is
+/// looked at; an incomplete batch is not a barrier.
 pub fn is_barrier_batch(batch: &[u8]) -> bool {
     barrier_view(batch).is_some()
 }
 
 /// Reads the barrier at the start of `batch`: `Ok(None)` if it is not a barrier batch,
-/// `Ok(Some(value))` for a barrier, an error if it is a barrier batch whose CRC or value is bad.
+/// `Ok(Some(value))` for a barrier (also one the broker recompressed), an error if it is a
+/// barrier batch whose CRC or value is bad.
 pub fn parse_barrier(batch: &[u8]) -> Result<Option<BarrierValue>, BarrierError> {
     let Some(view) = barrier_view(batch) else {
         return Ok(None);
@@ -520,7 +625,7 @@ pub fn parse_barrier(batch: &[u8]) -> Result<Option<BarrierValue>, BarrierError>
             computed,
         });
     }
-    BarrierValue::decode(view.value?).map(Some)
+    BarrierValue::decode(&view.value?).map(Some)
 }
 
 fn crc_ok(view: &BarrierView<'_>) -> bool {
@@ -574,12 +679,19 @@ fn push_replacement(out: &mut Vec<u8>, view: &BarrierView<'_>) {
 }
 
 /// Hides barriers from an ordinary consumer: given the `records` of one partition of a Fetch
-/// response, returns `None` if it holds no barrier batch (one header walk, no allocation), else
-/// new records in which every barrier batch is replaced by a control batch with the same base
-/// offset and offset span (module doc). All other bytes, including a partial trailing batch and
-/// anything after a batch the walk cannot read, are kept exactly.
+/// response, returns `None` if it holds no barrier batch (one header walk; no allocation unless
+/// a batch is a compressed barrier candidate, see the module doc), else new records in which
+/// every barrier batch, compressed or not, is replaced by an uncompressed control batch with the
+/// same base offset and offset span (module doc). All other bytes, including a partial trailing
+/// batch and anything after a batch the walk cannot read, are kept exactly.
 pub fn hide_barriers(records: &Bytes) -> Option<Bytes> {
+    hide_barriers_counted(records).map(|(b, _)| b)
+}
+
+/// [`hide_barriers`], also returning how many barriers were replaced.
+pub fn hide_barriers_counted(records: &Bytes) -> Option<(Bytes, usize)> {
     let bytes: &[u8] = records;
+    let mut hidden = 0usize;
     let mut out: Option<Vec<u8>> = None;
     let mut copied = 0usize;
     let mut pos = 0usize;
@@ -595,11 +707,12 @@ pub fn hide_barriers(records: &Bytes) -> Option<Bytes> {
             buf.reserve(replacement_size(&view));
             push_replacement(buf, &view);
             copied = pos;
+            hidden += 1;
         }
     }
     let mut buf = out?;
     buf.extend_from_slice(&bytes[copied..]);
-    Some(Bytes::from(buf))
+    Some((Bytes::from(buf), hidden))
 }
 
 #[cfg(test)]
@@ -1050,6 +1163,214 @@ mod tests {
         assert_eq!(h2.last_offset(), 14);
     }
 
+    // --- barriers recompressed by the broker (review F7 a) ---
+
+    const CODECS: [KCompression; 4] = [
+        KCompression::Gzip,
+        KCompression::Snappy,
+        KCompression::Lz4,
+        KCompression::Zstd,
+    ];
+
+    /// The barrier as a broker stores it after recompressing it for a topic whose
+    /// `compression.type` is `codec`: one record, same key and value, no producer state, the
+    /// batch encoded by kafka-protocol (not by the gateway's own encoder).
+    fn recompressed_barrier(codec: KCompression, base_offset: i64) -> Vec<u8> {
+        let r = Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 5,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: KTimestampType::Creation,
+            offset: 0,
+            sequence: -1,
+            timestamp: BARRIER_TIMESTAMP,
+            key: Some(Bytes::from_static(BARRIER_KEY)),
+            value: Some(Bytes::from(value().encode())),
+            headers: Default::default(),
+        };
+        let mut buf = BytesMut::new();
+        let opts = RecordEncodeOptions {
+            version: 2,
+            compression: codec,
+        };
+        RecordBatchEncoder::encode(&mut buf, [&r], &opts).unwrap();
+        let b = placed(buf.to_vec(), base_offset, 5);
+        let h = BatchHeader::parse(&b).unwrap();
+        assert_ne!(h.compression(), Compression::None, "{codec:?}");
+        assert_eq!((h.producer_id, h.record_count), (-1, 1), "{codec:?}");
+        b
+    }
+
+    #[test]
+    fn a_barrier_recompressed_by_the_broker_is_detected_and_parsed() {
+        for codec in CODECS {
+            let b = recompressed_barrier(codec, 40);
+            assert!(is_barrier_batch(&b), "{codec:?}: not detected");
+            assert_eq!(parse_barrier(&b), Ok(Some(value())), "{codec:?}");
+        }
+    }
+
+    #[test]
+    fn a_barrier_recompressed_by_the_broker_is_hidden_from_consumers() {
+        for codec in CODECS {
+            let a = data_batch(37, 3, -1);
+            let bar = recompressed_barrier(codec, 40);
+            let c = data_batch(41, 2, 9);
+            let input = Bytes::from([a.clone(), bar.clone(), c.clone()].concat());
+            let out = hide_barriers(&input)
+                .unwrap_or_else(|| panic!("{codec:?}: the barrier was not replaced"));
+            assert_eq!(&out[..a.len()], &a[..], "{codec:?}");
+            assert_eq!(&out[out.len() - c.len()..], &c[..], "{codec:?}");
+            check_replacement(&out[a.len()..out.len() - c.len()], &bar);
+            let sets = decode_all(&out);
+            assert_eq!(sets.len(), 3, "{codec:?}");
+            assert!(sets[1].records[0].control, "{codec:?}");
+            assert_eq!(sets[1].records[0].offset, 40, "{codec:?}");
+            assert!(sets
+                .iter()
+                .flat_map(|s| &s.records)
+                .all(|r| r.key.as_deref() != Some(BARRIER_KEY)));
+        }
+    }
+
+    /// A single record batch without producer id, compressed with `codec`, from `recs`.
+    fn compressed_records(codec: KCompression, recs: &[Record]) -> Vec<u8> {
+        let mut buf = BytesMut::new();
+        let opts = RecordEncodeOptions {
+            version: 2,
+            compression: codec,
+        };
+        RecordBatchEncoder::encode(&mut buf, recs.iter(), &opts).unwrap();
+        placed(buf.to_vec(), 7, 5)
+    }
+
+    #[test]
+    fn compressed_batches_that_are_not_barriers_are_left_alone() {
+        for codec in CODECS {
+            let cases: Vec<(&str, Vec<u8>)> = vec![
+                (
+                    "other key, no pid",
+                    compressed_records(codec, &[record(b"k", -1, 0, false, false)]),
+                ),
+                (
+                    "barrier key, pid",
+                    compressed_records(codec, &[record(BARRIER_KEY, 7, 0, false, false)]),
+                ),
+                (
+                    "barrier key, two records",
+                    compressed_records(
+                        codec,
+                        &[
+                            record(BARRIER_KEY, -1, 0, false, false),
+                            record(BARRIER_KEY, -1, 1, false, false),
+                        ],
+                    ),
+                ),
+                (
+                    "prefix key",
+                    compressed_records(
+                        codec,
+                        &[record(b"__mirrorgate_barrie", -1, 0, false, false)],
+                    ),
+                ),
+                (
+                    "longer key",
+                    compressed_records(
+                        codec,
+                        &[record(b"__mirrorgate_barrier_", -1, 0, false, false)],
+                    ),
+                ),
+            ];
+            for (name, b) in &cases {
+                assert!(!is_barrier_batch(b), "{codec:?} {name}");
+                assert_eq!(parse_barrier(b), Ok(None), "{codec:?} {name}");
+                assert!(
+                    hide_barriers(&Bytes::copy_from_slice(b)).is_none(),
+                    "{codec:?} {name}"
+                );
+            }
+            // The barrier key with a value that is not a barrier value: still hidden (detection
+            // is key-based), but its value is reported as unreadable.
+            let odd = compressed_records(codec, &[record(BARRIER_KEY, -1, 0, false, false)]);
+            assert!(is_barrier_batch(&odd), "{codec:?}");
+            assert_eq!(
+                parse_barrier(&odd),
+                Err(BarrierError::BadMagic),
+                "{codec:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_recompressed_barrier_with_a_bad_crc_is_reported_and_not_hidden() {
+        for codec in CODECS {
+            let mut b = recompressed_barrier(codec, 3);
+            let last = b.len() - 1;
+            b[last] ^= 0x01; // in the compressed stream, covered by the CRC
+            let crc = crc32c::crc32c(&b[CRC_FROM..]);
+            // Whether or not the changed stream still decompresses, the stored CRC no longer
+            // matches: never a barrier value, never hidden.
+            assert!(!matches!(parse_barrier(&b), Ok(Some(_))), "{codec:?}");
+            assert!(
+                hide_barriers(&Bytes::from(b.clone())).is_none(),
+                "{codec:?}"
+            );
+            // Fixing the CRC over the corrupt stream: not a barrier unless the stream still
+            // decodes to the same record.
+            b[17..21].copy_from_slice(&crc.to_be_bytes());
+            let _ = parse_barrier(&b);
+        }
+    }
+
+    #[test]
+    fn a_compressed_barrier_candidate_larger_than_the_bound_is_not_decompressed() {
+        for codec in CODECS {
+            let mut big = record(BARRIER_KEY, -1, 0, false, false);
+            // Incompressible bytes: the compressed section exceeds the bound.
+            let mut x: u32 = 0x9e37_79b9;
+            let noise: Vec<u8> = (0..codec::MAX_DECOMPRESSED + 512)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    x as u8
+                })
+                .collect();
+            big.value = Some(Bytes::from(noise));
+            let b = compressed_records(codec, &[big]);
+            assert!(
+                b.len() - BATCH_HEADER_SIZE > codec::MAX_DECOMPRESSED,
+                "{codec:?}"
+            );
+            assert!(!is_barrier_batch(&b), "{codec:?}");
+        }
+    }
+
+    #[test]
+    fn compressed_garbage_after_a_candidate_header_is_not_a_barrier() {
+        for codec in CODECS {
+            let b = recompressed_barrier(codec, 0);
+            let h = BatchHeader::parse(&b).unwrap();
+            for fill in [0x00u8, 0xff, 0x5a] {
+                let mut g = b[..BATCH_HEADER_SIZE].to_vec();
+                g.extend(std::iter::repeat_n(fill, b.len() - BATCH_HEADER_SIZE));
+                assert_eq!(
+                    BatchHeader::parse(&g).unwrap().compression(),
+                    h.compression()
+                );
+                assert!(!is_barrier_batch(&g), "{codec:?} {fill:#x}");
+                assert_eq!(parse_barrier(&g), Ok(None), "{codec:?} {fill:#x}");
+            }
+            // Cut anywhere: never a barrier, never a panic.
+            for cut in 0..b.len() {
+                assert!(!is_barrier_batch(&b[..cut]), "{codec:?} cut {cut}");
+            }
+        }
+    }
+
     proptest! {
         #[test]
         fn value_round_trips_prop(
@@ -1075,6 +1396,25 @@ mod tests {
             let _ = is_barrier_batch(&bytes);
             let _ = parse_barrier(&bytes);
             let _ = hide_barriers(&Bytes::from(bytes));
+        }
+
+        #[test]
+        fn mutated_recompressed_barriers_never_panic(
+            c in 0usize..4,
+            at in any::<prop::sample::Index>(),
+            xor in 1u8..=255,
+        ) {
+            let mut b = recompressed_barrier(CODECS[c], 9);
+            let i = BATCH_HEADER_SIZE + at.index(b.len() - BATCH_HEADER_SIZE);
+            b[i] ^= xor;
+            // The CRC is made to match, so a mutated stream reaches the decompressor.
+            let crc = crc32c::crc32c(&b[CRC_FROM..]);
+            b[17..21].copy_from_slice(&crc.to_be_bytes());
+            let _ = is_barrier_batch(&b);
+            let _ = parse_barrier(&b);
+            if let Some(out) = hide_barriers(&Bytes::copy_from_slice(&b)) {
+                prop_assert!(!is_barrier_batch(&out));
+            }
         }
 
         #[test]

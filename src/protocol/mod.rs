@@ -11,6 +11,7 @@ pub mod admin_refusal;
 pub mod barrier;
 pub mod batch;
 pub mod client;
+pub mod codec;
 pub mod enforce;
 pub mod fetch_filter;
 pub mod frame;
