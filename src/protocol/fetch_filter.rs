@@ -1,38 +1,43 @@
-//! Hiding barriers from ordinary consumers in Fetch responses (DESIGN §4.2).
+//! Hiding barriers from ordinary consumers in Fetch and ShareFetch responses (DESIGN §4.2;
+//! review F7).
 //!
 //! [`hide_barriers_in_fetch`] decodes a Fetch response (v4..=18; `records` stay zero-copy slices
 //! of the frame), runs [`barrier::hide_barriers`] over the records of every partition of the
 //! topics the caller wants filtered, and re-encodes the response only when a barrier was found.
+//! [`hide_barriers_in_share_fetch`] does the same for a KIP-932 ShareFetch response (the
+//! versions kafka-protocol reads, [`SHARE_FETCH_VERSIONS`]); its `acquired_records` ranges are
+//! kept, so the share consumer treats the replacement's offset as a gap it acknowledges.
 //! Everything else, `node_endpoints` included, is re-encoded as it was decoded (address
 //! rewriting is [`super::rewrite`]'s job and runs separately).
 //!
-//! Owns: the Fetch response bytes. Must not touch: which clients are "ordinary" (the caller
-//! decides whether to call this at all), metrics. Never panics on input.
+//! [`barrier_filter`] says which topics of an answer are filtered, from the caller's view of
+//! topic names and mirrors: mirror topics, and topic ids the gateway cannot name (fail closed).
+//!
+//! Owns: the Fetch and ShareFetch response bytes. Must not touch: which clients are "ordinary"
+//! (the caller decides whether to call this at all), metrics. Never panics on input.
 
 use std::collections::BTreeMap;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, FetchResponse, ResponseHeader};
-use kafka_protocol::protocol::{Decodable, Encodable};
+use kafka_protocol::messages::{ApiKey, FetchResponse, ResponseHeader, ShareFetchResponse};
+use kafka_protocol::protocol::{Decodable, Encodable, Message};
 
-use super::barrier::{hide_barriers, is_barrier_batch};
-use super::batch::BatchWalker;
+use super::barrier::hide_barriers_counted;
 use super::frame::FrameError;
 
 /// Lowest and highest Fetch version [`hide_barriers_in_fetch`] reads.
 pub const FETCH_MIN_VERSION: i16 = 4;
 pub const FETCH_MAX_VERSION: i16 = 18;
 
+/// The ShareFetch versions [`hide_barriers_in_share_fetch`] reads: those kafka-protocol decodes
+/// (v1 in 0.18; Kafka 4.1 serves v1, v0 was 4.0's early access).
+pub const SHARE_FETCH_VERSIONS: (i16, i16) = (
+    <ShareFetchResponse as Message>::VERSIONS.min,
+    <ShareFetchResponse as Message>::VERSIONS.max,
+);
+
 fn bad(e: impl std::fmt::Display) -> FrameError {
     FrameError::BadResponse(format!("fetch response: {e}"))
-}
-
-/// Number of barrier batches in `records`, walked as [`hide_barriers`] walks them.
-fn count_barriers(records: &[u8]) -> usize {
-    BatchWalker::fetched(records)
-        .map_while(Result::ok)
-        .filter(|(_, batch)| is_barrier_batch(batch))
-        .count()
 }
 
 fn negative(fields: &BTreeMap<i32, Bytes>) -> bool {
@@ -64,8 +69,70 @@ fn has_negative_tag(header: &ResponseHeader, resp: &FetchResponse) -> bool {
         })
 }
 
+/// The same for a ShareFetch response.
+fn share_has_negative_tag(header: &ResponseHeader, resp: &ShareFetchResponse) -> bool {
+    negative(&header.unknown_tagged_fields)
+        || negative(&resp.unknown_tagged_fields)
+        || resp
+            .node_endpoints
+            .iter()
+            .any(|n| negative(&n.unknown_tagged_fields))
+        || resp.responses.iter().any(|t| {
+            negative(&t.unknown_tagged_fields)
+                || t.partitions.iter().any(|p| {
+                    negative(&p.unknown_tagged_fields)
+                        || negative(&p.current_leader.unknown_tagged_fields)
+                        || p.acquired_records
+                            .iter()
+                            .any(|a| negative(&a.unknown_tagged_fields))
+                })
+        })
+}
+
+/// The body of a response frame (after its 4-byte length prefix), checked against the prefix.
+fn body_of(frame: &Bytes) -> Result<Bytes, FrameError> {
+    if frame.len() < 4 {
+        return Err(bad(format!("frame of {} bytes", frame.len())));
+    }
+    let len = i32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]);
+    if len < 0 || len as usize != frame.len() - 4 {
+        return Err(bad(format!(
+            "length prefix {len} does not match a frame of {} bytes",
+            frame.len()
+        )));
+    }
+    Ok(frame.slice(4..))
+}
+
+/// Encodes a new frame (length prefix, header, body), refusing what would not read back as it
+/// was received: bytes after the message (they would be dropped) and unknown tagged fields
+/// kafka-protocol does not write back (tag 2^31 or more: counted but not written).
+fn reencode<M: Encodable>(
+    rest: &Bytes,
+    negative_tag: bool,
+    header: &ResponseHeader,
+    header_version: i16,
+    resp: &M,
+    version: i16,
+    size_hint: usize,
+) -> Result<Bytes, FrameError> {
+    if !rest.is_empty() {
+        return Err(bad(format!("{} bytes after the message", rest.len())));
+    }
+    if negative_tag {
+        return Err(bad("tagged field number of 2^31 or more"));
+    }
+    let mut out = BytesMut::with_capacity(size_hint + 64);
+    out.put_i32(0);
+    header.encode(&mut out, header_version).map_err(bad)?;
+    resp.encode(&mut out, version).map_err(bad)?;
+    let len = i32::try_from(out.len() - 4).map_err(|_| bad("larger than 2 GiB"))?;
+    out[0..4].copy_from_slice(&len.to_be_bytes());
+    Ok(out.freeze())
+}
+
 /// Replaces the barrier batches of the wanted topics' partitions in a Fetch response frame
-/// (length prefix included) by skip-only control batches ([`hide_barriers`]).
+/// (length prefix included) by skip-only control batches ([`super::barrier::hide_barriers`]).
 ///
 /// `wanted(name, topic_id)` picks the topics to filter: the name is empty from v13 (topics by
 /// id), the id is nil before v13. Returns `Ok(None)` when no barrier was hidden (the original
@@ -80,23 +147,12 @@ pub fn hide_barriers_in_fetch(
     if !(FETCH_MIN_VERSION..=FETCH_MAX_VERSION).contains(&version) {
         return Err(bad(format!("version {version} is not supported")));
     }
-    if frame.len() < 4 {
-        return Err(bad(format!("frame of {} bytes", frame.len())));
-    }
-    let len = i32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]);
-    if len < 0 || len as usize != frame.len() - 4 {
-        return Err(bad(format!(
-            "length prefix {len} does not match a frame of {} bytes",
-            frame.len()
-        )));
-    }
-    let mut body = frame.slice(4..);
+    let mut body = body_of(frame)?;
     let hv = ApiKey::Fetch.response_header_version(version);
     let header = ResponseHeader::decode(&mut body, hv).map_err(bad)?;
     let mut resp = FetchResponse::decode(&mut body, version).map_err(bad)?;
 
     let mut hidden = 0usize;
-    let mut changed = false;
     for topic in resp.responses.iter_mut() {
         let (name, id) = if version >= 13 {
             ("", topic.topic_id)
@@ -108,39 +164,127 @@ pub fn hide_barriers_in_fetch(
         }
         for p in topic.partitions.iter_mut() {
             let Some(records) = &p.records else { continue };
-            if let Some(new) = hide_barriers(records) {
-                hidden += count_barriers(records).saturating_sub(count_barriers(&new));
+            if let Some((new, n)) = hide_barriers_counted(records) {
+                hidden += n;
                 p.records = Some(new);
-                changed = true;
             }
         }
     }
-    if !changed {
+    if hidden == 0 {
         return Ok(None);
     }
-    // Re-encoding must give back what was received (with the new records). kafka-protocol does
-    // not write unknown tagged fields whose tag is 2^31 or more (negative as its `i32` key) yet
-    // counts them, and bytes after the message would be dropped silently: refuse both.
-    if !body.is_empty() {
-        return Err(bad(format!("{} bytes after the message", body.len())));
-    }
-    if has_negative_tag(&header, &resp) {
-        return Err(bad("tagged field number of 2^31 or more"));
-    }
+    let negative_tag = has_negative_tag(&header, &resp);
+    let out = reencode(
+        &body,
+        negative_tag,
+        &header,
+        hv,
+        &resp,
+        version,
+        frame.len(),
+    )?;
+    Ok(Some((out, hidden)))
+}
 
-    let mut out = BytesMut::with_capacity(frame.len() + 64);
-    out.put_i32(0);
-    header.encode(&mut out, hv).map_err(bad)?;
-    resp.encode(&mut out, version).map_err(bad)?;
-    let len = i32::try_from(out.len() - 4).map_err(|_| bad("larger than 2 GiB"))?;
-    out[0..4].copy_from_slice(&len.to_be_bytes());
-    Ok(Some((out.freeze(), hidden)))
+/// Replaces the barrier batches of the wanted topics' partitions in a ShareFetch response frame
+/// (length prefix included) by skip-only control batches, as [`hide_barriers_in_fetch`] does.
+/// ShareFetch names topics by id only: `wanted(topic_id)`.
+pub fn hide_barriers_in_share_fetch(
+    frame: &Bytes,
+    version: i16,
+    wanted: &dyn Fn(uuid::Uuid) -> bool,
+) -> Result<Option<(Bytes, usize)>, FrameError> {
+    let (min, max) = SHARE_FETCH_VERSIONS;
+    if !(min..=max).contains(&version) {
+        return Err(bad(format!(
+            "ShareFetch version {version} is not supported"
+        )));
+    }
+    let mut body = body_of(frame)?;
+    let hv = ApiKey::ShareFetch.response_header_version(version);
+    let header = ResponseHeader::decode(&mut body, hv).map_err(bad)?;
+    let mut resp = ShareFetchResponse::decode(&mut body, version).map_err(bad)?;
+
+    let mut hidden = 0usize;
+    for topic in resp.responses.iter_mut() {
+        if !wanted(topic.topic_id) {
+            continue;
+        }
+        for p in topic.partitions.iter_mut() {
+            let Some(records) = &p.records else { continue };
+            if let Some((new, n)) = hide_barriers_counted(records) {
+                hidden += n;
+                p.records = Some(new);
+            }
+        }
+    }
+    if hidden == 0 {
+        return Ok(None);
+    }
+    let negative_tag = share_has_negative_tag(&header, &resp);
+    let out = reencode(
+        &body,
+        negative_tag,
+        &header,
+        hv,
+        &resp,
+        version,
+        frame.len(),
+    )?;
+    Ok(Some((out, hidden)))
+}
+
+/// Whether a topic of a consumer's Fetch or ShareFetch answer has its barriers hidden.
+#[derive(Debug, PartialEq, Eq)]
+pub enum BarrierFilter {
+    /// A mirror topic (by name, or by an id the gateway knows): hidden.
+    MirrorTopic(String),
+    /// A topic id the gateway cannot name yet: hidden too (fail closed, review F7 c).
+    UnknownTopicId,
+    /// A topic known not to belong to a mirror: passed on untouched.
+    Other,
+}
+
+/// Classifies a topic of a Fetch (by `name` before v13, by `id` from v13) or ShareFetch (by
+/// `id`) answer.
+///
+/// An id missing from the cluster view may be a mirror topic created (or re-created) since the
+/// gateway's last metadata refresh, which the client learned about elsewhere. Treating it as
+/// "not a mirror topic" would show that topic's barriers (review F7 c). It is treated as a
+/// mirror topic instead: no extra round trip and no error for the client, and the only bytes
+/// affected are barrier batches — single-record batches without producer id whose key is the
+/// reserved `__mirrorgate_barrier` — which become skip-only control batches. Answering the
+/// partition with UNKNOWN_TOPIC_ID would also be safe, but it costs every such consumer a
+/// metadata round trip and would keep failing for as long as the gateway cannot learn the id.
+pub fn barrier_filter(
+    name: &str,
+    id: uuid::Uuid,
+    topic_name: impl Fn(&uuid::Uuid) -> Option<String>,
+    is_mirror_topic: impl Fn(&str) -> bool,
+) -> BarrierFilter {
+    let name = if name.is_empty() {
+        match topic_name(&id) {
+            Some(n) => n,
+            None => return BarrierFilter::UnknownTopicId,
+        }
+    } else {
+        name.to_string()
+    };
+    if is_mirror_topic(&name) {
+        BarrierFilter::MirrorTopic(name)
+    } else {
+        BarrierFilter::Other
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::barrier::{encode_barrier_batch, BarrierValue, BARRIER_VALUE_VERSION};
+    use crate::protocol::barrier::{
+        encode_barrier_batch, hide_barriers, is_barrier_batch, BarrierValue, BARRIER_KEY,
+        BARRIER_TIMESTAMP, BARRIER_VALUE_VERSION,
+    };
+    use crate::protocol::batch::BatchWalker;
     use kafka_protocol::messages::fetch_response::{
         AbortedTransaction, FetchableTopicResponse, NodeEndpoint, PartitionData,
     };
@@ -154,6 +298,14 @@ mod tests {
     use uuid::Uuid;
 
     const VERSIONS: [i16; 7] = [4, 11, 12, 13, 16, 17, 18];
+
+    /// Number of barrier batches in `records`, walked as [`hide_barriers`] walks them.
+    fn count_barriers(records: &[u8]) -> usize {
+        BatchWalker::fetched(records)
+            .map_while(Result::ok)
+            .filter(|(_, batch)| is_barrier_batch(batch))
+            .count()
+    }
     const CORR: i32 = 991;
 
     fn barrier_value() -> BarrierValue {
@@ -485,6 +637,306 @@ mod tests {
         assert!(hide_barriers_in_fetch(&Bytes::from(b), version, &|_, _| true).is_err());
     }
 
+    // --- recompressed barriers (review F7 a) ---
+
+    const CODECS: [Compression; 4] = [
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ];
+
+    /// The barrier at `base_offset` as a broker stores it for a topic compressed with `codec`.
+    fn recompressed_barrier_at(codec: Compression, base_offset: i64) -> Vec<u8> {
+        let r = Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 5,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: 0,
+            sequence: -1,
+            timestamp: BARRIER_TIMESTAMP,
+            key: Some(Bytes::from_static(BARRIER_KEY)),
+            value: Some(Bytes::from(barrier_value().encode())),
+            headers: Default::default(),
+        };
+        let mut buf = BytesMut::new();
+        let opts = RecordEncodeOptions {
+            version: 2,
+            compression: codec,
+        };
+        RecordBatchEncoder::encode(&mut buf, [&r], &opts).unwrap();
+        placed(buf.to_vec(), base_offset)
+    }
+
+    /// data(0..3), recompressed barrier(3), data(4..6)
+    fn with_recompressed_barrier(codec: Compression) -> Bytes {
+        let mut v = data_batch(0, 3);
+        v.extend(recompressed_barrier_at(codec, 3));
+        v.extend(data_batch(4, 2));
+        Bytes::from(v)
+    }
+
+    #[test]
+    fn recompressed_barriers_are_hidden_in_fetch_responses_of_every_version() {
+        for codec in CODECS {
+            for version in VERSIONS {
+                let records = with_recompressed_barrier(codec);
+                let original = response(version, records.clone());
+                let f = frame(version, &original);
+                let (new, hidden) = hide_barriers_in_fetch(&f, version, &wants_orders(version))
+                    .unwrap()
+                    .unwrap_or_else(|| panic!("{codec:?} v{version}: the barrier was not hidden"));
+                assert_eq!(hidden, 2, "{codec:?} v{version}: p0 and p3");
+                let (_, got) = decode(version, &new);
+                let p0 = got.responses[0].partitions[0].records.clone().unwrap();
+                assert_eq!(count_barriers(&p0), 0, "{codec:?} v{version}");
+                let mut b = p0.clone();
+                let sets = kafka_protocol::records::RecordBatchDecoder::decode_all(&mut b).unwrap();
+                let offsets: Vec<(i64, bool)> = sets
+                    .iter()
+                    .flat_map(|s| s.records.iter().map(|r| (r.offset, r.control)))
+                    .collect();
+                assert_eq!(
+                    offsets,
+                    vec![
+                        (0, false),
+                        (1, false),
+                        (2, false),
+                        (3, true),
+                        (4, false),
+                        (5, false)
+                    ],
+                    "{codec:?} v{version}"
+                );
+                // The unwanted topic keeps its barriers, byte for byte.
+                assert_eq!(
+                    got.responses[1].partitions[0].records,
+                    Some(with_two_barriers())
+                );
+            }
+        }
+    }
+
+    // --- ShareFetch (review F7 b) ---
+
+    use kafka_protocol::messages::share_fetch_response::{
+        AcquiredRecords, NodeEndpoint as ShareNodeEndpoint, PartitionData as SharePartition,
+        ShareFetchableTopicResponse,
+    };
+
+    fn share_versions() -> std::ops::RangeInclusive<i16> {
+        SHARE_FETCH_VERSIONS.0..=SHARE_FETCH_VERSIONS.1
+    }
+
+    fn share_partition(index: i32, records: Option<Bytes>, last: i64) -> SharePartition {
+        let mut p = SharePartition::default();
+        p.partition_index = index;
+        p.current_leader.leader_id = 2;
+        p.current_leader.leader_epoch = 5;
+        p.records = records;
+        let mut a = AcquiredRecords::default();
+        a.first_offset = 0;
+        a.last_offset = last;
+        a.delivery_count = 1;
+        p.acquired_records = vec![a];
+        p
+    }
+
+    /// topic 1 (wanted): p0 `p0`, p1 plain, p2 null records, p3 only a barrier;
+    /// topic 2 (unwanted): p0 two barriers.
+    fn share_response(p0: Bytes) -> ShareFetchResponse {
+        let mut orders = ShareFetchableTopicResponse::default();
+        orders.topic_id = Uuid::from_u128(1);
+        orders.partitions = vec![
+            share_partition(0, Some(p0), 6),
+            share_partition(1, Some(plain()), 4),
+            share_partition(2, None, -1),
+            share_partition(3, Some(only_barrier()), 10),
+        ];
+        let mut other = ShareFetchableTopicResponse::default();
+        other.topic_id = Uuid::from_u128(2);
+        other.partitions = vec![share_partition(0, Some(with_two_barriers()), 6)];
+        let mut r = ShareFetchResponse::default();
+        r.throttle_time_ms = 1;
+        r.acquisition_lock_timeout_ms = 30_000;
+        r.responses = vec![orders, other];
+        let mut n = ShareNodeEndpoint::default();
+        n.node_id = BrokerId(2);
+        n.host = StrBytes::from_static_str("broker-2.internal");
+        n.port = 9092;
+        r.node_endpoints = vec![n];
+        r
+    }
+
+    fn share_frame(version: i16, resp: &ShareFetchResponse) -> Bytes {
+        let mut h = ResponseHeader::default();
+        h.correlation_id = CORR;
+        let mut out = BytesMut::new();
+        out.put_i32(0);
+        h.encode(
+            &mut out,
+            ApiKey::ShareFetch.response_header_version(version),
+        )
+        .unwrap();
+        resp.encode(&mut out, version).unwrap();
+        let len = (out.len() - 4) as i32;
+        out[0..4].copy_from_slice(&len.to_be_bytes());
+        out.freeze()
+    }
+
+    fn share_decode(version: i16, frame: &Bytes) -> (ResponseHeader, ShareFetchResponse) {
+        let prefix = i32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]);
+        assert_eq!(prefix as usize, frame.len() - 4);
+        let mut body = frame.slice(4..);
+        let h = ResponseHeader::decode(
+            &mut body,
+            ApiKey::ShareFetch.response_header_version(version),
+        )
+        .unwrap();
+        let r = ShareFetchResponse::decode(&mut body, version).unwrap();
+        assert!(body.is_empty());
+        (h, r)
+    }
+
+    fn wants_topic_1(id: Uuid) -> bool {
+        id == Uuid::from_u128(1)
+    }
+
+    #[test]
+    fn kafka_protocol_reads_share_fetch_v1() {
+        // What the gateway can read decides what it offers (versions.rs); Kafka 4.1 serves v1.
+        assert!(share_versions().contains(&1));
+    }
+
+    #[test]
+    fn barriers_of_wanted_topics_are_hidden_in_share_fetch_responses() {
+        let mut p0s = vec![("uncompressed", with_two_barriers(), 3)];
+        for codec in CODECS {
+            p0s.push(("recompressed", with_recompressed_barrier(codec), 2));
+        }
+        for version in share_versions() {
+            for (what, p0, want_hidden) in &p0s {
+                let original = share_response(p0.clone());
+                let f = share_frame(version, &original);
+                let (new, hidden) = hide_barriers_in_share_fetch(&f, version, &wants_topic_1)
+                    .unwrap()
+                    .unwrap_or_else(|| panic!("v{version} {what}: expected a rewrite"));
+                assert_eq!(hidden, *want_hidden, "v{version} {what}");
+                let (h, got) = share_decode(version, &new);
+                assert_eq!(h.correlation_id, CORR);
+                let mut want = original.clone();
+                want.responses[0].partitions[0].records = hide_barriers(p0);
+                want.responses[0].partitions[3].records = hide_barriers(&only_barrier());
+                // Everything else is kept: acquired ranges, leaders, node endpoints, the
+                // unwanted topic's barriers.
+                assert_eq!(got, want, "v{version} {what}");
+                let p0_new = got.responses[0].partitions[0].records.clone().unwrap();
+                assert_eq!(count_barriers(&p0_new), 0, "v{version} {what}");
+                assert_eq!(
+                    got.responses[1].partitions[0].records,
+                    Some(with_two_barriers())
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn share_fetch_without_a_barrier_in_wanted_topics_is_not_rewritten() {
+        for version in share_versions() {
+            let mut r = share_response(plain());
+            r.responses[0].partitions.truncate(3);
+            let f = share_frame(version, &r);
+            assert_eq!(
+                hide_barriers_in_share_fetch(&f, version, &wants_topic_1).unwrap(),
+                None
+            );
+            assert_eq!(
+                hide_barriers_in_share_fetch(&f, version, &|_| false).unwrap(),
+                None
+            );
+            let (_, hidden) = hide_barriers_in_share_fetch(&f, version, &|_| true)
+                .unwrap()
+                .unwrap();
+            assert_eq!(hidden, 2);
+        }
+    }
+
+    #[test]
+    fn bad_share_fetch_frames_are_errors_never_panics() {
+        let version = SHARE_FETCH_VERSIONS.1;
+        let f = share_frame(version, &share_response(with_two_barriers()));
+        assert!(hide_barriers_in_share_fetch(&f, SHARE_FETCH_VERSIONS.0 - 1, &|_| true).is_err());
+        assert!(hide_barriers_in_share_fetch(&f, SHARE_FETCH_VERSIONS.1 + 1, &|_| true).is_err());
+        for cut in 0..f.len() - 1 {
+            let mut b = f[..cut].to_vec();
+            if cut >= 4 {
+                let len = (cut - 4) as i32;
+                b[0..4].copy_from_slice(&len.to_be_bytes());
+            }
+            assert!(
+                hide_barriers_in_share_fetch(&Bytes::from(b), version, &|_| true).is_err(),
+                "cut {cut}"
+            );
+        }
+        let mut trailing = f.to_vec();
+        trailing.extend_from_slice(b"junk");
+        let len = (trailing.len() - 4) as i32;
+        trailing[0..4].copy_from_slice(&len.to_be_bytes());
+        assert!(hide_barriers_in_share_fetch(&Bytes::from(trailing), version, &|_| true).is_err());
+    }
+
+    // --- which topics are filtered (review F7 c) ---
+
+    fn known(id: &uuid::Uuid) -> Option<String> {
+        match id.as_u128() {
+            1 => Some("orders".into()),
+            2 => Some("plain".into()),
+            _ => None,
+        }
+    }
+
+    fn mirror(name: &str) -> bool {
+        name == "orders"
+    }
+
+    #[test]
+    fn barriers_are_hidden_in_mirror_topics_by_name_and_by_id() {
+        let nil = uuid::Uuid::nil();
+        assert_eq!(
+            barrier_filter("orders", nil, known, mirror),
+            BarrierFilter::MirrorTopic("orders".into())
+        );
+        assert_eq!(
+            barrier_filter("", uuid::Uuid::from_u128(1), known, mirror),
+            BarrierFilter::MirrorTopic("orders".into())
+        );
+        assert_eq!(
+            barrier_filter("plain", nil, known, mirror),
+            BarrierFilter::Other
+        );
+        assert_eq!(
+            barrier_filter("", uuid::Uuid::from_u128(2), known, mirror),
+            BarrierFilter::Other
+        );
+    }
+
+    #[test]
+    fn a_topic_id_the_gateway_cannot_name_has_its_barriers_hidden() {
+        assert_eq!(
+            barrier_filter("", uuid::Uuid::from_u128(3), known, mirror),
+            BarrierFilter::UnknownTopicId
+        );
+        // Even the nil id (never a real topic) is not waved through.
+        assert_eq!(
+            barrier_filter("", uuid::Uuid::nil(), known, mirror),
+            BarrierFilter::UnknownTopicId
+        );
+    }
+
     fn config(cases: u32) -> ProptestConfig {
         ProptestConfig {
             cases,
@@ -502,6 +954,30 @@ mod tests {
             let mut f = (body.len() as i32).to_be_bytes().to_vec();
             f.extend_from_slice(&body);
             let _ = hide_barriers_in_fetch(&Bytes::from(f), version, &|_, _| true);
+        }
+
+        #[test]
+        fn random_share_fetch_bytes_never_panic(body in proptest::collection::vec(any::<u8>(), 0..400)) {
+            let mut f = (body.len() as i32).to_be_bytes().to_vec();
+            f.extend_from_slice(&body);
+            let _ = hide_barriers_in_share_fetch(&Bytes::from(f), SHARE_FETCH_VERSIONS.1, &|_| true);
+        }
+
+        #[test]
+        fn mutated_share_fetch_responses_never_panic(
+            codec in 0usize..4,
+            edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
+        ) {
+            let version = SHARE_FETCH_VERSIONS.1;
+            let f = share_frame(version, &share_response(with_recompressed_barrier(CODECS[codec])));
+            let mut b = f.to_vec();
+            for (i, v) in &edits {
+                let i = 4 + i.index(b.len() - 4);
+                b[i] = *v;
+            }
+            if let Ok(Some((new, _))) = hide_barriers_in_share_fetch(&Bytes::from(b), version, &|_| true) {
+                share_decode(version, &new);
+            }
         }
 
         #[test]

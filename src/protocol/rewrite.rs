@@ -1,6 +1,7 @@
 //! Decode-on-demand response rewriting: broker addresses in Metadata, FindCoordinator,
-//! DescribeCluster and the KIP-951 `NodeEndpoints` of Produce (v10+) and Fetch (v16+), and
-//! version capping in ApiVersions.
+//! DescribeCluster, the KIP-951 `NodeEndpoints` of Produce (v10+) and Fetch (v16+) and the
+//! `NodeEndpoints` of the KIP-932 share-group ShareFetch and ShareAcknowledge responses (every
+//! version; review F3/F7), and version capping in ApiVersions.
 //!
 //! A broker's real address never reaches a client: an endpoint whose node id the
 //! [`AddressMap`] cannot serve is removed (Metadata, DescribeCluster, NodeEndpoints) or turned
@@ -10,7 +11,8 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsResponse, DescribeClusterResponse, FetchResponse, FindCoordinatorResponse,
-    MetadataResponse, ProduceResponse, ResponseHeader,
+    MetadataResponse, ProduceResponse, ResponseHeader, ShareAcknowledgeResponse,
+    ShareFetchResponse,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
@@ -58,6 +60,7 @@ pub fn needs_rewrite(key: ApiKey, version: i16) -> bool {
         | ApiKey::DescribeCluster => true,
         ApiKey::Produce => version >= 10,
         ApiKey::Fetch => version >= 16,
+        ApiKey::ShareFetch | ApiKey::ShareAcknowledge => true,
         _ => false,
     }
 }
@@ -210,6 +213,20 @@ pub fn rewrite_response(
         }
         ApiKey::Fetch => {
             let mut resp = FetchResponse::decode(&mut body, version).map_err(bad)?;
+            if !resp.node_endpoints.is_empty() {
+                out.unmapped = retain_mapped!(resp.node_endpoints, node_id, map);
+                out.frame = Some(encode_frame(&header, hv, &resp, version, size)?);
+            }
+        }
+        ApiKey::ShareFetch => {
+            let mut resp = ShareFetchResponse::decode(&mut body, version).map_err(bad)?;
+            if !resp.node_endpoints.is_empty() {
+                out.unmapped = retain_mapped!(resp.node_endpoints, node_id, map);
+                out.frame = Some(encode_frame(&header, hv, &resp, version, size)?);
+            }
+        }
+        ApiKey::ShareAcknowledge => {
+            let mut resp = ShareAcknowledgeResponse::decode(&mut body, version).map_err(bad)?;
             if !resp.node_endpoints.is_empty() {
                 out.unmapped = retain_mapped!(resp.node_endpoints, node_id, map);
                 out.frame = Some(encode_frame(&header, hv, &resp, version, size)?);

@@ -18,6 +18,10 @@ pub const DECODED: &[ApiKey] = &[
     ApiKey::DescribeCluster,
     ApiKey::Produce,
     ApiKey::Fetch,
+    // Barriers are hidden in ShareFetch answers, and both carry broker addresses
+    // (`node_endpoints`): only the versions kafka-protocol reads are offered (review F7).
+    ApiKey::ShareFetch,
+    ApiKey::ShareAcknowledge,
 ];
 
 /// Whether the gateway decodes responses of `key`.
@@ -104,6 +108,27 @@ mod tests {
         cap_api_versions(&mut v);
         assert_eq!(v[0].max_version, ApiKey::Metadata.valid_versions().max);
         assert_eq!(v[1].max_version, ApiKey::Produce.valid_versions().max);
+    }
+
+    #[test]
+    fn share_fetch_and_share_acknowledge_are_capped_to_what_the_gateway_reads() {
+        // A broker offering v0..v3: only what kafka-protocol decodes remains, so every ShareFetch
+        // the gateway forwards can be filtered and every answer's node endpoints rewritten.
+        for key in [ApiKey::ShareFetch, ApiKey::ShareAcknowledge] {
+            let r = key.valid_versions();
+            let mut v = vec![entry(key as i16, 0, 3)];
+            cap_api_versions(&mut v);
+            assert_eq!(
+                (v[0].min_version, v[0].max_version),
+                (r.min, r.max),
+                "{key:?}"
+            );
+            assert!(accepts(key, r.max) && !accepts(key, r.max + 1), "{key:?}");
+            assert!(
+                crate::protocol::rewrite::needs_rewrite(key, r.max),
+                "{key:?}"
+            );
+        }
     }
 
     #[test]

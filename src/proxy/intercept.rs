@@ -1,7 +1,7 @@
 //! What the gateway does to requests and responses beyond forwarding them, when mirrors are
 //! configured: read-only enforcement and fencing of Produce (per partition), the produce tap
 //! (PSM), the duplicate-ack guard, PID screening of InitProducerId answers, and hiding barriers
-//! from ordinary consumers' fetches.
+//! from ordinary consumers' Fetch and ShareFetch answers.
 //!
 //! Owns: the per-request plan ([`Plan`]) and the per-response transformations. Must not touch:
 //! socket I/O (the connection does it) or the decisions themselves (the mirror controller and the
@@ -17,7 +17,9 @@ use crate::metrics::ListenerKind;
 use crate::mirror::controller::{InFlightGuard, MirrorController};
 use crate::protocol::admin_refusal::{self, AdminDecision, AdminRefusalError, Target};
 use crate::protocol::enforce::{self, ProduceDecision, RejectedPartition, Rejection};
-use crate::protocol::fetch_filter::hide_barriers_in_fetch;
+use crate::protocol::fetch_filter::{
+    barrier_filter, hide_barriers_in_fetch, hide_barriers_in_share_fetch, BarrierFilter,
+};
 use crate::protocol::frame::{FrameError, RequestHeaderInfo};
 use crate::protocol::produce::TopicRef;
 use crate::psm::tap::PendingProduce;
@@ -40,7 +42,7 @@ pub struct Extras {
     pub rejected: Vec<RejectedPartition>,
     /// The request wrote to partitions that have a barrier: check the acknowledgements.
     pub guard_check: bool,
-    /// Hide barriers in the Fetch response.
+    /// Hide barriers in the Fetch or ShareFetch response.
     pub hide_barriers: bool,
     /// InitProducerId request details, for PID screening of the answer.
     pub init: Option<super::screen::InitRequest>,
@@ -100,7 +102,9 @@ pub fn plan_request(
     };
     match h.api_key {
         ApiKey::Produce => plan_produce(ctx, ctl, h, frame),
-        ApiKey::Fetch if ctx.kind == ListenerKind::Client => {
+        // Consumers on the client listener never see a barrier, whether they fetch or read as a
+        // KIP-932 share group (review F7 b); the mirror listener passes barriers on.
+        ApiKey::Fetch | ApiKey::ShareFetch if ctx.kind == ListenerKind::Client => {
             let mut p = forward(frame);
             p.extras.hide_barriers = true;
             Ok(p)
@@ -340,26 +344,30 @@ pub async fn on_response(
             }
         }
     }
-    if api == ApiKey::Fetch && extras.hide_barriers {
+    if matches!(api, ApiKey::Fetch | ApiKey::ShareFetch) && extras.hide_barriers {
         let cluster = &ctx.cluster;
         // The first mirror topic of the response names the mirror the hidden barriers are
         // counted under (a consumer's fetch rarely spans mirrors).
         let first_mirror_topic = std::cell::RefCell::new(None::<String>);
-        let wanted = |name: &str, id: uuid::Uuid| {
-            let name = if name.is_empty() {
-                cluster.topic_name(&id)
-            } else {
-                Some(name.to_string())
-            };
-            match name {
-                Some(n) if ctl.is_mirror_topic(&n) => {
-                    first_mirror_topic.borrow_mut().get_or_insert(n);
-                    true
-                }
-                _ => false,
+        let wanted = |name: &str, id: uuid::Uuid| match barrier_filter(
+            name,
+            id,
+            |id| cluster.topic_name(id),
+            |n| ctl.is_mirror_topic(n),
+        ) {
+            BarrierFilter::MirrorTopic(n) => {
+                first_mirror_topic.borrow_mut().get_or_insert(n);
+                true
             }
+            BarrierFilter::UnknownTopicId => true,
+            BarrierFilter::Other => false,
         };
-        if let Some((f, n)) = hide_barriers_in_fetch(&frame, version, &wanted)? {
+        let hidden = if api == ApiKey::Fetch {
+            hide_barriers_in_fetch(&frame, version, &wanted)?
+        } else {
+            hide_barriers_in_share_fetch(&frame, version, &|id| wanted("", id))?
+        };
+        if let Some((f, n)) = hidden {
             let topic = first_mirror_topic.borrow().clone().unwrap_or_default();
             ctl.count_barriers_seen(&topic, "hidden", n as u64);
             frame = f;

@@ -24,7 +24,8 @@ use kafka_protocol::messages::produce_response::{
 };
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsResponse, BrokerId, DescribeClusterResponse, FetchResponse,
-    FindCoordinatorResponse, MetadataResponse, ProduceResponse, ResponseHeader, TopicName,
+    FindCoordinatorResponse, MetadataResponse, ProduceResponse, ResponseHeader,
+    ShareAcknowledgeResponse, ShareFetchResponse, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use proptest::collection::{btree_map, vec};
@@ -69,6 +70,8 @@ fn rewritten_versions() -> Vec<(ApiKey, i16)> {
         ApiKey::DescribeCluster,
         ApiKey::Produce,
         ApiKey::Fetch,
+        ApiKey::ShareFetch,
+        ApiKey::ShareAcknowledge,
     ] {
         let r = key.valid_versions();
         for v in r.min..=r.max {
@@ -924,6 +927,14 @@ fn rewritten_versions_cover_the_expected_ranges() {
         of(ApiKey::Fetch),
         (16..=ApiKey::Fetch.valid_versions().max).collect::<Vec<_>>()
     );
+    assert_eq!(
+        of(ApiKey::ShareFetch),
+        versions(ApiKey::ShareFetch).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        of(ApiKey::ShareAcknowledge),
+        versions(ApiKey::ShareAcknowledge).collect::<Vec<_>>()
+    );
 }
 
 proptest! {
@@ -1566,6 +1577,133 @@ fn fetch_before_v16_is_forwarded_without_decoding() {
     }
 }
 
+// --- ShareFetch / ShareAcknowledge (KIP-932; review F7 b, F3) -------------------------------
+
+fn share_fetch_with_nodes(nodes: &[(i32, &str, i32)]) -> ShareFetchResponse {
+    let mut p = kafka_protocol::messages::share_fetch_response::PartitionData::default();
+    p.partition_index = 0;
+    p.records = Some(records_payload());
+    p.current_leader.leader_id = 2;
+    p.current_leader.leader_epoch = 4;
+    let mut t =
+        kafka_protocol::messages::share_fetch_response::ShareFetchableTopicResponse::default();
+    t.topic_id = Uuid::from_u128(7);
+    t.partitions = vec![p];
+    let mut r = ShareFetchResponse::default();
+    r.acquisition_lock_timeout_ms = 30_000;
+    r.responses = vec![t];
+    r.node_endpoints = nodes
+        .iter()
+        .map(|(id, host, port)| {
+            let mut n = kafka_protocol::messages::share_fetch_response::NodeEndpoint::default();
+            n.node_id = BrokerId(*id);
+            n.host = s(host);
+            n.port = *port;
+            n
+        })
+        .collect();
+    r
+}
+
+fn share_acknowledge_with_nodes(nodes: &[(i32, &str, i32)]) -> ShareAcknowledgeResponse {
+    let mut p = kafka_protocol::messages::share_acknowledge_response::PartitionData::default();
+    p.partition_index = 0;
+    p.error_code = 6; // NOT_LEADER_OR_FOLLOWER, with the current leader
+    p.current_leader.leader_id = 2;
+    p.current_leader.leader_epoch = 4;
+    let mut t =
+        kafka_protocol::messages::share_acknowledge_response::ShareAcknowledgeTopicResponse::default();
+    t.topic_id = Uuid::from_u128(7);
+    t.partitions = vec![p];
+    let mut r = ShareAcknowledgeResponse::default();
+    r.responses = vec![t];
+    r.node_endpoints = nodes
+        .iter()
+        .map(|(id, host, port)| {
+            let mut n =
+                kafka_protocol::messages::share_acknowledge_response::NodeEndpoint::default();
+            n.node_id = BrokerId(*id);
+            n.host = s(host);
+            n.port = *port;
+            n
+        })
+        .collect();
+    r
+}
+
+const KAFKA_NODES: [(i32, &str, i32); 3] =
+    [(1, "kafka-1", 1), (2, "kafka-2", 2), (3, "kafka-3", 3)];
+
+#[test]
+fn share_fetch_node_endpoints_point_at_gateway_ports() {
+    for v in versions(ApiKey::ShareFetch) {
+        let original = share_fetch_with_nodes(&KAFKA_NODES);
+        let frame = frame_of(ApiKey::ShareFetch, v, 21, &original);
+        let (out, h, r): (_, _, ShareFetchResponse) =
+            rewrite_and_decode(ApiKey::ShareFetch, v, &frame);
+        let got: Vec<_> = r
+            .node_endpoints
+            .iter()
+            .map(|n| (n.node_id.0, n.host.to_string(), n.port))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(1, "gw".to_owned(), 9092), (2, "gw".to_owned(), 9093)],
+            "v{v}: a broker address reached the client"
+        );
+        assert_eq!(out.unmapped, 1, "v{v}");
+        assert_eq!(h.correlation_id, 21);
+        // Records and everything else are kept exactly.
+        assert_eq!(r.responses, original.responses, "v{v}");
+    }
+}
+
+#[test]
+fn share_acknowledge_node_endpoints_point_at_gateway_ports() {
+    for v in versions(ApiKey::ShareAcknowledge) {
+        let original = share_acknowledge_with_nodes(&KAFKA_NODES);
+        let frame = frame_of(ApiKey::ShareAcknowledge, v, 22, &original);
+        let (out, h, r): (_, _, ShareAcknowledgeResponse) =
+            rewrite_and_decode(ApiKey::ShareAcknowledge, v, &frame);
+        let got: Vec<_> = r
+            .node_endpoints
+            .iter()
+            .map(|n| (n.node_id.0, n.host.to_string(), n.port))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(1, "gw".to_owned(), 9092), (2, "gw".to_owned(), 9093)],
+            "v{v}: a broker address reached the client"
+        );
+        assert_eq!(out.unmapped, 1, "v{v}");
+        assert_eq!(h.correlation_id, 22);
+        assert_eq!(r.responses, original.responses, "v{v}");
+    }
+}
+
+#[test]
+fn share_responses_without_node_endpoints_are_forwarded_as_is() {
+    for v in versions(ApiKey::ShareFetch) {
+        let frame = frame_of(ApiKey::ShareFetch, v, 21, &share_fetch_with_nodes(&[]));
+        assert!(
+            rewrite(ApiKey::ShareFetch, v, &frame).frame.is_none(),
+            "v{v}"
+        );
+    }
+    for v in versions(ApiKey::ShareAcknowledge) {
+        let frame = frame_of(
+            ApiKey::ShareAcknowledge,
+            v,
+            22,
+            &share_acknowledge_with_nodes(&[]),
+        );
+        assert!(
+            rewrite(ApiKey::ShareAcknowledge, v, &frame).frame.is_none(),
+            "v{v}"
+        );
+    }
+}
+
 proptest! {
     #![proptest_config(proptest_config(128))]
 
@@ -1812,6 +1950,10 @@ fn truncated_frames_of_every_rewritten_version_are_errors() {
                 &produce_response(v, vec![produce_node(1, "k", 1)]),
             ),
             ApiKey::Fetch => frame_of(key, v, 1, &fetch_response(v, vec![fetch_node(1, "k", 1)])),
+            ApiKey::ShareFetch => frame_of(key, v, 1, &share_fetch_with_nodes(&[(1, "k", 1)])),
+            ApiKey::ShareAcknowledge => {
+                frame_of(key, v, 1, &share_acknowledge_with_nodes(&[(1, "k", 1)]))
+            }
             _ => unreachable!(),
         };
         assert!(
