@@ -1132,7 +1132,11 @@ fn disruptive_gateway_killed_after_persisting_the_barrier_keeps_the_screening_se
 
 /// Set topic configs directly on the destination (legacy AlterConfigs replaces the topic's
 /// dynamic configs) and wait until every broker reports them.
-fn set_topic_configs_on_the_destination(destination: &str, topic: &str, configs: &[(&str, &str)]) {
+pub fn set_topic_configs_on_the_destination(
+    destination: &str,
+    topic: &str,
+    configs: &[(&str, &str)],
+) {
     use kafka_protocol::messages::alter_configs_request::{AlterConfigsResource, AlterableConfig};
     use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
     use kafka_protocol::messages::{AlterConfigsRequest, DescribeConfigsRequest};
