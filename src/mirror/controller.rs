@@ -897,8 +897,8 @@ impl MirrorController {
             .unwrap_or_else(|e| e.into_inner())
             .get(topic)
             .and_then(|v| v.get(partition.max(0) as usize).copied().flatten())?;
-        match (id, self.cluster.topic(topic)) {
-            (Some(recorded), Some(now)) if now.id != recorded => None,
+        match (id, self.cluster.topic_id(topic)) {
+            (Some(recorded), Some(now)) if now != recorded => None,
             _ => Some(offset),
         }
     }
@@ -1532,7 +1532,7 @@ impl MirrorController {
                 if let Some(o) = found.get(&(p.topic.clone(), p.partition)) {
                     let _ = p.advance(FailoverStep::BarrierWritten { offset: *o }, now);
                     let _ = p.advance(FailoverStep::BarrierPersisted { offset: *o }, now);
-                    p.barrier_topic_id = self.cluster.topic(&p.topic).map(|t| t.id.to_string());
+                    p.barrier_topic_id = self.cluster.topic_id(&p.topic).map(|id| id.to_string());
                     written += 1;
                 }
             });

@@ -715,6 +715,43 @@ pub fn hide_barriers_counted(records: &Bytes) -> Option<(Bytes, usize)> {
     Some((Bytes::from(buf), hidden))
 }
 
+/// Test support: the barrier carrying `value` at `base_offset` (leader epoch 5) as a broker
+/// stores it after recompressing it with `codec` for a topic's `compression.type`: one record,
+/// same key and value, no producer state, encoded by kafka-protocol (not by the gateway).
+#[cfg(test)]
+pub(crate) fn recompressed_barrier_for_tests(
+    value: &BarrierValue,
+    codec: kafka_protocol::records::Compression,
+    base_offset: i64,
+) -> Vec<u8> {
+    use kafka_protocol::records::{Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+    let r = Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: 5,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: TimestampType::Creation,
+        offset: 0,
+        sequence: -1,
+        timestamp: BARRIER_TIMESTAMP,
+        key: Some(Bytes::from_static(BARRIER_KEY)),
+        value: Some(Bytes::from(value.encode())),
+        headers: Default::default(),
+    };
+    let mut buf = bytes::BytesMut::new();
+    let opts = RecordEncodeOptions {
+        version: 2,
+        compression: codec,
+    };
+    RecordBatchEncoder::encode(&mut buf, [&r], &opts).expect("a barrier record encodes");
+    let mut b = buf.to_vec();
+    b[0..8].copy_from_slice(&base_offset.to_be_bytes());
+    b[12..16].copy_from_slice(&5i32.to_be_bytes());
+    b
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1176,28 +1213,7 @@ mod tests {
     /// `compression.type` is `codec`: one record, same key and value, no producer state, the
     /// batch encoded by kafka-protocol (not by the gateway's own encoder).
     fn recompressed_barrier(codec: KCompression, base_offset: i64) -> Vec<u8> {
-        let r = Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: 5,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: KTimestampType::Creation,
-            offset: 0,
-            sequence: -1,
-            timestamp: BARRIER_TIMESTAMP,
-            key: Some(Bytes::from_static(BARRIER_KEY)),
-            value: Some(Bytes::from(value().encode())),
-            headers: Default::default(),
-        };
-        let mut buf = BytesMut::new();
-        let opts = RecordEncodeOptions {
-            version: 2,
-            compression: codec,
-        };
-        RecordBatchEncoder::encode(&mut buf, [&r], &opts).unwrap();
-        let b = placed(buf.to_vec(), base_offset, 5);
+        let b = recompressed_barrier_for_tests(&value(), codec, base_offset);
         let h = BatchHeader::parse(&b).unwrap();
         assert_ne!(h.compression(), Compression::None, "{codec:?}");
         assert_eq!((h.producer_id, h.record_count), (-1, 1), "{codec:?}");

@@ -131,6 +131,18 @@ fn reencode<M: Encodable>(
     Ok(out.freeze())
 }
 
+/// Replace the barriers in one partition's records; how many there were.
+fn hide_in_place(records: &mut Option<Bytes>) -> usize {
+    let Some(r) = records else { return 0 };
+    match hide_barriers_counted(r) {
+        Some((new, n)) => {
+            *records = Some(new);
+            n
+        }
+        None => 0,
+    }
+}
+
 /// Replaces the barrier batches of the wanted topics' partitions in a Fetch response frame
 /// (length prefix included) by skip-only control batches ([`super::barrier::hide_barriers`]).
 ///
@@ -162,13 +174,11 @@ pub fn hide_barriers_in_fetch(
         if !wanted(name, id) {
             continue;
         }
-        for p in topic.partitions.iter_mut() {
-            let Some(records) = &p.records else { continue };
-            if let Some((new, n)) = hide_barriers_counted(records) {
-                hidden += n;
-                p.records = Some(new);
-            }
-        }
+        hidden += topic
+            .partitions
+            .iter_mut()
+            .map(|p| hide_in_place(&mut p.records))
+            .sum::<usize>();
     }
     if hidden == 0 {
         return Ok(None);
@@ -210,13 +220,11 @@ pub fn hide_barriers_in_share_fetch(
         if !wanted(topic.topic_id) {
             continue;
         }
-        for p in topic.partitions.iter_mut() {
-            let Some(records) = &p.records else { continue };
-            if let Some((new, n)) = hide_barriers_counted(records) {
-                hidden += n;
-                p.records = Some(new);
-            }
-        }
+        hidden += topic
+            .partitions
+            .iter_mut()
+            .map(|p| hide_in_place(&mut p.records))
+            .sum::<usize>();
     }
     if hidden == 0 {
         return Ok(None);
@@ -281,8 +289,7 @@ pub fn barrier_filter(
 mod tests {
     use super::*;
     use crate::protocol::barrier::{
-        encode_barrier_batch, hide_barriers, is_barrier_batch, BarrierValue, BARRIER_KEY,
-        BARRIER_TIMESTAMP, BARRIER_VALUE_VERSION,
+        encode_barrier_batch, hide_barriers, is_barrier_batch, BarrierValue, BARRIER_VALUE_VERSION,
     };
     use crate::protocol::batch::BatchWalker;
     use kafka_protocol::messages::fetch_response::{
@@ -648,28 +655,11 @@ mod tests {
 
     /// The barrier at `base_offset` as a broker stores it for a topic compressed with `codec`.
     fn recompressed_barrier_at(codec: Compression, base_offset: i64) -> Vec<u8> {
-        let r = Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: 5,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: 0,
-            sequence: -1,
-            timestamp: BARRIER_TIMESTAMP,
-            key: Some(Bytes::from_static(BARRIER_KEY)),
-            value: Some(Bytes::from(barrier_value().encode())),
-            headers: Default::default(),
-        };
-        let mut buf = BytesMut::new();
-        let opts = RecordEncodeOptions {
-            version: 2,
-            compression: codec,
-        };
-        RecordBatchEncoder::encode(&mut buf, [&r], &opts).unwrap();
-        placed(buf.to_vec(), base_offset)
+        crate::protocol::barrier::recompressed_barrier_for_tests(
+            &barrier_value(),
+            codec,
+            base_offset,
+        )
     }
 
     /// data(0..3), recompressed barrier(3), data(4..6)

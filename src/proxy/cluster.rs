@@ -109,6 +109,11 @@ impl ClusterView {
         self.read().topic_names.get(id).cloned()
     }
 
+    /// The id of `topic` from the last full metadata fetch (no copy of its layout).
+    pub fn topic_id(&self, topic: &str) -> Option<uuid::Uuid> {
+        self.read().topics.get(topic).map(|t| t.id)
+    }
+
     /// Partition layout of `topic` from the last full metadata fetch.
     pub fn topic(&self, topic: &str) -> Option<TopicInfo> {
         self.read().topics.get(topic).cloned()

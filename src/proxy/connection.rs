@@ -256,8 +256,13 @@ async fn run(
                         version: h.api_version,
                     });
                 }
-                let expects_response = h.api_key != ApiKey::Produce
-                    || peek_acks(h.api_version, &body[h.header_len..])? != 0;
+                // Read once: whether an answer comes, and (mirror listener) whether it may.
+                let acks = if h.api_key == ApiKey::Produce {
+                    Some(peek_acks(h.api_version, &body[h.header_len..])?)
+                } else {
+                    None
+                };
+                let expects_response = acks != Some(0);
                 ctx.handles.request(h.api_key);
                 ctx.handles.bytes_in.inc_by(frame.len() as u64);
                 let started = Instant::now();
@@ -282,7 +287,7 @@ async fn run(
                     }
                 }
                 let plan = if ctx.psm.is_some() || ctx.mirrors.is_some() {
-                    super::intercept::plan_request(&ctx, &h, frame)?
+                    super::intercept::plan_request(&ctx, &h, acks, frame)?
                 } else {
                     super::intercept::Plan {
                         forward: Some(frame),

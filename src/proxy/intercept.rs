@@ -91,17 +91,26 @@ fn forward(frame: Bytes) -> Plan {
     }
 }
 
-/// Plan one request.
+/// Plan one request. `acks`: a Produce request's acks (read once by the connection).
 pub fn plan_request(
     ctx: &ConnContext,
     h: &RequestHeaderInfo,
+    acks: Option<i16>,
     frame: Bytes,
 ) -> Result<Plan, InterceptError> {
     let Some(ctl) = &ctx.mirrors else {
         return Ok(plan_tap(ctx, h, frame));
     };
     match h.api_key {
-        ApiKey::Produce => plan_produce(ctx, ctl, h, frame),
+        ApiKey::Produce => {
+            let acks = match acks {
+                Some(a) => a,
+                None => {
+                    crate::protocol::produce::peek_acks(h.api_version, &frame[4 + h.header_len..])?
+                }
+            };
+            plan_produce(ctx, ctl, h, acks, frame)
+        }
         // Consumers on the client listener never see a barrier, whether they fetch or read as a
         // KIP-932 share group (review F7 b); the mirror listener passes barriers on.
         ApiKey::Fetch | ApiKey::ShareFetch if ctx.kind == ListenerKind::Client => {
@@ -204,13 +213,13 @@ fn plan_produce(
     ctx: &ConnContext,
     ctl: &Arc<MirrorController>,
     h: &RequestHeaderInfo,
+    acks: i16,
     frame: Bytes,
 ) -> Result<Plan, InterceptError> {
     let mut guards = Vec::new();
     let mut guard_check = false;
     let kind = ctx.kind;
-    let acks_zero = kind == ListenerKind::Mirror
-        && crate::protocol::produce::peek_acks(h.api_version, &frame[4 + h.header_len..])? == 0;
+    let acks_zero = kind == ListenerKind::Mirror && acks == 0;
     let mut acks_zero_refused: Option<(String, i32)> = None;
     let cluster = &ctx.cluster;
     let decision = enforce::filter_produce(
