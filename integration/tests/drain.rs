@@ -11,11 +11,10 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{ApiKey, FetchRequest, ProduceRequest, RequestHeader};
-use kafka_protocol::protocol::{Encodable, StrBytes};
+use kafka_protocol::messages::{ApiKey, FetchRequest};
+use kafka_protocol::protocol::StrBytes;
 
 use crate::failover::{
     failover, mirror_config, mirror_json, read_log, wait_mirroring, wait_stopped,
@@ -23,39 +22,16 @@ use crate::failover::{
 use crate::gw::TestGateway;
 use crate::harness;
 use crate::psm_differential::batch;
+use crate::wire::{produce_request, request_frame};
 
-/// One request frame (length prefix, header v1/v2, body).
-fn frame(key: ApiKey, version: i16, correlation_id: i32, body: &impl Encodable) -> Vec<u8> {
-    let mut out = BytesMut::new();
-    out.put_i32(0);
-    RequestHeader::default()
-        .with_request_api_key(key as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(correlation_id)
-        .with_client_id(Some(StrBytes::from_static_str("drain-test")))
-        .encode(&mut out, key.request_header_version(version))
-        .expect("header");
-    body.encode(&mut out, version).expect("body");
-    let len = (out.len() - 4) as i32;
-    out[0..4].copy_from_slice(&len.to_be_bytes());
-    out.to_vec()
-}
-
-fn produce_frame(topic: &str, acks: i16, records: Bytes, correlation_id: i32) -> Vec<u8> {
-    let req = ProduceRequest::default()
-        .with_acks(acks)
-        .with_timeout_ms(30_000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(StrBytes::from_string(topic.to_string()).into())
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(0)
-                .with_records(Some(records))])]);
-    frame(ApiKey::Produce, 9, correlation_id, &req)
+fn produce_frame(topic: &str, acks: i16, records: Bytes, correlation_id: i32) -> Bytes {
+    let req = produce_request(topic, 0, acks, records);
+    request_frame(ApiKey::Produce, 9, correlation_id, &req)
 }
 
 /// A Fetch of partition 0 of `idle` at offset 0 that the broker holds for `wait` (it asks for
 /// more bytes than the empty topic has).
-fn long_poll_frame(idle: &str, wait: Duration, correlation_id: i32) -> Vec<u8> {
+fn long_poll_frame(idle: &str, wait: Duration, correlation_id: i32) -> Bytes {
     let req = FetchRequest::default()
         .with_replica_id((-1).into())
         .with_max_wait_ms(wait.as_millis() as i32)
@@ -68,7 +44,7 @@ fn long_poll_frame(idle: &str, wait: Duration, correlation_id: i32) -> Vec<u8> {
                 .with_fetch_offset(0)
                 .with_log_start_offset(-1)
                 .with_partition_max_bytes(1 << 20)])]);
-    frame(ApiKey::Fetch, 12, correlation_id, &req)
+    request_frame(ApiKey::Fetch, 12, correlation_id, &req)
 }
 
 /// Records with a producer id (mirrored or local data, not barriers) at offsets above `barrier`.
@@ -163,9 +139,9 @@ fn a_mirrored_write_in_flight_at_failover_never_lands_after_the_barrier() {
     let gw = TestGateway::start(cfg);
     wait_mirroring(&gw.admin(), "late", 1);
     let mut s = TcpStream::connect(gw.mirror_bootstrap()).expect("connect mirror listener");
-    let mut out = long_poll_frame(&idle, Duration::from_secs(4), 1);
+    let mut out = BytesMut::from(&long_poll_frame(&idle, Duration::from_secs(4), 1)[..]);
     for seq in 0..20 {
-        out.extend(produce_frame(
+        out.extend_from_slice(&produce_frame(
             &topic,
             -1,
             batch(7_000_000 + seq as i64, 0, 0, 1, &format!("late{seq}")),
@@ -209,9 +185,9 @@ fn a_mirrored_write_whose_answer_was_lost_is_followed_by_a_new_barrier() {
     wait_mirroring(&gw.admin(), "lost", 1);
     let mut s = TcpStream::connect(gw.mirror_bootstrap()).expect("connect mirror listener");
     let pid = 7_100_000 + (std::process::id() as i64 % 1000) * 10;
-    let mut out = long_poll_frame(&idle, Duration::from_secs(3), 1);
+    let mut out = BytesMut::from(&long_poll_frame(&idle, Duration::from_secs(3), 1)[..]);
     for seq in 0..5 {
-        out.extend(produce_frame(
+        out.extend_from_slice(&produce_frame(
             &topic,
             -1,
             batch(pid, 0, seq, 1, &format!("lost{seq}")),
@@ -247,12 +223,19 @@ fn a_mirrored_write_whose_answer_was_lost_is_followed_by_a_new_barrier() {
         log.barriers
     );
     if landed > 0 {
-        let screen: std::collections::BTreeMap<String, serde_json::Value> = serde_json::from_slice(
-            &std::fs::read(gw.config.state_dir.join("screen/pids.json")).expect("screen/pids.json"),
-        )
-        .expect("screening set");
         assert!(
-            screen.contains_key(&pid.to_string()),
+            log.barriers.len() >= 2,
+            "{landed} late writes landed but no new barrier follows them: {:?}",
+            log.barriers
+        );
+        assert!(
+            gw.metric("mirrorgate_protection_late_writes_total{mirror=\"lost\"}") >= 1.0,
+            "{}",
+            gw.metrics()
+        );
+        let screen = crate::failover::screened_ids(&gw.config.state_dir);
+        assert!(
+            screen.contains(&pid),
             "the late writes' producer id {pid} is not screened: {screen:?}"
         );
     }

@@ -174,6 +174,12 @@ fn next_producer_ids(port_for: impl Fn(i32) -> u16) -> Vec<i64> {
 
 /// The producer id the destination hands out next (an InitProducerId through the gateway).
 fn next_producer_id(addr: &str) -> i64 {
+    fresh_producer_id(addr) + 1
+}
+
+/// One fresh idempotent producer id from `addr` (retrying the answers a broker gives while it
+/// fetches its next block of ids).
+pub fn fresh_producer_id(addr: &str) -> i64 {
     use kafka_protocol::messages::InitProducerIdRequest;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -202,8 +208,8 @@ fn next_producer_id(addr: &str) -> i64 {
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 continue;
             }
-            assert_eq!(r.error_code, 0);
-            return r.producer_id.0 + 1;
+            assert_eq!(r.error_code, 0, "InitProducerId from {addr}");
+            return r.producer_id.0;
         }
     })
 }
@@ -1055,6 +1061,18 @@ fn assert_acked_after_barrier(destination: &str, topic: &str, acks: &[harness::A
     }
 }
 
+/// The producer ids in a gateway's PID screening set (`STATE_DIR/screen/pids.json`).
+pub fn screened_ids(state_dir: &std::path::Path) -> std::collections::BTreeSet<i64> {
+    let file = state_dir.join("screen/pids.json");
+    let screen: BTreeMap<String, serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(&file).expect("screen/pids.json"))
+            .expect("screening set");
+    screen
+        .keys()
+        .map(|k| k.parse().expect("a producer id"))
+        .collect()
+}
+
 /// A metric of a gateway process (0 when absent).
 fn process_metric(gw: &ProcessGateway, series: &str) -> f64 {
     let (_, body) = gw.call(Method::GET, "/metrics");
@@ -1095,14 +1113,8 @@ fn disruptive_gateway_killed_after_persisting_the_barrier_keeps_the_screening_se
     );
     gw.restart(&[]);
     wait_stopped(&gw.admin(), "crashscreen");
-    let file = gw.config.state_dir.join("screen/pids.json");
-    let screen: BTreeMap<String, serde_json::Value> =
-        serde_json::from_slice(&std::fs::read(&file).expect("screen/pids.json"))
-            .expect("screening set");
-    let missing: Vec<&i64> = ids
-        .iter()
-        .filter(|i| !screen.contains_key(&i.to_string()))
-        .collect();
+    let screen = screened_ids(&gw.config.state_dir);
+    let missing: Vec<&i64> = ids.iter().filter(|i| !screen.contains(i)).collect();
     assert!(
         missing.is_empty(),
         "{} of {} mirrored producer ids lost from the screening set: {missing:?}",

@@ -260,32 +260,9 @@ impl Drop for Paused {
 
 /// One Produce v9 request frame (acks=1) carrying `payload` bytes of record value.
 fn big_produce_frame(topic: &str, corr: i32, payload: usize) -> Vec<u8> {
-    use bytes::{BufMut, BytesMut};
-    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-    use kafka_protocol::messages::{ApiKey, ProduceRequest, RequestHeader};
-    use kafka_protocol::protocol::{Encodable, StrBytes};
     let tag = "x".repeat(payload);
-    let req = ProduceRequest::default()
-        .with_acks(1)
-        .with_timeout_ms(30_000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(StrBytes::from_string(topic.to_string()).into())
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(0)
-                .with_records(Some(batch(-1, -1, -1, 1, &tag)))])]);
-    let mut out = BytesMut::new();
-    out.put_i32(0);
-    RequestHeader::default()
-        .with_request_api_key(ApiKey::Produce as i16)
-        .with_request_api_version(9)
-        .with_correlation_id(corr)
-        .with_client_id(Some(StrBytes::from_static_str("stall")))
-        .encode(&mut out, ApiKey::Produce.request_header_version(9))
-        .expect("header");
-    req.encode(&mut out, 9).expect("body");
-    let len = (out.len() - 4) as i32;
-    out[0..4].copy_from_slice(&len.to_be_bytes());
-    out.to_vec()
+    let req = crate::wire::produce_request(topic, 0, 1, batch(-1, -1, -1, 1, &tag));
+    crate::wire::request_frame(kafka_protocol::messages::ApiKey::Produce, 9, corr, &req).to_vec()
 }
 
 /// Runs alone: it pauses destination broker 2 (SIGSTOP: its sockets stay open, nothing answers).

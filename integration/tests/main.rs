@@ -20,3 +20,4 @@ mod read_only_apis;
 mod rig_tests;
 mod sasl;
 mod tls;
+mod wire;

@@ -10,14 +10,10 @@ use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{
-    ApiKey, InitProducerIdRequest, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader,
-};
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, ProduceResponse, ResponseHeader};
+use kafka_protocol::protocol::Decodable;
 use mirrorgate::config::MirrorConfig;
-use mirrorgate::protocol::client::KafkaClient;
 use rdkafka::config::ClientConfig;
 use rdkafka::message::{DeliveryResult, Message};
 use rdkafka::producer::{BaseProducer, BaseRecord, ProducerContext};
@@ -44,45 +40,11 @@ fn now_ms() -> i64 {
         .as_millis() as i64
 }
 
-/// One fresh idempotent producer id from broker `addr` (retrying the answers a broker gives
-/// while it fetches its next block of ids).
-fn fresh_producer_id(addr: &str) -> i64 {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("rt");
-    rt.block_on(async {
-        let mut c = KafkaClient::connect(addr, Duration::from_secs(10))
-            .await
-            .expect("connect");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let r = c
-                .send(
-                    &InitProducerIdRequest::default()
-                        .with_transactional_id(None)
-                        .with_transaction_timeout_ms(60_000)
-                        .with_producer_id((-1).into())
-                        .with_producer_epoch(-1),
-                    4,
-                )
-                .await
-                .expect("init producer id");
-            if matches!(r.error_code, 14 | 15) && Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-            assert_eq!(r.error_code, 0, "InitProducerId from {addr}");
-            return r.producer_id.0;
-        }
-    })
-}
-
 /// Each destination broker's next producer id (node id → id).
 fn positions(destination: &str) -> BTreeMap<i32, i64> {
     harness::brokers(destination)
         .into_iter()
-        .map(|(node, addr)| (node, fresh_producer_id(&addr) + 1))
+        .map(|(node, addr)| (node, crate::failover::fresh_producer_id(&addr) + 1))
         .collect()
 }
 
@@ -119,27 +81,13 @@ fn mirror_pipelined(addr: &str, topic: &str, partition: i32, ids: &[i64]) {
         .iter()
         .enumerate()
         .map(|(i, pid)| {
-            let req = ProduceRequest::default()
-                .with_acks(-1)
-                .with_timeout_ms(30_000)
-                .with_topic_data(vec![TopicProduceData::default()
-                    .with_name(StrBytes::from_string(topic.to_string()).into())
-                    .with_partition_data(vec![PartitionProduceData::default()
-                        .with_index(partition)
-                        .with_records(Some(batch(*pid, 0, 0, 1, &format!("m{pid}"))))])]);
-            let mut out = BytesMut::new();
-            out.put_i32(0);
-            RequestHeader::default()
-                .with_request_api_key(ApiKey::Produce as i16)
-                .with_request_api_version(9)
-                .with_correlation_id(i as i32)
-                .with_client_id(Some(StrBytes::from_static_str("f15-mirror")))
-                .encode(&mut out, ApiKey::Produce.request_header_version(9))
-                .expect("header");
-            req.encode(&mut out, 9).expect("body");
-            let len = (out.len() - 4) as i32;
-            out[0..4].copy_from_slice(&len.to_be_bytes());
-            out.freeze()
+            let req = crate::wire::produce_request(
+                topic,
+                partition,
+                -1,
+                batch(*pid, 0, 0, 1, &format!("m{pid}")),
+            );
+            crate::wire::request_frame(ApiKey::Produce, 9, i as i32, &req)
         })
         .collect();
     let w = std::thread::spawn(move || {

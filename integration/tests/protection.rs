@@ -225,14 +225,8 @@ fn disruptive_a_failover_called_before_the_producer_state_is_rebuilt_waits_for_i
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     wait_stopped(&gw.admin(), "psmwait");
-    let screen: std::collections::BTreeMap<String, serde_json::Value> = serde_json::from_slice(
-        &std::fs::read(gw.config.state_dir.join("screen/pids.json")).expect("screen/pids.json"),
-    )
-    .expect("screening set");
-    let missing: Vec<&i64> = ids
-        .iter()
-        .filter(|i| !screen.contains_key(&i.to_string()))
-        .collect();
+    let screen = crate::failover::screened_ids(&gw.config.state_dir);
+    let missing: Vec<&i64> = ids.iter().filter(|i| !screen.contains(i)).collect();
     assert!(
         missing.is_empty(),
         "mirrored producer ids missing from the screening set: {missing:?}"

@@ -9,13 +9,12 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use kafka_protocol::indexmap::IndexMap;
 use kafka_protocol::messages::describe_producers_request::TopicRequest;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     ApiKey, DescribeProducersRequest, DescribeProducersResponse, ProduceRequest, ProduceResponse,
-    RequestHeader, ResponseHeader,
+    ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use kafka_protocol::records::{
@@ -90,18 +89,7 @@ impl RawConn {
     /// Write one request; returns its correlation id.
     fn send(&mut self, key: ApiKey, version: i16, body: &impl Encodable) -> i32 {
         self.corr += 1;
-        let mut out = BytesMut::new();
-        out.put_i32(0);
-        RequestHeader::default()
-            .with_request_api_key(key as i16)
-            .with_request_api_version(version)
-            .with_correlation_id(self.corr)
-            .with_client_id(Some(StrBytes::from_static_str("psm-differential")))
-            .encode(&mut out, key.request_header_version(version))
-            .expect("header");
-        body.encode(&mut out, version).expect("body");
-        let len = (out.len() - 4) as i32;
-        out[0..4].copy_from_slice(&len.to_be_bytes());
+        let out = crate::wire::request_frame(key, version, self.corr, body);
         self.s.write_all(&out).expect("send");
         self.corr
     }
@@ -120,14 +108,7 @@ impl RawConn {
     }
 
     fn produce_request(topic: &str, partition: i32, records: Bytes) -> ProduceRequest {
-        ProduceRequest::default()
-            .with_acks(-1)
-            .with_timeout_ms(30_000)
-            .with_topic_data(vec![TopicProduceData::default()
-                .with_name(StrBytes::from_string(topic.to_string()).into())
-                .with_partition_data(vec![PartitionProduceData::default()
-                    .with_index(partition)
-                    .with_records(Some(records))])])
+        crate::wire::produce_request(topic, partition, -1, records)
     }
 
     /// Send one Produce request (acks=all) per batch without waiting, then read the answers in

@@ -8,9 +8,8 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use bytes::{BufMut, BytesMut};
 use hyper::Method;
-use kafka_protocol::messages::{ApiKey, MetadataRequest, RequestHeader, SaslHandshakeRequest};
+use kafka_protocol::messages::{ApiKey, MetadataRequest, SaslHandshakeRequest};
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use mirrorgate::config::{
     ClusterConfig, Config, MirrorConfig, SaslConfig, SaslMechanism, SecretSource,
@@ -330,18 +329,7 @@ fn closed_without_answer<R: Encodable>(addr: &str, key: ApiKey, version: i16, re
     let mut s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(20)))
         .expect("timeout");
-    let mut out = BytesMut::new();
-    out.put_i32(0);
-    RequestHeader::default()
-        .with_request_api_key(key as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(1)
-        .with_client_id(Some(StrBytes::from_static_str("sasl-test")))
-        .encode(&mut out, key.request_header_version(version))
-        .expect("header");
-    req.encode(&mut out, version).expect("body");
-    let len = (out.len() - 4) as i32;
-    out[0..4].copy_from_slice(&len.to_be_bytes());
+    let out = crate::wire::request_frame(key, version, 1, req);
     s.write_all(&out).expect("send");
     let mut buf = [0u8; 4];
     matches!(s.read(&mut buf), Ok(0))
