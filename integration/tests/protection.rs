@@ -232,3 +232,63 @@ fn disruptive_a_failover_called_before_the_producer_state_is_rebuilt_waits_for_i
         "mirrored producer ids missing from the screening set: {missing:?}"
     );
 }
+
+/// Set (`Some`) or remove (`None`) `producer.id.expiration.ms` on destination broker `node`
+/// only (a dynamic per-broker config), with the rig's Java ConfigCommand.
+fn set_broker_expiration(node: i32, value: Option<&str>) {
+    let destination = harness::cluster("destination");
+    let node = node.to_string();
+    let setting = value.map(|v| format!("producer.id.expiration.ms={v}"));
+    let mut args = vec![
+        "--bootstrap-server",
+        destination.as_str(),
+        "--alter",
+        "--entity-type",
+        "brokers",
+        "--entity-name",
+        node.as_str(),
+    ];
+    match &setting {
+        Some(s) => args.extend(["--add-config", s.as_str()]),
+        None => args.extend(["--delete-config", "producer.id.expiration.ms"]),
+    }
+    let out = harness::rig_java("kafka.admin.ConfigCommand", &args);
+    harness::expect_success("ConfigCommand producer.id.expiration.ms", &out);
+}
+
+/// Puts broker 2's expiration back when the test ends, pass or fail.
+struct BrokerExpirationRestored;
+impl Drop for BrokerExpirationRestored {
+    fn drop(&mut self) {
+        set_broker_expiration(2, None);
+    }
+}
+
+/// The brokers keep a producer id as long as their `producer.id.expiration.ms` says, and it
+/// may differ per broker (a dynamic config): the gateway reads it from every broker and keeps
+/// mirrored ids protected for the longest. `disruptive_`: it changes a broker's config.
+#[test]
+fn disruptive_protection_lasts_as_long_as_the_longest_keeping_broker_keeps_producer_ids() {
+    let _restore = BrokerExpirationRestored;
+    let two_days: i64 = 2 * 86_400_000;
+    set_broker_expiration(2, Some(&two_days.to_string()));
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("expiry");
+    // The mirrored partition lives on broker 2, which keeps producer ids for two days.
+    harness::create_topic(&destination, &topic, 1, Some(&[2]));
+    let gw = TestGateway::start(mirror_config("expiry", &[&topic]));
+    wait_mirroring(&gw.admin(), "expiry", 1);
+    let mut conn = RawConn::connect(&format!("127.0.0.1:{}", gw.mirror_port_for(2)));
+    assert_eq!(conn.produce(&topic, 0, batch(8_400_000, 0, 0, 1, "m")).0, 0);
+    let before = now_ms();
+    failover(&gw.admin(), "expiry");
+    wait_stopped(&gw.admin(), "expiry");
+    let until = mirror_json(&gw.admin(), "expiry")["protection_needed_until_ms"]
+        .as_i64()
+        .expect("protection_needed_until_ms");
+    assert!(
+        until >= before + two_days,
+        "protection ends at {until}, {} h after the failover, but broker 2 keeps producer ids for 48 h",
+        (until - before) / 3_600_000
+    );
+}

@@ -243,6 +243,67 @@ pub async fn broker_expiration(
     Ok((expiration, interval))
 }
 
+/// How often the brokers' producer-id expiration settings are read again (they are dynamic
+/// broker configs and may differ per broker).
+const EXPIRY_SETTINGS_REFRESH: Duration = Duration::from_secs(60);
+
+/// Read `producer.id.expiration.ms` and its check interval from every destination broker and
+/// keep the largest of each (review F11c): a producer id lives in the brokers as long as the
+/// longest-keeping broker keeps it, and screening must not end before. A broker that does not
+/// answer leaves the settings as they are unless another answers with a larger value.
+pub async fn read_expiry_settings(
+    registry: &PsmRegistry,
+    cluster: &ClusterView,
+    timeout: Duration,
+) {
+    let mut answers: Vec<(i32, i64, i64)> = Vec::new();
+    let mut failed = 0usize;
+    for (node, addr) in cluster.brokers() {
+        match broker_expiration(cluster, &addr, node, timeout).await {
+            Ok((e, i)) => answers.push((
+                node,
+                e.unwrap_or(super::registry::DEFAULT_EXPIRATION_MS),
+                i.unwrap_or(super::registry::DEFAULT_CHECK_INTERVAL_MS),
+            )),
+            Err(e) => {
+                failed += 1;
+                tracing::warn!(node, error = %e, "cannot read producer-id expiration from a destination broker");
+            }
+        }
+    }
+    let Some(expiration) = answers.iter().map(|a| a.1).max() else {
+        return;
+    };
+    let interval = answers.iter().map(|a| a.2).max().unwrap_or(0);
+    let (expiration, interval) = if failed > 0 {
+        (
+            expiration.max(registry.expiration_ms()),
+            interval.max(registry.check_interval_ms()),
+        )
+    } else {
+        (expiration, interval)
+    };
+    if (expiration, interval) == (registry.expiration_ms(), registry.check_interval_ms()) {
+        return;
+    }
+    if answers
+        .iter()
+        .any(|a| (a.1, a.2) != (answers[0].1, answers[0].2))
+    {
+        tracing::warn!(
+            ?answers,
+            "destination brokers differ in producer-id expiration (node, expiration ms, check interval ms); the largest are used"
+        );
+    }
+    registry.set_expiration(expiration, interval);
+    tracing::info!(
+        expiration_ms = expiration,
+        check_interval_ms = interval,
+        brokers = answers.len(),
+        "producer-id expiration read from the destination brokers"
+    );
+}
+
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -260,7 +321,7 @@ pub async fn maintain(
     timeout: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut expiration_known = expiration_overridden;
+    let mut last_settings_read: Option<tokio::time::Instant> = None;
     let mut last_expiry = tokio::time::Instant::now();
     let mut last_snapshot = tokio::time::Instant::now();
     let mut first_rebuild_done = false;
@@ -289,26 +350,12 @@ pub async fn maintain(
                     .topic(t)
                     .is_some_and(|i| (p as usize) < i.leaders.len())
             });
-            if !expiration_known {
-                if let Some((node, addr)) = cluster.brokers().into_iter().next() {
-                    match broker_expiration(&cluster, &addr, node, timeout).await {
-                        Ok((e, i)) => {
-                            registry.set_expiration(
-                                e.unwrap_or(super::registry::DEFAULT_EXPIRATION_MS),
-                                i.unwrap_or(super::registry::DEFAULT_CHECK_INTERVAL_MS),
-                            );
-                            tracing::info!(
-                                expiration_ms = registry.expiration_ms(),
-                                check_interval_ms = registry.check_interval_ms(),
-                                "producer-id expiration read from the destination"
-                            );
-                            expiration_known = true;
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "cannot read producer-id expiration from the destination")
-                        }
-                    }
-                }
+            if !expiration_overridden
+                && last_settings_read
+                    .is_none_or(|t: tokio::time::Instant| t.elapsed() >= EXPIRY_SETTINGS_REFRESH)
+            {
+                read_expiry_settings(&registry, &cluster, timeout).await;
+                last_settings_read = Some(tokio::time::Instant::now());
             }
             for (topic, partition) in registry.wanting_rebuild() {
                 // After start, snapshots are a starting point; after a divergence, the log is.
