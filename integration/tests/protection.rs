@@ -292,3 +292,66 @@ fn disruptive_protection_lasts_as_long_as_the_longest_keeping_broker_keeps_produ
         (until - before) / 3_600_000
     );
 }
+
+/// After a failover a local producer that collides with a mirrored producer id makes the PSM
+/// disagree with the broker (the gateway cleared the mirrored producers at the barrier, the
+/// broker did not): each such batch asks for a rebuild. Rebuilds read only what lies after the
+/// barrier (the PSM is empty there anyway) and run at most once per interval per partition, so
+/// collisions cannot make the gateway re-read a large log again and again (review F14).
+#[test]
+fn collisions_after_failover_rebuild_from_the_barrier_and_not_more_than_once_per_interval() {
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("storm");
+    harness::create_topic(&destination, &topic, 1, Some(&[1]));
+    let gw = TestGateway::start(mirror_config("storm", &[&topic]));
+    wait_mirroring(&gw.admin(), "storm", 1);
+    let pid = 8_500_000 + (std::process::id() as i64 % 1000) * 10;
+    let mirrored = 300;
+    let mut mirror = RawConn::connect(&gw.mirror_bootstrap());
+    let answers = mirror.produce_pipelined(
+        &topic,
+        0,
+        (0..mirrored)
+            .map(|seq| batch(pid, 0, seq, 1, &format!("m{seq}")))
+            .collect(),
+    );
+    assert!(answers.iter().all(|(code, _)| *code == 0), "{answers:?}");
+    failover(&gw.admin(), "storm");
+    wait_stopped(&gw.admin(), "storm");
+    let batches_before = gw.metric("mirrorgate_psm_rebuild_batches_total");
+    let rebuilds_before = gw.metric("mirrorgate_psm_rebuilds_total");
+    let started = std::time::Instant::now();
+    // The mirrored producer's next sequence is 300: 1000 is out of order for the broker (45),
+    // while the PSM, cleared at the barrier, sees a new producer.
+    let mut local = RawConn::connect(&gw.bootstrap());
+    for i in 0..10 {
+        let (code, _) = local.produce(&topic, 0, batch(pid, 0, 1000 + i, 1, "local"));
+        assert_eq!(code, 45, "the broker refuses the out-of-order batch");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // The rebuild comes at most 5 s after the partition's previous one.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while gw.metric("mirrorgate_psm_rebuilds_total") == rebuilds_before
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let rebuilds = gw.metric("mirrorgate_psm_rebuilds_total") - rebuilds_before;
+    let batches = gw.metric("mirrorgate_psm_rebuild_batches_total") - batches_before;
+    assert!(
+        gw.metric("mirrorgate_psm_batches_total{result=\"diverged\"}") >= 1.0,
+        "the collisions did not make the PSM disagree: {}",
+        gw.metrics()
+    );
+    assert!(rebuilds >= 1.0, "no rebuild after the disagreements");
+    assert!(
+        batches < mirrored as f64,
+        "{rebuilds} rebuilds read {batches} batches: the {mirrored} mirrored batches before the barrier were read again"
+    );
+    let allowed = 1.0 + (elapsed / 5.0).floor();
+    assert!(
+        rebuilds <= allowed,
+        "{rebuilds} rebuilds of one partition in {elapsed:.1} s (at most {allowed} allowed: one per 5 s)"
+    );
+}

@@ -148,7 +148,13 @@ pub async fn rebuild_partition(
         .flatten()
     {
         Some((psm, last)) => (psm, (last + 1).max(log_start), true),
-        None => (PartitionPsm::new(), log_start, false),
+        // Everything before the partition's barrier is cleared there: start at the barrier
+        // (review F14: a rebuild after a failover does not read the mirrored log again).
+        None => (
+            PartitionPsm::new(),
+            log_start.max(barrier.unwrap_or(-1)),
+            false,
+        ),
     };
     let from_offset = next;
     let mut batches = 0;
@@ -197,8 +203,10 @@ pub async fn rebuild_partition(
         s.ready = true;
         s.needs_rebuild = false;
         s.dirty = true;
+        s.last_rebuilt = Some(std::time::Instant::now());
     }
     registry.counters.rebuilds.inc();
+    registry.counters.rebuild_batches.inc_by(batches as u64);
     Ok(RebuildStats {
         from_offset,
         to_offset: next,

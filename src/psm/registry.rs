@@ -54,6 +54,8 @@ pub struct PartitionSlot {
     pub buffered: Vec<(i64, BatchHeader)>,
     /// The partition's own barrier: nothing before it counts (a rebuild clears the state there).
     pub barrier_offset: Option<i64>,
+    /// When the last rebuild was installed: the next one waits [`MIN_REBUILD_INTERVAL`].
+    pub last_rebuilt: Option<std::time::Instant>,
 }
 
 impl PartitionSlot {
@@ -73,6 +75,7 @@ impl PartitionSlot {
             dirty: false,
             buffered: Vec::new(),
             barrier_offset: None,
+            last_rebuilt: None,
         }
     }
 }
@@ -170,6 +173,8 @@ pub struct PsmCounters {
     pub expired_by_barrier: IntCounter,
     /// `mirrorgate_psm_rebuilds_total`.
     pub rebuilds: IntCounter,
+    /// `mirrorgate_psm_rebuild_batches_total`: batches read from the log by rebuilds.
+    pub rebuild_batches: IntCounter,
 }
 
 impl PsmCounters {
@@ -197,7 +202,15 @@ impl PsmCounters {
         .expect("valid metric");
         let _ = metrics.registry().register(Box::new(batches.clone()));
         let _ = metrics.registry().register(Box::new(expired.clone()));
+        let rebuild_batches = IntCounter::new(
+            "mirrorgate_psm_rebuild_batches_total",
+            "Batches read from the destination log by PSM rebuilds (the cost of rebuilding).",
+        )
+        .expect("valid metric");
         let _ = metrics.registry().register(Box::new(rebuilds.clone()));
+        let _ = metrics
+            .registry()
+            .register(Box::new(rebuild_batches.clone()));
         PsmCounters {
             batches: BatchResult::ALL
                 .iter()
@@ -206,6 +219,7 @@ impl PsmCounters {
             expired_by_time: expired.with_label_values(&["expiration"]),
             expired_by_barrier: expired.with_label_values(&["barrier"]),
             rebuilds,
+            rebuild_batches,
         }
     }
 
@@ -356,7 +370,12 @@ impl PsmRegistry {
         let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
         let mut v: Vec<Key> = slots
             .iter()
-            .filter(|(_, s)| lock(s).needs_rebuild)
+            .filter(|(_, s)| {
+                let s = lock(s);
+                s.needs_rebuild
+                    && s.last_rebuilt
+                        .is_none_or(|t| t.elapsed() >= MIN_REBUILD_INTERVAL)
+            })
             .map(|(k, _)| k.clone())
             .collect();
         v.sort();
@@ -501,6 +520,12 @@ impl PsmRegistry {
         v
     }
 }
+
+/// Rebuilds of one partition are at least this far apart (review F14): a stream of
+/// disagreements (e.g. local producers colliding with mirrored ids after a failover) costs one
+/// rebuild per interval, not one per batch. Until then the partition goes on following the
+/// broker's answers.
+pub const MIN_REBUILD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The broker's error codes the PSM can judge, and those that leave the outcome unknown.
 const REQUEST_TIMED_OUT: i16 = 7;
@@ -789,5 +814,38 @@ mod tests {
         assert_eq!(appended(&mut s, 2, 0, 6), BatchResult::Accepted);
         assert_eq!(appended(&mut s, 1, 1, 5), BatchResult::Accepted);
         assert_eq!(last(&s, 1), Some((1, 5)));
+    }
+
+    fn registry_tracking(topic: &str) -> Arc<PsmRegistry> {
+        let cfg = crate::config::load_str(
+            &format!(
+                "destination:\n  bootstrap: [\"127.0.0.1:1\"]\nlisteners:\n  client:\n    port_base: 9092\nadmin:\n  bind: 127.0.0.1:9180\nmirrors:\n  - name: m\n    topics: [{topic}]\n"
+            ),
+            "t.yaml",
+        )
+        .unwrap();
+        PsmRegistry::new(&cfg, None, &crate::metrics::Metrics::new())
+    }
+
+    #[test]
+    fn a_partition_rebuilt_less_than_the_interval_ago_waits_for_its_next_rebuild() {
+        let r = registry_tracking("t");
+        let slot = r.slot("t", 0).expect("tracked");
+        {
+            let mut s = lock(&slot);
+            s.needs_rebuild = true;
+            s.last_rebuilt = Some(std::time::Instant::now());
+        }
+        assert!(r.wanting_rebuild().is_empty());
+        lock(&slot).last_rebuilt = std::time::Instant::now().checked_sub(MIN_REBUILD_INTERVAL);
+        assert_eq!(r.wanting_rebuild(), vec![("t".to_string(), 0)]);
+    }
+
+    #[test]
+    fn a_partition_never_rebuilt_is_rebuilt_at_once() {
+        let r = registry_tracking("t");
+        let slot = r.slot("t", 1).expect("tracked");
+        assert!(lock(&slot).needs_rebuild);
+        assert_eq!(r.wanting_rebuild(), vec![("t".to_string(), 1)]);
     }
 }
