@@ -851,3 +851,62 @@ fn the_psm_agrees_with_the_broker_on_connections_pipelining_five_produce_request
         );
     }
 }
+
+/// `batch` with its base and max timestamps set to `ts` (CRC fixed).
+fn batch_at(ts: i64, pid: i64, epoch: i16, base_seq: i32, n: i32, tag: &str) -> Bytes {
+    let mut b = BytesMut::from(&batch(pid, epoch, base_seq, n, tag)[..]);
+    b[27..35].copy_from_slice(&ts.to_be_bytes());
+    b[35..43].copy_from_slice(&ts.to_be_bytes());
+    let crc = crc32c::crc32c(&b[21..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    b.freeze()
+}
+
+/// On a LogAppendTime topic the broker keeps its own append time as a producer's last
+/// timestamp, not the one in the request; the gateway takes it from the broker's answer, so
+/// its expiry and the screening horizon follow the broker (review F11a).
+#[test]
+fn on_a_log_append_time_topic_the_psm_keeps_the_brokers_timestamp() {
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("appendtime");
+    harness::create_topic(&destination, &topic, 1, Some(&[1]));
+    crate::failover::set_topic_configs_on_the_destination(
+        &destination,
+        &topic,
+        &[("message.timestamp.type", "LogAppendTime")],
+    );
+    let gw = gateway_tracking(&topic);
+    let mut mirror = RawConn::connect(&gw.mirror_bootstrap());
+    let two_days_ago = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64
+        - 2 * 86_400_000;
+    let pid = 8_600_000 + (std::process::id() as i64 % 1000) * 10;
+    for seq in 0..3 {
+        let (code, _) = mirror.produce(&topic, 0, batch_at(two_days_ago, pid, 0, seq, 1, "old"));
+        assert_eq!(code, 0);
+    }
+    let mut broker = RawConn::connect(&destination_leader(&topic));
+    let on_broker = broker_producers(&mut broker, &topic, 0);
+    let in_gateway = gateway_producers(&gw.admin(), &topic, 0);
+    assert!(
+        on_broker[0].3 > two_days_ago + 86_400_000,
+        "the broker kept the request's timestamp: {on_broker:?}"
+    );
+    assert_eq!(
+        in_gateway, on_broker,
+        "gateway and broker disagree on the producer (last timestamp is the 4th field)"
+    );
+}
+
+/// Address of the destination broker leading partition 0 of `topic`.
+fn destination_leader(topic: &str) -> String {
+    let destination = harness::cluster("destination");
+    let leader = harness::partition_leaders(&destination, topic)[&0];
+    harness::brokers(&destination)
+        .into_iter()
+        .find(|(n, _)| *n == leader)
+        .expect("leader address")
+        .1
+}

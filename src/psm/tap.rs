@@ -150,6 +150,18 @@ pub fn on_response(registry: &PsmRegistry, version: i16, frame: &Bytes, pending:
             },
             None => BrokerOutcome::Unknown { error_code: -1 },
         };
-        registry.apply(&b.topic, b.partition, &b.header, outcome);
+        // A LogAppendTime topic: the broker stamped the batch with its append time, and that is
+        // the producer's last timestamp in its state (review F11a).
+        let append_time = found.map(|p| p.log_append_time_ms).filter(|t| *t >= 0);
+        match append_time {
+            Some(t) => {
+                let mut header = b.header;
+                header.max_timestamp = t;
+                registry.apply(&b.topic, b.partition, &header, outcome);
+            }
+            None => {
+                registry.apply(&b.topic, b.partition, &b.header, outcome);
+            }
+        }
     }
 }
