@@ -13,7 +13,7 @@ use mirrorgate::protocol::enforce::{
     Rejection,
 };
 use mirrorgate::protocol::frame::parse_request_header;
-use mirrorgate::protocol::produce::{ProduceWalker, TopicRef};
+use mirrorgate::protocol::produce::{ProducePartition, ProduceWalker, TopicRef};
 use mirrorgate_fuzz::{framed, Choices};
 
 fn request_frame(version: i16, body: &[u8]) -> Bytes {
@@ -60,6 +60,7 @@ fn rejected_list(seed: u8) -> Vec<RejectedPartition> {
             partition: i,
             error_code: 87,
             message: "read-only".into(),
+            log_start_offset: -1,
         })
         .collect()
 }
@@ -76,11 +77,9 @@ fuzz_target!(|data: &[u8]| {
             let Ok(info) = parse_request_header(&frame[4..]) else {
                 return;
             };
-            let mut decide = |t: TopicRef<'_>, p: i32| {
-                rejects(seed, t, p).then(|| Rejection {
-                    error_code: 87,
-                    message: "mirror topic is read-only".into(),
-                })
+            let mut decide = |pp: &ProducePartition<'_>| {
+                rejects(seed, pp.topic, pp.partition)
+                    .then(|| Rejection::new(87, "mirror topic is read-only"))
             };
             let Ok(decision) = filter_produce(&frame, info.header_len, version, 7, &mut decide)
             else {

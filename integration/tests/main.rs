@@ -7,6 +7,7 @@ mod compose;
 mod drain;
 mod failover;
 mod faults;
+mod guard_clients;
 mod gw;
 mod harness;
 mod mm2;

@@ -316,7 +316,7 @@ fn python_run(bootstrap: &str, topic: &str, python: &str) -> ClientRun {
     run
 }
 
-fn python_interpreter() -> String {
+pub fn python_interpreter() -> String {
     let setup = harness::run_with_timeout(
         std::process::Command::new(harness::repo().join("integration/clients/setup-python")),
         Duration::from_secs(300),

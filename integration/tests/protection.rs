@@ -321,11 +321,12 @@ fn collisions_after_failover_rebuild_from_the_barrier_and_not_more_than_once_per
     let batches_before = gw.metric("mirrorgate_psm_rebuild_batches_total");
     let rebuilds_before = gw.metric("mirrorgate_psm_rebuilds_total");
     let started = std::time::Instant::now();
-    // The mirrored producer's next sequence is 300: 1000 is out of order for the broker (45),
-    // while the PSM, cleared at the barrier, sees a new producer.
+    // Epoch 1, above the mirrored one (the gateway lets it through): for the broker, which
+    // holds the producer at epoch 0, a new epoch must start at sequence 0, so 1000 is refused
+    // (45), while the PSM, cleared at the barrier, sees a new producer.
     let mut local = RawConn::connect(&gw.bootstrap());
     for i in 0..10 {
-        let (code, _) = local.produce(&topic, 0, batch(pid, 0, 1000 + i, 1, "local"));
+        let (code, _) = local.produce(&topic, 0, batch(pid, 1, 1000 + i, 1, "local"));
         assert_eq!(code, 45, "the broker refuses the out-of-order batch");
         std::thread::sleep(std::time::Duration::from_millis(100));
     }

@@ -947,14 +947,25 @@ impl MirrorController {
     /// has not certainly expired there.
     pub fn screened(&self, producer_id: i64) -> Option<ScreenEntry> {
         let e = lock(&self.screen).get(&producer_id).copied()?;
-        let horizon = self
-            .psm
-            .as_ref()
-            .map(|p| p.expiration_ms() + p.check_interval_ms())
-            .unwrap_or(i64::MAX / 4);
-        if now_ms().saturating_sub(e.last_timestamp) > horizon {
+        let until = match &self.psm {
+            Some(p) => e.protected_until(p.expiration_ms(), p.check_interval_ms()),
+            None => i64::MAX,
+        };
+        (now_ms() <= until).then_some(e)
+    }
+
+    /// A local write of `producer_id` at `epoch` that collides with the producer state mirrored
+    /// traffic left in the brokers (review F12): the id is screened and the epoch is not above
+    /// the mirrored one. Counted as `rejected{reason="mirrored_producer_id"}`.
+    pub fn mirrored_producer_collision(&self, producer_id: i64, epoch: i16) -> Option<ScreenEntry> {
+        let e = self.screened(producer_id)?;
+        if epoch > e.max_epoch {
             return None;
         }
+        self.metrics
+            .rejected
+            .with_label_values(&["mirrored_producer_id"])
+            .inc();
         Some(e)
     }
 

@@ -35,10 +35,7 @@ fn decide(t: Target<'_>) -> Option<Rejection> {
         Target::TopicId(id) => id == MIRROR_ID,
         Target::AllPartitions => true,
     };
-    refused.then(|| Rejection {
-        error_code: 44,
-        message: format!("refused {t:?}"),
-    })
+    refused.then(|| Rejection::new(44, format!("refused {t:?}")))
 }
 
 fn request_frame<R: Request + Encodable>(req: &R, version: i16) -> (Bytes, usize) {

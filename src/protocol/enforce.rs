@@ -31,7 +31,8 @@ use thiserror::Error;
 
 use super::frame::FrameError;
 use super::produce::{
-    ProduceError, ProduceWalker, TopicRef, PRODUCE_MAX_VERSION, PRODUCE_MIN_VERSION,
+    ProduceError, ProducePartition, ProduceWalker, TopicRef, PRODUCE_MAX_VERSION,
+    PRODUCE_MIN_VERSION,
 };
 
 /// Why a partition is refused: the error code and message the client gets for it.
@@ -39,6 +40,20 @@ use super::produce::{
 pub struct Rejection {
     pub error_code: i16,
     pub message: String,
+    /// The `log_start_offset` of the partition's answer: −1 (what Kafka sends with an error)
+    /// unless a refusal needs clients to read another value (Produce only).
+    pub log_start_offset: i64,
+}
+
+impl Rejection {
+    /// A refusal with `error_code` and `message`, `log_start_offset` −1.
+    pub fn new(error_code: i16, message: impl Into<String>) -> Rejection {
+        Rejection {
+            error_code,
+            message: message.into(),
+            log_start_offset: -1,
+        }
+    }
 }
 
 /// One partition the gateway refused. `topic` is the name (empty from Produce v13, which names
@@ -50,6 +65,7 @@ pub struct RejectedPartition {
     pub partition: i32,
     pub error_code: i16,
     pub message: String,
+    pub log_start_offset: i64,
 }
 
 /// What to do with a Produce request after [`filter_produce`].
@@ -235,13 +251,18 @@ fn request_has_negative_tag(req: &ProduceRequest) -> bool {
 }
 
 /// The partition result Kafka sends for a refused partition.
-fn error_partition(partition: i32, error_code: i16, message: &str) -> PartitionProduceResponse {
+fn error_partition(
+    partition: i32,
+    error_code: i16,
+    message: &str,
+    log_start_offset: i64,
+) -> PartitionProduceResponse {
     let mut p = PartitionProduceResponse::default();
     p.index = partition;
     p.error_code = error_code;
     p.base_offset = -1;
     p.log_append_time_ms = -1;
-    p.log_start_offset = -1;
+    p.log_start_offset = log_start_offset;
     p.error_message = Some(StrBytes::from_string(message.to_owned()));
     p
 }
@@ -272,7 +293,12 @@ fn add_rejections(resp: &mut ProduceResponse, version: i16, rejected: &[Rejected
         };
         resp.responses[idx]
             .partition_responses
-            .push(error_partition(r.partition, r.error_code, &r.message));
+            .push(error_partition(
+                r.partition,
+                r.error_code,
+                &r.message,
+                r.log_start_offset,
+            ));
     }
 }
 
@@ -291,7 +317,7 @@ pub fn filter_produce(
     header_len: usize,
     version: i16,
     correlation_id: i32,
-    decide: &mut dyn FnMut(TopicRef<'_>, i32) -> Option<Rejection>,
+    decide: &mut dyn FnMut(&ProducePartition<'_>) -> Option<Rejection>,
 ) -> Result<ProduceDecision, EnforceError> {
     check_version(version)?;
     check_frame(frame)?;
@@ -321,7 +347,7 @@ pub fn filter_produce(
     let mut total = 0usize;
     for item in walker {
         let p = item?;
-        if let Some(rej) = decide(p.topic, p.partition) {
+        if let Some(rej) = decide(&p) {
             let (topic, topic_id) = match p.topic {
                 TopicRef::Name(n) => (n.to_owned(), uuid::Uuid::nil()),
                 TopicRef::Id(id) => (String::new(), id),
@@ -332,6 +358,7 @@ pub fn filter_produce(
                 partition: p.partition,
                 error_code: rej.error_code,
                 message: rej.message,
+                log_start_offset: rej.log_start_offset,
             });
             rejected_ordinals.push(total);
         }
@@ -604,10 +631,10 @@ mod tests {
     }
 
     fn rejection(p: i32) -> Rejection {
-        Rejection {
-            error_code: 87,
-            message: format!("mirror m1 is MIRRORING: partition {p} is read-only"),
-        }
+        Rejection::new(
+            87,
+            format!("mirror m1 is MIRRORING: partition {p} is read-only"),
+        )
     }
 
     fn find(resp: &ProduceResponse, version: i16, t: usize) -> Option<&TopicProduceResponse> {
@@ -639,7 +666,7 @@ mod tests {
         for version in 3..=13i16 {
             let (frame, hl) = request_frame(version, &request(version, -1));
             let mut calls = 0;
-            let d = filter_produce(&frame, hl, version, CORR, &mut |_, _| {
+            let d = filter_produce(&frame, hl, version, CORR, &mut |_| {
                 calls += 1;
                 None
             })
@@ -655,7 +682,8 @@ mod tests {
             let original = request(version, -1);
             let (frame, hl) = request_frame(version, &original);
             // Reject topic-0 partition 1 and all of topic-1.
-            let d = filter_produce(&frame, hl, version, CORR, &mut |t, p| {
+            let d = filter_produce(&frame, hl, version, CORR, &mut |pp| {
+                let (t, p) = (pp.topic, pp.partition);
                 ((is_topic(t, 0) && p == 1) || is_topic(t, 1)).then(|| rejection(p))
             })
             .unwrap();
@@ -705,8 +733,10 @@ mod tests {
     fn all_rejected_gets_a_synthesized_response() {
         for version in 3..=13i16 {
             let (frame, hl) = request_frame(version, &request(version, -1));
-            let d =
-                filter_produce(&frame, hl, version, CORR, &mut |_, p| Some(rejection(p))).unwrap();
+            let d = filter_produce(&frame, hl, version, CORR, &mut |pp| {
+                Some(rejection(pp.partition))
+            })
+            .unwrap();
             let ProduceDecision::AllRejected {
                 response: Some(resp),
                 rejected,
@@ -738,8 +768,10 @@ mod tests {
     fn all_rejected_with_acks_0_gets_no_response() {
         for version in 3..=13i16 {
             let (frame, hl) = request_frame(version, &request(version, 0));
-            let d =
-                filter_produce(&frame, hl, version, CORR, &mut |_, p| Some(rejection(p))).unwrap();
+            let d = filter_produce(&frame, hl, version, CORR, &mut |pp| {
+                Some(rejection(pp.partition))
+            })
+            .unwrap();
             assert!(
                 matches!(d, ProduceDecision::AllRejected { response: None, ref rejected } if rejected.len() == 6),
                 "v{version}: {d:?}"
@@ -788,7 +820,8 @@ mod tests {
     fn merge_adds_rejected_partitions_to_the_broker_response() {
         for version in 3..=13i16 {
             let (frame, hl) = request_frame(version, &request(version, -1));
-            let d = filter_produce(&frame, hl, version, CORR, &mut |t, p| {
+            let d = filter_produce(&frame, hl, version, CORR, &mut |pp| {
+                let (t, p) = (pp.topic, pp.partition);
                 ((is_topic(t, 0) && p == 1) || is_topic(t, 1)).then(|| rejection(p))
             })
             .unwrap();
@@ -887,7 +920,7 @@ mod tests {
     fn bad_arguments_are_errors() {
         let version = 9;
         let (frame, hl) = request_frame(version, &request(version, -1));
-        let mut reject_all = |_: TopicRef<'_>, p: i32| Some(rejection(p));
+        let mut reject_all = |pp: &ProducePartition<'_>| Some(rejection(pp.partition));
         // Wrong version for this frame.
         assert!(filter_produce(&frame, hl, 8, CORR, &mut reject_all).is_err());
         // Unsupported versions.
@@ -910,8 +943,8 @@ mod tests {
             b[0..4].copy_from_slice(&len.to_be_bytes());
             let b = Bytes::from(b);
             assert!(
-                filter_produce(&b, hl, version, CORR, &mut |t, p| is_topic(t, 0)
-                    .then(|| rejection(p)))
+                filter_produce(&b, hl, version, CORR, &mut |pp| is_topic(pp.topic, 0)
+                    .then(|| rejection(pp.partition)))
                 .is_err(),
                 "cut {cut}"
             );
@@ -945,7 +978,8 @@ mod tests {
     #[test]
     fn what_cannot_be_re_encoded_faithfully_is_refused() {
         let version = 11;
-        let reject_t1 = &mut |t: TopicRef<'_>, p: i32| is_topic(t, 1).then(|| rejection(p));
+        let reject_t1 =
+            &mut |pp: &ProducePartition<'_>| is_topic(pp.topic, 1).then(|| rejection(pp.partition));
         // Trailing bytes after the request.
         let (frame, hl) = request_frame(version, &request(version, -1));
         let mut b = frame.to_vec();
@@ -961,7 +995,7 @@ mod tests {
         assert!(err.to_string().contains("2^31"), "{err}");
         // ... but a request the gateway does not rewrite is forwarded as it is.
         assert_eq!(
-            filter_produce(&huge, hl, version, CORR, &mut |_, _| None).unwrap(),
+            filter_produce(&huge, hl, version, CORR, &mut |_| None).unwrap(),
             ProduceDecision::Forward
         );
         // The same in a response.
@@ -1009,9 +1043,9 @@ mod tests {
                                              mask in any::<u32>()) {
             let (frame, hl) = frame_with_body(version, &body);
             let mut n = 0u32;
-            let _ = filter_produce(&frame, hl, version, CORR, &mut |_, p| {
+            let _ = filter_produce(&frame, hl, version, CORR, &mut |pp| {
                 n += 1;
-                (mask & (1 << (n % 32)) != 0).then(|| rejection(p))
+                (mask & (1 << (n % 32)) != 0).then(|| rejection(pp.partition))
             });
         }
 
@@ -1029,9 +1063,9 @@ mod tests {
             body.truncate(cut.index(body.len() + 1).max(body.len() / 2));
             let (frame, hl) = frame_with_body(version, &body);
             let mut n = 0u32;
-            let r = filter_produce(&frame, hl, version, CORR, &mut |_, p| {
+            let r = filter_produce(&frame, hl, version, CORR, &mut |pp| {
                 n += 1;
-                (mask & (1 << (n % 32)) != 0).then(|| rejection(p))
+                (mask & (1 << (n % 32)) != 0).then(|| rejection(pp.partition))
             });
             if let Ok(ProduceDecision::Rewritten { frame: new, .. }) = r {
                 // Whatever came out is a request the decoder reads back.
@@ -1051,6 +1085,7 @@ mod tests {
                 partition: 0,
                 error_code: 87,
                 message: "read-only".into(),
+                log_start_offset: -1,
             }];
             let _ = merge_rejections(&f, version, &rej);
             let _ = rewrite_partition_errors(&f, version, &mut |_, _, _, _, _| Some((1, "x".into())));

@@ -28,6 +28,8 @@ use super::connection::ConnContext;
 
 /// Error code UNKNOWN_TOPIC_ID (retriable: the client refreshes metadata).
 const UNKNOWN_TOPIC_ID: i16 = 100;
+/// Error code UNKNOWN_PRODUCER_ID: what a local write with a mirrored producer id gets.
+const UNKNOWN_PRODUCER_ID: i16 = 59;
 /// Error code OUT_OF_ORDER_SEQUENCE_NUMBER: what the duplicate-ack guard answers.
 const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
 
@@ -145,10 +147,7 @@ fn plan_admin(
 ) -> Result<Plan, InterceptError> {
     let op = format!("{:?}", h.api_key);
     let cluster = &ctx.cluster;
-    let refusal = |r: crate::mirror::controller::Refusal| Rejection {
-        error_code: r.error_code,
-        message: r.message,
-    };
+    let refusal = |r: crate::mirror::controller::Refusal| Rejection::new(r.error_code, r.message);
     let decision = admin_refusal::plan(
         &frame,
         h.api_key,
@@ -160,12 +159,12 @@ fn plan_admin(
             Target::Partition(name, p) => ctl.refuse_admin(&op, name, Some(p)).map(refusal),
             Target::TopicId(id) => match cluster.topic_name(&id) {
                 Some(name) => ctl.refuse_admin(&op, &name, None).map(refusal),
-                None => Some(Rejection {
-                    error_code: UNKNOWN_TOPIC_ID,
-                    message: format!(
+                None => Some(Rejection::new(
+                    UNKNOWN_TOPIC_ID,
+                    format!(
                         "mirrorgate: topic id {id} is not known yet; refresh metadata and retry"
                     ),
-                }),
+                )),
             },
             Target::AllPartitions => ctl.refuse_admin_everywhere(&op).map(refusal),
         },
@@ -227,21 +226,25 @@ fn plan_produce(
         h.header_len,
         h.api_version,
         h.correlation_id,
-        &mut |t, p| {
-            let name = match t {
-            TopicRef::Name(n) => std::borrow::Cow::Borrowed(n),
-            TopicRef::Id(id) => match cluster.topic_name(&id) {
-                Some(n) => std::borrow::Cow::Owned(n),
-                None => {
-                    return Some(Rejection {
-                        error_code: UNKNOWN_TOPIC_ID,
-                        message: format!("mirrorgate: topic id {id} is not known yet; refresh metadata and retry"),
-                    })
-                }
-            },
-        };
+        &mut |pp| {
+            let p = pp.partition;
+            let name = match pp.topic {
+                TopicRef::Name(n) => std::borrow::Cow::Borrowed(n),
+                TopicRef::Id(id) => match cluster.topic_name(&id) {
+                    Some(n) => std::borrow::Cow::Owned(n),
+                    None => {
+                        return Some(Rejection::new(
+                            UNKNOWN_TOPIC_ID,
+                            format!("mirrorgate: topic id {id} is not known yet; refresh metadata and retry"),
+                        ))
+                    }
+                },
+            };
             if kind == ListenerKind::Client && ctl.barrier_offset(&name, p).is_some() {
                 guard_check = true;
+                if let Some(r) = refuse_mirrored_producer_id(ctl, &name, p, pp.records) {
+                    return Some(r);
+                }
             }
             match ctl.admit(kind, &name, p) {
                 Ok(Some(g)) if acks_zero => {
@@ -254,10 +257,7 @@ fn plan_produce(
                     None
                 }
                 Ok(None) => None,
-                Err(r) => Some(Rejection {
-                    error_code: r.error_code,
-                    message: r.message,
-                }),
+                Err(r) => Some(Rejection::new(r.error_code, r.message)),
             }
         },
     )?;
@@ -399,6 +399,48 @@ pub async fn on_response(
         }
     }
     Ok(frame)
+}
+
+/// The `log_start_offset` sent with [`refuse_mirrored_producer_id`]'s UNKNOWN_PRODUCER_ID: not
+/// −1, with which the Java producer retries the batch unchanged (Kafka's "offset not known
+/// yet"), and not a real offset, which kafka-python takes for "my records were removed by
+/// retention" and also retries unchanged. Any other value makes both bump their producer epoch.
+const REFUSAL_LOG_START_OFFSET: i64 = -2;
+
+/// Review F12: a local producer that got its producer id *before* the failover (so screening
+/// never saw it) and whose id mirrored traffic also used in the brokers. While its epoch is not
+/// above the mirrored one, whatever the broker would do with its batch is wrong: "duplicate" of
+/// a mirrored batch (nothing appended), "out of order", or — worst — appended in sequence after
+/// the mirrored records while its earlier batches fail, which librdkafka then reports as
+/// delivered without them ever being written. So the batch is refused before it reaches the
+/// broker, every time, with UNKNOWN_PRODUCER_ID: the Java producer and librdkafka bump their
+/// epoch and resend with nothing lost or reordered; kafka-python bumps its epoch and reports the
+/// batches it had in flight as failed. With a higher epoch the batch passes (the broker starts
+/// the producer's new epoch after the barrier).
+fn refuse_mirrored_producer_id(
+    ctl: &MirrorController,
+    topic: &str,
+    partition: i32,
+    records: Option<&[u8]>,
+) -> Option<Rejection> {
+    let header = crate::protocol::batch::BatchHeader::parse(records?)?;
+    if !header.has_producer_id() || header.is_control() {
+        return None;
+    }
+    let mirrored = ctl.mirrored_producer_collision(header.producer_id, header.producer_epoch)?;
+    tracing::warn!(
+        topic, partition, producer_id = header.producer_id, epoch = header.producer_epoch,
+        mirrored_epoch = mirrored.max_epoch,
+        "a local producer writes with a producer id mirrored traffic left in the brokers (it got the id before the failover): refused with UNKNOWN_PRODUCER_ID so that it bumps its epoch"
+    );
+    Some(Rejection {
+        error_code: UNKNOWN_PRODUCER_ID,
+        message: format!(
+            "mirrorgate: producer id {} epoch {} collides with mirrored data in {topic}-{partition} (epoch {}); bump the epoch or re-initialize the producer and resend",
+            header.producer_id, header.producer_epoch, mirrored.max_epoch
+        ),
+        log_start_offset: REFUSAL_LOG_START_OFFSET,
+    })
 }
 
 /// Turn local acknowledgements below a partition's barrier into errors: the broker acknowledged
