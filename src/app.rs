@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, watch};
 use crate::config::{Config, ListenerConfig};
 use crate::metrics::{ListenerKind, Metrics};
 use crate::mirror::controller::{MirrorController, PartitionStateGauge};
+use crate::mirror::permissions::PermissionCheck;
 use crate::proxy::{BoundPorts, ClusterView, ConnContext, ListenerAddressMap};
 use crate::psm::registry::{ProducerGauge, PsmRegistry};
 use crate::state::{StateError, StateStore};
@@ -63,6 +64,8 @@ pub struct Gateway {
     pub psm: Option<Arc<PsmRegistry>>,
     /// The mirror controller; `None` without mirrors.
     pub mirrors: Option<Arc<MirrorController>>,
+    /// The check of the gateway principal's own permissions; `None` without mirrors.
+    pub permissions: Option<Arc<PermissionCheck>>,
     /// The built-in mirror agent; `None` without a mirror with a `source:`.
     pub agent: Option<Arc<crate::mirror::agent::Agent>>,
     admin_addr: SocketAddr,
@@ -78,6 +81,9 @@ pub struct Readiness {
     pub ready: bool,
     pub metadata_known: bool,
     pub reasons: Vec<String>,
+    /// What an operator must fix although the gateway serves traffic: permissions the
+    /// gateway's own principal lacks for its protection work (a failover would fail).
+    pub warnings: Vec<String>,
 }
 
 impl Gateway {
@@ -122,8 +128,8 @@ impl Gateway {
             crate::mirror::controller::check_state_matches_config(&config, &store)
                 .map_err(StartError::StateMismatch)?;
         }
-        let (psm, mirrors) = if config.mirrors.is_empty() {
-            (None, None)
+        let (psm, mirrors, permissions) = if config.mirrors.is_empty() {
+            (None, None, None)
         } else {
             let store = StateStore::open(&config.state_dir)?;
             let registry = PsmRegistry::new(&config, Some(store.clone()), &metrics);
@@ -156,12 +162,24 @@ impl Gateway {
                 Duration::from_millis(config.destination.connect_timeout_ms),
                 shutdown_rx.clone(),
             ));
+            let permissions = Arc::new(PermissionCheck::new(&metrics));
             tokio::spawn(maintain_mirrors(
                 controller.clone(),
+                permissions.clone(),
                 cluster.clone(),
+                config
+                    .mirrors
+                    .iter()
+                    .flat_map(|m| m.topics.iter())
+                    .filter_map(|t| match crate::config::TopicEntry::parse(t) {
+                        crate::config::TopicEntry::Exact(name) => Some(name.to_string()),
+                        crate::config::TopicEntry::Regex(_) => None,
+                    })
+                    .collect(),
+                Duration::from_millis(config.destination.connect_timeout_ms),
                 shutdown_rx.clone(),
             ));
-            (Some(registry), Some(controller))
+            (Some(registry), Some(controller), Some(permissions))
         };
 
         let mut specs = vec![(ListenerKind::Client, config.listeners.client.clone())];
@@ -254,6 +272,7 @@ impl Gateway {
             listeners,
             psm,
             mirrors,
+            permissions,
             agent,
             admin_addr,
             admin_token,
@@ -321,6 +340,11 @@ impl Gateway {
             ready,
             metadata_known,
             reasons,
+            warnings: self
+                .permissions
+                .as_ref()
+                .map(|p| p.missing())
+                .unwrap_or_default(),
         }
     }
 
@@ -385,12 +409,19 @@ fn watch_certificate(
 
 /// Keep mirror partitions in step with the destination's metadata, resume failovers in
 /// progress once the partitions are known, and expire PID-screening entries.
+/// How often the gateway principal's permissions are checked again.
+const PERMISSION_CHECK_INTERVAL: Duration = Duration::from_secs(60);
+
 async fn maintain_mirrors(
     controller: Arc<MirrorController>,
+    permissions: Arc<PermissionCheck>,
     cluster: Arc<ClusterView>,
+    exact_topics: Vec<String>,
+    timeout: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut resumed = false;
+    let mut permissions_checked: Option<tokio::time::Instant> = None;
     loop {
         if cluster.is_known() {
             controller.sync_partitions();
@@ -399,6 +430,21 @@ async fn maintain_mirrors(
                 resumed = true;
             }
             controller.expire_screen();
+            if permissions_checked.is_none_or(|t| t.elapsed() >= PERMISSION_CHECK_INTERVAL) {
+                permissions_checked = Some(tokio::time::Instant::now());
+                // Mirror topics the gateway sees, and those named exactly in the configuration
+                // (a principal that may not describe a topic does not see it in metadata).
+                let mut topics: Vec<String> = cluster
+                    .topic_names()
+                    .into_iter()
+                    .filter(|t| controller.is_mirror_topic(t))
+                    .chain(exact_topics.iter().cloned())
+                    .collect();
+                topics.sort();
+                topics.dedup();
+                let (check, cluster) = (permissions.clone(), cluster.clone());
+                tokio::spawn(async move { check.run(&cluster, topics, timeout).await });
+            }
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}

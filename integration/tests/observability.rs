@@ -1286,6 +1286,8 @@ fn a_real_prometheus_evaluates_every_dashboard_query_and_alert_rule() {
     second.name = "obs-fo".into();
     second.topics = vec![fo_topic.clone()];
     cfg.mirrors.push(second);
+    // The guard alone below: without the refusal of colliding local writes before the broker.
+    cfg.failover.refuse_mirrored_producer_ids = false;
     let gw = TestGateway::start(cfg);
     let admin = gw.admin();
     wait_mirroring(&admin, "obs-live", 1);
@@ -1557,6 +1559,7 @@ fn a_real_prometheus_evaluates_every_dashboard_query_and_alert_rule() {
         ("MirrorgateNotReady", &["inactive"][..]),
         ("MirrorgatePartitionStuck", &["inactive"][..]),
         ("MirrorgateMirrorLagHigh", &["inactive"][..]),
+        ("MirrorgateMissingPermissions", &["inactive"][..]),
     ]
     .into_iter()
     .collect();

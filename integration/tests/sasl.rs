@@ -501,3 +501,77 @@ fn a_failover_writes_its_barrier_into_the_sasl_destination_and_local_producers_f
     assert_eq!(acked.len(), 50);
     assert!(acked.keys().all(|(_, o)| *o > N as i64), "{acked:?}");
 }
+
+/// Put one ACL on the secure cluster (through its PLAINTEXT listener, whose principal is a
+/// super user): DENY (`deny`) or ALLOW `operation` (Kafka's code) on topic `topic` for
+/// `principal`.
+fn create_topic_acl(plaintext: &str, topic: &str, principal: &str, operation: i8, deny: bool) {
+    use kafka_protocol::messages::create_acls_request::AclCreation;
+    use kafka_protocol::messages::CreateAclsRequest;
+    use kafka_protocol::protocol::StrBytes;
+    use mirrorgate::protocol::client::KafkaClient;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        let mut c = KafkaClient::connect(plaintext, std::time::Duration::from_secs(10))
+            .await
+            .expect("connect");
+        let req = CreateAclsRequest::default().with_creations(vec![AclCreation::default()
+            .with_resource_type(2) // TOPIC
+            .with_resource_name(StrBytes::from_string(topic.to_string()))
+            .with_resource_pattern_type(3) // LITERAL
+            .with_principal(StrBytes::from_string(principal.to_string()))
+            .with_host(StrBytes::from_static_str("*"))
+            .with_operation(operation)
+            .with_permission_type(if deny { 2 } else { 3 })]);
+        let resp = c.send(&req, 3).await.expect("CreateAcls");
+        for r in &resp.results {
+            assert_eq!(r.error_code, 0, "CreateAcls: {:?}", r.error_message);
+        }
+    });
+}
+
+/// Review F12: the gateway's own principal (`mirror` here) may not WRITE one mirror topic, so
+/// a failover could not write its barrier there. The gateway says so before any failover: at
+/// start it asks the broker's authorizer what its principal may do and lists what is missing
+/// in `/readyz` warnings and `mirrorgate_protection_missing_permissions` — while the other
+/// mirror topic, fully allowed, is not named.
+#[test]
+fn a_gateway_principal_that_may_not_write_a_mirror_topic_is_reported_before_any_failover() {
+    let (plaintext, sasl) = secure();
+    let denied = harness::unique_topic("nowrite");
+    let allowed = harness::unique_topic("canwrite");
+    harness::create_topic(&plaintext, &denied, 1, None);
+    harness::create_topic(&plaintext, &allowed, 1, None);
+    // Once a topic has ACLs, only what they allow is allowed: DESCRIBE and READ, not WRITE.
+    create_topic_acl(&plaintext, &denied, "User:mirror", 8, false);
+    create_topic_acl(&plaintext, &denied, "User:mirror", 3, false);
+    let mut cfg = test_config(&sasl);
+    cfg.destination.sasl = Some(creds(SaslMechanism::ScramSha256, "mirror", "mirror-secret"));
+    cfg.mirrors = vec![mirrorgate::config::MirrorConfig {
+        name: "acl".into(),
+        topics: vec![denied.clone(), allowed.clone()],
+        source: None,
+    }];
+    let gw = TestGateway::start(cfg);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let warnings = loop {
+        let w = gw.gateway.readiness().warnings;
+        if !w.is_empty() || std::time::Instant::now() > deadline {
+            break w;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with(&format!("WRITE on topic {denied}")),
+        "{warnings:?}"
+    );
+    assert_eq!(gw.metric("mirrorgate_protection_missing_permissions"), 1.0);
+    assert!(
+        gw.gateway.readiness().ready,
+        "missing permissions do not make it unready"
+    );
+}

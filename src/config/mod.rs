@@ -239,12 +239,27 @@ fn default_snapshot_interval_ms() -> u64 {
 }
 
 /// Failover options.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FailoverConfig {
     /// Advancing the destination brokers' producer-id allocators past the screened ids.
     #[serde(default)]
     pub pid_allocator: PidAllocatorConfig,
+    /// After failover, refuse a local write whose producer id mirrored traffic left in the
+    /// brokers, at an epoch not above the mirrored one, with UNKNOWN_PRODUCER_ID (review F12:
+    /// producers that got their id before the failover). Off: only the duplicate-ack guard
+    /// stands in their way — for a client library that treats UNKNOWN_PRODUCER_ID as fatal.
+    #[serde(default = "default_true")]
+    pub refuse_mirrored_producer_ids: bool,
+}
+
+impl Default for FailoverConfig {
+    fn default() -> Self {
+        FailoverConfig {
+            pid_allocator: PidAllocatorConfig::default(),
+            refuse_mirrored_producer_ids: true,
+        }
+    }
 }
 
 /// The failover step that advances every destination broker's producer-id allocator past the

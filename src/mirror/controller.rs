@@ -358,6 +358,8 @@ pub struct MirrorController {
     agent_stop: std::sync::OnceLock<AgentStopHook>,
     /// Topics seen matched by more than one mirror (overlapping regexes): warned about once.
     overlaps_reported: Mutex<std::collections::HashSet<String>>,
+    /// `failover.refuse_mirrored_producer_ids` (review F12).
+    refuse_mirrored_ids: bool,
 }
 
 /// Stops the built-in agent of a mirror; the future ends once its appends in flight are answered.
@@ -478,6 +480,7 @@ impl MirrorController {
             agent_failed: RwLock::new(HashMap::new()),
             agent_stop: std::sync::OnceLock::new(),
             overlaps_reported: Mutex::new(std::collections::HashSet::new()),
+            refuse_mirrored_ids: config.failover.refuse_mirrored_producer_ids,
         });
         c.refresh_lookup();
         c
@@ -958,6 +961,9 @@ impl MirrorController {
     /// traffic left in the brokers (review F12): the id is screened and the epoch is not above
     /// the mirrored one. Counted as `rejected{reason="mirrored_producer_id"}`.
     pub fn mirrored_producer_collision(&self, producer_id: i64, epoch: i16) -> Option<ScreenEntry> {
+        if !self.refuse_mirrored_ids {
+            return None;
+        }
         let e = self.screened(producer_id)?;
         if epoch > e.max_epoch {
             return None;

@@ -14,6 +14,7 @@
 
 pub mod agent;
 pub mod controller;
+pub mod permissions;
 pub mod pid_allocator;
 pub mod state;
 
