@@ -356,3 +356,111 @@ fn collisions_after_failover_rebuild_from_the_barrier_and_not_more_than_once_per
         "{rebuilds} rebuilds of one partition in {elapsed:.1} s (at most {allowed} allowed: one per 5 s)"
     );
 }
+
+/// Delete the records of `topic`-`partition` below `offset` directly on its leader (not
+/// through the gateway, which refuses it for mirror topics).
+fn delete_records_on_the_broker(destination: &str, topic: &str, partition: i32, offset: i64) {
+    use kafka_protocol::messages::delete_records_request::{
+        DeleteRecordsPartition, DeleteRecordsTopic,
+    };
+    use kafka_protocol::messages::DeleteRecordsRequest;
+    use kafka_protocol::protocol::StrBytes;
+    let leader = harness::partition_leaders(destination, topic)[&partition];
+    let addr = harness::brokers(destination)
+        .into_iter()
+        .find(|(n, _)| *n == leader)
+        .expect("leader")
+        .1;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        let mut c = mirrorgate::protocol::client::KafkaClient::connect(
+            &addr,
+            std::time::Duration::from_secs(10),
+        )
+        .await
+        .expect("connect");
+        let r = c
+            .send(
+                &DeleteRecordsRequest::default()
+                    .with_timeout_ms(10_000)
+                    .with_topics(vec![DeleteRecordsTopic::default()
+                        .with_name(StrBytes::from_string(topic.to_string()).into())
+                        .with_partitions(vec![DeleteRecordsPartition::default()
+                            .with_partition_index(partition)
+                            .with_offset(offset)])]),
+                2,
+            )
+            .await
+            .expect("DeleteRecords");
+        assert_eq!(r.topics[0].partitions[0].error_code, 0, "DeleteRecords");
+    });
+}
+
+/// Review F11e: the broker keeps a producer's state after retention or DeleteRecords removed
+/// its batches from the log (until the producer id expires), so a rebuild of the gateway's
+/// producer state that re-reads the log must not forget it: a rebuild after a divergence keeps
+/// the producers whose batches are gone from the log, as the broker does.
+#[test]
+fn a_rebuild_after_divergence_keeps_producers_whose_records_were_deleted_from_the_log() {
+    use crate::psm_differential::{broker_producers, gateway_producers};
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("removed");
+    harness::create_topic(&destination, &topic, 1, Some(&[1]));
+    let gw = TestGateway::start(mirror_config("removed", &[&topic]));
+    wait_mirroring(&gw.admin(), "removed", 1);
+    let base = 8_600_000 + (std::process::id() as i64 % 1000) * 10;
+    let (a, b, c) = (base, base + 1, base + 2);
+    let mut mirror = RawConn::connect(&gw.mirror_bootstrap());
+    assert_eq!(mirror.produce(&topic, 0, batch(a, 0, 0, 1, "a")).0, 0);
+    assert_eq!(mirror.produce(&topic, 0, batch(b, 0, 0, 1, "b")).0, 0);
+    // A's only batch (offset 0) leaves the log; the broker keeps A.
+    delete_records_on_the_broker(&destination, &topic, 0, 1);
+    let leader = harness::brokers(&destination)
+        .into_iter()
+        .find(|(n, _)| *n == 1)
+        .expect("broker 1")
+        .1;
+    let mut direct = RawConn::connect(&leader);
+    assert!(
+        broker_producers(&mut direct, &topic, 0)
+            .iter()
+            .any(|r| r.0 == a),
+        "the broker keeps A after its records were deleted"
+    );
+    // A divergence: C wrote straight to the broker, so the gateway takes C for a new producer
+    // and expects sequence 5 to be appended; the broker refuses it (45) and the gateway rebuilds.
+    assert_eq!(direct.produce(&topic, 0, batch(c, 0, 0, 1, "c")).0, 0);
+    let rebuilds_before = gw.metric("mirrorgate_psm_rebuilds_total");
+    assert_eq!(mirror.produce(&topic, 0, batch(c, 0, 5, 1, "c5")).0, 45);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while gw.metric("mirrorgate_psm_rebuilds_total") == rebuilds_before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the divergence did not cause a rebuild"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let broker: Vec<i64> = broker_producers(&mut direct, &topic, 0)
+        .iter()
+        .map(|r| r.0)
+        .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let gateway: Vec<i64> = loop {
+        let rows: Vec<i64> = gateway_producers(&gw.admin(), &topic, 0)
+            .iter()
+            .map(|r| r.0)
+            .collect();
+        if rows.contains(&c) || std::time::Instant::now() > deadline {
+            break rows;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(broker, vec![a, b, c], "the broker's producers");
+    assert_eq!(
+        gateway, broker,
+        "the gateway's producers after the rebuild differ from the broker's"
+    );
+}

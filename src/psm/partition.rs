@@ -445,6 +445,28 @@ impl PartitionPsm {
         before - self.entries.len()
     }
 
+    /// Adds the producers of `previous` this state does not have whose last batch lies before
+    /// `removed_below` and not before `cleared_below` (the partition's barrier, −1 without):
+    /// their batches left the log (retention, DeleteRecords) after `previous` saw them, and the
+    /// broker keeps such producers until they expire (review F11e), so a state rebuilt from what
+    /// is still in the log must keep them too. Returns how many were kept.
+    pub fn keep_removed_producers(
+        &mut self,
+        previous: &PartitionPsm,
+        removed_below: i64,
+        cleared_below: i64,
+    ) -> usize {
+        let mut kept = 0;
+        for e in previous.iter() {
+            let last = e.last_data_offset();
+            if last < removed_below && last >= cleared_below && self.get(e.producer_id).is_none() {
+                self.insert_entry(e.clone());
+                kept += 1;
+            }
+        }
+        kept
+    }
+
     /// Keeps only the newest cached batch of every producer: the broker's state right after it
     /// loaded its own snapshot (X7, D6), e.g. after a broker restart (row 40).
     pub fn retain_last_batches(&mut self) {

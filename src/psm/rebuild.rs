@@ -197,6 +197,20 @@ pub async fn rebuild_partition(
                 through = offset + i64::from(header.last_offset_delta);
             }
         }
+        // The log before `from_offset` is gone (or cleared at the barrier); producers the
+        // previous state knew only from there are still held by the broker (review F11e).
+        if !from_snapshot && from_offset > 0 {
+            let kept = psm.keep_removed_producers(&s.psm, from_offset, barrier.unwrap_or(-1));
+            if kept > 0 {
+                tracing::info!(
+                    topic,
+                    partition,
+                    kept,
+                    log_start = from_offset,
+                    "kept producers whose records left the log (the broker keeps them until they expire)"
+                );
+            }
+        }
         s.psm = psm;
         s.applied_through = through;
         s.log_read_through = next - 1;

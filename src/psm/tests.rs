@@ -975,3 +975,22 @@ mod snapshot_props {
         }
     }
 }
+
+/// Review F11e: a rebuild from what is left of the log keeps the producers whose batches left
+/// it (the broker keeps them), but not those it already has, nor those cleared at the barrier.
+#[test]
+fn a_rebuilt_state_keeps_producers_whose_batches_left_the_log() {
+    let mut previous = PartitionPsm::new();
+    let mut offset = 0;
+    feed(&mut previous, &mut offset, &[batch(1, 0, 0, 1)]); // offset 0: before the barrier
+    feed(&mut previous, &mut offset, &[batch(2, 0, 0, 1)]); // offset 1: deleted
+    feed(&mut previous, &mut offset, &[batch(3, 0, 0, 1)]); // offset 2: still in the log
+    let mut rebuilt = PartitionPsm::new();
+    let mut from = 2;
+    feed(&mut rebuilt, &mut from, &[batch(3, 0, 0, 1)]);
+    let kept = rebuilt.keep_removed_producers(&previous, 2, 1);
+    assert_eq!(kept, 1);
+    assert!(rebuilt.get(1).is_none(), "cleared at the barrier");
+    assert_eq!(rebuilt.get(2).map(|e| e.last_seq()), Some(0), "kept");
+    assert_eq!(rebuilt.get(3).map(|e| e.last_data_offset()), Some(2));
+}
