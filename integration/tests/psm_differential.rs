@@ -910,3 +910,64 @@ fn destination_leader(topic: &str) -> String {
         .expect("leader address")
         .1
 }
+
+/// Review F11f: a transaction's COMMIT/ABORT marker is written by the transaction coordinator
+/// straight to the partition leader, so the gateway never sees it pass. A transactional
+/// producer writing through the mirror listener (as MirrorMaker 2 does in exactly-once mode)
+/// must not leave the gateway's producer state showing its transactions open for ever (such
+/// entries never expire): after the commit and the abort, the gateway agrees with
+/// DescribeProducers that no transaction is open.
+#[test]
+fn transactions_ended_by_markers_the_gateway_never_sees_are_closed_in_its_producer_state() {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("txnmarkers");
+    harness::create_topic(&destination, &topic, 1, Some(&[1]));
+    let gw = TestGateway::start(crate::failover::mirror_config("txnmarkers", &[&topic]));
+    crate::failover::wait_mirroring(&gw.admin(), "txnmarkers", 1);
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", gw.mirror_bootstrap())
+        .set("transactional.id", format!("{topic}-tx"))
+        .create()
+        .expect("transactional producer");
+    let t = std::time::Duration::from_secs(30);
+    producer.init_transactions(t).expect("init transactions");
+    for commit in [true, false] {
+        producer.begin_transaction().expect("begin");
+        producer
+            .send(BaseRecord::to(&topic).key("k").payload("v"))
+            .map_err(|(e, _)| e)
+            .expect("send");
+        producer.flush(t).expect("flush");
+        if commit {
+            producer.commit_transaction(t).expect("commit");
+        } else {
+            producer.abort_transaction(t).expect("abort");
+        }
+    }
+    let leader = harness::brokers(&destination)
+        .into_iter()
+        .find(|(n, _)| *n == 1)
+        .expect("broker 1")
+        .1;
+    let mut direct = RawConn::connect(&leader);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let broker = broker_producers(&mut direct, &topic, 0);
+        let gateway = gateway_producers(&gw.admin(), &topic, 0);
+        let open = |rows: &[ProducerRow]| rows.iter().filter(|r| r.5 >= 0).count();
+        if open(&broker) == 0 && open(&gateway) == 0 {
+            assert_eq!(
+                gateway, broker,
+                "after the markers, the gateway agrees with the broker"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "30 s after the abort the producer states disagree on open transactions:\nbroker:  {broker:?}\ngateway: {gateway:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}

@@ -48,6 +48,16 @@ fn in_sequence(last: i32, next: i32) -> bool {
     i64::from(next) == i64::from(last) + 1 || (next == 0 && last == i32::MAX)
 }
 
+/// A producer as DescribeProducers describes it (the fields markers change).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BrokerTxnState {
+    pub epoch: i16,
+    pub coordinator_epoch: i32,
+    /// The open transaction's first offset, −1 for none.
+    pub txn_start_offset: i64,
+    pub last_timestamp: i64,
+}
+
 /// Per-partition producer state, keyed by producer id.
 ///
 /// Storage: entries live in a dense `Vec` (grown by 25% at a time) and a `HashMap<i64, u32>`
@@ -425,6 +435,38 @@ impl PartitionPsm {
         e.txn_first_offset = -1;
         e.last_timestamp = timestamp;
         completed
+    }
+
+    /// Review F11f: the broker's word on a producer whose transaction this state holds open.
+    /// Markers are written by the transaction coordinator straight to the leader, so the
+    /// gateway never sees them pass; DescribeProducers says what they did. Applied only when
+    /// the entry is as it was when the broker was asked (`seen_txn_first`, `seen_last_offset`:
+    /// no batch arrived since) and the broker's transaction differs: it then takes the broker's
+    /// open transaction (−1: none), epoch (a changed one empties the cached batches, as the
+    /// broker does), coordinator epoch and last timestamp. Returns whether it changed anything.
+    pub fn settle_transaction(
+        &mut self,
+        producer_id: i64,
+        seen_txn_first: i64,
+        seen_last_offset: i64,
+        broker: BrokerTxnState,
+    ) -> bool {
+        let Some(&i) = self.index.get(&producer_id) else {
+            return false;
+        };
+        let e = &mut self.entries[i as usize];
+        if e.txn_first_offset != seen_txn_first
+            || e.last_data_offset() != seen_last_offset
+            || broker.txn_start_offset == seen_txn_first
+            || broker.epoch < e.epoch
+        {
+            return false;
+        }
+        e.maybe_update_epoch(broker.epoch);
+        e.txn_first_offset = broker.txn_start_offset.max(-1);
+        e.coordinator_epoch = e.coordinator_epoch.max(broker.coordinator_epoch);
+        e.last_timestamp = e.last_timestamp.max(broker.last_timestamp);
+        true
     }
 
     /// X2: removes every producer without an open transaction whose last timestamp is at least

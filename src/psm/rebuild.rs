@@ -269,6 +269,83 @@ pub async fn broker_expiration(
 /// broker configs and may differ per broker).
 const EXPIRY_SETTINGS_REFRESH: Duration = Duration::from_secs(60);
 
+/// How often transactions the producer state holds open are checked against the brokers.
+const OPEN_TRANSACTIONS_CHECK: Duration = Duration::from_secs(5);
+
+/// Review F11f: transaction markers are written by the coordinator straight to the leaders, so
+/// the gateway never sees a transaction end. For every partition whose state holds a
+/// transaction open, ask its leader (DescribeProducers) and take the broker's word on those
+/// producers (see [`PartitionPsm::settle_transaction`]). Failures are logged and retried at
+/// the next check.
+pub async fn settle_open_transactions(
+    registry: &PsmRegistry,
+    cluster: &ClusterView,
+    timeout: Duration,
+) {
+    use kafka_protocol::messages::describe_producers_request::TopicRequest;
+    use kafka_protocol::messages::DescribeProducersRequest;
+    for ((topic, partition), seen) in registry.open_transactions() {
+        let Some(addr) = cluster
+            .topic(&topic)
+            .and_then(|t| t.leaders.get(partition as usize).copied())
+            .filter(|l| *l >= 0)
+            .and_then(|l| cluster.broker_addr(l))
+        else {
+            continue;
+        };
+        let req = DescribeProducersRequest::default().with_topics(vec![TopicRequest::default()
+            .with_name(StrBytes::from_string(topic.clone()).into())
+            .with_partition_indexes(vec![partition])]);
+        let answer = async {
+            let mut c = cluster
+                .client(&addr, timeout)
+                .await
+                .map_err(|e| e.to_string())?;
+            c.send(&req, 0).await.map_err(|e| e.to_string())
+        }
+        .await;
+        let resp = match answer {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(topic, partition, error = %e, "cannot ask the leader which transactions are open");
+                continue;
+            }
+        };
+        let Some(p) = resp
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .find(|p| p.partition_index == partition && p.error_code == 0)
+        else {
+            continue;
+        };
+        let broker: std::collections::HashMap<i64, super::partition::BrokerTxnState> = p
+            .active_producers
+            .iter()
+            .map(|a| {
+                (
+                    a.producer_id.0,
+                    super::partition::BrokerTxnState {
+                        epoch: a.producer_epoch as i16,
+                        coordinator_epoch: a.coordinator_epoch,
+                        txn_start_offset: a.current_txn_start_offset,
+                        last_timestamp: a.last_timestamp,
+                    },
+                )
+            })
+            .collect();
+        let n = registry.settle_transactions(&topic, partition, &seen, &broker);
+        if n > 0 {
+            tracing::debug!(
+                topic,
+                partition,
+                settled = n,
+                "transactions ended by markers the gateway did not see"
+            );
+        }
+    }
+}
+
 /// Read `producer.id.expiration.ms` and its check interval from every destination broker and
 /// keep the largest of each (review F11c): a producer id lives in the brokers as long as the
 /// longest-keeping broker keeps it, and screening must not end before. A broker that does not
@@ -347,6 +424,7 @@ pub async fn maintain(
     let mut last_expiry = tokio::time::Instant::now();
     let mut last_snapshot = tokio::time::Instant::now();
     let mut first_rebuild_done = false;
+    let mut last_txn_check = tokio::time::Instant::now();
     // Test hook: hold the first rebuilds for this long after start (a slow rebuild of a large
     // partition), so a failover called meanwhile can be shown to wait for them.
     let hold_until = tokio::time::Instant::now()
@@ -378,6 +456,10 @@ pub async fn maintain(
             {
                 read_expiry_settings(&registry, &cluster, timeout).await;
                 last_settings_read = Some(tokio::time::Instant::now());
+            }
+            if last_txn_check.elapsed() >= OPEN_TRANSACTIONS_CHECK {
+                settle_open_transactions(&registry, &cluster, timeout).await;
+                last_txn_check = tokio::time::Instant::now();
             }
             for (topic, partition) in registry.wanting_rebuild() {
                 // After start, snapshots are a starting point; after a divergence, the log is.

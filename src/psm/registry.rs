@@ -233,6 +233,10 @@ impl PsmCounters {
 
 type Key = (String, i32);
 
+/// A producer with an open transaction: (producer id, transaction first offset, last data
+/// offset).
+pub type OpenTxn = (i64, i64, i64);
+
 /// Every tracked partition of the gateway.
 pub struct PsmRegistry {
     router: TopicRouter,
@@ -380,6 +384,66 @@ impl PsmRegistry {
             .collect();
         v.sort();
         v
+    }
+
+    /// Producers with a transaction open in a ready partition's state: per partition,
+    /// (producer id, transaction first offset, last data offset) — what
+    /// [`PsmRegistry::settle_transactions`] checks is unchanged (review F11f).
+    pub fn open_transactions(&self) -> Vec<(Key, Vec<OpenTxn>)> {
+        let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<(Key, Vec<OpenTxn>)> = slots
+            .iter()
+            .filter_map(|(k, s)| {
+                let s = lock(s);
+                if !s.ready {
+                    return None;
+                }
+                let open: Vec<OpenTxn> = s
+                    .psm
+                    .iter()
+                    .filter_map(|e| {
+                        Some((
+                            e.producer_id(),
+                            e.current_txn_first_offset()?,
+                            e.last_data_offset(),
+                        ))
+                    })
+                    .collect();
+                (!open.is_empty()).then(|| (k.clone(), open))
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Apply the broker's description of the producers in `seen` (from
+    /// [`PsmRegistry::open_transactions`]); returns how many entries changed.
+    pub fn settle_transactions(
+        &self,
+        topic: &str,
+        partition: i32,
+        seen: &[OpenTxn],
+        broker: &HashMap<i64, crate::psm::partition::BrokerTxnState>,
+    ) -> usize {
+        let Some(slot) = self.existing(topic, partition) else {
+            return 0;
+        };
+        let mut s = lock(&slot);
+        if !s.ready {
+            return 0;
+        }
+        let mut n = 0;
+        for (pid, first, last) in seen {
+            if let Some(b) = broker.get(pid) {
+                if s.psm.settle_transaction(*pid, *first, *last, *b) {
+                    n += 1;
+                }
+            }
+        }
+        if n > 0 {
+            s.dirty = true;
+        }
+        n
     }
 
     /// Drop slots of partitions that no longer exist (deleted topics); their series disappear.

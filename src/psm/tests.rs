@@ -994,3 +994,35 @@ fn a_rebuilt_state_keeps_producers_whose_batches_left_the_log() {
     assert_eq!(rebuilt.get(2).map(|e| e.last_seq()), Some(0), "kept");
     assert_eq!(rebuilt.get(3).map(|e| e.last_data_offset()), Some(2));
 }
+
+/// Review F11f: the broker's word closes a transaction whose marker the gateway never saw, but
+/// not once a batch arrived after the broker was asked.
+#[test]
+fn a_transaction_the_broker_says_ended_is_closed_unless_a_batch_came_since() {
+    let mut psm = PartitionPsm::new();
+    let mut offset = 0;
+    feed(&mut psm, &mut offset, &[txn(batch(7, 0, 0, 1))]);
+    let e = psm.get(7).expect("entry");
+    let seen = (
+        e.current_txn_first_offset().expect("open"),
+        e.last_data_offset(),
+    );
+    let ended = partition::BrokerTxnState {
+        epoch: 0,
+        coordinator_epoch: 3,
+        txn_start_offset: -1,
+        last_timestamp: TS + 50,
+    };
+    // A batch since the broker was asked: nothing changes.
+    let mut later = psm.clone();
+    let mut o = offset;
+    feed(&mut later, &mut o, &[txn(batch(7, 0, 1, 1))]);
+    assert!(!later.settle_transaction(7, seen.0, seen.1, ended));
+    // Otherwise the broker's state is taken.
+    assert!(psm.settle_transaction(7, seen.0, seen.1, ended));
+    let e = psm.get(7).expect("entry");
+    assert_eq!(e.current_txn_first_offset(), None);
+    assert_eq!(e.coordinator_epoch(), 3);
+    assert_eq!(e.last_timestamp(), TS + 50);
+    assert_eq!(e.last_seq(), 0, "the same epoch keeps the cached batches");
+}
