@@ -220,6 +220,15 @@ pub struct PsmConfig {
     /// Override `producer.id.expiration.check.interval.ms` (default: read from the brokers).
     #[serde(default)]
     pub expiration_check_interval_ms: Option<u64>,
+    /// How far the gateway's clock may run ahead of the brokers' (review F11d): added to how
+    /// long a mirrored producer id is protected, since the brokers expire producer ids by their
+    /// own clock.
+    #[serde(default = "default_clock_skew_margin_ms")]
+    pub clock_skew_margin_ms: u64,
+}
+
+fn default_clock_skew_margin_ms() -> u64 {
+    60_000
 }
 
 impl Default for PsmConfig {
@@ -230,6 +239,7 @@ impl Default for PsmConfig {
             verify_crc_client: false,
             expiration_ms: None,
             expiration_check_interval_ms: None,
+            clock_skew_margin_ms: default_clock_skew_margin_ms(),
         }
     }
 }

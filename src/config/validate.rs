@@ -316,6 +316,12 @@ fn check_psm(out: &mut Issues, cfg: &Config) {
     if cfg.psm.expiration_ms == Some(0) {
         out.push("psm.expiration_ms", "must be at least 1");
     }
+    if cfg.psm.clock_skew_margin_ms > 7 * 24 * 3_600_000 {
+        out.push(
+            "psm.clock_skew_margin_ms",
+            "must be at most 604800000 (7 days); keep the clocks in sync instead",
+        );
+    }
     if cfg.psm.expiration_check_interval_ms == Some(0) {
         out.push("psm.expiration_check_interval_ms", "must be at least 1");
     }

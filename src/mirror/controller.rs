@@ -360,6 +360,8 @@ pub struct MirrorController {
     overlaps_reported: Mutex<std::collections::HashSet<String>>,
     /// `failover.refuse_mirrored_producer_ids` (review F12).
     refuse_mirrored_ids: bool,
+    /// `psm.clock_skew_margin_ms` (review F11d).
+    clock_skew_margin_ms: i64,
 }
 
 /// Stops the built-in agent of a mirror; the future ends once its appends in flight are answered.
@@ -481,6 +483,8 @@ impl MirrorController {
             agent_stop: std::sync::OnceLock::new(),
             overlaps_reported: Mutex::new(std::collections::HashSet::new()),
             refuse_mirrored_ids: config.failover.refuse_mirrored_producer_ids,
+            clock_skew_margin_ms: i64::try_from(config.psm.clock_skew_margin_ms)
+                .unwrap_or(i64::MAX / 4),
         });
         c.refresh_lookup();
         c
@@ -950,11 +954,8 @@ impl MirrorController {
     /// has not certainly expired there.
     pub fn screened(&self, producer_id: i64) -> Option<ScreenEntry> {
         let e = lock(&self.screen).get(&producer_id).copied()?;
-        let until = match &self.psm {
-            Some(p) => e.protected_until(p.expiration_ms(), p.check_interval_ms()),
-            None => i64::MAX,
-        };
-        (now_ms() <= until).then_some(e)
+        let (expiration, interval) = self.expiry_settings();
+        (now_ms() <= e.protected_until(expiration, interval)).then_some(e)
     }
 
     /// A local write of `producer_id` at `epoch` that collides with the producer state mirrored
@@ -1003,12 +1004,19 @@ impl MirrorController {
         }
     }
 
-    /// The brokers' `producer.id.expiration.ms` and expiry check interval as the PSM knows them
-    /// (without a PSM: unbounded, nothing expires).
+    /// The brokers' `producer.id.expiration.ms` and expiry check interval as the PSM knows them,
+    /// the interval widened by `psm.clock_skew_margin_ms`: the brokers expire by their clock,
+    /// the gateway compares with its own (review F11d). Without a PSM: unbounded.
     fn expiry_settings(&self) -> (i64, i64) {
         self.psm
             .as_ref()
-            .map(|p| (p.expiration_ms(), p.check_interval_ms()))
+            .map(|p| {
+                (
+                    p.expiration_ms(),
+                    p.check_interval_ms()
+                        .saturating_add(self.clock_skew_margin_ms),
+                )
+            })
             .unwrap_or((i64::MAX / 4, 0))
     }
 

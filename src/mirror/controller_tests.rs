@@ -352,3 +352,48 @@ fn a_screened_producer_id_with_an_old_timestamp_stays_protected_until_an_expiry_
     let recent = ScreenEntry { added_ms: 0, ..e };
     assert_eq!(recent.protected_until(day, 600_000), 1_000 + day + 600_000);
 }
+
+/// A controller with a producer-state registry whose expiry settings come from `psm_yaml`.
+fn controller_with_psm(psm_yaml: &str) -> (Arc<MirrorController>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = crate::config::load_str(
+        &format!(
+            "{CONFIG}psm:\n{psm_yaml}state_dir: {}\n",
+            dir.path().display()
+        ),
+        "t.yaml",
+    )
+    .unwrap();
+    let store = StateStore::init(dir.path()).unwrap();
+    let metrics = Metrics::new();
+    let cluster = ClusterView::new(
+        cfg.destination.clone(),
+        crate::net::Connector::plain(),
+        metrics.clone(),
+    );
+    let registry = PsmRegistry::new(&cfg, Some(store.clone()), &metrics);
+    let ctl = MirrorController::new(&cfg, store, &metrics, Some(registry), cluster);
+    (ctl, dir)
+}
+
+/// Review F11d: the brokers expire producer ids by their own clock. A screening entry that the
+/// gateway's clock says expired a few seconds ago stays screened for `psm.clock_skew_margin_ms`
+/// more (the gateway's clock may run ahead of the brokers'); without the margin it would not.
+#[test]
+fn a_screened_producer_id_stays_protected_for_the_clock_skew_margin() {
+    let entry = ScreenEntry {
+        max_epoch: 0,
+        last_timestamp: now_ms() - 10_000,
+        added_ms: now_ms() - 10_000,
+    };
+    let settings = "  expiration_ms: 1000\n  expiration_check_interval_ms: 1000\n";
+    let (with_margin, _d1) = controller_with_psm(settings);
+    lock(&with_margin.screen).insert(42, entry);
+    assert!(with_margin.screened(42).is_some(), "within the 60 s margin");
+    let (without, _d2) = controller_with_psm(&format!("{settings}  clock_skew_margin_ms: 0\n"));
+    lock(&without.screen).insert(42, entry);
+    assert!(
+        without.screened(42).is_none(),
+        "8 s past expiry by the gateway's clock"
+    );
+}
