@@ -252,6 +252,9 @@ fn default_snapshot_interval_ms() -> u64 {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FailoverConfig {
+    /// The form of the barrier a failover writes into every mirrored partition.
+    #[serde(default)]
+    pub barrier: BarrierMode,
     /// Advancing the destination brokers' producer-id allocators past the screened ids.
     #[serde(default)]
     pub pid_allocator: PidAllocatorConfig,
@@ -270,6 +273,21 @@ impl Default for FailoverConfig {
             refuse_mirrored_producer_ids: true,
         }
     }
+}
+
+/// The form of the failover barrier (`failover.barrier`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BarrierMode {
+    /// A genuine control batch (an ABORT transaction marker written with WriteTxnMarkers),
+    /// falling back to the data barrier for partitions whose leader refuses WriteTxnMarkers for
+    /// authorization or does not support it (WARN, `mirrorgate_barrier_writes_total{kind="data"}`).
+    #[default]
+    Auto,
+    /// Only the control batch: a refusal fails the partition (retried) instead of falling back.
+    Control,
+    /// Only the data barrier (single-record batch with the reserved key, hidden by the gateway).
+    Data,
 }
 
 /// The failover step that advances every destination broker's producer-id allocator past the

@@ -49,6 +49,8 @@ fn base_config_is_valid() {
     // The producer-id allocator advance is on by default (review F15).
     let p = &cfg.failover.pid_allocator;
     assert!(p.enabled);
+    // The barrier is a control batch where the brokers allow it (issue 14).
+    assert_eq!(cfg.failover.barrier, super::BarrierMode::Auto);
     assert_eq!(
         (p.max_ids, p.timeout_ms, p.connections, p.in_flight),
         (1_000_000, 120_000, 4, 64)
@@ -301,6 +303,13 @@ fn bad_configs_report_key_path_message_and_line() {
             path: "failover.pid_allocator.in_flight",
             fragment: "between 1 and 1024",
             line: 18,
+        },
+        Case {
+            name: "unknown barrier form",
+            text: append("failover:\n  barrier: marker\n"),
+            path: "failover.barrier",
+            fragment: "expected one of `auto`, `control`, `data`",
+            line: 16,
         },
         Case {
             name: "producer-id allocator advance timeout too short",
@@ -976,4 +985,17 @@ fn an_unknown_outcome_settle_time_beyond_ten_minutes_is_refused() {
     );
     let cfg = load_str(&append(""), "f.yaml").unwrap();
     assert_eq!(cfg.limits.unknown_outcome_settle_ms, 5_000);
+}
+
+#[test]
+fn the_barrier_form_is_read_from_failover_barrier() {
+    for (text, want) in [
+        ("auto", super::BarrierMode::Auto),
+        ("control", super::BarrierMode::Control),
+        ("data", super::BarrierMode::Data),
+    ] {
+        let cfg = load_str(&append(&format!("failover:\n  barrier: {text}\n")), "b.yaml")
+            .unwrap_or_else(|e| panic!("barrier: {text}: {e}"));
+        assert_eq!(cfg.failover.barrier, want);
+    }
 }
