@@ -319,6 +319,48 @@ pub struct PartitionRecord {
     /// the old barrier offset means nothing in its log (review F6).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub barrier_topic_id: Option<String>,
+    /// The form of the recorded barrier (absent in files of older versions, whose barriers are
+    /// all data batches).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub barrier_kind: Option<BarrierKind>,
+    /// The producer id and epoch a control-batch barrier is (or is about to be) written with.
+    /// Recorded *before* the marker is written: the marker carries no payload, so a resumed
+    /// failover recognises its barrier in the log only by this producer id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub barrier_producer: Option<BarrierProducer>,
+    /// The offset the producer state had applied when the barrier was recorded (the last
+    /// mirrored offset; -1: none). The data barrier's value carries it too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_mirrored_offset: Option<i64>,
+}
+
+/// The form of a partition's failover barrier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BarrierKind {
+    /// A genuine control batch: an ABORT transaction marker (WriteTxnMarkers) of
+    /// [`PartitionRecord::barrier_producer`]; every consumer skips it natively.
+    Control,
+    /// A single-record data batch with the reserved key, hidden by the gateway.
+    Data,
+}
+
+impl BarrierKind {
+    /// The name used in JSON, metrics and logs.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            BarrierKind::Control => "control",
+            BarrierKind::Data => "data",
+        }
+    }
+}
+
+/// The producer id and epoch of a control-batch barrier (from an idempotent InitProducerId).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BarrierProducer {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
 }
 
 impl PartitionRecord {
@@ -335,6 +377,9 @@ impl PartitionRecord {
             last_error: None,
             updated_ms: now_ms,
             barrier_topic_id: None,
+            barrier_kind: None,
+            barrier_producer: None,
+            last_mirrored_offset: None,
         }
     }
 
@@ -376,6 +421,9 @@ impl PartitionRecord {
         self.step = None;
         self.barrier_offset = None;
         self.barrier_topic_id = None;
+        self.barrier_kind = None;
+        self.barrier_producer = None;
+        self.last_mirrored_offset = None;
         self.producers_expired = 0;
         self.last_error = None;
         self.updated_ms = now_ms;
@@ -458,6 +506,9 @@ impl PartitionRecord {
         self.step = None;
         self.barrier_offset = None;
         self.barrier_topic_id = None;
+        self.barrier_kind = None;
+        self.barrier_producer = None;
+        self.last_mirrored_offset = None;
         self.producers_expired = 0;
         self.last_error = None;
         self.updated_ms = now_ms;
@@ -522,6 +573,11 @@ impl PartitionRecord {
                 }
                 if self.state == Failed && self.last_error.is_none() {
                     return Err("a FAILED partition without an error");
+                }
+                if self.barrier_kind == Some(BarrierKind::Control)
+                    && self.barrier_producer.is_none()
+                {
+                    return Err("a control-batch barrier without its producer id");
                 }
                 if self.state == Stopped
                     && (self.barrier_offset.is_none()
@@ -1008,6 +1064,48 @@ mod tests {
         assert_eq!(MirrorRecord::decode(&bytes).unwrap(), m);
         let fresh = MirrorRecord::new("m", [("t".to_owned(), 0)], 1);
         assert_eq!(MirrorRecord::decode(&fresh.encode()).unwrap(), fresh);
+    }
+
+    #[test]
+    fn a_control_barrier_s_identity_round_trips_and_older_files_without_it_still_load() {
+        let mut m = mirror();
+        let p = m.partition_mut("pay", 0).unwrap();
+        p.barrier_kind = Some(BarrierKind::Control);
+        p.barrier_producer = Some(BarrierProducer {
+            producer_id: 1000,
+            producer_epoch: 0,
+        });
+        p.last_mirrored_offset = Some(41);
+        let bytes = m.encode();
+        let text = std::str::from_utf8(&bytes).unwrap();
+        assert!(text.contains("\"barrier_kind\":\"control\""), "{text}");
+        assert!(
+            text.contains("\"barrier_producer\":{\"producer_id\":1000,\"producer_epoch\":0}"),
+            "{text}"
+        );
+        assert!(text.contains("\"last_mirrored_offset\":41"), "{text}");
+        assert_eq!(MirrorRecord::decode(&bytes).unwrap(), m);
+        // A file written before the barrier's identity was recorded (no such fields) loads,
+        // with none set: its barriers are data batches.
+        let old = mirror().encode();
+        assert!(!std::str::from_utf8(&old).unwrap().contains("barrier_kind"));
+        let loaded = MirrorRecord::decode(&old).unwrap();
+        let p = loaded.partition("pay", 0).unwrap();
+        assert_eq!(
+            (p.barrier_kind, p.barrier_producer, p.last_mirrored_offset),
+            (None, None, None)
+        );
+        // A control barrier without its producer id is impossible.
+        let mut bad = mirror();
+        bad.partition_mut("pay", 0).unwrap().barrier_kind = Some(BarrierKind::Control);
+        assert!(MirrorRecord::decode(&bad.encode()).is_err());
+        // A new failover and a failback forget the previous barrier's identity.
+        let mut p = m.partition("pay", 0).unwrap().clone();
+        p.start_mirroring(true, 20).unwrap();
+        assert_eq!(
+            (p.barrier_kind, p.barrier_producer, p.last_mirrored_offset),
+            (None, None, None)
+        );
     }
 
     fn edit(f: impl FnOnce(&mut serde_json::Value)) -> Vec<u8> {
