@@ -994,8 +994,11 @@ fn the_barrier_form_is_read_from_failover_barrier() {
         ("control", super::BarrierMode::Control),
         ("data", super::BarrierMode::Data),
     ] {
-        let cfg = load_str(&append(&format!("failover:\n  barrier: {text}\n")), "b.yaml")
-            .unwrap_or_else(|e| panic!("barrier: {text}: {e}"));
+        let cfg = load_str(
+            &append(&format!("failover:\n  barrier: {text}\n")),
+            "b.yaml",
+        )
+        .unwrap_or_else(|e| panic!("barrier: {text}: {e}"));
         assert_eq!(cfg.failover.barrier, want);
     }
 }

@@ -17,6 +17,7 @@ pub mod fetch_filter;
 pub mod frame;
 pub mod produce;
 pub mod rewrite;
+pub mod txn_marker;
 pub mod versions;
 
 pub use frame::{parse_request_header, read_frame, FrameError, RequestHeaderInfo};
