@@ -29,7 +29,7 @@ use kafka_protocol::protocol::StrBytes;
 use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Config, TopicRouter};
+use crate::config::{BarrierMode, Config, TopicRouter};
 use crate::metrics::{ListenerKind, Metrics};
 use crate::protocol::barrier::{
     encode_barrier_batch, parse_barrier, BarrierValue, BARRIER_TIMESTAMP,
@@ -39,7 +39,9 @@ use crate::proxy::ClusterView;
 use crate::psm::registry::PsmRegistry;
 use crate::state::{StateError, StateStore};
 
-use super::state::{FailoverStep, MirrorRecord, PartitionRecord, PartitionState};
+use super::state::{
+    BarrierKind, BarrierProducer, FailoverStep, MirrorRecord, PartitionRecord, PartitionState,
+};
 
 /// Error code the gateway answers for a produce it refuses (POLICY_VIOLATION: not retriable, and
 /// clients surface the message).
@@ -217,6 +219,7 @@ struct MirrorSlot {
 /// Metrics of mirrors and failovers.
 struct MirrorMetrics {
     barriers_written: IntCounterVec,
+    barrier_writes: IntCounterVec,
     barriers_seen: IntCounterVec,
     pid_screened: IntCounter,
     duplicate_ack_guard: IntCounter,
@@ -236,6 +239,14 @@ impl MirrorMetrics {
                 "Barrier batches written by failovers.",
             ),
             &["mirror"],
+        )
+        .expect("valid metric");
+        let barrier_writes = IntCounterVec::new(
+            Opts::new(
+                "mirrorgate_barrier_writes_total",
+                "Barriers appended by failovers, by form: `control` (an ABORT transaction marker, WriteTxnMarkers) or `data` (the fallback: a single-record batch hidden by the gateway).",
+            ),
+            &["mirror", "kind"],
         )
         .expect("valid metric");
         let barriers_seen = IntCounterVec::new(
@@ -295,6 +306,7 @@ impl MirrorMetrics {
             Box::new(late_writes.clone()),
             Box::new(topic_overlaps.clone()),
             Box::new(barriers_written.clone()),
+            Box::new(barrier_writes.clone()),
             Box::new(barriers_seen.clone()),
             Box::new(pid_screened.clone()),
             Box::new(duplicate_ack_guard.clone()),
@@ -305,6 +317,7 @@ impl MirrorMetrics {
         }
         MirrorMetrics {
             barriers_written,
+            barrier_writes,
             barriers_seen,
             pid_screened,
             duplicate_ack_guard,
@@ -352,6 +365,12 @@ pub struct MirrorController {
     /// make the first N barrier writes fail.
     hold_after_fence: Duration,
     failing_barrier_writes: AtomicI64,
+    /// `failover.barrier`: the barrier's form.
+    barrier_mode: BarrierMode,
+    /// Test hook (environment, read once): `MIRRORGATE_TEST_TXN_MARKERS_ERROR=CODE` answers
+    /// every barrier marker with that error code instead of sending WriteTxnMarkers (e.g. 31,
+    /// CLUSTER_AUTHORIZATION_FAILED, for the fallback to the data barrier).
+    txn_markers_error: Option<i16>,
     /// Built-in mirror agent: partitions it failed (topic → partition → reason, shown as FAILED
     /// while the record is MIRRORING) and the hook that stops it first in a failover.
     agent_failed: RwLock<HashMap<String, HashMap<i32, String>>>,
@@ -479,6 +498,10 @@ impl MirrorController {
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(0),
             ),
+            barrier_mode: config.failover.barrier,
+            txn_markers_error: std::env::var("MIRRORGATE_TEST_TXN_MARKERS_ERROR")
+                .ok()
+                .and_then(|v| v.parse().ok()),
             agent_failed: RwLock::new(HashMap::new()),
             agent_stop: std::sync::OnceLock::new(),
             overlaps_reported: Mutex::new(std::collections::HashSet::new()),
@@ -1049,22 +1072,28 @@ impl MirrorController {
 
     /// Add every producer the PSM holds for `parts` to the screening set and persist it (the
     /// failover's step before BARRIER_PERSISTED). Idempotent.
-    fn screen_producers(&self, parts: &[(String, i32)]) -> Result<(), ScreenError> {
+    /// `own`: the producer ids of control barriers, never screened (see [`Self::clear_psm`]).
+    fn screen_producers(&self, parts: &[(String, i32)], own: &[i64]) -> Result<(), ScreenError> {
         let mut found: Vec<(i64, ScreenEntry)> = Vec::new();
         if let Some(psm) = &self.psm {
             for (t, p) in parts {
                 if let Some(slot) = psm.existing(t, *p) {
                     let s = slot.lock().unwrap_or_else(|e| e.into_inner());
-                    found.extend(s.psm.iter().map(|e| {
-                        (
-                            e.producer_id(),
-                            ScreenEntry {
-                                max_epoch: e.epoch(),
-                                last_timestamp: e.last_timestamp(),
-                                added_ms: 0,
-                            },
-                        )
-                    }));
+                    found.extend(
+                        s.psm
+                            .iter()
+                            .filter(|e| !own.contains(&e.producer_id()))
+                            .map(|e| {
+                                (
+                                    e.producer_id(),
+                                    ScreenEntry {
+                                        max_epoch: e.epoch(),
+                                        last_timestamp: e.last_timestamp(),
+                                        added_ms: 0,
+                                    },
+                                )
+                            }),
+                    );
                 }
             }
         }
@@ -1088,11 +1117,11 @@ impl MirrorController {
 
     /// Keep the barriers of the partitions whose PSM is rebuilt ([`Self::psm_ready`]); the
     /// others wait at DRAINED (the next pass finds their barrier in the log).
-    fn with_psm_ready(
+    fn with_psm_ready<V>(
         &self,
         name: &str,
-        found: HashMap<(String, i32), i64>,
-    ) -> HashMap<(String, i32), i64> {
+        found: HashMap<(String, i32), V>,
+    ) -> HashMap<(String, i32), V> {
         let (ready, waiting): (HashMap<_, _>, HashMap<_, _>) = found
             .into_iter()
             .partition(|((t, p), _)| self.psm_ready(t, *p));
@@ -1511,11 +1540,12 @@ impl MirrorController {
             .filter(|p| p.step == Some(FailoverStep::Drained))
             .collect();
         if !need.is_empty() {
-            let mut found: HashMap<(String, i32), i64> = HashMap::new();
+            let mut found: Found = HashMap::new();
             if resumed {
                 for p in &need {
-                    if let Some(o) = self.find_barrier(&p.topic, p.partition, &fid).await {
-                        found.insert((p.topic.clone(), p.partition), o);
+                    let pid = p.barrier_producer.map(|b| b.producer_id);
+                    if let Some(b) = self.find_barrier(&p.topic, p.partition, &fid, pid).await {
+                        found.insert((p.topic.clone(), p.partition), b);
                     }
                 }
             }
@@ -1523,9 +1553,36 @@ impl MirrorController {
                 .iter()
                 .filter(|p| !found.contains_key(&(p.topic.clone(), p.partition)))
                 .collect();
+            // The control barrier's producer id is recorded before any marker is written with
+            // it: the marker carries no payload, and a resumed failover finds it only by that id.
+            let producer = if to_write.is_empty() || self.barrier_mode == BarrierMode::Data {
+                None
+            } else {
+                match self.barrier_producer(name, &to_write).await {
+                    Ok(p) => Some(p),
+                    Err(e) if self.barrier_mode == BarrierMode::Auto => {
+                        tracing::warn!(
+                            mirror = name, error = %e,
+                            "no producer id for a control-batch barrier: falling back to the data barrier"
+                        );
+                        None
+                    }
+                    Err(e) => {
+                        let keys: Vec<(String, i32)> = to_write
+                            .iter()
+                            .map(|p| (p.topic.clone(), p.partition))
+                            .collect();
+                        self.fail_partitions(name, &keys, &e);
+                        return false;
+                    }
+                }
+            };
+            let to_write: Vec<PartitionRecord> = to_write.into_iter().cloned().collect();
+            let to_write: Vec<&PartitionRecord> = to_write.iter().collect();
             // Partitions whose barrier could not be written (e.g. their leader is down) fail and
             // are retried; the others go on, so one dead broker holds up only its partitions.
-            let (written, failed, reason) = self.write_barriers(name, &fid, &to_write).await;
+            let (written, failed, reason) =
+                self.write_barriers(name, &fid, producer, &to_write).await;
             found.extend(written);
             if !failed.is_empty() {
                 self.fail_partitions(name, &failed, &reason);
@@ -1533,7 +1590,7 @@ impl MirrorController {
             crash_point("barrier_written");
             // Mirror writes whose answer never came may have landed after the barrier.
             let (found, unsettled, why) = self
-                .settle_unknown_outcomes(name, &fid, found, resumed)
+                .settle_unknown_outcomes(name, &fid, producer, found, resumed)
                 .await;
             if !unsettled.is_empty() {
                 self.fail_partitions(name, &unsettled, &why);
@@ -1545,7 +1602,8 @@ impl MirrorController {
             // a restart rebuilds the PSM from the barrier on and could not find them again.
             let keys: Vec<(String, i32)> = found.keys().cloned().collect();
             if !keys.is_empty() {
-                if let Err(e) = self.screen_producers(&keys) {
+                let own: Vec<i64> = found.values().filter_map(|b| b.producer_id).collect();
+                if let Err(e) = self.screen_producers(&keys, &own) {
                     self.fail_partitions(name, &keys, &e.to_string());
                     return false;
                 }
@@ -1553,16 +1611,35 @@ impl MirrorController {
             crash_point("screen_persisted");
             let now = now_ms();
             let mut written = 0u64;
+            let last_mirrored: HashMap<(String, i32), i64> = found
+                .iter()
+                .map(|(k, b)| (k.clone(), self.last_mirrored_offset(&k.0, k.1, b.offset)))
+                .collect();
             let r = self.update(name, |p| {
-                if let Some(o) = found.get(&(p.topic.clone(), p.partition)) {
-                    let _ = p.advance(FailoverStep::BarrierWritten { offset: *o }, now);
-                    let _ = p.advance(FailoverStep::BarrierPersisted { offset: *o }, now);
+                let key = (p.topic.clone(), p.partition);
+                if let Some(b) = found.get(&key) {
+                    let _ = p.advance(FailoverStep::BarrierWritten { offset: b.offset }, now);
+                    let _ = p.advance(FailoverStep::BarrierPersisted { offset: b.offset }, now);
                     p.barrier_topic_id = self.cluster.topic_id(&p.topic).map(|id| id.to_string());
+                    p.barrier_kind = Some(b.kind);
+                    if b.kind == BarrierKind::Data {
+                        p.barrier_producer = None;
+                    }
+                    p.last_mirrored_offset = last_mirrored.get(&key).copied();
                     written += 1;
                 }
             });
             if r.is_err() {
                 return false;
+            }
+            for ((t, p), b) in &found {
+                tracing::info!(
+                    mirror = name, failover_id = %fid, topic = %t, partition = *p,
+                    barrier_offset = b.offset, kind = b.kind.as_str(),
+                    producer_id = ?b.producer_id,
+                    last_mirrored_offset = last_mirrored.get(&(t.clone(), *p)).copied().unwrap_or(-1),
+                    "barrier recorded"
+                );
             }
             self.metrics
                 .barriers_written
@@ -1582,7 +1659,8 @@ impl MirrorController {
             .collect();
         let mut expired: HashMap<(String, i32), u32> = HashMap::new();
         for p in &to_clear {
-            let n = self.clear_psm(&p.topic, p.partition, p.barrier_offset.unwrap_or(-1));
+            let own = p.barrier_producer.map(|b| b.producer_id);
+            let n = self.clear_psm(&p.topic, p.partition, p.barrier_offset.unwrap_or(-1), own);
             expired.insert((p.topic.clone(), p.partition), n as u32);
         }
         if !to_clear.is_empty() {
@@ -1636,15 +1714,20 @@ impl MirrorController {
     }
 
     /// Clear the PSM of a partition at its barrier, adding its producers to the screening set.
-    fn clear_psm(&self, topic: &str, partition: i32, barrier: i64) -> usize {
+    /// A control barrier's own producer id (`own`: a PSM rebuilt from the log after the barrier
+    /// holds it, as the broker does) is neither screened nor counted: the gateway never writes
+    /// data with it and no broker hands it out again.
+    fn clear_psm(&self, topic: &str, partition: i32, barrier: i64, own: Option<i64>) -> usize {
         let Some(psm) = &self.psm else { return 0 };
         let Some(slot) = psm.slot(topic, partition) else {
             return 0;
         };
         let mut s = slot.lock().unwrap_or_else(|e| e.into_inner());
+        let own_tracked = own.is_some_and(|pid| s.psm.iter().any(|e| e.producer_id() == pid));
         let found: Vec<(i64, ScreenEntry)> = s
             .psm
             .iter()
+            .filter(|e| Some(e.producer_id()) != own)
             .map(|e| {
                 (
                     e.producer_id(),
@@ -1657,7 +1740,7 @@ impl MirrorController {
             })
             .collect();
         merge_screen(&mut lock(&self.screen), found);
-        let n = s.psm.clear();
+        let n = s.psm.clear() - usize::from(own_tracked);
         s.barrier_offset = Some(barrier);
         s.applied_through = s.applied_through.max(barrier);
         s.dirty = true;
@@ -1675,8 +1758,16 @@ impl MirrorController {
     }
 
     /// Look for this failover's barrier in the log tail of a partition (the last one, when a
-    /// late write made the failover write more than one).
-    async fn find_barrier(&self, topic: &str, partition: i32, fid: &str) -> Option<i64> {
+    /// late write made the failover write more than one): a data barrier carrying the failover
+    /// id, or a control batch (ABORT marker) of `producer_id`, the control barrier's recorded
+    /// producer id.
+    async fn find_barrier(
+        &self,
+        topic: &str,
+        partition: i32,
+        fid: &str,
+        producer_id: Option<i64>,
+    ) -> Option<FoundBarrier> {
         let addr = self.leader_addr(topic, partition)?;
         let mut c = self.cluster.client(&addr, self.timeout).await.ok()?;
         let end = c
@@ -1688,13 +1779,20 @@ impl MirrorController {
             .await
             .ok()?;
         // The barrier follows the last mirrored batch; look at the last few batches.
-        let tail = read_batches(&mut c, topic, partition, (end - 64).max(start), fid)
+        let own = OwnBarrier {
+            failover_id: fid,
+            producer_id,
+        };
+        let tail = read_batches(&mut c, topic, partition, (end - 64).max(start), &own)
             .await
             .ok()?;
-        tail.iter()
-            .rev()
-            .find(|b| b.is_own_barrier)
-            .map(|b| b.base_offset)
+        tail.iter().rev().find_map(|b| {
+            b.own_barrier.map(|kind| FoundBarrier {
+                offset: b.base_offset,
+                kind,
+                producer_id: (kind == BarrierKind::Control).then_some(b.producer_id),
+            })
+        })
     }
 
     /// Mirror writes of unknown outcome (review F1): for each partition of `found` (its barrier
@@ -1708,9 +1806,10 @@ impl MirrorController {
         &self,
         name: &str,
         fid: &str,
-        mut found: HashMap<(String, i32), i64>,
+        producer: Option<BarrierProducer>,
+        mut found: Found,
         resumed: bool,
-    ) -> (HashMap<(String, i32), i64>, Vec<(String, i32)>, String) {
+    ) -> (Found, Vec<(String, i32)>, String) {
         let mut check: Vec<((String, i32), i64)> = Vec::new();
         for key in found.keys() {
             let w = self.writes(&key.0, key.1);
@@ -1753,8 +1852,13 @@ impl MirrorController {
                 continue;
             };
             for _round in 0..MAX_LATE_BARRIERS {
-                let barrier = found[&key];
-                let late = match self.late_batches(&key.0, key.1, barrier + 1, fid).await {
+                let current = found[&key];
+                let barrier = current.offset;
+                let own = OwnBarrier {
+                    failover_id: fid,
+                    producer_id: current.producer_id,
+                };
+                let late = match self.late_batches(&key.0, key.1, barrier + 1, &own).await {
                     Ok(late) => late,
                     Err(e) => {
                         reason = format!("cannot re-read the log after the barrier: {e}");
@@ -1790,10 +1894,17 @@ impl MirrorController {
                         })
                         .collect(),
                 );
-                let (written, bad, why) = self.write_barriers(name, fid, &[record]).await;
+                // The new barrier has the form of the one it follows: a control barrier again
+                // with the same producer id, epoch and coordinator epoch (the broker accepts a
+                // second such marker), or a data barrier after a fallback.
+                let producer = match current.kind {
+                    BarrierKind::Control => record.barrier_producer.or(producer),
+                    BarrierKind::Data => None,
+                };
+                let (written, bad, why) = self.write_barriers(name, fid, producer, &[record]).await;
                 match written.get(&key) {
-                    Some(o) if bad.is_empty() => {
-                        found.insert(key.clone(), *o);
+                    Some(b) if bad.is_empty() => {
+                        found.insert(key.clone(), *b);
                     }
                     _ => {
                         reason = why;
@@ -1818,7 +1929,7 @@ impl MirrorController {
         topic: &str,
         partition: i32,
         from: i64,
-        fid: &str,
+        own: &OwnBarrier<'_>,
     ) -> Result<Vec<TailBatch>, String> {
         let addr = self
             .leader_addr(topic, partition)
@@ -1828,19 +1939,108 @@ impl MirrorController {
             .client(&addr, self.timeout)
             .await
             .map_err(|e| e.to_string())?;
-        let all = read_batches(&mut c, topic, partition, from, fid).await?;
-        Ok(all.into_iter().filter(|b| !b.is_own_barrier).collect())
+        let all = read_batches(&mut c, topic, partition, from, own).await?;
+        Ok(all
+            .into_iter()
+            .filter(|b| b.own_barrier.is_none())
+            .collect())
     }
 
-    /// Write the barriers of `parts`, one Produce request (acks=all) per leader. Returns the
-    /// offsets of those written, and the partitions that failed and why (a partition without a
-    /// leader fails alone; the others are still written).
+    /// The producer id and epoch of this failover's control barriers: the one recorded in a
+    /// partition of the failover (a retry or a late-write round reuses it: the broker accepts a
+    /// second marker with the same producer id, epoch and coordinator epoch), else a new one
+    /// from an *idempotent* InitProducerId (never a transactional id's: feasibility notes §A.4).
+    /// It is recorded in `parts` (persisted) before any marker is written with it.
+    async fn barrier_producer(
+        &self,
+        name: &str,
+        parts: &[&PartitionRecord],
+    ) -> Result<BarrierProducer, String> {
+        let recorded = lock(&self.slots)
+            .iter()
+            .find(|s| s.record.name == name)
+            .and_then(|s| s.record.partitions.iter().find_map(|p| p.barrier_producer));
+        let producer = match recorded {
+            Some(p) => p,
+            None => self.new_barrier_producer(parts).await?,
+        };
+        let missing = parts.iter().any(|p| p.barrier_producer != Some(producer));
+        if missing {
+            let keys: Vec<(String, i32)> = parts
+                .iter()
+                .map(|p| (p.topic.clone(), p.partition))
+                .collect();
+            self.update(name, |p| {
+                if keys.iter().any(|(t, i)| *t == p.topic && *i == p.partition) {
+                    p.barrier_producer = Some(producer);
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        }
+        Ok(producer)
+    }
+
+    /// A producer id and epoch from an idempotent InitProducerId (no transactional id) sent to
+    /// the leader of one of `parts`.
+    async fn new_barrier_producer(
+        &self,
+        parts: &[&PartitionRecord],
+    ) -> Result<BarrierProducer, String> {
+        use kafka_protocol::messages::InitProducerIdRequest;
+        let addr = parts
+            .iter()
+            .find_map(|p| self.leader_addr(&p.topic, p.partition))
+            .ok_or_else(|| "no leader known for the partitions".to_string())?;
+        let mut c = self
+            .cluster
+            .client(&addr, self.timeout)
+            .await
+            .map_err(|e| format!("InitProducerId to {addr}: {e}"))?;
+        let req = InitProducerIdRequest::default()
+            .with_transactional_id(None)
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id((-1).into())
+            .with_producer_epoch(-1);
+        let resp = c
+            .send(&req, 4)
+            .await
+            .map_err(|e| format!("InitProducerId to {addr}: {e}"))?;
+        if resp.error_code != 0 || resp.producer_id.0 < 0 {
+            return Err(format!(
+                "InitProducerId to {addr} answered error code {}",
+                resp.error_code
+            ));
+        }
+        Ok(BarrierProducer {
+            producer_id: resp.producer_id.0,
+            producer_epoch: resp.producer_epoch,
+        })
+    }
+
+    /// The last mirrored offset of a partition whose barrier is at `barrier`: what its PSM has
+    /// applied below the barrier (-1: nothing known).
+    fn last_mirrored_offset(&self, topic: &str, partition: i32, barrier: i64) -> i64 {
+        self.psm
+            .as_ref()
+            .and_then(|r| r.existing(topic, partition))
+            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).applied_through)
+            .unwrap_or(-1)
+            .min(barrier - 1)
+    }
+
+    /// Write the barriers of `parts`, grouped per leader: with `producer`, a control batch
+    /// (one WriteTxnMarkers request per leader), falling back to a data barrier where
+    /// `failover.barrier` is `auto` and the leader refuses WriteTxnMarkers for authorization or
+    /// does not support it; without, a data barrier (one Produce request, acks=all, per leader).
+    /// Returns the barriers written, and the partitions that failed and why (a partition
+    /// without a leader fails alone; the others are still written).
     async fn write_barriers(
         &self,
         name: &str,
         fid: &str,
+        producer: Option<BarrierProducer>,
         parts: &[&PartitionRecord],
-    ) -> (HashMap<(String, i32), i64>, Vec<(String, i32)>, String) {
+    ) -> (Found, Vec<(String, i32)>, String) {
         let mut out = HashMap::new();
         let mut failed = Vec::new();
         let mut reason = String::new();
@@ -1865,87 +2065,358 @@ impl MirrorController {
                 }
             }
         }
-        let now = barrier_clock_ms();
         for (addr, ps) in by_leader {
-            let mut topics: Vec<TopicProduceData> = Vec::new();
-            for p in &ps {
-                let (producers, last) = self
-                    .psm
-                    .as_ref()
-                    .and_then(|r| r.existing(&p.topic, p.partition))
-                    .map(|s| {
-                        let s = s.lock().unwrap_or_else(|e| e.into_inner());
-                        (s.psm.len() as u32, s.applied_through)
-                    })
-                    .unwrap_or((0, -1));
-                let value = BarrierValue {
-                    version: 1,
-                    mirror: name.to_string(),
-                    failover_id: fid.to_string(),
-                    source_cluster_id: None,
-                    time_ms: now,
-                    producers_expired: producers,
-                    last_mirrored_offset: last,
-                };
-                // No timestamp: no topic's timestamp limits can refuse it (review F13).
-                let batch: Bytes = encode_barrier_batch(&value, BARRIER_TIMESTAMP);
-                let pd = PartitionProduceData::default()
-                    .with_index(p.partition)
-                    .with_records(Some(batch));
-                match topics.iter_mut().find(|t| t.name.0.as_str() == p.topic) {
-                    Some(t) => t.partition_data.push(pd),
-                    None => topics.push(
-                        TopicProduceData::default()
-                            .with_name(StrBytes::from_string(p.topic.clone()).into())
-                            .with_partition_data(vec![pd]),
-                    ),
+            let data: Vec<&PartitionRecord> = match producer {
+                Some(producer) if self.barrier_mode != BarrierMode::Data => {
+                    let refused = self
+                        .write_control_barriers(
+                            name,
+                            &addr,
+                            producer,
+                            &ps,
+                            &mut out,
+                            &mut failed,
+                            &mut reason,
+                        )
+                        .await;
+                    ps.iter()
+                        .filter(|p| refused.contains(&(p.topic.clone(), p.partition)))
+                        .copied()
+                        .collect()
                 }
+                _ => ps,
+            };
+            if !data.is_empty() {
+                self.write_data_barriers(
+                    name,
+                    fid,
+                    &addr,
+                    &data,
+                    &mut out,
+                    &mut failed,
+                    &mut reason,
+                )
+                .await;
             }
-            let req = ProduceRequest::default()
-                .with_acks(-1)
-                .with_timeout_ms(30_000)
-                .with_topic_data(topics);
-            let result = async {
-                let mut c = self.cluster.client(&addr, self.timeout).await?;
-                c.send(&req, 9).await
+        }
+        (out, failed, reason)
+    }
+
+    /// Control barriers of `ps` (all led by `addr`). Returns the partitions to write a data
+    /// barrier for instead (`auto`: WriteTxnMarkers refused for authorization or unsupported).
+    #[allow(clippy::too_many_arguments)]
+    async fn write_control_barriers(
+        &self,
+        name: &str,
+        addr: &str,
+        producer: BarrierProducer,
+        ps: &[&PartitionRecord],
+        out: &mut Found,
+        failed: &mut Vec<(String, i32)>,
+        reason: &mut String,
+    ) -> Vec<(String, i32)> {
+        use crate::protocol::txn_marker::{
+            barrier_markers_request, marker_outcomes, supports_barrier_markers, MarkerOutcome,
+            WRITE_TXN_MARKERS_VERSION,
+        };
+        use kafka_protocol::messages::ApiVersionsRequest;
+        let keys: Vec<(String, i32)> = ps.iter().map(|p| (p.topic.clone(), p.partition)).collect();
+        let auto = self.barrier_mode == BarrierMode::Auto;
+        let fallback = |why: &str, keys: Vec<(String, i32)>| {
+            tracing::warn!(
+                mirror = name, broker = addr, partitions = keys.len(), why,
+                "the barrier cannot be a control batch (WriteTxnMarkers needs ALTER or CLUSTER_ACTION on CLUSTER): writing the data barrier instead (failover.barrier: auto)"
+            );
+            keys
+        };
+        let mut c = match self.cluster.client(addr, self.timeout).await {
+            Ok(c) => c,
+            Err(e) => {
+                *reason = format!("barrier write to {addr} failed: {e}");
+                failed.extend(keys);
+                return Vec::new();
             }
-            .await;
-            match result {
-                Ok(resp) => {
-                    for t in &resp.responses {
-                        for pr in &t.partition_responses {
-                            let key = (t.name.0.to_string(), pr.index);
-                            if pr.error_code == 0 {
-                                out.insert(key, pr.base_offset);
-                            } else {
-                                reason = format!(
-                                    "barrier write refused with error code {}",
-                                    pr.error_code
-                                );
-                                failed.push(key);
-                            }
+        };
+        // The log end of each partition before the marker: the broker answers no offset, so
+        // the marker is found by reading the log from there.
+        let mut before: HashMap<(String, i32), i64> = HashMap::new();
+        let outcomes = match self.txn_markers_error {
+            Some(code) => keys
+                .iter()
+                .map(|k| {
+                    let o = match code {
+                        0 => MarkerOutcome::Written,
+                        31 | 29 => MarkerOutcome::NotAuthorized(code),
+                        c => MarkerOutcome::Failed(c),
+                    };
+                    (k.clone(), o)
+                })
+                .collect::<HashMap<_, _>>(),
+            None => {
+                let versions = match c.send(&ApiVersionsRequest::default(), 0).await {
+                    Ok(av) => av
+                        .api_keys
+                        .iter()
+                        .map(|k| (k.api_key, k.min_version, k.max_version))
+                        .collect::<Vec<_>>(),
+                    Err(e) => {
+                        *reason = format!("ApiVersions to {addr} failed: {e}");
+                        failed.extend(keys);
+                        return Vec::new();
+                    }
+                };
+                if !supports_barrier_markers(&versions) {
+                    let why = "the broker does not list WriteTxnMarkers version 1";
+                    if auto {
+                        return fallback(why, keys);
+                    }
+                    *reason =
+                        format!("control barrier on {addr}: {why} (failover.barrier: control)");
+                    failed.extend(keys);
+                    return Vec::new();
+                }
+                for k in &keys {
+                    match c
+                        .list_offset(&k.0, k.1, crate::protocol::client::LATEST)
+                        .await
+                    {
+                        Ok(o) => {
+                            before.insert(k.clone(), o);
+                        }
+                        Err(e) => {
+                            *reason = format!("cannot read the log end before the barrier: {e}");
+                            failed.push(k.clone());
                         }
                     }
-                    for p in &ps {
-                        let key = (p.topic.clone(), p.partition);
-                        if !out.contains_key(&key) && !failed.contains(&key) {
-                            reason = "no answer for the partition".into();
+                }
+                let asked: Vec<(String, i32)> = keys
+                    .iter()
+                    .filter(|k| before.contains_key(*k))
+                    .cloned()
+                    .collect();
+                if asked.is_empty() {
+                    return Vec::new();
+                }
+                let req =
+                    barrier_markers_request(producer.producer_id, producer.producer_epoch, &asked);
+                match c.send(&req, WRITE_TXN_MARKERS_VERSION).await {
+                    Ok(resp) => marker_outcomes(&resp, producer.producer_id, &asked),
+                    Err(e) => {
+                        // The markers may have been appended: a retry looks for them first.
+                        *reason = format!("barrier markers to {addr} failed: {e}");
+                        failed.extend(asked);
+                        return Vec::new();
+                    }
+                }
+            }
+        };
+        let mut refused = Vec::new();
+        let mut keys_sorted: Vec<_> = outcomes.into_iter().collect();
+        keys_sorted.sort_by(|a, b| a.0.cmp(&b.0));
+        for (key, o) in keys_sorted {
+            match o {
+                MarkerOutcome::Written => {
+                    let own = OwnBarrier {
+                        failover_id: "",
+                        producer_id: Some(producer.producer_id),
+                    };
+                    let from = before.get(&key).copied().unwrap_or(0);
+                    let found = read_batches(&mut c, &key.0, key.1, from, &own)
+                        .await
+                        .map(|tail| {
+                            tail.iter()
+                                .rev()
+                                .find(|b| b.own_barrier == Some(BarrierKind::Control))
+                                .map(|b| b.base_offset)
+                        });
+                    match found {
+                        Ok(Some(offset)) => {
+                            self.metrics
+                                .barrier_writes
+                                .with_label_values(&[name, "control"])
+                                .inc();
+                            out.insert(
+                                key,
+                                FoundBarrier {
+                                    offset,
+                                    kind: BarrierKind::Control,
+                                    producer_id: Some(producer.producer_id),
+                                },
+                            );
+                        }
+                        Ok(None) => {
+                            *reason = format!(
+                                "the barrier marker of producer id {} was acknowledged but is not in the log from offset {from}",
+                                producer.producer_id
+                            );
+                            failed.push(key);
+                        }
+                        Err(e) => {
+                            *reason = format!("cannot read the barrier marker back: {e}");
                             failed.push(key);
                         }
                     }
                 }
-                Err(e) => {
-                    reason = format!("barrier write to {addr} failed: {e}");
-                    failed.extend(ps.iter().map(|p| (p.topic.clone(), p.partition)));
+                MarkerOutcome::NotAuthorized(_) if auto => refused.push(key),
+                MarkerOutcome::NotAuthorized(code) | MarkerOutcome::Failed(code) => {
+                    *reason = format!("barrier marker refused with error code {code}");
+                    failed.push(key);
+                }
+                MarkerOutcome::Missing => {
+                    *reason = "no answer for the partition".into();
+                    failed.push(key);
                 }
             }
         }
-        (out, failed, reason)
+        if refused.is_empty() {
+            return refused;
+        }
+        fallback(
+            "WriteTxnMarkers refused for authorization (CLUSTER_AUTHORIZATION_FAILED or TOPIC_AUTHORIZATION_FAILED)",
+            refused,
+        )
+    }
+
+    /// Data barriers of `ps` (all led by `addr`): one Produce request, acks=all.
+    #[allow(clippy::too_many_arguments)]
+    async fn write_data_barriers(
+        &self,
+        name: &str,
+        fid: &str,
+        addr: &str,
+        ps: &[&PartitionRecord],
+        out: &mut Found,
+        failed: &mut Vec<(String, i32)>,
+        reason: &mut String,
+    ) {
+        let now = barrier_clock_ms();
+        let mut topics: Vec<TopicProduceData> = Vec::new();
+        for p in ps {
+            let (producers, last) = self
+                .psm
+                .as_ref()
+                .and_then(|r| r.existing(&p.topic, p.partition))
+                .map(|s| {
+                    let s = s.lock().unwrap_or_else(|e| e.into_inner());
+                    (s.psm.len() as u32, s.applied_through)
+                })
+                .unwrap_or((0, -1));
+            let value = BarrierValue {
+                version: 1,
+                mirror: name.to_string(),
+                failover_id: fid.to_string(),
+                source_cluster_id: None,
+                time_ms: now,
+                producers_expired: producers,
+                last_mirrored_offset: last,
+            };
+            // No timestamp: no topic's timestamp limits can refuse it (review F13).
+            let batch: Bytes = encode_barrier_batch(&value, BARRIER_TIMESTAMP);
+            let pd = PartitionProduceData::default()
+                .with_index(p.partition)
+                .with_records(Some(batch));
+            match topics.iter_mut().find(|t| t.name.0.as_str() == p.topic) {
+                Some(t) => t.partition_data.push(pd),
+                None => topics.push(
+                    TopicProduceData::default()
+                        .with_name(StrBytes::from_string(p.topic.clone()).into())
+                        .with_partition_data(vec![pd]),
+                ),
+            }
+        }
+        let req = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(30_000)
+            .with_topic_data(topics);
+        let result = async {
+            let mut c = self.cluster.client(addr, self.timeout).await?;
+            c.send(&req, 9).await
+        }
+        .await;
+        match result {
+            Ok(resp) => {
+                for t in &resp.responses {
+                    for pr in &t.partition_responses {
+                        let key = (t.name.0.to_string(), pr.index);
+                        if !ps.iter().any(|p| p.topic == key.0 && p.partition == key.1) {
+                            continue;
+                        }
+                        if pr.error_code == 0 {
+                            self.metrics
+                                .barrier_writes
+                                .with_label_values(&[name, "data"])
+                                .inc();
+                            out.insert(
+                                key,
+                                FoundBarrier {
+                                    offset: pr.base_offset,
+                                    kind: BarrierKind::Data,
+                                    producer_id: None,
+                                },
+                            );
+                        } else {
+                            *reason =
+                                format!("barrier write refused with error code {}", pr.error_code);
+                            failed.push(key);
+                        }
+                    }
+                }
+                for p in ps {
+                    let key = (p.topic.clone(), p.partition);
+                    if !out.contains_key(&key) && !failed.contains(&key) {
+                        *reason = "no answer for the partition".into();
+                        failed.push(key);
+                    }
+                }
+            }
+            Err(e) => {
+                *reason = format!("barrier write to {addr} failed: {e}");
+                failed.extend(ps.iter().map(|p| (p.topic.clone(), p.partition)));
+            }
+        }
     }
 }
 
 /// A stopped partition's barrier offset and the destination topic id it was written under.
 type Barrier = (i64, Option<uuid::Uuid>);
+
+/// A barrier of the failover being run, written or found in the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FoundBarrier {
+    offset: i64,
+    kind: BarrierKind,
+    /// The producer id of a control barrier.
+    producer_id: Option<i64>,
+}
+
+/// The barriers of a failover pass, per partition.
+type Found = HashMap<(String, i32), FoundBarrier>;
+
+/// What identifies the failover's own barriers in a log: a data barrier carries the failover
+/// id; a control barrier is an ABORT marker of the recorded producer id.
+struct OwnBarrier<'a> {
+    failover_id: &'a str,
+    producer_id: Option<i64>,
+}
+
+impl OwnBarrier<'_> {
+    fn kind_of(
+        &self,
+        h: &crate::protocol::batch::BatchHeader,
+        batch: &[u8],
+    ) -> Option<BarrierKind> {
+        if let Some(pid) = self.producer_id {
+            if crate::protocol::txn_marker::is_control_barrier(h, batch, pid) {
+                return Some(BarrierKind::Control);
+            }
+        }
+        if h.is_control() || self.failover_id.is_empty() {
+            return None;
+        }
+        matches!(parse_barrier(batch), Ok(Some(v)) if v.failover_id == self.failover_id)
+            .then_some(BarrierKind::Data)
+    }
+}
 
 /// New barriers a failover writes after mirror writes that landed late, per partition, before
 /// it gives up for this attempt (the partition is FAILED and retried).
@@ -1957,8 +2428,8 @@ struct TailBatch {
     producer_id: i64,
     producer_epoch: i16,
     max_timestamp: i64,
-    /// A barrier batch of the failover being run.
-    is_own_barrier: bool,
+    /// A barrier of the failover being run, and its form.
+    own_barrier: Option<BarrierKind>,
 }
 
 /// The batches of a partition from `from` to its high watermark.
@@ -1967,7 +2438,7 @@ async fn read_batches(
     topic: &str,
     partition: i32,
     from: i64,
-    fid: &str,
+    own: &OwnBarrier<'_>,
 ) -> Result<Vec<TailBatch>, String> {
     let mut out = Vec::new();
     let mut from = from;
@@ -1982,14 +2453,12 @@ async fn read_batches(
         let mut next = from;
         for item in BatchWalker::fetched(&f.records) {
             let Ok((h, batch)) = item else { break };
-            let is_own_barrier =
-                matches!(parse_barrier(batch), Ok(Some(v)) if v.failover_id == fid);
             out.push(TailBatch {
                 base_offset: h.base_offset,
                 producer_id: h.producer_id,
                 producer_epoch: h.producer_epoch,
                 max_timestamp: h.max_timestamp,
-                is_own_barrier,
+                own_barrier: own.kind_of(&h, batch),
             });
             next = h.last_offset() + 1;
         }
