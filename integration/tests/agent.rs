@@ -14,7 +14,7 @@ use rdkafka::message::{DeliveryResult, Message};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::ClientContext;
 
-use crate::failover::{failover, wait_stopped};
+use crate::failover::{data_barrier, failover, wait_stopped};
 use crate::gw::{admin_call, test_config, TestGateway};
 use crate::harness;
 use crate::psm_differential::{broker_producers, gateway_producers, RawConn};
@@ -748,9 +748,11 @@ fn chain_a_to_b_to_c_carries_b_s_barrier_inert_and_c_writes_its_own() {
     harness::create_topic(&source, &topic, 1, None);
     harness::produce_keyed(&source, &topic, 200, &[]);
     // A → B through B's gateway; B → C through C's gateway, whose agent reads B directly.
-    let gb = TestGateway::start(agent_config("chainb", &[&topic], &source));
+    // Data barriers (the fallback form): the built-in agent copies data batches as-is, but a
+    // control batch cannot be produced, so it fails a partition at one (docs/guarantees.md).
+    let gb = TestGateway::start(data_barrier(agent_config("chainb", &[&topic], &source)));
     wait_equal(&gb.admin(), "chainb", &source, &b, &topic, 1);
-    let mut cfg_c = agent_config("chainc", &[&topic], &b);
+    let mut cfg_c = data_barrier(agent_config("chainc", &[&topic], &b));
     cfg_c.destination.bootstrap = c.split(',').map(|s| s.trim().to_string()).collect();
     let gc = TestGateway::start(cfg_c);
     wait_equal(&gc.admin(), "chainc", &b, &c, &topic, 1);
@@ -850,7 +852,9 @@ fn failback_a_mirrors_from_b_after_b_s_failover_and_fails_over_in_turn() {
     harness::create_topic(&a, &topic, 1, None);
     harness::produce_keyed(&a, &topic, 100, &[]);
     // A → B, then B fails over and takes local writes.
-    let gb = TestGateway::start(agent_config("toB", &[&topic], &a));
+    // Data barriers (the fallback form): the built-in agent copies data batches as-is, but a
+    // control batch cannot be produced, so it fails a partition at one (docs/guarantees.md).
+    let gb = TestGateway::start(data_barrier(agent_config("toB", &[&topic], &a)));
     wait_equal(&gb.admin(), "toB", &a, &b, &topic, 1);
     crate::failover::failover(&gb.admin(), "toB");
     crate::failover::wait_stopped(&gb.admin(), "toB");
@@ -858,7 +862,7 @@ fn failback_a_mirrors_from_b_after_b_s_failover_and_fails_over_in_turn() {
     assert_eq!(local_b.len(), 50);
     // A gateway in front of A mirrors from B: A's log is B's prefix (aligned), so the agent
     // continues from there; B's barrier reaches A and is inert there.
-    let mut cfg = agent_config("toA", &[&topic], &b);
+    let mut cfg = data_barrier(agent_config("toA", &[&topic], &b));
     cfg.destination.bootstrap = a.split(',').map(|s| s.trim().to_string()).collect();
     let ga = TestGateway::start(cfg);
     let deadline = Instant::now() + Duration::from_secs(60);

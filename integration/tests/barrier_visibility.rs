@@ -1,4 +1,5 @@
-//! Review F7: the failover barrier stays hidden from consumers on the client listener whatever
+//! Review F7: the data barrier (`failover.barrier: data`, the fallback form; a control-batch
+//! barrier needs no hiding) stays hidden from consumers on the client listener whatever
 //! the topic's `compression.type` (the broker recompresses the barrier batch), for KIP-932 share
 //! consumers (ShareFetch), and for Fetch by topic id when the gateway has not learned the id;
 //! and a failover resumed after a crash finds a recompressed barrier instead of writing a second
@@ -22,8 +23,8 @@ use mirrorgate::protocol::batch::{BatchWalker, Compression};
 use mirrorgate::protocol::client::KafkaClient;
 
 use crate::failover::{
-    failover, mirror_config, read_log, set_topic_configs_on_the_destination, wait_mirroring,
-    wait_stopped,
+    data_barrier, failover, mirror_config, read_log, set_topic_configs_on_the_destination,
+    wait_mirroring, wait_stopped,
 };
 use crate::gw::{ProcessGateway, TestGateway};
 use crate::harness;
@@ -139,7 +140,7 @@ fn a_barrier_recompressed_by_the_broker_is_hidden_from_consumers() {
         set_topic_configs_on_the_destination(&destination, t, &[("compression.type", c)]);
     }
     let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-    let gw = TestGateway::start(mirror_config("bvcomp", &names));
+    let gw = TestGateway::start(data_barrier(mirror_config("bvcomp", &names)));
     wait_mirroring(&gw.admin(), "bvcomp", codecs.len() as u64);
     for t in &topics {
         harness::produce_keyed(&gw.mirror_bootstrap(), t, 20, &[]);
@@ -239,7 +240,7 @@ fn disruptive_gateway_killed_after_writing_a_recompressed_barrier_resumes_withou
     harness::create_topic(&destination, &topic, 2, Some(&[1, 2]));
     set_topic_configs_on_the_destination(&destination, &topic, &[("compression.type", "lz4")]);
     let mut gw = ProcessGateway::start(
-        mirror_config("bvcrash", &[&topic]),
+        data_barrier(mirror_config("bvcrash", &[&topic])),
         &[("MIRRORGATE_CRASH_AFTER", "barrier_written")],
     );
     wait_mirroring(&gw.admin(), "bvcrash", 2);
@@ -384,7 +385,7 @@ fn share_consumers_through_the_gateway_never_see_the_barrier() {
     harness::create_topic(&destination, &plain, 1, Some(&[1]));
     harness::create_topic(&destination, &lz4, 1, Some(&[2]));
     set_topic_configs_on_the_destination(&destination, &lz4, &[("compression.type", "lz4")]);
-    let gw = TestGateway::start(mirror_config("bvshare", &[&plain, &lz4]));
+    let gw = TestGateway::start(data_barrier(mirror_config("bvshare", &[&plain, &lz4])));
     wait_mirroring(&gw.admin(), "bvshare", 2);
     for t in [&plain, &lz4] {
         harness::produce_keyed(&gw.mirror_bootstrap(), t, 20, &[]);
@@ -435,7 +436,7 @@ fn topic_id(bootstrap: &str, topic: &str) -> uuid::Uuid {
 fn a_fetch_by_a_topic_id_the_gateway_has_not_learned_never_shows_the_barrier() {
     let destination = harness::cluster("destination");
     let prefix = harness::unique_topic("bvid");
-    let mut cfg = mirror_config("bvid", &[&format!("regex:{prefix}-.*")]);
+    let mut cfg = data_barrier(mirror_config("bvid", &[&format!("regex:{prefix}-.*")]));
     cfg.destination.metadata_refresh_ms = 3_600_000;
     let gw = TestGateway::start(cfg);
     // Created after the gateway's metadata fetch, written directly on the broker: three records

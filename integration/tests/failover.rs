@@ -8,7 +8,7 @@ use hyper::Method;
 use kafka_protocol::records::RecordBatchDecoder;
 use mirrorgate::config::{Config, MirrorConfig};
 use mirrorgate::protocol::barrier::parse_barrier;
-use mirrorgate::protocol::batch::BatchWalker;
+use mirrorgate::protocol::batch::{control_marker, BatchWalker, ControlType};
 use mirrorgate::protocol::client::KafkaClient;
 
 use crate::gw::{admin_call, admin_call_body, test_config, ProcessGateway, TestGateway};
@@ -28,9 +28,30 @@ pub struct LogRecord {
 /// Everything in a partition's log on any cluster, read directly from its leader (verification
 /// only, not a client path).
 pub struct PartitionLog {
+    /// Every record but the marker records of control barriers.
     pub records: Vec<LogRecord>,
-    /// (offset, failover id, mirror) of each barrier batch.
+    /// (offset, failover id, mirror) of each barrier, in log order. A control-batch barrier
+    /// carries neither: both are empty for it (see `control_barriers`).
     pub barriers: Vec<(i64, String, String)>,
+    /// The control-batch barriers: ABORT markers of producer ids that wrote no data to the
+    /// partition (a transaction's markers follow its producer's data).
+    pub control_barriers: Vec<ControlBatch>,
+    /// Every control batch of the log.
+    pub control_batches: Vec<ControlBatch>,
+}
+
+/// A control batch as it lies in the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControlBatch {
+    pub offset: i64,
+    /// The batch attributes (0x30: transactional | control).
+    pub attributes: i16,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    /// ABORT (else COMMIT or another control type).
+    pub abort: bool,
+    pub coordinator_epoch: Option<i32>,
+    pub records: i32,
 }
 
 pub fn read_log(bootstrap: &str, topic: &str, partition: i32) -> PartitionLog {
@@ -51,7 +72,10 @@ pub fn read_log(bootstrap: &str, topic: &str, partition: i32) -> PartitionLog {
         let mut out = PartitionLog {
             records: Vec::new(),
             barriers: Vec::new(),
+            control_barriers: Vec::new(),
+            control_batches: Vec::new(),
         };
+        let mut data_producers = std::collections::HashSet::new();
         let mut next = 0;
         loop {
             let f = c
@@ -64,6 +88,20 @@ pub fn read_log(bootstrap: &str, topic: &str, partition: i32) -> PartitionLog {
             let start = next;
             for item in BatchWalker::fetched(&f.records) {
                 let (h, b) = item.expect("batch");
+                if h.is_control() {
+                    let m = control_marker(&h, b).ok().flatten();
+                    out.control_batches.push(ControlBatch {
+                        offset: h.base_offset,
+                        attributes: h.attributes,
+                        producer_id: h.producer_id,
+                        producer_epoch: h.producer_epoch,
+                        abort: m.is_some_and(|m| m.control_type == ControlType::Abort),
+                        coordinator_epoch: m.and_then(|m| m.coordinator_epoch),
+                        records: h.record_count,
+                    });
+                } else {
+                    data_producers.insert(h.producer_id);
+                }
                 if let Ok(Some(v)) = parse_barrier(b) {
                     out.barriers.push((h.base_offset, v.failover_id, v.mirror));
                 }
@@ -83,6 +121,23 @@ pub fn read_log(bootstrap: &str, topic: &str, partition: i32) -> PartitionLog {
             }
             assert!(next > start, "no progress reading {topic}-{partition}");
         }
+        out.control_barriers = out
+            .control_batches
+            .iter()
+            .filter(|c| c.abort && !data_producers.contains(&c.producer_id))
+            .copied()
+            .collect();
+        out.barriers.extend(
+            out.control_barriers
+                .iter()
+                .map(|c| (c.offset, String::new(), String::new())),
+        );
+        out.barriers.sort_by_key(|b| b.0);
+        // A control barrier's marker record is no record of the partition's data.
+        let markers: std::collections::HashSet<i64> =
+            out.control_barriers.iter().map(|c| c.offset).collect();
+        out.records
+            .retain(|r| !(r.control && markers.contains(&r.offset)));
         out
     })
 }
@@ -96,6 +151,13 @@ pub fn mirror_config(name: &str, topics: &[&str]) -> Config {
         source: None,
     }];
     cfg.psm.snapshot_interval_ms = 200;
+    cfg
+}
+
+/// `cfg` with the data barrier (`failover.barrier: data`, the fallback form): for the tests of
+/// hiding the barrier from consumers and of carrying it on in chains and failback.
+pub fn data_barrier(mut cfg: Config) -> Config {
+    cfg.failover.barrier = mirrorgate::config::BarrierMode::Data;
     cfg
 }
 
@@ -376,7 +438,9 @@ fn consumers_through_the_gateway_never_see_the_barrier_but_mirror_listener_consu
     let destination = harness::cluster("destination");
     let topic = harness::unique_topic("hide");
     harness::create_topic(&destination, &topic, 1, Some(&[1]));
-    let gw = TestGateway::start(mirror_config("hide", &[&topic]));
+    // The data barrier (the fallback form); a control barrier every consumer skips natively
+    // (`a_failover_writes_a_control_batch_barrier_every_consumer_skips_natively`).
+    let gw = TestGateway::start(data_barrier(mirror_config("hide", &[&topic])));
     wait_mirroring(&gw.admin(), "hide", 1);
     harness::produce_keyed(&gw.mirror_bootstrap(), &topic, 20, &[]);
     failover(&gw.admin(), "hide");

@@ -1288,6 +1288,8 @@ fn a_real_prometheus_evaluates_every_dashboard_query_and_alert_rule() {
     cfg.mirrors.push(second);
     // The guard alone below: without the refusal of colliding local writes before the broker.
     cfg.failover.refuse_mirrored_producer_ids = false;
+    // The data barrier (the fallback form), so that consumers' fetches have one to hide.
+    cfg.failover.barrier = mirrorgate::config::BarrierMode::Data;
     let gw = TestGateway::start(cfg);
     let admin = gw.admin();
     wait_mirroring(&admin, "obs-live", 1);

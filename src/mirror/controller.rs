@@ -371,6 +371,10 @@ pub struct MirrorController {
     /// every barrier marker with that error code instead of sending WriteTxnMarkers (e.g. 31,
     /// CLUSTER_AUTHORIZATION_FAILED, for the fallback to the data barrier).
     txn_markers_error: Option<i16>,
+    /// Test hook (environment, read once): `MIRRORGATE_TEST_LOSE_BARRIER_MARKER_ANSWERS=N`
+    /// drops the answers of the first N WriteTxnMarkers requests after the broker gave them,
+    /// as a connection lost after the markers were appended.
+    lose_marker_answers: AtomicI64,
     /// Built-in mirror agent: partitions it failed (topic → partition → reason, shown as FAILED
     /// while the record is MIRRORING) and the hook that stops it first in a failover.
     agent_failed: RwLock<HashMap<String, HashMap<i32, String>>>,
@@ -502,6 +506,12 @@ impl MirrorController {
             txn_markers_error: std::env::var("MIRRORGATE_TEST_TXN_MARKERS_ERROR")
                 .ok()
                 .and_then(|v| v.parse().ok()),
+            lose_marker_answers: AtomicI64::new(
+                std::env::var("MIRRORGATE_TEST_LOSE_BARRIER_MARKER_ANSWERS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0),
+            ),
             agent_failed: RwLock::new(HashMap::new()),
             agent_stop: std::sync::OnceLock::new(),
             overlaps_reported: Mutex::new(std::collections::HashSet::new()),
@@ -1981,12 +1991,16 @@ impl MirrorController {
     }
 
     /// A producer id and epoch from an idempotent InitProducerId (no transactional id) sent to
-    /// the leader of one of `parts`.
+    /// the leader of one of `parts`, that no producer in `parts` uses: mirrored traffic may have
+    /// used the very ids the brokers hand out next (review F15), and a marker for such an id
+    /// would be refused (its epoch is below the mirrored one) or, worse, end a mirrored open
+    /// transaction. Ids are asked for until one is free (at most [`BARRIER_PID_ASKS`]).
     async fn new_barrier_producer(
         &self,
         parts: &[&PartitionRecord],
     ) -> Result<BarrierProducer, String> {
         use kafka_protocol::messages::InitProducerIdRequest;
+        let taken = self.producer_ids_in_use(parts).await?;
         let addr = parts
             .iter()
             .find_map(|p| self.leader_addr(&p.topic, p.partition))
@@ -2001,20 +2015,98 @@ impl MirrorController {
             .with_transaction_timeout_ms(60_000)
             .with_producer_id((-1).into())
             .with_producer_epoch(-1);
-        let resp = c
-            .send(&req, 4)
-            .await
-            .map_err(|e| format!("InitProducerId to {addr}: {e}"))?;
-        if resp.error_code != 0 || resp.producer_id.0 < 0 {
-            return Err(format!(
-                "InitProducerId to {addr} answered error code {}",
-                resp.error_code
-            ));
+        let mut asked = 0usize;
+        let mut n = 1usize;
+        let mut last_error = 0i16;
+        while asked < BARRIER_PID_ASKS {
+            let answers = c
+                .send_pipelined(&req, 4, n)
+                .await
+                .map_err(|e| format!("InitProducerId to {addr}: {e}"))?;
+            asked += n;
+            for r in answers {
+                if r.error_code != 0 || r.producer_id.0 < 0 {
+                    last_error = r.error_code;
+                    continue;
+                }
+                if !taken.contains(&r.producer_id.0) {
+                    return Ok(BarrierProducer {
+                        producer_id: r.producer_id.0,
+                        producer_epoch: r.producer_epoch,
+                    });
+                }
+            }
+            if last_error != 0 {
+                return Err(format!(
+                    "InitProducerId to {addr} answered error code {last_error}"
+                ));
+            }
+            n = 64;
         }
-        Ok(BarrierProducer {
-            producer_id: resp.producer_id.0,
-            producer_epoch: resp.producer_epoch,
-        })
+        Err(format!(
+            "the {asked} producer ids {addr} handed out are all used by producers of the partitions (mirrored traffic)"
+        ))
+    }
+
+    /// The producer ids the barrier's must differ from: those the brokers hold for `parts`
+    /// (DescribeProducers to each leader), those the PSM holds for them, and the screened ones.
+    async fn producer_ids_in_use(
+        &self,
+        parts: &[&PartitionRecord],
+    ) -> Result<std::collections::HashSet<i64>, String> {
+        use kafka_protocol::messages::describe_producers_request::TopicRequest;
+        use kafka_protocol::messages::DescribeProducersRequest;
+        let mut taken: std::collections::HashSet<i64> =
+            lock(&self.screen).keys().copied().collect();
+        if let Some(psm) = &self.psm {
+            for p in parts {
+                if let Some(slot) = psm.existing(&p.topic, p.partition) {
+                    let s = slot.lock().unwrap_or_else(|e| e.into_inner());
+                    taken.extend(s.psm.iter().map(|e| e.producer_id()));
+                }
+            }
+        }
+        let mut by_leader: HashMap<String, Vec<&PartitionRecord>> = HashMap::new();
+        for p in parts {
+            let addr = self
+                .leader_addr(&p.topic, p.partition)
+                .ok_or_else(|| format!("no leader known for {}-{}", p.topic, p.partition))?;
+            by_leader.entry(addr).or_default().push(p);
+        }
+        for (addr, ps) in by_leader {
+            let mut topics: Vec<TopicRequest> = Vec::new();
+            for p in &ps {
+                match topics.iter_mut().find(|t| t.name.0.as_str() == p.topic) {
+                    Some(t) => t.partition_indexes.push(p.partition),
+                    None => topics.push(
+                        TopicRequest::default()
+                            .with_name(StrBytes::from_string(p.topic.clone()).into())
+                            .with_partition_indexes(vec![p.partition]),
+                    ),
+                }
+            }
+            let req = DescribeProducersRequest::default().with_topics(topics);
+            let resp = async {
+                let mut c = self.cluster.client(&addr, self.timeout).await?;
+                c.send(&req, 0).await
+            }
+            .await
+            .map_err(|e| format!("DescribeProducers to {addr}: {e}"))?;
+            for t in &resp.topics {
+                for p in &t.partitions {
+                    if p.error_code != 0 {
+                        return Err(format!(
+                            "DescribeProducers for {}-{} answered error code {}",
+                            t.name.0.as_str(),
+                            p.partition_index,
+                            p.error_code
+                        ));
+                    }
+                    taken.extend(p.active_producers.iter().map(|a| a.producer_id.0));
+                }
+            }
+        }
+        Ok(taken)
     }
 
     /// The last mirrored offset of a partition whose barrier is at `barrier`: what its PSM has
@@ -2125,7 +2217,7 @@ impl MirrorController {
         let fallback = |why: &str, keys: Vec<(String, i32)>| {
             tracing::warn!(
                 mirror = name, broker = addr, partitions = keys.len(), why,
-                "the barrier cannot be a control batch (WriteTxnMarkers needs ALTER or CLUSTER_ACTION on CLUSTER): writing the data barrier instead (failover.barrier: auto)"
+                "the barrier cannot be a control batch here (WriteTxnMarkers needs ALTER or CLUSTER_ACTION on CLUSTER): writing the data barrier instead (failover.barrier: auto)"
             );
             keys
         };
@@ -2143,14 +2235,7 @@ impl MirrorController {
         let outcomes = match self.txn_markers_error {
             Some(code) => keys
                 .iter()
-                .map(|k| {
-                    let o = match code {
-                        0 => MarkerOutcome::Written,
-                        31 | 29 => MarkerOutcome::NotAuthorized(code),
-                        c => MarkerOutcome::Failed(c),
-                    };
-                    (k.clone(), o)
-                })
+                .map(|k| (k.clone(), MarkerOutcome::of(code)))
                 .collect::<HashMap<_, _>>(),
             None => {
                 let versions = match c.send(&ApiVersionsRequest::default(), 0).await {
@@ -2199,7 +2284,15 @@ impl MirrorController {
                 }
                 let req =
                     barrier_markers_request(producer.producer_id, producer.producer_epoch, &asked);
-                match c.send(&req, WRITE_TXN_MARKERS_VERSION).await {
+                let sent = c.send(&req, WRITE_TXN_MARKERS_VERSION).await;
+                let sent = match sent {
+                    Ok(_) if self.lose_marker_answers.fetch_sub(1, Ordering::SeqCst) > 0 => {
+                        Err("answer dropped (MIRRORGATE_TEST_LOSE_BARRIER_MARKER_ANSWERS)".into())
+                    }
+                    Ok(resp) => Ok(resp),
+                    Err(e) => Err(e.to_string()),
+                };
+                match sent {
                     Ok(resp) => marker_outcomes(&resp, producer.producer_id, &asked),
                     Err(e) => {
                         // The markers may have been appended: a retry looks for them first.
@@ -2257,8 +2350,8 @@ impl MirrorController {
                         }
                     }
                 }
-                MarkerOutcome::NotAuthorized(_) if auto => refused.push(key),
-                MarkerOutcome::NotAuthorized(code) | MarkerOutcome::Failed(code) => {
+                MarkerOutcome::Refused(code) if auto => refused.push((key, code)),
+                MarkerOutcome::Refused(code) | MarkerOutcome::Failed(code) => {
                     *reason = format!("barrier marker refused with error code {code}");
                     failed.push(key);
                 }
@@ -2269,12 +2362,15 @@ impl MirrorController {
             }
         }
         if refused.is_empty() {
-            return refused;
+            return Vec::new();
         }
-        fallback(
-            "WriteTxnMarkers refused for authorization (CLUSTER_AUTHORIZATION_FAILED or TOPIC_AUTHORIZATION_FAILED)",
-            refused,
-        )
+        let mut codes: Vec<i16> = refused.iter().map(|(_, c)| *c).collect();
+        codes.sort();
+        codes.dedup();
+        let why = format!(
+            "WriteTxnMarkers refused with error code {codes:?} (29/31: not authorized; 32: the topic's timestamp limits)"
+        );
+        fallback(&why, refused.into_iter().map(|(k, _)| k).collect())
     }
 
     /// Data barriers of `ps` (all led by `addr`): one Produce request, acks=all.
@@ -2417,6 +2513,10 @@ impl OwnBarrier<'_> {
             .then_some(BarrierKind::Data)
     }
 }
+
+/// Most idempotent producer ids a failover asks for to find one for its control barriers that
+/// no producer of its partitions uses.
+const BARRIER_PID_ASKS: usize = 1 + 64 * 16;
 
 /// New barriers a failover writes after mirror writes that landed late, per partition, before
 /// it gives up for this attempt (the partition is FAILED and retried).

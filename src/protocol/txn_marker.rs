@@ -31,8 +31,9 @@ pub const BARRIER_COORDINATOR_EPOCH: i32 = 0;
 /// (in `failover.barrier: auto`): the principal may not send it.
 pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
 pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
-/// UNSUPPORTED_VERSION.
-pub const UNSUPPORTED_VERSION: i16 = 35;
+/// INVALID_TIMESTAMP: the topic's `message.timestamp.before/after.max.ms` refuse the time the
+/// broker stamps the marker with (a data barrier carries no timestamp: review F13).
+pub const INVALID_TIMESTAMP: i16 = 32;
 
 /// The WriteTxnMarkers request that appends one ABORT marker of `producer_id`/`epoch` to each
 /// of `partitions` (all led by the broker it is sent to).
@@ -66,8 +67,9 @@ pub fn barrier_markers_request(
 pub enum MarkerOutcome {
     /// Appended.
     Written,
-    /// Refused for authorization: `auto` falls back to the data barrier.
-    NotAuthorized(i16),
+    /// Refused for authorization, or for the topic's timestamp limits: `auto` falls back to
+    /// the data barrier.
+    Refused(i16),
     /// Any other error (not leader, unknown partition, fenced…): the partition fails and is
     /// retried.
     Failed(i16),
@@ -76,11 +78,12 @@ pub enum MarkerOutcome {
 }
 
 impl MarkerOutcome {
-    fn of(code: i16) -> Self {
+    /// The outcome of error code `code` for a partition.
+    pub fn of(code: i16) -> Self {
         match code {
             0 => MarkerOutcome::Written,
-            CLUSTER_AUTHORIZATION_FAILED | TOPIC_AUTHORIZATION_FAILED => {
-                MarkerOutcome::NotAuthorized(code)
+            CLUSTER_AUTHORIZATION_FAILED | TOPIC_AUTHORIZATION_FAILED | INVALID_TIMESTAMP => {
+                MarkerOutcome::Refused(code)
             }
             c => MarkerOutcome::Failed(c),
         }
@@ -205,16 +208,18 @@ mod tests {
     }
 
     #[test]
-    fn marker_answers_are_read_per_partition_authorization_refusals_apart_from_other_errors() {
+    fn marker_answers_are_read_per_partition_refusals_a_data_barrier_avoids_apart_from_other_errors(
+    ) {
         let resp = answer(7, &[("a", 0, 0), ("a", 2, 31), ("b", 1, 6)]);
         let o = marker_outcomes(&resp, 7, &parts());
         assert_eq!(o[&("a".to_string(), 0)], MarkerOutcome::Written);
-        assert_eq!(o[&("a".to_string(), 2)], MarkerOutcome::NotAuthorized(31));
+        assert_eq!(o[&("a".to_string(), 2)], MarkerOutcome::Refused(31));
         assert_eq!(o[&("b".to_string(), 1)], MarkerOutcome::Failed(6));
-        let resp = answer(7, &[("a", 0, 29)]);
+        let resp = answer(7, &[("a", 0, 29), ("a", 2, 32)]);
         let o = marker_outcomes(&resp, 7, &parts());
-        assert_eq!(o[&("a".to_string(), 0)], MarkerOutcome::NotAuthorized(29));
-        assert_eq!(o[&("a".to_string(), 2)], MarkerOutcome::Missing);
+        assert_eq!(o[&("a".to_string(), 0)], MarkerOutcome::Refused(29));
+        assert_eq!(o[&("a".to_string(), 2)], MarkerOutcome::Refused(32));
+        assert_eq!(o[&("b".to_string(), 1)], MarkerOutcome::Missing);
         // An answer for another producer id says nothing about ours.
         let resp = answer(8, &[("a", 0, 0), ("a", 2, 0), ("b", 1, 0)]);
         assert!(marker_outcomes(&resp, 7, &parts())
