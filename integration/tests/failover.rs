@@ -488,7 +488,13 @@ fn after_failover_new_idempotent_producers_lose_nothing_to_colliding_producer_id
     let destination = harness::cluster("destination");
     let topic = harness::unique_topic("collide");
     harness::create_topic(&destination, &topic, 2, Some(&[1, 2]));
-    let gw = TestGateway::start(screening_only(mirror_config("collide", &[&topic])));
+    // PID screening alone, and the data barrier: a control barrier's producer id is asked for
+    // until one no mirrored producer uses, which takes the colliding ids from the broker's
+    // allocator as the allocator advance would.
+    let gw = TestGateway::start(data_barrier(screening_only(mirror_config(
+        "collide",
+        &[&topic],
+    ))));
     wait_mirroring(&gw.admin(), "collide", 2);
     // Mirror the producer ids the destination will hand out next, as a mirrored cluster would
     // (single-record batches, sequences 0.., epoch 0): exactly the hazard's shape.

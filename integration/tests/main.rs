@@ -4,6 +4,7 @@ mod agent;
 mod barrier_visibility;
 mod cli;
 mod compose;
+mod control_barrier;
 mod drain;
 mod failover;
 mod faults;

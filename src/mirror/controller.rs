@@ -1570,10 +1570,10 @@ impl MirrorController {
             } else {
                 match self.barrier_producer(name, &to_write).await {
                     Ok(p) => Some(p),
-                    Err(e) if self.barrier_mode == BarrierMode::Auto => {
+                    Err(e) if e.fallback && self.barrier_mode == BarrierMode::Auto => {
                         tracing::warn!(
-                            mirror = name, error = %e,
-                            "no producer id for a control-batch barrier: falling back to the data barrier"
+                            mirror = name, error = %e.reason,
+                            "no producer id for a control-batch barrier: writing the data barrier instead (failover.barrier: auto)"
                         );
                         None
                     }
@@ -1582,7 +1582,7 @@ impl MirrorController {
                             .iter()
                             .map(|p| (p.topic.clone(), p.partition))
                             .collect();
-                        self.fail_partitions(name, &keys, &e);
+                        self.fail_partitions(name, &keys, &e.reason);
                         return false;
                     }
                 }
@@ -1965,7 +1965,7 @@ impl MirrorController {
         &self,
         name: &str,
         parts: &[&PartitionRecord],
-    ) -> Result<BarrierProducer, String> {
+    ) -> Result<BarrierProducer, ProducerIdError> {
         let recorded = lock(&self.slots)
             .iter()
             .find(|s| s.record.name == name)
@@ -1985,7 +1985,7 @@ impl MirrorController {
                     p.barrier_producer = Some(producer);
                 }
             })
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| ProducerIdError::retry(e.to_string()))?;
         }
         Ok(producer)
     }
@@ -1998,18 +1998,18 @@ impl MirrorController {
     async fn new_barrier_producer(
         &self,
         parts: &[&PartitionRecord],
-    ) -> Result<BarrierProducer, String> {
+    ) -> Result<BarrierProducer, ProducerIdError> {
         use kafka_protocol::messages::InitProducerIdRequest;
         let taken = self.producer_ids_in_use(parts).await?;
         let addr = parts
             .iter()
             .find_map(|p| self.leader_addr(&p.topic, p.partition))
-            .ok_or_else(|| "no leader known for the partitions".to_string())?;
+            .ok_or_else(|| ProducerIdError::retry("no leader known for the partitions".into()))?;
         let mut c = self
             .cluster
             .client(&addr, self.timeout)
             .await
-            .map_err(|e| format!("InitProducerId to {addr}: {e}"))?;
+            .map_err(|e| ProducerIdError::retry(format!("InitProducerId to {addr}: {e}")))?;
         let req = InitProducerIdRequest::default()
             .with_transactional_id(None)
             .with_transaction_timeout_ms(60_000)
@@ -2018,11 +2018,19 @@ impl MirrorController {
         let mut asked = 0usize;
         let mut n = 1usize;
         let mut last_error = 0i16;
+        // A broker loading its coordinator state answers 14 or 15 for a while: retried.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         while asked < BARRIER_PID_ASKS {
             let answers = c
                 .send_pipelined(&req, 4, n)
                 .await
-                .map_err(|e| format!("InitProducerId to {addr}: {e}"))?;
+                .map_err(|e| ProducerIdError::retry(format!("InitProducerId to {addr}: {e}")))?;
+            if answers.iter().all(|r| matches!(r.error_code, 14 | 15))
+                && tokio::time::Instant::now() < deadline
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
             asked += n;
             for r in answers {
                 if r.error_code != 0 || r.producer_id.0 < 0 {
@@ -2037,15 +2045,19 @@ impl MirrorController {
                 }
             }
             if last_error != 0 {
-                return Err(format!(
-                    "InitProducerId to {addr} answered error code {last_error}"
+                return Err(ProducerIdError::of_code(
+                    format!("InitProducerId to {addr} answered error code {last_error}"),
+                    last_error,
                 ));
             }
             n = 64;
         }
-        Err(format!(
-            "the {asked} producer ids {addr} handed out are all used by producers of the partitions (mirrored traffic)"
-        ))
+        Err(ProducerIdError {
+            reason: format!(
+                "the {asked} producer ids {addr} handed out are all used by producers of the partitions (mirrored traffic)"
+            ),
+            fallback: true,
+        })
     }
 
     /// The producer ids the barrier's must differ from: those the brokers hold for `parts`
@@ -2053,7 +2065,7 @@ impl MirrorController {
     async fn producer_ids_in_use(
         &self,
         parts: &[&PartitionRecord],
-    ) -> Result<std::collections::HashSet<i64>, String> {
+    ) -> Result<std::collections::HashSet<i64>, ProducerIdError> {
         use kafka_protocol::messages::describe_producers_request::TopicRequest;
         use kafka_protocol::messages::DescribeProducersRequest;
         let mut taken: std::collections::HashSet<i64> =
@@ -2068,9 +2080,9 @@ impl MirrorController {
         }
         let mut by_leader: HashMap<String, Vec<&PartitionRecord>> = HashMap::new();
         for p in parts {
-            let addr = self
-                .leader_addr(&p.topic, p.partition)
-                .ok_or_else(|| format!("no leader known for {}-{}", p.topic, p.partition))?;
+            let addr = self.leader_addr(&p.topic, p.partition).ok_or_else(|| {
+                ProducerIdError::retry(format!("no leader known for {}-{}", p.topic, p.partition))
+            })?;
             by_leader.entry(addr).or_default().push(p);
         }
         for (addr, ps) in by_leader {
@@ -2091,15 +2103,18 @@ impl MirrorController {
                 c.send(&req, 0).await
             }
             .await
-            .map_err(|e| format!("DescribeProducers to {addr}: {e}"))?;
+            .map_err(|e| ProducerIdError::retry(format!("DescribeProducers to {addr}: {e}")))?;
             for t in &resp.topics {
                 for p in &t.partitions {
                     if p.error_code != 0 {
-                        return Err(format!(
-                            "DescribeProducers for {}-{} answered error code {}",
-                            t.name.0.as_str(),
-                            p.partition_index,
-                            p.error_code
+                        return Err(ProducerIdError::of_code(
+                            format!(
+                                "DescribeProducers for {}-{} answered error code {}",
+                                t.name.0.as_str(),
+                                p.partition_index,
+                                p.error_code
+                            ),
+                            p.error_code,
                         ));
                     }
                     taken.extend(p.active_producers.iter().map(|a| a.producer_id.0));
@@ -2511,6 +2526,33 @@ impl OwnBarrier<'_> {
         }
         matches!(parse_barrier(batch), Ok(Some(v)) if v.failover_id == self.failover_id)
             .then_some(BarrierKind::Data)
+    }
+}
+
+/// Why no producer id for a control barrier could be had.
+#[derive(Debug)]
+struct ProducerIdError {
+    reason: String,
+    /// The data barrier is the answer (`auto`): not authorized, or no free producer id; else the
+    /// partitions fail and are retried.
+    fallback: bool,
+}
+
+impl ProducerIdError {
+    fn retry(reason: String) -> Self {
+        ProducerIdError {
+            reason,
+            fallback: false,
+        }
+    }
+
+    /// An error code answered: authorization refusals (29, 31) and UNSUPPORTED_VERSION (35)
+    /// fall back.
+    fn of_code(reason: String, code: i16) -> Self {
+        ProducerIdError {
+            reason,
+            fallback: matches!(code, 29 | 31 | 35),
+        }
     }
 }
 
