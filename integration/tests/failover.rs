@@ -1017,7 +1017,13 @@ fn after_failover_a_transactional_producer_is_bumped_above_the_mirrored_epoch() 
     let destination = harness::cluster("destination");
     let topic = harness::unique_topic("txn");
     harness::create_topic(&destination, &topic, 1, Some(&[1]));
-    let gw = TestGateway::start(screening_only(mirror_config("txn", &[&topic])));
+    // PID screening alone, and the data barrier: a control barrier's producer id is asked for
+    // until one no mirrored producer uses, which takes the colliding ids from the broker's
+    // allocator as the allocator advance would.
+    let gw = TestGateway::start(data_barrier(screening_only(mirror_config(
+        "txn",
+        &[&topic],
+    ))));
     wait_mirroring(&gw.admin(), "txn", 1);
     // Mirrored batches of the next producer ids, at epoch 3.
     // Mirrored batches of the next producer ids of both brokers' id blocks, at epoch 3.
