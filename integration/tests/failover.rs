@@ -835,6 +835,27 @@ fn crash_at(step: &str) {
                 a.offset
             );
         }
+        // The barrier is the control batch the state records (the default form): a failover
+        // resumed after the markers were written found them by their producer id.
+        let (_, body) = gw.call(Method::GET, "/v1/mirrors/crash/partitions");
+        let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+        let rec = v["partitions"]
+            .as_array()
+            .expect("partitions")
+            .iter()
+            .find(|x| x["partition"].as_i64() == Some(p as i64))
+            .cloned()
+            .expect("partition record");
+        assert_eq!(rec["barrier_kind"], "control", "{rec}");
+        assert_eq!(rec["barrier_offset"].as_i64(), Some(barrier), "{rec}");
+        assert_eq!(
+            log.control_barriers
+                .iter()
+                .map(|c| c.producer_id)
+                .collect::<Vec<_>>(),
+            vec![rec["barrier_producer_id"].as_i64().expect("producer id")],
+            "partition {p} after a crash at {step}"
+        );
     }
 }
 
