@@ -646,9 +646,14 @@ impl Task {
                 }
                 if h.is_transactional() || h.is_control() {
                     return Err(Halt::Fail(format!(
-                        "the source batch at offset {} is {}: transactional/control batches are not mirrored in this version",
+                        "the source batch at offset {} is {}: transactional/control batches are not mirrored in this version{}",
                         h.base_offset,
-                        if h.is_control() { "a control batch" } else { "transactional" }
+                        if h.is_control() { "a control batch" } else { "transactional" },
+                        if h.is_control() {
+                            " (a failover barrier of an upstream mirrorgate is one unless that gateway has failover.barrier: data)"
+                        } else {
+                            ""
+                        }
                     )));
                 }
                 if h.record_count != h.last_offset_delta + 1 {
