@@ -1969,9 +1969,39 @@ impl MirrorController {
         let recorded = lock(&self.slots)
             .iter()
             .find(|s| s.record.name == name)
-            .and_then(|s| s.record.partitions.iter().find_map(|p| p.barrier_producer));
+            .and_then(|s| {
+                let fid = s.record.failover_id.as_deref();
+                s.record
+                    .partitions
+                    .iter()
+                    .filter(|p| p.failover_id.as_deref() == fid)
+                    .find_map(|p| p.barrier_producer)
+            });
         let producer = match recorded {
-            Some(p) => p,
+            Some(p) => {
+                // Partitions that joined since (or not written yet): the recorded id must be
+                // free there too.
+                let new: Vec<&PartitionRecord> = parts
+                    .iter()
+                    .filter(|x| x.barrier_producer != Some(p))
+                    .copied()
+                    .collect();
+                if !new.is_empty()
+                    && self
+                        .producer_ids_in_use(&new)
+                        .await?
+                        .contains(&p.producer_id)
+                {
+                    return Err(ProducerIdError {
+                        reason: format!(
+                            "the failover's barrier producer id {} is used by a producer of a partition that joined the failover",
+                            p.producer_id
+                        ),
+                        fallback: true,
+                    });
+                }
+                p
+            }
             None => self.new_barrier_producer(parts).await?,
         };
         let missing = parts.iter().any(|p| p.barrier_producer != Some(producer));
