@@ -1025,4 +1025,86 @@ fn a_transaction_the_broker_says_ended_is_closed_unless_a_batch_came_since() {
     assert_eq!(e.coordinator_epoch(), 3);
     assert_eq!(e.last_timestamp(), TS + 50);
     assert_eq!(e.last_seq(), 0, "the same epoch keeps the cached batches");
+/// A v2 batch of one record at `offset`: data of `pid` (sequence 0), or, with `abort`, a
+/// transactional control batch holding an ABORT marker of `pid` (coordinator epoch 0), as
+/// WriteTxnMarkers appends it.
+fn log_batch(offset: i64, pid: i64, abort: bool) -> Vec<u8> {
+    use bytes::{Bytes, BytesMut};
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+    let (key, value) = if abort {
+        let mut k = BytesMut::new();
+        k.extend_from_slice(&[0, 0, 0, 0]);
+        let mut v = BytesMut::new();
+        v.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+        (k.freeze(), v.freeze())
+    } else {
+        (Bytes::from_static(b"k"), Bytes::from_static(b"v"))
+    };
+    let r = Record {
+        transactional: abort,
+        control: abort,
+        delete_horizon: false,
+        partition_leader_epoch: 0,
+        producer_id: pid,
+        producer_epoch: 0,
+        timestamp_type: TimestampType::Creation,
+        offset,
+        sequence: if abort { -1 } else { 0 },
+        timestamp: TS,
+        key: Some(key),
+        value: Some(value),
+        headers: Default::default(),
+    };
+    let mut out = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut out,
+        &[r],
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .unwrap();
+    out.to_vec()
+}
+
+#[test]
+fn a_rebuild_clears_at_a_control_barrier_and_keeps_an_unknown_producer_s_lone_marker_as_an_entry() {
+    // 0: data of 1; 1: a lone ABORT marker of 7 (another failover's barrier, say);
+    // 2: data of 2; 3: the partition's own control barrier (producer 9); 4: data of 3.
+    let mut log = Vec::new();
+    for (offset, pid, abort) in [
+        (0, 1, false),
+        (1, 7, true),
+        (2, 2, false),
+        (3, 9, true),
+        (4, 3, false),
+    ] {
+        log.extend(log_batch(offset, pid, abort));
+    }
+    // Without a barrier: the marker of 7 gives it an entry with no open transaction.
+    let mut psm = PartitionPsm::new();
+    let (next, n) = rebuild::replay_records(&mut psm, &log, 0, None).unwrap();
+    assert_eq!((next, n), (5, 5));
+    let e = psm.get(7).expect("an entry for the marker's producer");
+    assert_eq!(
+        (
+            e.epoch(),
+            e.coordinator_epoch(),
+            e.current_txn_first_offset()
+        ),
+        (0, 0, None)
+    );
+    assert!(psm.get(9).is_some() && psm.get(1).is_some());
+    // With the barrier at 3: everything before it is forgotten, the barrier's own producer is
+    // not tracked, what follows is.
+    let mut psm = PartitionPsm::new();
+    let (next, _) = rebuild::replay_records(&mut psm, &log, 0, Some(3)).unwrap();
+    assert_eq!(next, 5);
+    assert_eq!(
+        psm.iter().map(|e| e.producer_id()).collect::<Vec<_>>(),
+        vec![3]
+    );
 }
