@@ -395,5 +395,83 @@ fn a_screened_producer_id_stays_protected_for_the_clock_skew_margin() {
     assert!(
         without.screened(42).is_none(),
         "8 s past expiry by the gateway's clock"
+/// One uncompressed v2 control batch holding an ABORT (`commit`: COMMIT) marker of `pid`.
+fn marker_batch(pid: i64, commit: bool) -> bytes::Bytes {
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+    let r = Record {
+        transactional: true,
+        control: true,
+        delete_horizon: false,
+        partition_leader_epoch: 0,
+        producer_id: pid,
+        producer_epoch: 0,
+        timestamp_type: TimestampType::Creation,
+        offset: 0,
+        sequence: -1,
+        timestamp: 1,
+        key: Some(bytes::Bytes::from(vec![0, 0, 0, u8::from(commit)])),
+        value: Some(bytes::Bytes::from(vec![0, 0, 0, 0, 0, 0])),
+        headers: Default::default(),
+    };
+    let mut out = bytes::BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut out,
+        &[r],
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .unwrap();
+    out.freeze()
+}
+
+#[test]
+fn a_failover_recognises_its_barrier_in_the_log_in_either_form() {
+    let value = |fid: &str| BarrierValue {
+        version: 1,
+        mirror: "m".into(),
+        failover_id: fid.into(),
+        source_cluster_id: None,
+        time_ms: 1,
+        producers_expired: 0,
+        last_mirrored_offset: -1,
+    };
+    let kind = |own: &OwnBarrier<'_>, b: &bytes::Bytes| {
+        let (h, batch) = BatchWalker::fetched(b).next().unwrap().unwrap();
+        own.kind_of(&h, batch)
+    };
+    let data_ours = encode_barrier_batch(&value("f1"), BARRIER_TIMESTAMP);
+    let data_other = encode_barrier_batch(&value("f0"), BARRIER_TIMESTAMP);
+    let control_ours = marker_batch(1000, false);
+    let control_other = marker_batch(1001, false);
+    let commit_ours = marker_batch(1000, true);
+    let with_pid = OwnBarrier {
+        failover_id: "f1",
+        producer_id: Some(1000),
+    };
+    assert_eq!(kind(&with_pid, &control_ours), Some(BarrierKind::Control));
+    assert_eq!(kind(&with_pid, &data_ours), Some(BarrierKind::Data));
+    assert_eq!(kind(&with_pid, &control_other), None);
+    assert_eq!(kind(&with_pid, &commit_ours), None);
+    assert_eq!(kind(&with_pid, &data_other), None);
+    // A failover that recorded no producer id (older state, or the data form) knows only data
+    // barriers; a lookup by producer id alone (after writing markers) knows only markers.
+    let data_only = OwnBarrier {
+        failover_id: "f1",
+        producer_id: None,
+    };
+    assert_eq!(kind(&data_only, &control_ours), None);
+    assert_eq!(kind(&data_only, &data_ours), Some(BarrierKind::Data));
+    let markers_only = OwnBarrier {
+        failover_id: "",
+        producer_id: Some(1000),
+    };
+    assert_eq!(kind(&markers_only, &data_ours), None);
+    assert_eq!(
+        kind(&markers_only, &control_ours),
+        Some(BarrierKind::Control)
     );
 }
