@@ -13,6 +13,10 @@
 //! stay read-only on the client listener until the operator recovers it (README, "Recovering the
 //! PID screening set").
 //!
+//! The barrier is an ABORT transaction marker (WriteTxnMarkers) of an idempotent producer id no
+//! producer of the partitions uses, recorded before it is written; the data barrier is the
+//! fallback (`failover.barrier`, README "The barrier").
+//!
 //! Owns: mirror state files in the state store (`mirrors/NAME.json`, `screen/pids.json`), barrier
 //! writes. Must not touch: client sockets (the proxy asks it for decisions), the PSM's rules (it
 //! asks the registry to clear a partition).

@@ -37,7 +37,8 @@
 //! ```
 //! - FENCED: mirror produce for the partition is rejected from now on.
 //! - DRAINED: every in-flight mirror produce was acknowledged or failed.
-//! - BARRIER_WRITTEN{offset}: the barrier produce (acks=all) was acknowledged at `offset`.
+//! - BARRIER_WRITTEN{offset}: the barrier was acknowledged (acks=all) at `offset`: a control
+//!   batch (ABORT marker, whose offset is read back from the log) or the data barrier.
 //! - BARRIER_PERSISTED{offset}: the same offset is now the partition's `barrier_offset`; the
 //!   controller records this step only once the record carrying it has been saved durably.
 //! - PSM_CLEARED: the partition's producer state was cleared at the barrier.
