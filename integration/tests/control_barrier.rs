@@ -357,3 +357,44 @@ fn with_failover_barrier_data_the_failover_writes_the_data_barrier() {
     assert_eq!(parts[0]["barrier_kind"], "data");
     assert_eq!(parts[0]["last_mirrored_offset"].as_i64(), Some(9));
 }
+
+/// `failover.barrier: control` never falls back: a refused marker (test hook, 31) leaves the
+/// partition FAILED and read-only, retried, with no barrier of either form in the log.
+#[test]
+fn with_failover_barrier_control_a_refused_marker_fails_the_partition_instead_of_falling_back() {
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("ctl-only");
+    harness::create_topic(&destination, &topic, 1, Some(&[1]));
+    let mut cfg = mirror_config("ctlonly", &[&topic]);
+    cfg.failover.barrier = mirrorgate::config::BarrierMode::Control;
+    let gw = ProcessGateway::start(cfg, &[("MIRRORGATE_TEST_TXN_MARKERS_ERROR", "31")]);
+    wait_mirroring(&gw.admin(), "ctlonly", 1);
+    harness::produce_keyed(&gw.mirror_bootstrap(), &topic, 5, &[]);
+    failover(&gw.admin(), "ctlonly");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let p = loop {
+        let parts = partitions(&gw.admin(), "ctlonly");
+        if parts[0]["state"] == "FAILED" {
+            break parts[0].clone();
+        }
+        assert_ne!(parts[0]["state"], "STOPPED", "{:?}", parts[0]);
+        assert!(std::time::Instant::now() < deadline, "{:?}", parts[0]);
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        p["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("error code 31")),
+        "{p}"
+    );
+    let log = read_log(&destination, &topic, 0);
+    assert!(log.barriers.is_empty(), "{:?}", log.barriers);
+    assert!(
+        !gw.log().contains("writing the data barrier instead"),
+        "{}",
+        gw.log()
+    );
+    // Still read-only on the client listener.
+    let err = crate::failover::produce_one_expect_error(&gw.bootstrap(), &topic);
+    assert!(err.contains("PolicyViolation"), "{err}");
+}
