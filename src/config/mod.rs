@@ -270,6 +270,7 @@ impl Default for FailoverConfig {
     fn default() -> Self {
         FailoverConfig {
             pid_allocator: PidAllocatorConfig::default(),
+            barrier: BarrierMode::default(),
             refuse_mirrored_producer_ids: true,
         }
     }

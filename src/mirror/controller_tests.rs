@@ -395,6 +395,9 @@ fn a_screened_producer_id_stays_protected_for_the_clock_skew_margin() {
     assert!(
         without.screened(42).is_none(),
         "8 s past expiry by the gateway's clock"
+    );
+}
+
 /// One uncompressed v2 control batch holding an ABORT (`commit`: COMMIT) marker of `pid`.
 fn marker_batch(pid: i64, commit: bool) -> bytes::Bytes {
     use kafka_protocol::records::{

@@ -1025,6 +1025,8 @@ fn a_transaction_the_broker_says_ended_is_closed_unless_a_batch_came_since() {
     assert_eq!(e.coordinator_epoch(), 3);
     assert_eq!(e.last_timestamp(), TS + 50);
     assert_eq!(e.last_seq(), 0, "the same epoch keeps the cached batches");
+}
+
 /// A v2 batch of one record at `offset`: data of `pid` (sequence 0), or, with `abort`, a
 /// transactional control batch holding an ABORT marker of `pid` (coordinator epoch 0), as
 /// WriteTxnMarkers appends it.
