@@ -166,6 +166,7 @@ impl Gateway {
             tokio::spawn(maintain_mirrors(
                 controller.clone(),
                 permissions.clone(),
+                metrics.clone(),
                 cluster.clone(),
                 config
                     .mirrors
@@ -415,6 +416,7 @@ const PERMISSION_CHECK_INTERVAL: Duration = Duration::from_secs(60);
 async fn maintain_mirrors(
     controller: Arc<MirrorController>,
     permissions: Arc<PermissionCheck>,
+    metrics: Arc<Metrics>,
     cluster: Arc<ClusterView>,
     exact_topics: Vec<String>,
     timeout: Duration,
@@ -428,6 +430,12 @@ async fn maintain_mirrors(
             if !resumed {
                 controller.resume_all();
                 resumed = true;
+                // Once per start: do the logs still hold the recorded barriers (review F6)?
+                let (ctl, cluster, metrics) =
+                    (controller.clone(), cluster.clone(), metrics.clone());
+                tokio::spawn(async move {
+                    crate::mirror::barrier_check::check_all(&ctl, &cluster, &metrics, timeout).await
+                });
             }
             controller.expire_screen();
             if permissions_checked.is_none_or(|t| t.elapsed() >= PERMISSION_CHECK_INTERVAL) {

@@ -1190,7 +1190,7 @@ pub fn screened_ids(state_dir: &std::path::Path) -> std::collections::BTreeSet<i
 }
 
 /// A metric of a gateway process (0 when absent).
-fn process_metric(gw: &ProcessGateway, series: &str) -> f64 {
+pub fn process_metric(gw: &ProcessGateway, series: &str) -> f64 {
     let (_, body) = gw.call(Method::GET, "/metrics");
     body.lines()
         .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))

@@ -464,3 +464,72 @@ fn a_rebuild_after_divergence_keeps_producers_whose_records_were_deleted_from_th
         "the gateway's producers after the rebuild differ from the broker's"
     );
 }
+
+/// Review F6: the state directory records a barrier the partition's log no longer holds (the
+/// log was cut below it — an unclean election, a destination restored from an older copy; here
+/// the record's offset is moved past the log end while the gateway is down). At start the
+/// gateway checks every barrier against the log, says which one is missing, and does not let
+/// it guard: genuine acknowledgements below the recorded offset are passed on, so an
+/// idempotent producer's 50 records are all acknowledged and written once.
+#[test]
+fn a_barrier_the_log_no_longer_holds_is_reported_at_start_and_guards_nothing() {
+    use crate::failover::process_metric;
+    use crate::gw::ProcessGateway;
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("cutlog");
+    harness::create_topic(&destination, &topic, 1, Some(&[1]));
+    let mut gw = ProcessGateway::start(mirror_config("cutlog", &[&topic]), &[]);
+    wait_mirroring(&gw.admin(), "cutlog", 1);
+    let mut conn = RawConn::connect(&gw.mirror_bootstrap());
+    let pid = 8_700_000 + (std::process::id() as i64 % 1000) * 10;
+    assert_eq!(conn.produce(&topic, 0, batch(pid, 0, 0, 20, "m")).0, 0);
+    drop(conn);
+    failover(&gw.admin(), "cutlog");
+    wait_stopped(&gw.admin(), "cutlog");
+    gw.kill9();
+    let file = gw.config.state_dir.join("mirrors/cutlog.json");
+    let mut record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&file).expect("mirror state")).expect("json");
+    record["partitions"][0]["barrier_offset"] = serde_json::json!(500);
+    std::fs::write(&file, serde_json::to_vec(&record).expect("json")).expect("write");
+    gw.restart(&[]);
+    let (_, body) = gw.call(hyper::Method::GET, "/v1/mirrors/cutlog/partitions");
+    let parts: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let why = parts["partitions"][0]["barrier_missing"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no barrier_missing reported: {parts}"));
+    assert!(why.contains("cut below the barrier"), "{why}");
+    assert_eq!(
+        process_metric(&gw, "mirrorgate_protection_barriers_missing"),
+        1.0
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let props = dir.path().join("p.properties");
+    std::fs::write(
+        &props,
+        "enable.idempotence=true\nacks=all\nretries=2147483647\nlinger.ms=0\nbatch.size=1\ndelivery.timeout.ms=20000\nrequest.timeout.ms=5000\n",
+    )
+    .expect("props");
+    let (acked, out) = harness::verifiable_produce(&gw.bootstrap(), &topic, 50, &props);
+    assert_eq!(
+        acked.len(),
+        50,
+        "not every send succeeded: {}\n{}",
+        harness::tail_text(&out.stdout, 2000),
+        harness::tail_text(&out.stderr, 2000)
+    );
+    let log = crate::failover::read_log(&destination, &topic, 0);
+    let local = log
+        .records
+        .iter()
+        .filter(|r| !r.control && r.producer_id != pid && r.value.is_some())
+        .count();
+    assert_eq!(
+        local, 50,
+        "the log holds {local} local records for 50 sends"
+    );
+    assert_eq!(
+        process_metric(&gw, "mirrorgate_duplicate_ack_guard_total"),
+        0.0
+    );
+}

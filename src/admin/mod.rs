@@ -176,8 +176,15 @@ fn mirror_summary(
     })
 }
 
-fn partition_json(p: &PartitionRecord, lag: Option<(i64, f64)>) -> serde_json::Value {
+/// `barrier_missing`: why the log no longer holds the partition's barrier (checked at start),
+/// so that it guards nothing.
+fn partition_json(
+    p: &PartitionRecord,
+    lag: Option<(i64, f64)>,
+    barrier_missing: Option<String>,
+) -> serde_json::Value {
     json!({
+        "barrier_missing": barrier_missing,
         "lag_records": lag.map(|l| l.0),
         "lag_seconds": lag.map(|l| l.1),
         "topic": p.topic,
@@ -238,7 +245,13 @@ async fn mirrors(
                 let parts: Vec<serde_json::Value> = r
                     .partitions
                     .iter()
-                    .map(|p| partition_json(p, gw.agent_lag(&r.name, &p.topic, p.partition)))
+                    .map(|p| {
+                        partition_json(
+                            p,
+                            gw.agent_lag(&r.name, &p.topic, p.partition),
+                            ctl.barrier_missing(&p.topic, p.partition),
+                        )
+                    })
                     .collect();
                 json_reply(
                     StatusCode::OK,

@@ -22,7 +22,7 @@
 //! asks the registry to clear a partition).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -347,6 +347,12 @@ pub struct MirrorController {
     /// Barrier offset per partition of stopped partitions (duplicate-ack guard), with the
     /// destination topic id it was written under (absent in older state files).
     barriers: RwLock<HashMap<String, Vec<Option<Barrier>>>>,
+    /// Barriers the partition's log no longer holds (checked at start, review F6): they guard
+    /// nothing; the reason is shown in the API.
+    barrier_missing: RwLock<HashMap<(String, i32), String>>,
+    /// Whether the start-up check of the barriers against the logs has run (until then the
+    /// gateway is not ready).
+    barriers_checked: AtomicBool,
     in_flight: RwLock<HashMap<(String, i32), Arc<PartitionWrites>>>,
     /// After a barrier, how long a partition's log is watched for mirror writes of unknown
     /// outcome before it may become STOPPED (`limits.unknown_outcome_settle_ms`).
@@ -478,6 +484,8 @@ impl MirrorController {
             slots: Mutex::new(slots),
             states: RwLock::new(HashMap::new()),
             barriers: RwLock::new(HashMap::new()),
+            barrier_missing: RwLock::new(HashMap::new()),
+            barriers_checked: AtomicBool::new(false),
             in_flight: RwLock::new(HashMap::new()),
             unknown_outcome_settle: Duration::from_millis(config.limits.unknown_outcome_settle_ms),
             started_ms: now_ms(),
@@ -943,8 +951,68 @@ impl MirrorController {
             .and_then(|v| v.get(partition.max(0) as usize).copied().flatten())?;
         match (id, self.cluster.topic_id(topic)) {
             (Some(recorded), Some(now)) if now != recorded => None,
+            _ if self.barrier_missing(topic, partition).is_some() => None,
             _ => Some(offset),
         }
+    }
+
+    /// Why a STOPPED partition's recorded barrier no longer guards: the log does not hold it
+    /// (see [`super::barrier_check`]).
+    pub fn barrier_missing(&self, topic: &str, partition: i32) -> Option<String> {
+        let m = self
+            .barrier_missing
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        if m.is_empty() {
+            return None;
+        }
+        m.get(&(topic.to_string(), partition)).cloned()
+    }
+
+    /// The start-up check of the barriers against the logs has run.
+    pub fn set_barriers_checked(&self) {
+        self.barriers_checked.store(true, Ordering::SeqCst);
+    }
+
+    /// Record that the log of `topic`-`partition` no longer holds its barrier.
+    pub fn set_barrier_missing(&self, topic: &str, partition: i32, reason: String) {
+        self.barrier_missing
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((topic.to_string(), partition), reason);
+    }
+
+    /// The barriers of STOPPED partitions, as recorded (those of a topic created again since,
+    /// under another id, left out: they already guard nothing).
+    pub fn recorded_barriers(&self) -> Vec<RecordedBarrier> {
+        let slots = lock(&self.slots);
+        let mut v = Vec::new();
+        for s in slots.iter() {
+            for p in &s.record.partitions {
+                let (PartitionState::Stopped, Some(offset)) = (p.state, p.barrier_offset) else {
+                    continue;
+                };
+                let recorded_id = p
+                    .barrier_topic_id
+                    .as_deref()
+                    .and_then(|id| uuid::Uuid::parse_str(id).ok());
+                if matches!((recorded_id, self.cluster.topic_id(&p.topic)), (Some(r), Some(n)) if r != n)
+                {
+                    continue;
+                }
+                v.push(RecordedBarrier {
+                    topic: p.topic.clone(),
+                    partition: p.partition,
+                    offset,
+                    failover_id: p.failover_id.clone().unwrap_or_default(),
+                    producer_id: match p.barrier_kind {
+                        Some(BarrierKind::Control) => p.barrier_producer.map(|b| b.producer_id),
+                        _ => None,
+                    },
+                });
+            }
+        }
+        v
     }
 
     /// Whether any partition has a barrier (fast check before looking at responses).
@@ -1193,6 +1261,9 @@ impl MirrorController {
             })
             .collect();
         v.extend(self.screen_unreadable.as_ref().map(|e| e.to_string()));
+        if !self.barriers_checked.load(Ordering::SeqCst) && !self.recorded_barriers().is_empty() {
+            v.push("failover barriers not yet checked against the partitions' logs".to_string());
+        }
         v
     }
 
@@ -2532,6 +2603,30 @@ struct FoundBarrier {
     kind: BarrierKind,
     /// The producer id of a control barrier.
     producer_id: Option<i64>,
+}
+
+/// A STOPPED partition's barrier as its record names it.
+#[derive(Debug, Clone)]
+pub struct RecordedBarrier {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub failover_id: String,
+    /// The control barrier's producer id (`None`: a data barrier).
+    pub producer_id: Option<i64>,
+}
+
+impl RecordedBarrier {
+    /// Whether `batch` (header `h`) is this barrier: the ABORT marker of its producer id, or a
+    /// data barrier carrying its failover id.
+    pub fn is_own(&self, h: &crate::protocol::batch::BatchHeader, batch: &[u8]) -> bool {
+        OwnBarrier {
+            failover_id: &self.failover_id,
+            producer_id: self.producer_id,
+        }
+        .kind_of(h, batch)
+        .is_some()
+    }
 }
 
 /// The barriers of a failover pass, per partition.

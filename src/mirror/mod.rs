@@ -13,6 +13,7 @@
 //! Must not touch: sockets, the state store's file layout, the PSM's contents.
 
 pub mod agent;
+pub mod barrier_check;
 pub mod controller;
 pub mod permissions;
 pub mod pid_allocator;
