@@ -162,7 +162,10 @@ impl Gateway {
                 Duration::from_millis(config.destination.connect_timeout_ms),
                 shutdown_rx.clone(),
             ));
-            let permissions = Arc::new(PermissionCheck::new(&metrics));
+            let permissions = Arc::new(PermissionCheck::new(
+                &metrics,
+                config.failover.barrier != crate::config::BarrierMode::Data,
+            ));
             tokio::spawn(maintain_mirrors(
                 controller.clone(),
                 permissions.clone(),

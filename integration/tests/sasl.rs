@@ -575,3 +575,119 @@ fn a_gateway_principal_that_may_not_write_a_mirror_topic_is_reported_before_any_
         "missing permissions do not make it unready"
     );
 }
+
+/// Put (`create`) or remove ACLs on the secure cluster's CLUSTER resource for `principal`:
+/// ALLOW each of `operations`.
+fn cluster_acls(plaintext: &str, principal: &str, operations: &[i8], create: bool) {
+    use kafka_protocol::messages::create_acls_request::AclCreation;
+    use kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
+    use kafka_protocol::messages::{CreateAclsRequest, DeleteAclsRequest};
+    use kafka_protocol::protocol::StrBytes;
+    use mirrorgate::protocol::client::KafkaClient;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        let mut c = KafkaClient::connect(plaintext, std::time::Duration::from_secs(10))
+            .await
+            .expect("connect");
+        if create {
+            let req = CreateAclsRequest::default().with_creations(
+                operations
+                    .iter()
+                    .map(|op| {
+                        AclCreation::default()
+                            .with_resource_type(4) // CLUSTER
+                            .with_resource_name(StrBytes::from_static_str("kafka-cluster"))
+                            .with_resource_pattern_type(3) // LITERAL
+                            .with_principal(StrBytes::from_string(principal.to_string()))
+                            .with_host(StrBytes::from_static_str("*"))
+                            .with_operation(*op)
+                            .with_permission_type(3) // ALLOW
+                    })
+                    .collect(),
+            );
+            let resp = c.send(&req, 3).await.expect("CreateAcls");
+            for r in &resp.results {
+                assert_eq!(r.error_code, 0, "CreateAcls: {:?}", r.error_message);
+            }
+        } else {
+            let req = DeleteAclsRequest::default().with_filters(vec![DeleteAclsFilter::default()
+                .with_resource_type_filter(4)
+                .with_resource_name_filter(Some(StrBytes::from_static_str("kafka-cluster")))
+                .with_pattern_type_filter(3)
+                .with_principal_filter(Some(StrBytes::from_string(principal.to_string())))
+                .with_host_filter(None)
+                .with_operation(1) // ANY
+                .with_permission_type(1)]); // ANY
+            let resp = c.send(&req, 3).await.expect("DeleteAcls");
+            for r in &resp.filter_results {
+                assert_eq!(r.error_code, 0, "DeleteAcls: {:?}", r.error_message);
+            }
+        }
+    });
+}
+
+/// Removes the CLUSTER ACLs of a principal when dropped (also when the test panics).
+struct ClusterAclsGuard<'a>(&'a str, &'a str);
+impl Drop for ClusterAclsGuard<'_> {
+    fn drop(&mut self) {
+        cluster_acls(self.0, self.1, &[], false);
+    }
+}
+
+/// Review F7 with a real authorizer: the gateway's principal (`mirror`) may do everything on
+/// the cluster but ALTER and CLUSTER_ACTION, so the brokers refuse its WriteTxnMarkers. The
+/// gateway says so before any failover (`/readyz` warnings), and a failover with
+/// `failover.barrier: auto` writes the data barrier instead (counted) and completes.
+/// `disruptive_`: an ACL on the CLUSTER resource restricts every non-super principal of the
+/// `secure` cluster while it exists (removed at the end).
+#[test]
+fn disruptive_a_principal_the_brokers_refuse_write_txn_markers_fails_over_with_the_data_barrier() {
+    let (plaintext, sasl) = secure();
+    let topic = harness::unique_topic("noalter");
+    harness::create_topic(&plaintext, &topic, 1, None);
+    // DESCRIBE (metadata), IDEMPOTENT_WRITE (InitProducerId), DESCRIBE_CONFIGS; not ALTER or
+    // CLUSTER_ACTION.
+    cluster_acls(&plaintext, "User:mirror", &[8, 12, 10], true);
+    let _cleanup = ClusterAclsGuard(&plaintext, "User:mirror");
+    let mut cfg = test_config(&sasl);
+    cfg.destination.sasl = Some(creds(SaslMechanism::ScramSha256, "mirror", "mirror-secret"));
+    cfg.mirrors = vec![mirrorgate::config::MirrorConfig {
+        name: "noalter".into(),
+        topics: vec![topic.clone()],
+        source: None,
+    }];
+    let gw = TestGateway::start(cfg);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let warnings = loop {
+        let w = gw.gateway.readiness().warnings;
+        if !w.is_empty() || std::time::Instant::now() > deadline {
+            break w;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with("ALTER or CLUSTER_ACTION"),
+        "{warnings:?}"
+    );
+    crate::failover::wait_mirroring(&gw.admin(), "noalter", 1);
+    crate::failover::failover(&gw.admin(), "noalter");
+    let m = crate::failover::wait_stopped(&gw.admin(), "noalter");
+    eprintln!("{m}");
+    assert_eq!(
+        gw.metric("mirrorgate_barrier_writes_total{kind=\"data\",mirror=\"noalter\"}"),
+        1.0,
+        "{}",
+        gw.metrics()
+    );
+    let log = crate::failover::read_log(&plaintext, &topic, 0);
+    assert_eq!(
+        log.barriers.len(),
+        1,
+        "one data barrier: {:?}",
+        log.barriers
+    );
+}

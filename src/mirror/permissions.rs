@@ -31,10 +31,12 @@ use crate::proxy::ClusterView;
 pub struct PermissionCheck {
     missing: Mutex<Vec<String>>,
     gauge: prometheus::IntGauge,
+    control_barrier: bool,
 }
 
 impl PermissionCheck {
-    pub fn new(metrics: &Metrics) -> PermissionCheck {
+    /// `control_barrier`: see [`missing`].
+    pub fn new(metrics: &Metrics, control_barrier: bool) -> PermissionCheck {
         let gauge = prometheus::IntGauge::new(
             "mirrorgate_protection_missing_permissions",
             "Permissions the gateway's own principal lacks on the destination for its protection work (barrier writes, producer-state rebuilds, PID screening, expiry settings); 0 when nothing is missing. Each is logged at ERROR and listed in /readyz warnings.",
@@ -44,6 +46,7 @@ impl PermissionCheck {
         PermissionCheck {
             missing: Mutex::new(Vec::new()),
             gauge,
+            control_barrier,
         }
     }
 
@@ -76,7 +79,7 @@ impl PermissionCheck {
     /// what is missing. A failed request changes nothing (logged at WARN).
     pub async fn run(&self, cluster: &ClusterView, topics: Vec<String>, timeout: Duration) {
         match observe(cluster, &topics, timeout).await {
-            Ok(obs) => self.record(missing(&obs)),
+            Ok(obs) => self.record(missing(&obs, self.control_barrier)),
             Err(e) => tracing::warn!(error = %e, "could not check the gateway's permissions"),
         }
     }
@@ -86,7 +89,9 @@ impl PermissionCheck {
 pub mod op {
     pub const READ: u8 = 3;
     pub const WRITE: u8 = 4;
+    pub const ALTER: u8 = 7;
     pub const DESCRIBE: u8 = 8;
+    pub const CLUSTER_ACTION: u8 = 9;
     pub const DESCRIBE_CONFIGS: u8 = 10;
     pub const IDEMPOTENT_WRITE: u8 = 12;
 }
@@ -119,8 +124,10 @@ pub struct Observed {
 }
 
 /// The permissions the gateway's principal lacks, one readable line each (empty: nothing
-/// missing, or nothing the brokers could tell).
-pub fn missing(obs: &Observed) -> Vec<String> {
+/// missing, or nothing the brokers could tell). `control_barrier`: the failover writes its
+/// barrier as a control batch (`failover.barrier` `auto` or `control`), which needs ALTER or
+/// CLUSTER_ACTION on the cluster.
+pub fn missing(obs: &Observed, control_barrier: bool) -> Vec<String> {
     let mut out = Vec::new();
     let mut any_topic_write = false;
     for (topic, ops) in &obs.topics {
@@ -154,6 +161,15 @@ pub fn missing(obs: &Observed) -> Vec<String> {
         if !obs.cluster.allows(op::IDEMPOTENT_WRITE) && !any_topic_write {
             out.push(
                 "IDEMPOTENT_WRITE on the cluster, or WRITE on a topic (PID screening re-asks InitProducerId; the failover's producer-id allocator step)"
+                    .to_string(),
+            );
+        }
+        if control_barrier
+            && !obs.cluster.allows(op::ALTER)
+            && !obs.cluster.allows(op::CLUSTER_ACTION)
+        {
+            out.push(
+                "ALTER or CLUSTER_ACTION on the cluster (the control-batch barrier, WriteTxnMarkers; with failover.barrier: auto the failover falls back to the data barrier, set failover.barrier: data to say that is intended)"
                     .to_string(),
             );
         }
@@ -229,6 +245,7 @@ mod tests {
         ops(&[
             op::READ,
             op::WRITE,
+            op::ALTER,
             op::DESCRIBE,
             op::DESCRIBE_CONFIGS,
             op::IDEMPOTENT_WRITE,
@@ -241,7 +258,7 @@ mod tests {
             cluster: all(),
             topics: vec![("t".into(), Ok(all()))],
         };
-        assert!(missing(&obs).is_empty());
+        assert!(missing(&obs, true).is_empty());
     }
 
     #[test]
@@ -250,7 +267,7 @@ mod tests {
             cluster: all(),
             topics: vec![("t".into(), Ok(ops(&[op::READ, op::DESCRIBE])))],
         };
-        let m = missing(&obs);
+        let m = missing(&obs, true);
         assert_eq!(m.len(), 1, "{m:?}");
         assert!(m[0].starts_with("WRITE on topic t"), "{m:?}");
     }
@@ -261,22 +278,22 @@ mod tests {
             cluster: all(),
             topics: vec![("t".into(), Err(TOPIC_AUTHORIZATION_FAILED))],
         };
-        assert!(missing(&obs)[0].contains("may not even describe"));
+        assert!(missing(&obs, true)[0].contains("may not even describe"));
     }
 
     #[test]
     fn idempotent_write_is_needed_only_without_write_on_a_topic() {
-        let cluster = ops(&[op::DESCRIBE_CONFIGS]);
+        let cluster = ops(&[op::DESCRIBE_CONFIGS, op::CLUSTER_ACTION]);
         let with_write = Observed {
             cluster,
             topics: vec![("t".into(), Ok(all()))],
         };
-        assert!(missing(&with_write).is_empty());
+        assert!(missing(&with_write, true).is_empty());
         let without = Observed {
             cluster,
             topics: vec![],
         };
-        assert!(missing(&without)[0].starts_with("IDEMPOTENT_WRITE"));
+        assert!(missing(&without, true)[0].starts_with("IDEMPOTENT_WRITE"));
     }
 
     #[test]
@@ -285,16 +302,28 @@ mod tests {
             cluster: AuthorizedOps(i32::MIN),
             topics: vec![("t".into(), Ok(AuthorizedOps(i32::MIN)))],
         };
-        assert!(missing(&obs).is_empty());
+        assert!(missing(&obs, true).is_empty());
+    }
+
+    #[test]
+    fn the_control_barrier_needs_alter_or_cluster_action_unless_the_data_barrier_is_chosen() {
+        let obs = Observed {
+            cluster: ops(&[op::IDEMPOTENT_WRITE, op::DESCRIBE_CONFIGS]),
+            topics: vec![],
+        };
+        let m = missing(&obs, true);
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(m[0].starts_with("ALTER or CLUSTER_ACTION"));
+        assert!(missing(&obs, false).is_empty());
     }
 
     #[test]
     fn describe_configs_on_the_cluster_is_needed_for_the_expiry_settings() {
         let obs = Observed {
-            cluster: ops(&[op::IDEMPOTENT_WRITE]),
+            cluster: ops(&[op::IDEMPOTENT_WRITE, op::ALTER]),
             topics: vec![],
         };
-        let m = missing(&obs);
+        let m = missing(&obs, true);
         assert_eq!(m.len(), 1);
         assert!(m[0].starts_with("DESCRIBE_CONFIGS"));
     }
