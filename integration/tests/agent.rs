@@ -26,12 +26,7 @@ struct Log {
 }
 
 fn leader_addr(bootstrap: &str, topic: &str, partition: i32) -> String {
-    let leader = harness::partition_leaders(bootstrap, topic)[&partition];
-    harness::brokers(bootstrap)
-        .into_iter()
-        .find(|(n, _)| *n == leader)
-        .expect("leader address")
-        .1
+    harness::leader_addr(bootstrap, topic, partition)
 }
 
 /// Every data record of a partition of any cluster (barriers left out), read from its leader.

@@ -40,12 +40,7 @@ fn rt() -> tokio::runtime::Runtime {
 }
 
 fn leader_addr(bootstrap: &str, topic: &str, partition: i32) -> String {
-    let leader = harness::partition_leaders(bootstrap, topic)[&partition];
-    harness::brokers(bootstrap)
-        .into_iter()
-        .find(|(n, _)| *n == leader)
-        .expect("leader address")
-        .1
+    harness::leader_addr(bootstrap, topic, partition)
 }
 
 /// Every record with the barrier key in a partition's log, read from its leader and decoded by

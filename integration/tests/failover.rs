@@ -55,12 +55,7 @@ pub struct ControlBatch {
 }
 
 pub fn read_log(bootstrap: &str, topic: &str, partition: i32) -> PartitionLog {
-    let leader = harness::partition_leaders(bootstrap, topic)[&partition];
-    let addr = harness::brokers(bootstrap)
-        .into_iter()
-        .find(|(n, _)| *n == leader)
-        .expect("leader address")
-        .1;
+    let addr = harness::leader_addr(bootstrap, topic, partition);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -172,12 +172,7 @@ fn librdkafka_client(bootstrap: &str, warm: &str, topic: &str, gate: &Path) -> O
 
 /// The producer id of the one producer that wrote `warm` (read from its leader), once it has.
 fn warm_producer(destination: &str, warm: &str) -> (i64, i32) {
-    let leader = harness::partition_leaders(destination, warm)[&0];
-    let addr = harness::brokers(destination)
-        .into_iter()
-        .find(|(n, _)| *n == leader)
-        .expect("leader")
-        .1;
+    let addr = harness::leader_addr(destination, warm, 0);
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let rows = broker_producers(&mut RawConn::connect(&addr), warm, 0);

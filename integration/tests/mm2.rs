@@ -31,24 +31,16 @@ fn count_records(bootstrap: &str, topic: &str, partitions: i32) -> usize {
         .sum()
 }
 
-#[test]
-fn mirrormaker_2_through_the_mirror_listener_is_tracked_read_only_and_fenced() {
-    let source = harness::cluster("source");
-    let destination = harness::cluster("destination");
-    let topic = harness::unique_topic("mm2");
-    harness::create_topic(&source, &topic, 2, None);
-    harness::create_topic(&destination, &topic, 2, Some(&[1, 2]));
-    harness::produce_keyed(&source, &topic, 200, &[]);
-    let gw = TestGateway::start(mirror_config("mm2", &[&topic]));
-    crate::failover::wait_mirroring(&gw.admin(), "mm2", 2);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let props = dir.path().join("mm2.properties");
+/// Start MirrorMaker 2 copying `topic` from `from` to `to` (identity names, idempotent
+/// producer), logging to `dir/mm2.log`.
+fn start_mm2(dir: &std::path::Path, from: &str, to: &str, topic: &str) -> Mm2 {
+    let props = dir.join("mm2.properties");
     std::fs::write(
         &props,
         format!(
             "clusters = src, dst\n\
-             src.bootstrap.servers = {source}\n\
-             dst.bootstrap.servers = {}\n\
+             src.bootstrap.servers = {from}\n\
+             dst.bootstrap.servers = {to}\n\
              src->dst.enabled = true\n\
              src->dst.topics = {topic}\n\
              dst->src.enabled = false\n\
@@ -65,13 +57,12 @@ fn mirrormaker_2_through_the_mirror_listener_is_tracked_read_only_and_fenced() {
              emit.checkpoints.enabled = false\n\
              sync.group.offsets.enabled = false\n\
              refresh.topics.interval.seconds = 5\n\
-             dst.producer.enable.idempotence = true\n",
-            gw.mirror_bootstrap()
+             dst.producer.enable.idempotence = true\n"
         ),
     )
     .expect("write mm2.properties");
-    let log = std::fs::File::create(dir.path().join("mm2.log")).expect("log");
-    let mm2 = Mm2(Command::new(harness::repo().join("integration/rig"))
+    let log = std::fs::File::create(dir.join("mm2.log")).expect("log");
+    Mm2(Command::new(harness::repo().join("integration/rig"))
         .args(["java", "org.apache.kafka.connect.mirror.MirrorMaker"])
         .arg(&props)
         .args(["--clusters", "dst"])
@@ -79,7 +70,21 @@ fn mirrormaker_2_through_the_mirror_listener_is_tracked_read_only_and_fenced() {
         .stderr(log)
         .stdin(Stdio::null())
         .spawn()
-        .expect("start MirrorMaker 2"));
+        .expect("start MirrorMaker 2"))
+}
+
+#[test]
+fn mirrormaker_2_through_the_mirror_listener_is_tracked_read_only_and_fenced() {
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("mm2");
+    harness::create_topic(&source, &topic, 2, None);
+    harness::create_topic(&destination, &topic, 2, Some(&[1, 2]));
+    harness::produce_keyed(&source, &topic, 200, &[]);
+    let gw = TestGateway::start(mirror_config("mm2", &[&topic]));
+    crate::failover::wait_mirroring(&gw.admin(), "mm2", 2);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mm2 = start_mm2(dir.path(), &source, &gw.mirror_bootstrap(), &topic);
     let mm2_log = || std::fs::read_to_string(dir.path().join("mm2.log")).unwrap_or_default();
     let deadline = Instant::now() + Duration::from_secs(150);
     while count_records(&destination, &topic, 2) < 200 {
@@ -128,4 +133,82 @@ fn mirrormaker_2_through_the_mirror_listener_is_tracked_read_only_and_fenced() {
         );
     }
     drop(mm2);
+}
+
+/// Review F7 (c): a chain. MirrorMaker 2 mirrors source → destination through the gateway; the
+/// mirror fails over; a second MirrorMaker 2 then copies the topic from the destination's
+/// brokers (not through the gateway) to the `third` cluster. A tool that re-produces records
+/// copies whatever its consumer delivers: the barrier, a control batch, is skipped by that
+/// consumer, so `third` gets exactly the mirrored and local records and no barrier.
+#[test]
+fn a_chained_mirrormaker_2_reading_the_destinations_brokers_never_copies_the_barrier() {
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let third = harness::cluster("third");
+    let topic = harness::unique_topic("mm2chain");
+    harness::create_topic(&source, &topic, 1, None);
+    harness::create_topic(&destination, &topic, 1, Some(&[1]));
+    harness::produce_keyed(&source, &topic, 50, &[]);
+    let gw = TestGateway::start(mirror_config("mm2chain", &[&topic]));
+    crate::failover::wait_mirroring(&gw.admin(), "mm2chain", 1);
+    let first_dir = tempfile::tempdir().expect("tempdir");
+    let first = start_mm2(first_dir.path(), &source, &gw.mirror_bootstrap(), &topic);
+    let deadline = Instant::now() + Duration::from_secs(150);
+    while count_records(&destination, &topic, 1) < 50 {
+        assert!(
+            Instant::now() < deadline,
+            "MirrorMaker 2 did not mirror through the gateway; its log:\n{}",
+            std::fs::read_to_string(first_dir.path().join("mm2.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    drop(first);
+    failover(&gw.admin(), "mm2chain");
+    wait_stopped(&gw.admin(), "mm2chain");
+    // Local records after the barrier.
+    assert_eq!(
+        harness::produce_keyed(&gw.bootstrap(), &topic, 10, &[]).len(),
+        10
+    );
+    let at_destination = read_log(&destination, &topic, 0);
+    assert_eq!(at_destination.barriers.len(), 1, "one barrier");
+    let expected: Vec<Option<String>> = at_destination
+        .records
+        .iter()
+        .filter(|r| !r.control)
+        .map(|r| r.value.clone())
+        .collect();
+    assert_eq!(expected.len(), 60, "50 mirrored + 10 local records");
+    let second_dir = tempfile::tempdir().expect("tempdir");
+    let second = start_mm2(second_dir.path(), &destination, &third, &topic);
+    let deadline = Instant::now() + Duration::from_secs(150);
+    while count_records(&third, &topic, 1) < 60 {
+        assert!(
+            Instant::now() < deadline,
+            "the chained MirrorMaker 2 did not copy the topic; its log:\n{}",
+            std::fs::read_to_string(second_dir.path().join("mm2.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // Let it run a little longer: anything more it copies is a barrier or a duplicate.
+    std::thread::sleep(Duration::from_secs(5));
+    drop(second);
+    let at_third = read_log(&third, &topic, 0);
+    let copied: Vec<Option<String>> = at_third.records.iter().map(|r| r.value.clone()).collect();
+    assert!(
+        at_third.barriers.is_empty(),
+        "a barrier reached the next cluster: {:?}",
+        at_third.barriers
+    );
+    assert!(
+        at_third
+            .records
+            .iter()
+            .all(|r| r.key.as_deref() != Some("__mirrorgate_barrier")),
+        "a barrier record reached the next cluster"
+    );
+    assert_eq!(
+        copied, expected,
+        "the next cluster holds exactly the destination's records"
+    );
 }

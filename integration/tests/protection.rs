@@ -161,12 +161,7 @@ fn a_topic_created_again_after_failover_is_not_guarded_by_the_old_barrier() {
     // Let the gateway's metadata see the new topic (refreshed every second here).
     std::thread::sleep(std::time::Duration::from_secs(3));
     let dir = tempfile::tempdir().expect("tempdir");
-    let props = dir.path().join("p.properties");
-    std::fs::write(
-        &props,
-        "enable.idempotence=true\nacks=all\nretries=2147483647\nlinger.ms=0\nbatch.size=1\ndelivery.timeout.ms=20000\nrequest.timeout.ms=5000\n",
-    )
-    .expect("props");
+    let props = harness::idempotent_producer_props(dir.path());
     let (acked, out) = harness::verifiable_produce(&gw.bootstrap(), &topic, 50, &props);
     assert_eq!(
         acked.len(),
@@ -365,12 +360,7 @@ fn delete_records_on_the_broker(destination: &str, topic: &str, partition: i32, 
     };
     use kafka_protocol::messages::DeleteRecordsRequest;
     use kafka_protocol::protocol::StrBytes;
-    let leader = harness::partition_leaders(destination, topic)[&partition];
-    let addr = harness::brokers(destination)
-        .into_iter()
-        .find(|(n, _)| *n == leader)
-        .expect("leader")
-        .1;
+    let addr = harness::leader_addr(destination, topic, partition);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -418,11 +408,7 @@ fn a_rebuild_after_divergence_keeps_producers_whose_records_were_deleted_from_th
     assert_eq!(mirror.produce(&topic, 0, batch(b, 0, 0, 1, "b")).0, 0);
     // A's only batch (offset 0) leaves the log; the broker keeps A.
     delete_records_on_the_broker(&destination, &topic, 0, 1);
-    let leader = harness::brokers(&destination)
-        .into_iter()
-        .find(|(n, _)| *n == 1)
-        .expect("broker 1")
-        .1;
+    let leader = harness::leader_addr(&destination, &topic, 0);
     let mut direct = RawConn::connect(&leader);
     assert!(
         broker_producers(&mut direct, &topic, 0)
@@ -504,12 +490,7 @@ fn a_barrier_the_log_no_longer_holds_is_reported_at_start_and_guards_nothing() {
         1.0
     );
     let dir = tempfile::tempdir().expect("tempdir");
-    let props = dir.path().join("p.properties");
-    std::fs::write(
-        &props,
-        "enable.idempotence=true\nacks=all\nretries=2147483647\nlinger.ms=0\nbatch.size=1\ndelivery.timeout.ms=20000\nrequest.timeout.ms=5000\n",
-    )
-    .expect("props");
+    let props = harness::idempotent_producer_props(dir.path());
     let (acked, out) = harness::verifiable_produce(&gw.bootstrap(), &topic, 50, &props);
     assert_eq!(
         acked.len(),

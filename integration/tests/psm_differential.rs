@@ -922,12 +922,7 @@ fn on_a_log_append_time_topic_the_psm_keeps_the_brokers_timestamp() {
 /// Address of the destination broker leading partition 0 of `topic`.
 fn destination_leader(topic: &str) -> String {
     let destination = harness::cluster("destination");
-    let leader = harness::partition_leaders(&destination, topic)[&0];
-    harness::brokers(&destination)
-        .into_iter()
-        .find(|(n, _)| *n == leader)
-        .expect("leader address")
-        .1
+    harness::leader_addr(&destination, topic, 0)
 }
 
 /// Review F11f: a transaction's COMMIT/ABORT marker is written by the transaction coordinator
@@ -965,11 +960,7 @@ fn transactions_ended_by_markers_the_gateway_never_sees_are_closed_in_its_produc
             producer.abort_transaction(t).expect("abort");
         }
     }
-    let leader = harness::brokers(&destination)
-        .into_iter()
-        .find(|(n, _)| *n == 1)
-        .expect("broker 1")
-        .1;
+    let leader = harness::leader_addr(&destination, &topic, 0);
     let mut direct = RawConn::connect(&leader);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {

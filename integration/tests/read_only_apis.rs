@@ -92,12 +92,7 @@ fn setup(prefix: &str) -> Setup {
 
 /// The log start offset of `topic`-0, read from its leader on the destination.
 fn log_start(destination: &str, topic: &str) -> i64 {
-    let leader = harness::partition_leaders(destination, topic)[&0];
-    let addr = harness::brokers(destination)
-        .into_iter()
-        .find(|(n, _)| *n == leader)
-        .expect("leader")
-        .1;
+    let addr = harness::leader_addr(destination, topic, 0);
     block(async {
         let mut c = KafkaClient::connect(&addr, T).await.expect("connect");
         c.list_offset(topic, 0, EARLIEST)

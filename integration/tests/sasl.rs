@@ -502,35 +502,85 @@ fn a_failover_writes_its_barrier_into_the_sasl_destination_and_local_producers_f
     assert!(acked.keys().all(|(_, o)| *o > N as i64), "{acked:?}");
 }
 
-/// Put one ACL on the secure cluster (through its PLAINTEXT listener, whose principal is a
-/// super user): DENY (`deny`) or ALLOW `operation` (Kafka's code) on topic `topic` for
-/// `principal`.
-fn create_topic_acl(plaintext: &str, topic: &str, principal: &str, operation: i8, deny: bool) {
-    use kafka_protocol::messages::create_acls_request::AclCreation;
-    use kafka_protocol::messages::CreateAclsRequest;
-    use kafka_protocol::protocol::StrBytes;
-    use mirrorgate::protocol::client::KafkaClient;
+/// Run `f` with a connection to the secure cluster's PLAINTEXT listener, whose principal is a
+/// super user.
+fn with_super_user<T>(
+    plaintext: &str,
+    f: impl for<'c> FnOnce(
+        &'c mut mirrorgate::protocol::client::KafkaClient,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = T> + 'c>>,
+) -> T {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("rt");
     rt.block_on(async {
-        let mut c = KafkaClient::connect(plaintext, std::time::Duration::from_secs(10))
-            .await
-            .expect("connect");
-        let req = CreateAclsRequest::default().with_creations(vec![AclCreation::default()
-            .with_resource_type(2) // TOPIC
-            .with_resource_name(StrBytes::from_string(topic.to_string()))
-            .with_resource_pattern_type(3) // LITERAL
-            .with_principal(StrBytes::from_string(principal.to_string()))
-            .with_host(StrBytes::from_static_str("*"))
-            .with_operation(operation)
-            .with_permission_type(if deny { 2 } else { 3 })]);
-        let resp = c.send(&req, 3).await.expect("CreateAcls");
-        for r in &resp.results {
-            assert_eq!(r.error_code, 0, "CreateAcls: {:?}", r.error_message);
-        }
+        let mut c = mirrorgate::protocol::client::KafkaClient::connect(
+            plaintext,
+            std::time::Duration::from_secs(10),
+        )
+        .await
+        .expect("connect");
+        f(&mut c).await
+    })
+}
+
+/// Put ACLs on the secure cluster: for `principal`, DENY (`deny`) or ALLOW each of
+/// `operations` (Kafka's codes) on the resource of type `resource_type` (2 TOPIC, 4 CLUSTER)
+/// named `resource`.
+fn put_acls(
+    plaintext: &str,
+    resource_type: i8,
+    resource: &str,
+    principal: &str,
+    operations: &[i8],
+    deny: bool,
+) {
+    use kafka_protocol::messages::create_acls_request::AclCreation;
+    use kafka_protocol::messages::CreateAclsRequest;
+    use kafka_protocol::protocol::StrBytes;
+    let req = CreateAclsRequest::default().with_creations(
+        operations
+            .iter()
+            .map(|op| {
+                AclCreation::default()
+                    .with_resource_type(resource_type)
+                    .with_resource_name(StrBytes::from_string(resource.to_string()))
+                    .with_resource_pattern_type(3) // LITERAL
+                    .with_principal(StrBytes::from_string(principal.to_string()))
+                    .with_host(StrBytes::from_static_str("*"))
+                    .with_operation(*op)
+                    .with_permission_type(if deny { 2 } else { 3 })
+            })
+            .collect(),
+    );
+    let resp = with_super_user(plaintext, |c| {
+        Box::pin(async move { c.send(&req, 3).await.expect("CreateAcls") })
     });
+    for r in &resp.results {
+        assert_eq!(r.error_code, 0, "CreateAcls: {:?}", r.error_message);
+    }
+}
+
+/// Remove every ACL of `principal` on the CLUSTER resource.
+fn delete_cluster_acls(plaintext: &str, principal: &str) {
+    use kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
+    use kafka_protocol::messages::DeleteAclsRequest;
+    use kafka_protocol::protocol::StrBytes;
+    let req = DeleteAclsRequest::default().with_filters(vec![DeleteAclsFilter::default()
+        .with_resource_type_filter(4)
+        .with_resource_name_filter(Some(StrBytes::from_static_str("kafka-cluster")))
+        .with_pattern_type_filter(3)
+        .with_principal_filter(Some(StrBytes::from_string(principal.to_string())))
+        .with_host_filter(None)
+        .with_operation(1) // ANY
+        .with_permission_type(1)]); // ANY
+    let resp = with_super_user(plaintext, |c| {
+        Box::pin(async move { c.send(&req, 3).await.expect("DeleteAcls") })
+    });
+    for r in &resp.filter_results {
+        assert_eq!(r.error_code, 0, "DeleteAcls: {:?}", r.error_message);
+    }
 }
 
 /// Review F12: the gateway's own principal (`mirror` here) may not WRITE one mirror topic, so
@@ -546,24 +596,8 @@ fn a_gateway_principal_that_may_not_write_a_mirror_topic_is_reported_before_any_
     harness::create_topic(&plaintext, &denied, 1, None);
     harness::create_topic(&plaintext, &allowed, 1, None);
     // Once a topic has ACLs, only what they allow is allowed: DESCRIBE and READ, not WRITE.
-    create_topic_acl(&plaintext, &denied, "User:mirror", 8, false);
-    create_topic_acl(&plaintext, &denied, "User:mirror", 3, false);
-    let mut cfg = test_config(&sasl);
-    cfg.destination.sasl = Some(creds(SaslMechanism::ScramSha256, "mirror", "mirror-secret"));
-    cfg.mirrors = vec![mirrorgate::config::MirrorConfig {
-        name: "acl".into(),
-        topics: vec![denied.clone(), allowed.clone()],
-        source: None,
-    }];
-    let gw = TestGateway::start(cfg);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let warnings = loop {
-        let w = gw.gateway.readiness().warnings;
-        if !w.is_empty() || std::time::Instant::now() > deadline {
-            break w;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    };
+    put_acls(&plaintext, 2, &denied, "User:mirror", &[8, 3], false);
+    let (gw, warnings) = as_mirror_user(&sasl, "acl", &[&denied, &allowed]);
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(
         warnings[0].starts_with(&format!("WRITE on topic {denied}")),
@@ -576,64 +610,33 @@ fn a_gateway_principal_that_may_not_write_a_mirror_topic_is_reported_before_any_
     );
 }
 
-/// Put (`create`) or remove ACLs on the secure cluster's CLUSTER resource for `principal`:
-/// ALLOW each of `operations`.
-fn cluster_acls(plaintext: &str, principal: &str, operations: &[i8], create: bool) {
-    use kafka_protocol::messages::create_acls_request::AclCreation;
-    use kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
-    use kafka_protocol::messages::{CreateAclsRequest, DeleteAclsRequest};
-    use kafka_protocol::protocol::StrBytes;
-    use mirrorgate::protocol::client::KafkaClient;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("rt");
-    rt.block_on(async {
-        let mut c = KafkaClient::connect(plaintext, std::time::Duration::from_secs(10))
-            .await
-            .expect("connect");
-        if create {
-            let req = CreateAclsRequest::default().with_creations(
-                operations
-                    .iter()
-                    .map(|op| {
-                        AclCreation::default()
-                            .with_resource_type(4) // CLUSTER
-                            .with_resource_name(StrBytes::from_static_str("kafka-cluster"))
-                            .with_resource_pattern_type(3) // LITERAL
-                            .with_principal(StrBytes::from_string(principal.to_string()))
-                            .with_host(StrBytes::from_static_str("*"))
-                            .with_operation(*op)
-                            .with_permission_type(3) // ALLOW
-                    })
-                    .collect(),
-            );
-            let resp = c.send(&req, 3).await.expect("CreateAcls");
-            for r in &resp.results {
-                assert_eq!(r.error_code, 0, "CreateAcls: {:?}", r.error_message);
-            }
-        } else {
-            let req = DeleteAclsRequest::default().with_filters(vec![DeleteAclsFilter::default()
-                .with_resource_type_filter(4)
-                .with_resource_name_filter(Some(StrBytes::from_static_str("kafka-cluster")))
-                .with_pattern_type_filter(3)
-                .with_principal_filter(Some(StrBytes::from_string(principal.to_string())))
-                .with_host_filter(None)
-                .with_operation(1) // ANY
-                .with_permission_type(1)]); // ANY
-            let resp = c.send(&req, 3).await.expect("DeleteAcls");
-            for r in &resp.filter_results {
-                assert_eq!(r.error_code, 0, "DeleteAcls: {:?}", r.error_message);
-            }
+/// A gateway in front of the secure cluster's SASL listener as the `mirror` user, with mirror
+/// `name` over `topics`, and the `/readyz` warnings once there are any (30 s at most).
+fn as_mirror_user(sasl: &str, name: &str, topics: &[&str]) -> (TestGateway, Vec<String>) {
+    let mut cfg = test_config(sasl);
+    cfg.destination.sasl = Some(creds(SaslMechanism::ScramSha256, "mirror", "mirror-secret"));
+    cfg.mirrors = vec![mirrorgate::config::MirrorConfig {
+        name: name.into(),
+        topics: topics.iter().map(|t| t.to_string()).collect(),
+        source: None,
+    }];
+    let gw = TestGateway::start(cfg);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let warnings = loop {
+        let w = gw.gateway.readiness().warnings;
+        if !w.is_empty() || std::time::Instant::now() > deadline {
+            break w;
         }
-    });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    (gw, warnings)
 }
 
 /// Removes the CLUSTER ACLs of a principal when dropped (also when the test panics).
 struct ClusterAclsGuard<'a>(&'a str, &'a str);
 impl Drop for ClusterAclsGuard<'_> {
     fn drop(&mut self) {
-        cluster_acls(self.0, self.1, &[], false);
+        delete_cluster_acls(self.0, self.1);
     }
 }
 
@@ -650,24 +653,16 @@ fn disruptive_a_principal_the_brokers_refuse_write_txn_markers_fails_over_with_t
     harness::create_topic(&plaintext, &topic, 1, None);
     // DESCRIBE (metadata), IDEMPOTENT_WRITE (InitProducerId), DESCRIBE_CONFIGS; not ALTER or
     // CLUSTER_ACTION.
-    cluster_acls(&plaintext, "User:mirror", &[8, 12, 10], true);
+    put_acls(
+        &plaintext,
+        4,
+        "kafka-cluster",
+        "User:mirror",
+        &[8, 12, 10],
+        false,
+    );
     let _cleanup = ClusterAclsGuard(&plaintext, "User:mirror");
-    let mut cfg = test_config(&sasl);
-    cfg.destination.sasl = Some(creds(SaslMechanism::ScramSha256, "mirror", "mirror-secret"));
-    cfg.mirrors = vec![mirrorgate::config::MirrorConfig {
-        name: "noalter".into(),
-        topics: vec![topic.clone()],
-        source: None,
-    }];
-    let gw = TestGateway::start(cfg);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let warnings = loop {
-        let w = gw.gateway.readiness().warnings;
-        if !w.is_empty() || std::time::Instant::now() > deadline {
-            break w;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    };
+    let (gw, warnings) = as_mirror_user(&sasl, "noalter", &[&topic]);
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(
         warnings[0].starts_with("ALTER or CLUSTER_ACTION"),

@@ -400,35 +400,7 @@ fn a_screened_producer_id_stays_protected_for_the_clock_skew_margin() {
 
 /// One uncompressed v2 control batch holding an ABORT (`commit`: COMMIT) marker of `pid`.
 fn marker_batch(pid: i64, commit: bool) -> bytes::Bytes {
-    use kafka_protocol::records::{
-        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-    };
-    let r = Record {
-        transactional: true,
-        control: true,
-        delete_horizon: false,
-        partition_leader_epoch: 0,
-        producer_id: pid,
-        producer_epoch: 0,
-        timestamp_type: TimestampType::Creation,
-        offset: 0,
-        sequence: -1,
-        timestamp: 1,
-        key: Some(bytes::Bytes::from(vec![0, 0, 0, u8::from(commit)])),
-        value: Some(bytes::Bytes::from(vec![0, 0, 0, 0, 0, 0])),
-        headers: Default::default(),
-    };
-    let mut out = bytes::BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut out,
-        &[r],
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .unwrap();
-    out.freeze()
+    crate::protocol::txn_marker::one_record_batch_for_tests(0, pid, Some(i16::from(commit)), true)
 }
 
 #[test]

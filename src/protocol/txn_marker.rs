@@ -138,6 +138,63 @@ pub fn is_control_barrier(header: &BatchHeader, batch: &[u8], producer_id: i64) 
         )
 }
 
+/// Test helper: one uncompressed v2 batch holding one record of producer `pid` at `offset`.
+/// With `marker` (0 ABORT, 1 COMMIT) a control batch holding that marker (coordinator epoch 0),
+/// transactional as `transactional` (WriteTxnMarkers writes it so); without, a data record
+/// `k` → `v` (sequence 0).
+#[cfg(test)]
+pub(crate) fn one_record_batch_for_tests(
+    offset: i64,
+    pid: i64,
+    marker: Option<i16>,
+    transactional: bool,
+) -> bytes::Bytes {
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+    let (key, value) = match marker {
+        Some(kind) => {
+            let mut k = bytes::BytesMut::new();
+            k.extend_from_slice(&0i16.to_be_bytes());
+            k.extend_from_slice(&kind.to_be_bytes());
+            let mut v = bytes::BytesMut::new();
+            v.extend_from_slice(&0i16.to_be_bytes());
+            v.extend_from_slice(&0i32.to_be_bytes());
+            (k.freeze(), v.freeze())
+        }
+        None => (
+            bytes::Bytes::from_static(b"k"),
+            bytes::Bytes::from_static(b"v"),
+        ),
+    };
+    let r = Record {
+        transactional,
+        control: marker.is_some(),
+        delete_horizon: false,
+        partition_leader_epoch: 0,
+        producer_id: pid,
+        producer_epoch: 0,
+        timestamp_type: TimestampType::Creation,
+        offset,
+        sequence: if marker.is_some() { -1 } else { 0 },
+        timestamp: 1_700_000_000_000,
+        key: Some(key),
+        value: Some(value),
+        headers: Default::default(),
+    };
+    let mut out = bytes::BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut out,
+        &[r],
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .expect("encodable test batch");
+    out.freeze()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,9 +204,6 @@ mod tests {
         WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
     };
     use kafka_protocol::protocol::{Decodable, Encodable};
-    use kafka_protocol::records::{
-        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-    };
 
     fn parts() -> Vec<(String, i32)> {
         vec![("a".into(), 0), ("a".into(), 2), ("b".into(), 1)]
@@ -240,38 +294,7 @@ mod tests {
     }
 
     fn control_batch(pid: i64, kind: i16, transactional: bool) -> Bytes {
-        let mut key = BytesMut::new();
-        key.extend_from_slice(&0i16.to_be_bytes());
-        key.extend_from_slice(&kind.to_be_bytes());
-        let mut value = BytesMut::new();
-        value.extend_from_slice(&0i16.to_be_bytes());
-        value.extend_from_slice(&0i32.to_be_bytes());
-        let r = Record {
-            transactional,
-            control: true,
-            partition_leader_epoch: 0,
-            producer_id: pid,
-            producer_epoch: 0,
-            timestamp_type: TimestampType::Creation,
-            offset: 5,
-            sequence: -1,
-            timestamp: 1,
-            key: Some(key.freeze()),
-            value: Some(value.freeze()),
-            headers: Default::default(),
-            delete_horizon: false,
-        };
-        let mut out = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut out,
-            &[r],
-            &RecordEncodeOptions {
-                version: 2,
-                compression: Compression::None,
-            },
-        )
-        .unwrap();
-        out.freeze()
+        one_record_batch_for_tests(5, pid, Some(kind), transactional)
     }
 
     const ABORT: i16 = 0;

@@ -1031,45 +1031,8 @@ fn a_transaction_the_broker_says_ended_is_closed_unless_a_batch_came_since() {
 /// transactional control batch holding an ABORT marker of `pid` (coordinator epoch 0), as
 /// WriteTxnMarkers appends it.
 fn log_batch(offset: i64, pid: i64, abort: bool) -> Vec<u8> {
-    use bytes::{Bytes, BytesMut};
-    use kafka_protocol::records::{
-        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-    };
-    let (key, value) = if abort {
-        let mut k = BytesMut::new();
-        k.extend_from_slice(&[0, 0, 0, 0]);
-        let mut v = BytesMut::new();
-        v.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
-        (k.freeze(), v.freeze())
-    } else {
-        (Bytes::from_static(b"k"), Bytes::from_static(b"v"))
-    };
-    let r = Record {
-        transactional: abort,
-        control: abort,
-        delete_horizon: false,
-        partition_leader_epoch: 0,
-        producer_id: pid,
-        producer_epoch: 0,
-        timestamp_type: TimestampType::Creation,
-        offset,
-        sequence: if abort { -1 } else { 0 },
-        timestamp: TS,
-        key: Some(key),
-        value: Some(value),
-        headers: Default::default(),
-    };
-    let mut out = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut out,
-        &[r],
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .unwrap();
-    out.to_vec()
+    crate::protocol::txn_marker::one_record_batch_for_tests(offset, pid, abort.then_some(0), abort)
+        .to_vec()
 }
 
 #[test]

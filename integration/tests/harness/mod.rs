@@ -380,6 +380,17 @@ fn try_partition_leaders(bootstrap: &str, topic: &str) -> Result<BTreeMap<i32, i
 }
 
 /// Partition → leader broker id of `topic` (panics after [`ADMIN_TIMEOUT`]).
+/// The address of the broker leading `topic`-`partition` (for reads and writes that bypass
+/// the gateway).
+pub fn leader_addr(bootstrap: &str, topic: &str, partition: i32) -> String {
+    let leader = partition_leaders(bootstrap, topic)[&partition];
+    brokers(bootstrap)
+        .into_iter()
+        .find(|(n, _)| *n == leader)
+        .expect("leader address")
+        .1
+}
+
 pub fn partition_leaders(bootstrap: &str, topic: &str) -> BTreeMap<i32, i32> {
     let deadline = Instant::now() + ADMIN_TIMEOUT;
     loop {
@@ -636,6 +647,18 @@ pub fn json_lines(out: &[u8]) -> Vec<serde_json::Value> {
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect()
+}
+
+/// A VerifiableProducer properties file in `dir`: idempotent, acks=all, one record per batch,
+/// sends given up after 20 s.
+pub fn idempotent_producer_props(dir: &std::path::Path) -> std::path::PathBuf {
+    let props = dir.join("p.properties");
+    std::fs::write(
+        &props,
+        "enable.idempotence=true\nacks=all\nretries=2147483647\nlinger.ms=0\nbatch.size=1\ndelivery.timeout.ms=20000\nrequest.timeout.ms=5000\n",
+    )
+    .expect("props");
+    props
 }
 
 /// Produce `n` records with VerifiableProducer; (partition, offset) → value of each ack.
