@@ -165,10 +165,11 @@ fn a_chained_mirrormaker_2_reading_the_destinations_brokers_never_copies_the_bar
     drop(first);
     failover(&gw.admin(), "mm2chain");
     wait_stopped(&gw.admin(), "mm2chain");
-    // Local records after the barrier.
+    // Local records after the barrier (values unlike the mirrored ones).
+    let mut local = RawConn::connect(&gw.bootstrap());
     assert_eq!(
-        harness::produce_keyed(&gw.bootstrap(), &topic, 10, &[]).len(),
-        10
+        local.produce(&topic, 0, batch(-1, -1, -1, 10, "local")).0,
+        0
     );
     let at_destination = read_log(&destination, &topic, 0);
     assert_eq!(at_destination.barriers.len(), 1, "one barrier");
@@ -207,8 +208,23 @@ fn a_chained_mirrormaker_2_reading_the_destinations_brokers_never_copies_the_bar
             .all(|r| r.key.as_deref() != Some("__mirrorgate_barrier")),
         "a barrier record reached the next cluster"
     );
+    // MirrorMaker 2 copies at least once (a task restarted while it starts re-copies from its
+    // last committed offset): what matters here is that every record came across, in order,
+    // and nothing else.
+    let mut seen = std::collections::HashSet::new();
+    let distinct: Vec<Option<String>> = copied
+        .iter()
+        .filter(|v| seen.insert((*v).clone()))
+        .cloned()
+        .collect();
+    if distinct.len() != copied.len() {
+        eprintln!(
+            "MirrorMaker 2 copied {} record(s) twice",
+            copied.len() - distinct.len()
+        );
+    }
     assert_eq!(
-        copied, expected,
-        "the next cluster holds exactly the destination's records"
+        distinct, expected,
+        "the next cluster holds the destination's records, in order, and nothing else"
     );
 }
