@@ -1640,11 +1640,21 @@ impl MirrorController {
                 .collect();
             // The control barrier's producer id is recorded before any marker is written with
             // it: the marker carries no payload, and a resumed failover finds it only by that id.
+            let mut to_write = to_write;
             let producer = if to_write.is_empty() || self.barrier_mode == BarrierMode::Data {
                 None
             } else {
                 match self.barrier_producer(name, &to_write).await {
-                    Ok(p) => Some(p),
+                    Ok((p, unreachable, why)) => {
+                        // Partitions whose leader could not be asked for its producers (e.g.
+                        // it is down) fail alone and are retried; the others go on.
+                        if !unreachable.is_empty() {
+                            self.fail_partitions(name, &unreachable, &why);
+                            to_write
+                                .retain(|x| !unreachable.contains(&(x.topic.clone(), x.partition)));
+                        }
+                        Some(p)
+                    }
                     Err(e) if e.fallback && self.barrier_mode == BarrierMode::Auto => {
                         tracing::warn!(
                             mirror = name, error = %e.reason,
@@ -2040,7 +2050,7 @@ impl MirrorController {
         &self,
         name: &str,
         parts: &[&PartitionRecord],
-    ) -> Result<BarrierProducer, ProducerIdError> {
+    ) -> Result<(BarrierProducer, Vec<(String, i32)>, String), ProducerIdError> {
         let recorded = lock(&self.slots)
             .iter()
             .find(|s| s.record.name == name)
@@ -2052,7 +2062,7 @@ impl MirrorController {
                     .filter(|p| p.failover_id.as_deref() == fid)
                     .find_map(|p| p.barrier_producer)
             });
-        let producer = match recorded {
+        let (producer, unreachable, why) = match recorded {
             Some(p) => {
                 // Partitions that joined since (or not written yet): the recorded id must be
                 // free there too.
@@ -2061,29 +2071,34 @@ impl MirrorController {
                     .filter(|x| x.barrier_producer != Some(p))
                     .copied()
                     .collect();
-                if !new.is_empty()
-                    && self
-                        .producer_ids_in_use(&new)
-                        .await?
-                        .contains(&p.producer_id)
-                {
-                    return Err(ProducerIdError {
-                        reason: format!(
-                            "the failover's barrier producer id {} is used by a producer of a partition that joined the failover",
-                            p.producer_id
-                        ),
-                        fallback: true,
-                    });
-                }
-                p
+                let (unreachable, why) = if new.is_empty() {
+                    (Vec::new(), String::new())
+                } else {
+                    let in_use = self.producer_ids_in_use(&new).await?;
+                    if in_use.taken.contains(&p.producer_id) {
+                        return Err(ProducerIdError {
+                            reason: format!(
+                                "the failover's barrier producer id {} is used by a producer of a partition that joined the failover",
+                                p.producer_id
+                            ),
+                            fallback: true,
+                        });
+                    }
+                    (in_use.unreachable, in_use.why)
+                };
+                (p, unreachable, why)
             }
             None => self.new_barrier_producer(parts).await?,
         };
-        let missing = parts.iter().any(|p| p.barrier_producer != Some(producer));
+        let missing = parts.iter().any(|p| {
+            p.barrier_producer != Some(producer)
+                && !unreachable.contains(&(p.topic.clone(), p.partition))
+        });
         if missing {
             let keys: Vec<(String, i32)> = parts
                 .iter()
                 .map(|p| (p.topic.clone(), p.partition))
+                .filter(|k| !unreachable.contains(k))
                 .collect();
             self.update(name, |p| {
                 if keys.iter().any(|(t, i)| *t == p.topic && *i == p.partition) {
@@ -2092,7 +2107,7 @@ impl MirrorController {
             })
             .map_err(|e| ProducerIdError::retry(e.to_string()))?;
         }
-        Ok(producer)
+        Ok((producer, unreachable, why))
     }
 
     /// A producer id and epoch from an idempotent InitProducerId (no transactional id) sent to
@@ -2103,13 +2118,20 @@ impl MirrorController {
     async fn new_barrier_producer(
         &self,
         parts: &[&PartitionRecord],
-    ) -> Result<BarrierProducer, ProducerIdError> {
+    ) -> Result<(BarrierProducer, Vec<(String, i32)>, String), ProducerIdError> {
         use kafka_protocol::messages::InitProducerIdRequest;
-        let taken = self.producer_ids_in_use(parts).await?;
+        let in_use = self.producer_ids_in_use(parts).await?;
+        let taken = &in_use.taken;
         let addr = parts
             .iter()
+            .filter(|p| !in_use.unreachable.contains(&(p.topic.clone(), p.partition)))
             .find_map(|p| self.leader_addr(&p.topic, p.partition))
-            .ok_or_else(|| ProducerIdError::retry("no leader known for the partitions".into()))?;
+            .ok_or_else(|| {
+                ProducerIdError::retry(format!(
+                    "no partition's leader could be asked for its producers ({})",
+                    in_use.why
+                ))
+            })?;
         let mut c = self
             .cluster
             .client(&addr, self.timeout)
@@ -2143,10 +2165,14 @@ impl MirrorController {
                     continue;
                 }
                 if !taken.contains(&r.producer_id.0) {
-                    return Ok(BarrierProducer {
-                        producer_id: r.producer_id.0,
-                        producer_epoch: r.producer_epoch,
-                    });
+                    return Ok((
+                        BarrierProducer {
+                            producer_id: r.producer_id.0,
+                            producer_epoch: r.producer_epoch,
+                        },
+                        in_use.unreachable,
+                        in_use.why,
+                    ));
                 }
             }
             if last_error != 0 {
@@ -2170,7 +2196,7 @@ impl MirrorController {
     async fn producer_ids_in_use(
         &self,
         parts: &[&PartitionRecord],
-    ) -> Result<std::collections::HashSet<i64>, ProducerIdError> {
+    ) -> Result<InUse, ProducerIdError> {
         use kafka_protocol::messages::describe_producers_request::TopicRequest;
         use kafka_protocol::messages::DescribeProducersRequest;
         let mut taken: std::collections::HashSet<i64> =
@@ -2183,12 +2209,17 @@ impl MirrorController {
                 }
             }
         }
+        let mut unreachable: Vec<(String, i32)> = Vec::new();
+        let mut why = String::new();
         let mut by_leader: HashMap<String, Vec<&PartitionRecord>> = HashMap::new();
         for p in parts {
-            let addr = self.leader_addr(&p.topic, p.partition).ok_or_else(|| {
-                ProducerIdError::retry(format!("no leader known for {}-{}", p.topic, p.partition))
-            })?;
-            by_leader.entry(addr).or_default().push(p);
+            match self.leader_addr(&p.topic, p.partition) {
+                Some(addr) => by_leader.entry(addr).or_default().push(p),
+                None => {
+                    why = "no leader known for the partition".into();
+                    unreachable.push((p.topic.clone(), p.partition));
+                }
+            }
         }
         for (addr, ps) in by_leader {
             let mut topics: Vec<TopicRequest> = Vec::new();
@@ -2203,12 +2234,20 @@ impl MirrorController {
                 }
             }
             let req = DescribeProducersRequest::default().with_topics(topics);
-            let resp = async {
+            let resp = match async {
                 let mut c = self.cluster.client(&addr, self.timeout).await?;
                 c.send(&req, 0).await
             }
             .await
-            .map_err(|e| ProducerIdError::retry(format!("DescribeProducers to {addr}: {e}")))?;
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    // That leader's partitions fail alone (retried); the others go on.
+                    why = format!("DescribeProducers to {addr}: {e}");
+                    unreachable.extend(ps.iter().map(|p| (p.topic.clone(), p.partition)));
+                    continue;
+                }
+            };
             for t in &resp.topics {
                 for p in &t.partitions {
                     if p.error_code != 0 {
@@ -2226,7 +2265,11 @@ impl MirrorController {
                 }
             }
         }
-        Ok(taken)
+        Ok(InUse {
+            taken,
+            unreachable,
+            why,
+        })
     }
 
     /// The last mirrored offset of a partition whose barrier is at `barrier`: what its PSM has
@@ -2627,6 +2670,14 @@ impl RecordedBarrier {
         .kind_of(h, batch)
         .is_some()
     }
+}
+
+/// The producer ids a control barrier's id must differ from, and the partitions whose leader
+/// could not be asked (with why).
+struct InUse {
+    taken: std::collections::HashSet<i64>,
+    unreachable: Vec<(String, i32)>,
+    why: String,
 }
 
 /// The barriers of a failover pass, per partition.
