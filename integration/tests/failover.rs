@@ -478,6 +478,76 @@ fn consumers_through_the_gateway_never_see_the_barrier_but_mirror_listener_consu
     );
 }
 
+/// kafka-python consumers through the client listener, at both isolation levels, read every
+/// record across a hidden data barrier, never the barrier, and end positioned past the log end
+/// (the barrier's offset is skipped, not waited on).
+#[test]
+fn kafka_python_consumers_through_the_gateway_read_across_the_hidden_barrier() {
+    let python = crate::pid_allocator::python_interpreter();
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("pyhide");
+    harness::create_topic(&destination, &topic, 1, Some(&[1]));
+    let gw = TestGateway::start(data_barrier(mirror_config("pyhide", &[&topic])));
+    wait_mirroring(&gw.admin(), "pyhide", 1);
+    harness::produce_keyed(&gw.mirror_bootstrap(), &topic, 20, &[]);
+    failover(&gw.admin(), "pyhide");
+    wait_stopped(&gw.admin(), "pyhide");
+    harness::produce_keyed(
+        &gw.bootstrap(),
+        &topic,
+        5,
+        &[("enable.idempotence", "false")],
+    );
+    let log = read_log(&destination, &topic, 0);
+    assert_eq!(log.barriers.len(), 1, "one data barrier in the log");
+    let barrier = log.barriers[0].0;
+    let expected: Vec<(i64, Option<String>)> = log
+        .records
+        .iter()
+        .filter(|r| r.offset != barrier)
+        .map(|r| (r.offset, r.value.clone()))
+        .collect();
+    assert_eq!(expected.len(), 25, "20 mirrored + 5 local records");
+    let end = log.records.iter().map(|r| r.offset).max().expect("records") + 1;
+    for isolation in ["read_uncommitted", "read_committed"] {
+        let mut cmd = std::process::Command::new(&python);
+        cmd.arg(harness::repo().join("integration/clients/python_consume.py"))
+            .args([
+                gw.bootstrap(),
+                topic.clone(),
+                format!("{topic}-{isolation}"),
+                "25".to_string(),
+                isolation.to_string(),
+                "30000".to_string(),
+            ]);
+        let out = harness::run_with_timeout(cmd, Duration::from_secs(90));
+        harness::expect_success("python_consume.py", &out);
+        let lines = harness::json_lines(&out.stdout);
+        let got: Vec<(i64, Option<String>)> = lines
+            .iter()
+            .filter_map(|l| {
+                Some((
+                    l.get("offset")?.as_i64()?,
+                    l["value"].as_str().map(str::to_string),
+                ))
+            })
+            .collect();
+        assert!(
+            lines
+                .iter()
+                .all(|l| l["key"].as_str() != Some("__mirrorgate_barrier")),
+            "{isolation}: kafka-python saw the barrier: {got:?}"
+        );
+        assert_eq!(got, expected, "{isolation}: the records read");
+        let done = lines.last().expect("done line");
+        assert_eq!(
+            done["positions"]["0"].as_i64(),
+            Some(end),
+            "{isolation}: the consumer's position is past the log end: {done}"
+        );
+    }
+}
+
 #[test]
 fn after_failover_new_idempotent_producers_lose_nothing_to_colliding_producer_ids() {
     let destination = harness::cluster("destination");

@@ -1,0 +1,47 @@
+"""kafka-python consumer used by the integration tests.
+
+Args: BOOTSTRAP TOPIC GROUP COUNT ISOLATION TIMEOUT_MS
+Consumes TOPIC from the beginning with consumer group GROUP (isolation level ISOLATION:
+read_uncommitted or read_committed) until COUNT records arrived or TIMEOUT_MS passed, keeps
+polling for one more second (so that an extra record would show), commits, and prints one JSON
+line per record ({"partition", "offset", "key", "value"}), then {"done": N, "positions": {...}}
+with the consumer's position per partition.
+"""
+import json
+import sys
+import time
+
+from kafka import KafkaConsumer, TopicPartition
+
+
+def text(b):
+    return None if b is None else b.decode("utf-8", "replace")
+
+
+def main():
+    bootstrap, topic, group = sys.argv[1], sys.argv[2], sys.argv[3]
+    count, isolation, timeout_ms = int(sys.argv[4]), sys.argv[5], int(sys.argv[6])
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
+                             auto_offset_reset="earliest", enable_auto_commit=False,
+                             isolation_level=isolation, consumer_timeout_ms=500)
+    seen = 0
+    deadline = time.time() + timeout_ms / 1000.0
+    extra_until = None
+    while time.time() < deadline:
+        for batch in consumer.poll(timeout_ms=200).values():
+            for r in batch:
+                print(json.dumps({"partition": r.partition, "offset": r.offset,
+                                  "key": text(r.key), "value": text(r.value)}), flush=True)
+                seen += 1
+        if seen >= count and extra_until is None:
+            extra_until = time.time() + 1.0
+        if extra_until is not None and time.time() >= extra_until:
+            break
+    consumer.commit()
+    positions = {str(tp.partition): consumer.position(tp) for tp in consumer.assignment()}
+    consumer.close()
+    print(json.dumps({"done": seen, "positions": positions}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
