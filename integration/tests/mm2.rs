@@ -180,6 +180,9 @@ fn a_chained_mirrormaker_2_reading_the_destinations_brokers_never_copies_the_bar
         .map(|r| r.value.clone())
         .collect();
     assert_eq!(expected.len(), 60, "50 mirrored + 10 local records");
+    // The topic exists on `third` with its leader known before the copy starts (a topic
+    // MirrorMaker 2 creates may not serve fetches for a moment).
+    harness::create_topic(&third, &topic, 1, None);
     let second_dir = tempfile::tempdir().expect("tempdir");
     let second = start_mm2(second_dir.path(), &destination, &third, &topic);
     let deadline = Instant::now() + Duration::from_secs(150);
