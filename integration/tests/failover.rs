@@ -1271,8 +1271,10 @@ fn disruptive_gateway_killed_after_persisting_the_barrier_keeps_the_screening_se
     let destination = harness::cluster("destination");
     let topic = harness::unique_topic("crash-screen");
     harness::create_topic(&destination, &topic, 1, Some(&[1]));
+    // The data barrier: a control barrier's producer-id search would take the colliding ids
+    // from the leader's allocator, leaving nothing for screening to catch.
     let mut gw = ProcessGateway::start(
-        screening_only(mirror_config("crashscreen", &[&topic])),
+        data_barrier(screening_only(mirror_config("crashscreen", &[&topic]))),
         &[("MIRRORGATE_CRASH_AFTER", "barrier_persisted")],
     );
     wait_mirroring(&gw.admin(), "crashscreen", 1);
