@@ -160,16 +160,7 @@ fn a_topic_created_again_after_failover_is_not_guarded_by_the_old_barrier() {
     harness::create_topic(&destination, &topic, 1, Some(&[1]));
     // Let the gateway's metadata see the new topic (refreshed every second here).
     std::thread::sleep(std::time::Duration::from_secs(3));
-    let dir = tempfile::tempdir().expect("tempdir");
-    let props = harness::idempotent_producer_props(dir.path());
-    let (acked, out) = harness::verifiable_produce(&gw.bootstrap(), &topic, 50, &props);
-    assert_eq!(
-        acked.len(),
-        50,
-        "not every send succeeded: {}\n{}",
-        harness::tail_text(&out.stdout, 2000),
-        harness::tail_text(&out.stderr, 2000)
-    );
+    fifty_idempotent_sends_all_succeed(&gw.bootstrap(), &topic);
     let log = crate::failover::read_log(&destination, &topic, 0);
     assert_eq!(
         log.records.len(),
@@ -489,16 +480,7 @@ fn a_barrier_the_log_no_longer_holds_is_reported_at_start_and_guards_nothing() {
         process_metric(&gw, "mirrorgate_protection_barriers_missing"),
         1.0
     );
-    let dir = tempfile::tempdir().expect("tempdir");
-    let props = harness::idempotent_producer_props(dir.path());
-    let (acked, out) = harness::verifiable_produce(&gw.bootstrap(), &topic, 50, &props);
-    assert_eq!(
-        acked.len(),
-        50,
-        "not every send succeeded: {}\n{}",
-        harness::tail_text(&out.stdout, 2000),
-        harness::tail_text(&out.stderr, 2000)
-    );
+    fifty_idempotent_sends_all_succeed(&gw.bootstrap(), &topic);
     let log = crate::failover::read_log(&destination, &topic, 0);
     let local = log
         .records
@@ -512,5 +494,20 @@ fn a_barrier_the_log_no_longer_holds_is_reported_at_start_and_guards_nothing() {
     assert_eq!(
         process_metric(&gw, "mirrorgate_duplicate_ack_guard_total"),
         0.0
+    );
+}
+
+/// Java `VerifiableProducer` sends 50 idempotent records to `topic` through `bootstrap`; every
+/// send must be acknowledged.
+fn fifty_idempotent_sends_all_succeed(bootstrap: &str, topic: &str) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let props = harness::idempotent_producer_props(dir.path());
+    let (acked, out) = harness::verifiable_produce(bootstrap, topic, 50, &props);
+    assert_eq!(
+        acked.len(),
+        50,
+        "not every send succeeded: {}\n{}",
+        harness::tail_text(&out.stdout, 2000),
+        harness::tail_text(&out.stderr, 2000)
     );
 }

@@ -1844,6 +1844,26 @@ impl MirrorController {
         n
     }
 
+    /// `parts` grouped by the address of their leader, and those without a known leader.
+    #[allow(clippy::type_complexity)]
+    fn by_leader<'a>(
+        &self,
+        parts: &[&'a PartitionRecord],
+    ) -> (
+        HashMap<String, Vec<&'a PartitionRecord>>,
+        Vec<(String, i32)>,
+    ) {
+        let mut by_leader: HashMap<String, Vec<&'a PartitionRecord>> = HashMap::new();
+        let mut leaderless = Vec::new();
+        for p in parts {
+            match self.leader_addr(&p.topic, p.partition) {
+                Some(a) => by_leader.entry(a).or_default().push(*p),
+                None => leaderless.push((p.topic.clone(), p.partition)),
+            }
+        }
+        (by_leader, leaderless)
+    }
+
     fn leader_addr(&self, topic: &str, partition: i32) -> Option<String> {
         self.cluster
             .topic(topic)
@@ -2209,18 +2229,12 @@ impl MirrorController {
                 }
             }
         }
-        let mut unreachable: Vec<(String, i32)> = Vec::new();
-        let mut why = String::new();
-        let mut by_leader: HashMap<String, Vec<&PartitionRecord>> = HashMap::new();
-        for p in parts {
-            match self.leader_addr(&p.topic, p.partition) {
-                Some(addr) => by_leader.entry(addr).or_default().push(p),
-                None => {
-                    why = "no leader known for the partition".into();
-                    unreachable.push((p.topic.clone(), p.partition));
-                }
-            }
-        }
+        let (by_leader, mut unreachable) = self.by_leader(parts);
+        let mut why = if unreachable.is_empty() {
+            String::new()
+        } else {
+            NO_LEADER.to_string()
+        };
         for (addr, ps) in by_leader {
             let mut topics: Vec<TopicRequest> = Vec::new();
             for p in &ps {
@@ -2310,15 +2324,10 @@ impl MirrorController {
                 "barrier write failed (MIRRORGATE_TEST_FAIL_BARRIER_WRITES)".into(),
             );
         }
-        let mut by_leader: HashMap<String, Vec<&PartitionRecord>> = HashMap::new();
-        for p in parts {
-            match self.leader_addr(&p.topic, p.partition) {
-                Some(a) => by_leader.entry(a).or_default().push(p),
-                None => {
-                    reason = "no leader known for the partition".into();
-                    failed.push((p.topic.clone(), p.partition));
-                }
-            }
+        let (by_leader, leaderless) = self.by_leader(parts);
+        if !leaderless.is_empty() {
+            reason = NO_LEADER.into();
+            failed.extend(leaderless);
         }
         for (addr, ps) in by_leader {
             let data: Vec<&PartitionRecord> = match producer {
@@ -2671,6 +2680,9 @@ impl RecordedBarrier {
         .is_some()
     }
 }
+
+/// Why a partition without a known leader gets no barrier (yet).
+const NO_LEADER: &str = "no leader known for the partition";
 
 /// The producer ids a control barrier's id must differ from, and the partitions whose leader
 /// could not be asked (with why).
