@@ -8,6 +8,7 @@ line per record ({"partition", "offset", "key", "value"}), then {"done": N, "pos
 with the consumer's position per partition.
 """
 import json
+import logging
 import sys
 import time
 
@@ -19,6 +20,9 @@ def text(b):
 
 
 def main():
+    # kafka-python's own log (group joins, fetch errors) goes to stderr, shown when a test fails.
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     bootstrap, topic, group = sys.argv[1], sys.argv[2], sys.argv[3]
     count, isolation, timeout_ms = int(sys.argv[4]), sys.argv[5], int(sys.argv[6])
     consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,

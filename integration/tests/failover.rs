@@ -526,8 +526,11 @@ fn hidden_barrier(prefix: &str) -> HiddenBarrier {
 
 impl HiddenBarrier {
     /// Check a consumer's JSON lines (python_consume.py / Consume.java): every record but the
-    /// barrier, in order, never the barrier, and the position past the log end.
-    fn check_consumer(&self, who: &str, lines: &[serde_json::Value]) {
+    /// barrier, in order, never the barrier, and the position past the log end. A failure shows
+    /// the client's own log (stderr).
+    fn check_consumer(&self, who: &str, out: &std::process::Output) {
+        let lines = harness::json_lines(&out.stdout);
+        let who = format!("{who} (its log: {})", String::from_utf8_lossy(&out.stderr));
         let got: Vec<(i64, Option<String>)> = lines
             .iter()
             .filter_map(|l| {
@@ -573,10 +576,7 @@ fn kafka_python_consumers_through_the_gateway_read_across_the_hidden_barrier() {
             ]);
         let out = harness::run_with_timeout(cmd, Duration::from_secs(90));
         harness::expect_success("python_consume.py", &out);
-        h.check_consumer(
-            &format!("kafka-python at {isolation}"),
-            &harness::json_lines(&out.stdout),
-        );
+        h.check_consumer(&format!("kafka-python at {isolation}"), &out);
     }
 }
 
@@ -600,10 +600,7 @@ fn java_consumers_through_the_gateway_read_across_the_hidden_barrier() {
             ],
         );
         harness::expect_success("Consume.java", &out);
-        h.check_consumer(
-            &format!("the Java consumer at {isolation}"),
-            &harness::json_lines(&out.stdout),
-        );
+        h.check_consumer(&format!("the Java consumer at {isolation}"), &out);
     }
 }
 
