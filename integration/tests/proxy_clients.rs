@@ -4,11 +4,17 @@
 //! consumer group, and see their committed offsets, all through the gateway's ports.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{DeliveryResult, Message};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use rdkafka::ClientContext;
 
 use crate::gw::TestGateway;
 use crate::harness;
@@ -287,44 +293,202 @@ fn kafka_python_round_trip_through_the_gateway_only() {
     assert_only_gateway_addresses(&gw, &brokers);
 }
 
+/// Phases of the broker-restart test, as seen by the producer's delivery callback.
+const BEFORE_STOP: u8 = 0;
+const NODE_DOWN: u8 = 1;
+const AFTER_RESTART: u8 = 2;
+
+#[derive(Default)]
+struct PhasedAcks {
+    /// (phase at the ack, ack).
+    acks: Mutex<Vec<(u8, harness::Acked)>>,
+    errors: Mutex<Vec<String>>,
+    phase: AtomicU8,
+}
+
+struct PhasedContext(Arc<PhasedAcks>);
+impl ClientContext for PhasedContext {}
+impl ProducerContext for PhasedContext {
+    type DeliveryOpaque = Box<usize>;
+    fn delivery(&self, r: &DeliveryResult<'_>, index: Box<usize>) {
+        match r {
+            Ok(m) => {
+                let ack = harness::Acked {
+                    index: *index,
+                    key: m
+                        .key()
+                        .map(|k| String::from_utf8_lossy(k).into_owned())
+                        .unwrap_or_default(),
+                    partition: m.partition(),
+                    offset: m.offset(),
+                };
+                let phase = self.0.phase.load(Ordering::SeqCst);
+                lock(&self.0.acks).push((phase, ack));
+            }
+            Err((e, _)) => lock(&self.0.errors).push(format!("record {}: {e}", *index)),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// An idempotent (acks=all) librdkafka producer sending `key-{i}` records through `bootstrap`
+/// in a thread, about 2,000 a second, until `stop` is set; then it waits for every
+/// acknowledgement (bounded) and returns how many it sent.
+fn produce_until_stopped(
+    bootstrap: String,
+    topic: String,
+    acks: Arc<PhasedAcks>,
+    sent: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<usize> {
+    std::thread::spawn(move || {
+        let producer: BaseProducer<PhasedContext> = ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", "5")
+            .set("message.timeout.ms", "120000")
+            .set("queue.buffering.max.kbytes", "1024")
+            .create_with_context(PhasedContext(acks))
+            .expect("producer");
+        let mut i = 0;
+        while !stop.load(Ordering::SeqCst) {
+            let (key, value) = (format!("key-{i}"), format!("value-{i}"));
+            let rec = BaseRecord::with_opaque_to(&topic, Box::new(i))
+                .key(&key)
+                .payload(&value);
+            match producer.send(rec) {
+                Ok(()) => {
+                    i += 1;
+                    sent.store(i, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_micros(500));
+                }
+                // The records of the stopped broker's partitions wait in the queue.
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    producer.poll(Duration::from_millis(20));
+                }
+                Err((e, _)) => panic!("producing record {i}: {e}"),
+            }
+            producer.poll(Duration::ZERO);
+        }
+        producer
+            .flush(Duration::from_secs(150))
+            .expect("every record acknowledged");
+        i
+    })
+}
+
+/// Poll `cond` every 50 ms until it holds; panic after `timeout`.
+fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < deadline, "not within {timeout:?}: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Runs alone (`disruptive_` tests are run serially by the test command): it restarts a broker.
+/// A producer writes through the gateway to partitions led by both brokers; broker 2 is
+/// stopped while the producer runs (after at least 6,000 acks) and started again, and the
+/// producer goes on until records to broker 2's partitions are acknowledged after the restart.
+/// Every acknowledged record is in the log exactly once, at its acknowledged offset.
 #[test]
 fn disruptive_broker_restart_during_produce_loses_nothing_acknowledged() {
+    const BEFORE: usize = 6_000;
     let destination = harness::cluster("destination");
     let gw = TestGateway::in_front_of(&destination);
     let topic = topic_on_both_brokers(&destination, "restart-gw");
-    let bootstrap = gw.bootstrap();
-    let t = topic.clone();
-    let producer = std::thread::spawn(move || {
-        harness::produce_keyed(
-            &bootstrap,
-            &t,
-            30_000,
-            &[
-                ("message.timeout.ms", "120000"),
-                ("queue.buffering.max.kbytes", "1024"),
-            ],
-        )
+    let on_node_2: Vec<i32> = harness::partition_leaders(&destination, &topic)
+        .into_iter()
+        .filter(|(_, l)| *l == 2)
+        .map(|(p, _)| p)
+        .collect();
+    let acks = Arc::new(PhasedAcks::default());
+    let sent = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = produce_until_stopped(
+        gw.bootstrap(),
+        topic.clone(),
+        acks.clone(),
+        sent.clone(),
+        stop.clone(),
+    );
+    let acked = |phase: u8, on: &[i32]| {
+        lock(&acks.acks)
+            .iter()
+            .filter(|(ph, a)| *ph == phase && (on.is_empty() || on.contains(&a.partition)))
+            .count()
+    };
+    wait_for("acks before the stop", Duration::from_secs(120), || {
+        acked(BEFORE_STOP, &[]) >= BEFORE && acked(BEFORE_STOP, &on_node_2) > 0
     });
-    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        !producer.is_finished(),
+        "the producer runs when the broker is stopped"
+    );
+    let restart = crate::agent::RestartNode("destination", "2");
+    let sent_at_stop = sent.load(Ordering::SeqCst);
+    acks.phase.store(NODE_DOWN, Ordering::SeqCst);
     harness::expect_success(
         "rig stop-node destination 2",
         &harness::rig(&["stop-node", "destination", "2"]),
     );
-    harness::expect_success(
-        "rig start-node destination 2",
-        &harness::rig(&["start-node", "destination", "2"]),
+    drop(restart);
+    let sent_at_restart = sent.load(Ordering::SeqCst);
+    acks.phase.store(AFTER_RESTART, Ordering::SeqCst);
+    assert!(
+        !producer.is_finished() && sent_at_restart > sent_at_stop,
+        "the producer kept sending while broker 2 was down ({sent_at_stop} sent at the stop, {sent_at_restart} at the restart)"
     );
-    let acks = producer
+    // Keep producing until broker 2's partitions take records again through the gateway.
+    wait_for(
+        "acks from broker 2's partitions after the restart",
+        Duration::from_secs(150),
+        || acked(AFTER_RESTART, &on_node_2) >= 500,
+    );
+    let sent_after = sent.load(Ordering::SeqCst);
+    assert!(
+        !producer.is_finished() && sent_after > sent_at_restart,
+        "the producer still runs after the restart"
+    );
+    stop.store(true, Ordering::SeqCst);
+    let total = producer
         .join()
         .expect("producer thread (every record acknowledged)");
+    let errors = lock(&acks.errors).clone();
+    assert!(errors.is_empty(), "delivery errors: {errors:?}");
+    let mut all: Vec<harness::Acked> = lock(&acks.acks).iter().map(|(_, a)| a.clone()).collect();
+    all.sort_by_key(|a| a.index);
+    assert_eq!(all.len(), total, "every record sent is acknowledged");
+    // The whole log of every partition, read from its leader: each acknowledged record once, at
+    // its offset, and nothing else (a duplicate anywhere in the log fails).
+    let mut in_log: BTreeMap<i32, Vec<harness::Consumed>> = BTreeMap::new();
+    for p in 0..4 {
+        let log = crate::failover::read_log(&destination, &topic, p);
+        in_log.insert(
+            p,
+            log.records
+                .into_iter()
+                .map(|r| harness::Consumed {
+                    offset: r.offset,
+                    key: r.key,
+                    value: r.value,
+                })
+                .collect(),
+        );
+    }
+    harness::assert_same_per_partition(&all, &in_log);
+    // And through the gateway with a consumer group.
     let consumed = harness::consume_group(
         &gw.bootstrap(),
         &topic,
         &format!("{topic}-g"),
-        acks.len(),
+        all.len(),
         Duration::from_secs(120),
         &[],
     );
-    harness::assert_same_per_partition(&acks, &consumed);
+    harness::assert_same_per_partition(&all, &consumed);
 }
