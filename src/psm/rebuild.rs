@@ -10,7 +10,7 @@ use kafka_protocol::messages::DescribeConfigsRequest;
 use kafka_protocol::protocol::StrBytes;
 use tokio::sync::watch;
 
-use crate::protocol::batch::{control_marker, BatchWalker, ControlType};
+use crate::protocol::batch::{control_marker, BatchHeader, BatchWalker, ControlType};
 use crate::protocol::client::{PartitionRequestError, EARLIEST};
 use crate::proxy::ClusterView;
 
@@ -101,6 +101,26 @@ pub fn replay_records(
     Ok((next, n))
 }
 
+/// Install the outcomes that arrived while a partition was being rebuilt (first offset, batch)
+/// onto the rebuilt `psm`, in offset order (they were answered on several connections, in any
+/// order), skipping those the rebuild read from the log already (at or below `read_through`).
+/// Returns the highest offset the state reflects.
+pub fn apply_buffered(
+    psm: &mut PartitionPsm,
+    mut buffered: Vec<(i64, BatchHeader)>,
+    read_through: i64,
+) -> i64 {
+    buffered.sort_by_key(|(offset, _)| *offset);
+    let mut through = read_through;
+    for (offset, header) in buffered {
+        if offset > through {
+            let _ = psm.replay(&header, offset);
+            through = offset + i64::from(header.last_offset_delta);
+        }
+    }
+    through
+}
+
 /// Rebuild one tracked partition: start from its snapshot (when `use_snapshot`) or the log start,
 /// replay the log up to the high watermark, then install the result and the outcomes that
 /// arrived meanwhile, and mark the partition ready.
@@ -188,15 +208,7 @@ pub async fn rebuild_partition(
     }
     {
         let mut s = slot.lock().unwrap_or_else(|e| e.into_inner());
-        let mut buffered = std::mem::take(&mut s.buffered);
-        buffered.sort_by_key(|(offset, _)| *offset);
-        let mut through = next - 1;
-        for (offset, header) in buffered {
-            if offset > through {
-                let _ = psm.replay(&header, offset);
-                through = offset + i64::from(header.last_offset_delta);
-            }
-        }
+        let through = apply_buffered(&mut psm, std::mem::take(&mut s.buffered), next - 1);
         // The log before `from_offset` is gone (or cleared at the barrier); producers the
         // previous state knew only from there are still held by the broker (review F11e).
         if !from_snapshot && from_offset > 0 {

@@ -906,6 +906,187 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_that_leaves_the_outcome_unknown_asks_for_a_rebuild() {
+        // REQUEST_TIMED_OUT and NOT_ENOUGH_REPLICAS_AFTER_APPEND: the batch may be in the log.
+        for code in [REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND] {
+            let mut s = ready_slot();
+            appended(&mut s, 1, 0, 0);
+            let r = apply_locked(
+                &mut s,
+                &single(1, 1),
+                BrokerOutcome::Refused { error_code: code },
+            );
+            assert_eq!(r, BatchResult::UnknownOutcome, "code {code}");
+            assert!(s.needs_rebuild, "code {code}");
+            assert_eq!(last(&s, 1), Some((0, 0)), "nothing guessed for code {code}");
+        }
+        let mut s = ready_slot();
+        let r = apply_locked(
+            &mut s,
+            &single(1, 0),
+            BrokerOutcome::Unknown { error_code: -1 },
+        );
+        assert_eq!(r, BatchResult::UnknownOutcome);
+        assert!(s.needs_rebuild);
+    }
+
+    #[test]
+    fn an_append_the_psm_judged_out_of_order_is_followed_and_asks_for_a_rebuild() {
+        // The broker appended sequence 2 after 0: sequence 1 reached it some other way.
+        let mut s = ready_slot();
+        appended(&mut s, 1, 0, 0);
+        assert_eq!(appended(&mut s, 1, 2, 2), BatchResult::Diverged);
+        assert_eq!(last(&s, 1), Some((2, 2)), "the PSM follows the broker");
+        assert!(s.needs_rebuild);
+    }
+
+    #[test]
+    fn a_refusal_the_psm_did_not_predict_asks_for_a_rebuild_other_errors_do_not() {
+        let mut s = ready_slot();
+        appended(&mut s, 1, 0, 0);
+        // OUT_OF_ORDER_SEQUENCE_NUMBER for the next sequence: the broker knows more.
+        let r = apply_locked(
+            &mut s,
+            &single(1, 1),
+            BrokerOutcome::Refused { error_code: 45 },
+        );
+        assert_eq!(r, BatchResult::Diverged);
+        assert!(s.needs_rebuild);
+        // NOT_LEADER_OR_FOLLOWER: nothing appended, nothing to learn.
+        let mut s = ready_slot();
+        appended(&mut s, 1, 0, 0);
+        let r = apply_locked(
+            &mut s,
+            &single(1, 1),
+            BrokerOutcome::Refused { error_code: 6 },
+        );
+        assert_eq!(r, BatchResult::OtherError);
+        assert!(!s.needs_rebuild);
+    }
+
+    #[test]
+    fn answers_during_a_rebuild_are_buffered_with_their_offsets() {
+        let mut s = PartitionSlot::new();
+        assert_eq!(appended(&mut s, 1, 0, 7), BatchResult::Buffered);
+        assert_eq!(appended(&mut s, 2, 0, 5), BatchResult::Buffered);
+        let refused = apply_locked(
+            &mut s,
+            &single(3, 0),
+            BrokerOutcome::Refused { error_code: 6 },
+        );
+        assert_eq!(refused, BatchResult::Buffered);
+        let offsets: Vec<(i64, i64)> = s
+            .buffered
+            .iter()
+            .map(|(o, h)| (*o, h.producer_id))
+            .collect();
+        assert_eq!(offsets, vec![(7, 1), (5, 2)], "appends only, as answered");
+        assert!(
+            s.psm.is_empty(),
+            "nothing applied before the rebuild is installed"
+        );
+    }
+
+    #[test]
+    fn an_unknown_outcome_during_a_rebuild_asks_for_another_one() {
+        let mut s = PartitionSlot::new();
+        s.needs_rebuild = false; // the rebuild in progress took the request
+        let r = apply_locked(
+            &mut s,
+            &single(1, 0),
+            BrokerOutcome::Refused {
+                error_code: REQUEST_TIMED_OUT,
+            },
+        );
+        assert_eq!(r, BatchResult::Buffered);
+        assert!(s.needs_rebuild);
+    }
+
+    #[test]
+    fn a_full_rebuild_buffer_is_dropped_and_the_partition_rebuilt_again() {
+        let mut s = PartitionSlot::new();
+        s.needs_rebuild = false;
+        for i in 0..MAX_BUFFERED_WHILE_REBUILDING {
+            appended(&mut s, 1, i as i32, i as i64);
+        }
+        assert_eq!(s.buffered.len(), MAX_BUFFERED_WHILE_REBUILDING);
+        assert!(!s.needs_rebuild);
+        appended(&mut s, 1, 10_000, 10_000);
+        assert!(s.buffered.is_empty());
+        assert!(s.needs_rebuild);
+    }
+
+    /// The body (after the request header) of a Produce v9 request with one batch of
+    /// producer 1 for `topic`-0.
+    fn produce_body(topic: &str, acks: i16) -> Vec<u8> {
+        use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+        use kafka_protocol::messages::ProduceRequest;
+        use kafka_protocol::protocol::{Encodable, StrBytes};
+        let req = ProduceRequest::default()
+            .with_acks(acks)
+            .with_timeout_ms(30_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(StrBytes::from_string(topic.to_string()).into())
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(0)
+                    .with_records(Some(
+                        crate::protocol::txn_marker::one_record_batch_for_tests(0, 1, None, false),
+                    ))])]);
+        let mut buf = bytes::BytesMut::new();
+        req.encode(&mut buf, 9).expect("encodes");
+        buf.to_vec()
+    }
+
+    fn cluster() -> Arc<crate::proxy::ClusterView> {
+        crate::proxy::ClusterView::new(
+            crate::config::ClusterConfig {
+                bootstrap: vec!["127.0.0.1:1".into()],
+                connect_timeout_ms: 1000,
+                metadata_refresh_ms: 1000,
+                tls: None,
+                sasl: None,
+            },
+            crate::net::Connector::plain(),
+            crate::metrics::Metrics::new(),
+        )
+    }
+
+    #[test]
+    fn an_acks_0_produce_marks_its_tracked_partition_for_a_rebuild_and_notes_no_batch() {
+        let r = registry_tracking("t");
+        let slot = r.slot("t", 0).expect("tracked");
+        lock(&slot).needs_rebuild = false;
+        let pending = super::super::tap::on_request(&r, &cluster(), 9, &produce_body("t", 0), true);
+        assert!(pending.is_none(), "no answer will come: {pending:?}");
+        assert!(lock(&slot).needs_rebuild);
+    }
+
+    #[test]
+    fn a_produce_with_acks_notes_its_tracked_batch_and_asks_for_no_rebuild() {
+        let r = registry_tracking("t");
+        let slot = r.slot("t", 0).expect("tracked");
+        lock(&slot).needs_rebuild = false;
+        let pending =
+            super::super::tap::on_request(&r, &cluster(), 9, &produce_body("t", -1), true)
+                .expect("a tracked batch");
+        assert_eq!(pending.batches.len(), 1);
+        assert_eq!(
+            (
+                pending.batches[0].partition,
+                pending.batches[0].header.producer_id
+            ),
+            (0, 1)
+        );
+        assert!(!lock(&slot).needs_rebuild);
+        // An untracked topic: nothing noted, no slot created.
+        assert!(
+            super::super::tap::on_request(&r, &cluster(), 9, &produce_body("other", 0), true)
+                .is_none()
+        );
+        assert!(r.existing("other", 0).is_none());
+    }
+
+    #[test]
     fn a_partition_never_rebuilt_is_rebuilt_at_once() {
         let r = registry_tracking("t");
         let slot = r.slot("t", 1).expect("tracked");

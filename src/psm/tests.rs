@@ -1073,3 +1073,27 @@ fn a_rebuild_clears_at_a_control_barrier_and_keeps_an_unknown_producer_s_lone_ma
         vec![3]
     );
 }
+
+#[test]
+fn outcomes_buffered_during_a_rebuild_are_installed_in_offset_order_after_what_the_log_held() {
+    // The rebuild read the log through offset 4 (producer 2's batch at 3 among it). Meanwhile
+    // producer 1's answers arrived out of offset order: sequences 2-3 (offset 7) before 0-1 (5).
+    let mut psm = PartitionPsm::new();
+    let _ = psm.replay(&batch(2, 0, 0, 1), 3);
+    let buffered = vec![
+        (7, batch(1, 0, 2, 2)),
+        (3, batch(2, 0, 0, 1)),
+        (5, batch(1, 0, 0, 2)),
+    ];
+    let through = rebuild::apply_buffered(&mut psm, buffered, 4);
+    assert_eq!(through, 8);
+    let one = psm.get(1).expect("producer 1");
+    assert_eq!((one.last_seq(), one.last_data_offset()), (3, 8));
+    assert_eq!(one.batch_count(), 2);
+    let two = psm.get(2).expect("producer 2");
+    assert_eq!(
+        two.batch_count(),
+        1,
+        "the batch the log held is not applied twice"
+    );
+}
