@@ -694,10 +694,18 @@ fn disruptive_gateway_killed_during_mirroring_resumes_without_loss_or_duplicates
     let (at_kill, tail_partitions, log_from) = loop {
         attempts += 1;
         let before: Vec<i64> = (0..2).map(|p| log_end(&destination, &topic, p)).collect();
+        // Both partitions have an offset map on disk (so the restart resumes from it, not
+        // from an alignment check) and more mirrored records than before.
         wait_for(
-            "more records mirrored on both partitions",
+            "more records mirrored on both partitions, with a persisted offset map",
             Duration::from_secs(60),
-            || (0..2).all(|p| log_end(&destination, &topic, p) > before[p as usize]),
+            || {
+                let m = persisted_map(&cfg, "gkill");
+                (0..2).all(|p| {
+                    m.as_ref().is_some_and(|m| m.get(&topic, p).is_some())
+                        && log_end(&destination, &topic, p) > before[p as usize]
+                })
+            },
         );
         assert!(
             writer.is_running(),
