@@ -5,10 +5,10 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::failover::{failover, mirror_config, read_log, wait_stopped};
+use crate::failover::{failover, mirror_config, read_log, wait_stopped, LogRecord};
 use crate::gw::TestGateway;
 use crate::harness;
-use crate::psm_differential::{batch, gateway_producers, RawConn};
+use crate::psm_differential::{batch, broker_producers, gateway_producers, RawConn};
 
 /// MirrorMaker 2, stopped when dropped.
 struct Mm2(Child);
@@ -19,15 +19,18 @@ impl Drop for Mm2 {
     }
 }
 
+/// The records of a partition that are neither control records nor barriers.
+fn mirrored_records(bootstrap: &str, topic: &str, partition: i32) -> Vec<LogRecord> {
+    read_log(bootstrap, topic, partition)
+        .records
+        .into_iter()
+        .filter(|r| !r.control && r.key.as_deref() != Some("__mirrorgate_barrier"))
+        .collect()
+}
+
 fn count_records(bootstrap: &str, topic: &str, partitions: i32) -> usize {
     (0..partitions)
-        .map(|p| {
-            read_log(bootstrap, topic, p)
-                .records
-                .iter()
-                .filter(|r| !r.control && r.key.as_deref() != Some("__mirrorgate_barrier"))
-                .count()
-        })
+        .map(|p| mirrored_records(bootstrap, topic, p).len())
         .sum()
 }
 
@@ -95,11 +98,51 @@ fn mirrormaker_2_through_the_mirror_listener_is_tracked_read_only_and_fenced() {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
-    // The PSM tracks MirrorMaker's idempotent producer.
-    let tracked: usize = (0..2)
-        .map(|p| gateway_producers(&gw.admin(), &topic, p).len())
-        .sum();
-    assert!(tracked >= 1, "the PSM tracks MirrorMaker's producer");
+    // Nothing more arrives: a record copied twice would show up as a 201st.
+    let settle = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < settle {
+        let n = count_records(&destination, &topic, 2);
+        assert_eq!(
+            n, 200,
+            "MirrorMaker 2 mirrored {n} records for 200 at the source"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // Each partition holds the source partition's records, in order: same keys, same values.
+    for p in 0..2 {
+        let at_source: Vec<_> = read_log(&source, &topic, p)
+            .records
+            .into_iter()
+            .map(|r| (r.key, r.value))
+            .collect();
+        let mirrored: Vec<_> = mirrored_records(&destination, &topic, p)
+            .into_iter()
+            .map(|r| (r.key, r.value))
+            .collect();
+        assert_eq!(
+            mirrored, at_source,
+            "partition {p}: the destination (left) holds the source's records (right)"
+        );
+    }
+    // The PSM tracks MirrorMaker's idempotent producer, exactly as the broker does.
+    for p in 0..2 {
+        let writers: std::collections::BTreeSet<i64> = mirrored_records(&destination, &topic, p)
+            .iter()
+            .map(|r| r.producer_id)
+            .collect();
+        let leader = harness::leader_addr(&destination, &topic, p);
+        let broker = broker_producers(&mut RawConn::connect(&leader), &topic, p);
+        let gateway = gateway_producers(&gw.admin(), &topic, p);
+        assert_eq!(
+            gateway, broker,
+            "partition {p}: the PSM (left) vs DescribeProducers (right)"
+        );
+        let tracked: std::collections::BTreeSet<i64> = gateway.iter().map(|r| r.0).collect();
+        assert!(
+            !writers.contains(&-1) && tracked == writers,
+            "partition {p}: the PSM tracks {tracked:?}, MirrorMaker's producers wrote {writers:?}"
+        );
+    }
     assert_eq!(
         gw.metric(r#"mirrorgate_psm_batches_total{result="diverged"}"#),
         0.0
