@@ -1,5 +1,7 @@
 //! The admin HTTP API of a gateway in front of the real destination cluster.
 
+use std::time::{Duration, Instant};
+
 use hyper::Method;
 use mirrorgate::admin::client::call;
 
@@ -57,6 +59,73 @@ fn readyz_is_not_ready_while_the_destination_is_unreachable() {
         );
         gw.shutdown().await;
     });
+}
+
+/// docs/reliability.md: "destination unreachable at start: `/readyz` 503 with the reason;
+/// listeners come up when it is reachable". The bootstrap address is a port where nothing
+/// listens until a TCP forwarder to the real destination is started there.
+#[test]
+fn listeners_come_up_once_an_unreachable_destination_becomes_reachable() {
+    let destination = harness::cluster("destination");
+    let broker = destination
+        .split(',')
+        .next()
+        .expect("a destination broker")
+        .to_string();
+    let topic = harness::unique_topic("late-destination");
+    harness::create_topic(&destination, &topic, 1, None);
+    let late = format!("127.0.0.1:{}", crate::gw::free_port_range(1));
+    let cfg = crate::gw::test_config(&late);
+    let client_port = cfg.listeners.client.port_base;
+    let rt = tokio::runtime::Runtime::new().expect("rt");
+    let gw = rt
+        .block_on(mirrorgate::app::Gateway::start(cfg))
+        .expect("starts without the destination");
+    let admin = gw.admin_addr().to_string();
+    let readyz = |rt: &tokio::runtime::Runtime| {
+        rt.block_on(call(&admin, Method::GET, "/readyz", None, None))
+            .expect("call")
+    };
+    // Unreachable: not ready, and no client port is bound (a few refresh attempts later).
+    for _ in 0..3 {
+        let (status, body) = readyz(&rt);
+        assert_eq!(status, 503, "{body}");
+        assert!(
+            std::net::TcpStream::connect(("127.0.0.1", client_port)).is_err(),
+            "a client port is bound before the destination's brokers are known"
+        );
+        std::thread::sleep(Duration::from_millis(1000));
+    }
+    // The destination becomes reachable at the bootstrap address.
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind(&late))
+        .expect("bind the forwarder on the bootstrap port");
+    rt.spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            let broker = broker.clone();
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(&broker).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = readyz(&rt);
+        if status == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not ready 30 s after the destination became reachable: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The client listener serves: records produced through it are acknowledged.
+    let acks = harness::produce_keyed(&format!("127.0.0.1:{client_port}"), &topic, 20, &[]);
+    assert_eq!(acks.len(), 20, "records acknowledged through the gateway");
+    rt.block_on(gw.shutdown());
 }
 
 #[test]
