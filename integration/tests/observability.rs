@@ -7,13 +7,10 @@
 //! - the Dockerfile's build-stage `cargo build` line builds here;
 //! - `promtool` accepts the Prometheus configurations (laid out as compose mounts them) and rules;
 //! - a real Prometheus (Debian package, installed by `integration/install-prometheus`) scrapes a
-//!   test gateway that mirrored data, refused a local write, failed over and tripped the
-//!   duplicate-ack guard, then evaluates every dashboard query and every alert rule.
-//!
-//! Lag series (`mirrorgate_mirror_lag_records`, `mirrorgate_mirror_lag_seconds`) and the agent's
-//! throughput (`mirrorgate_agent_*`) come from the built-in mirror agent, which the test gateway
-//! does not run (its mirrors have no source): those queries are evaluated with an
-//! `or vector(0)` fallback, and only they.
+//!   test gateway that mirrored data (through its mirror listener, and with its built-in agent
+//!   from the source cluster), refused a local write, failed over and tripped the duplicate-ack
+//!   guard, then evaluates every dashboard query and every alert rule over real series: the lag
+//!   and agent-throughput panels and `MirrorgateMirrorLagHigh` too (the agent exports them).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -34,7 +31,7 @@ use crate::harness::{self, repo, run_with_timeout, tail_text};
 use crate::psm_differential::{batch, RawConn};
 
 /// Metrics only the built-in mirror agent exports (absent unless a mirror has a `source`): lag
-/// and the agent's own throughput.
+/// and the agent's own throughput. The Prometheus test runs an agent so that they exist.
 const AGENT_METRICS: [&str; 4] = [
     "mirrorgate_mirror_lag_records",
     "mirrorgate_mirror_lag_seconds",
@@ -181,10 +178,6 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
         .collect()
 }
 
-fn is_agent_query(expr: &str) -> bool {
-    AGENT_METRICS.iter().any(|m| expr.contains(m))
-}
-
 /// The provisioned Prometheus datasource: (name, uid, url).
 fn provisioned_datasource() -> (String, String, String) {
     let ds = yaml("config/grafana/provisioning/datasources/prometheus.yml");
@@ -298,7 +291,7 @@ fn dashboard_is_valid_grafana_json_bound_to_the_provisioned_datasource() {
         }
         for m in metric_names(&expr) {
             assert!(
-                defined.contains(&m) || AGENT_METRICS.contains(&m.as_str()),
+                defined.contains(&m),
                 "panel {title} {r}: {m} is not a metric defined in src/ ({expr})"
             );
             used.insert(m);
@@ -306,10 +299,7 @@ fn dashboard_is_valid_grafana_json_bound_to_the_provisioned_datasource() {
     }
     for (name, sel, _) in &vars {
         for m in metric_names(sel) {
-            assert!(
-                defined.contains(&m) || AGENT_METRICS.contains(&m.as_str()),
-                "variable {name}: unknown metric {m}"
-            );
+            assert!(defined.contains(&m), "variable {name}: unknown metric {m}");
         }
     }
     // The panels the issue asks for.
@@ -1278,14 +1268,34 @@ fn a_real_prometheus_evaluates_every_dashboard_query_and_alert_rule() {
     let destination = harness::cluster("destination");
     let live_topic = harness::unique_topic("obs-live");
     let fo_topic = harness::unique_topic("obs-fo");
+    let agent_topic = harness::unique_topic("obs-agent");
     harness::create_topic(&destination, &live_topic, 1, Some(&[1]));
     harness::create_topic(&destination, &fo_topic, 1, Some(&[1]));
-    // Two mirrors: `obs-live` keeps mirroring, `obs-fo` fails over.
+    harness::create_topic(&destination, &agent_topic, 1, Some(&[1]));
+    let source = harness::cluster("source");
+    harness::create_topic(&source, &agent_topic, 1, None);
+    assert_eq!(
+        harness::produce_keyed(&source, &agent_topic, 20, &[]).len(),
+        20
+    );
+    // Three mirrors: `obs-live` keeps mirroring, `obs-fo` fails over, and `obs-agent` is
+    // mirrored by the built-in agent from the source cluster (the lag and agent series).
     let mut cfg = mirror_config("obs-live", &[&live_topic]);
     let mut second = cfg.mirrors[0].clone();
     second.name = "obs-fo".into();
     second.topics = vec![fo_topic.clone()];
     cfg.mirrors.push(second);
+    cfg.mirrors.push(mirrorgate::config::MirrorConfig {
+        name: "obs-agent".into(),
+        topics: vec![agent_topic.clone()],
+        source: Some(mirrorgate::config::ClusterConfig {
+            bootstrap: vec![source.clone()],
+            connect_timeout_ms: 5000,
+            metadata_refresh_ms: 30_000,
+            tls: None,
+            sasl: None,
+        }),
+    });
     // The guard alone below: without the refusal of colliding local writes before the broker.
     cfg.failover.refuse_mirrored_producer_ids = false;
     // The data barrier (the fallback form), so that consumers' fetches have one to hide.
@@ -1294,6 +1304,7 @@ fn a_real_prometheus_evaluates_every_dashboard_query_and_alert_rule() {
     let admin = gw.admin();
     wait_mirroring(&admin, "obs-live", 1);
     wait_mirroring(&admin, "obs-fo", 1);
+    wait_mirroring(&admin, "obs-agent", 1);
 
     // Prometheus scrapes the gateway before anything happens, so counters are seen at 0 first.
     let prom = Prometheus::start(&admin);
@@ -1456,6 +1467,26 @@ fn a_real_prometheus_evaluates_every_dashboard_query_and_alert_rule() {
         ge(1.0),
         t,
     );
+    // The agent caught up with its source: lag 0, and it appended the 20 records' batches.
+    let lag_series = format!(
+        r#"mirrorgate_mirror_lag_records{{mirror="obs-agent",topic="{agent_topic}",partition="0"}}"#
+    );
+    prom.wait_value(&lag_series, eq(0.0), Duration::from_secs(60));
+    prom.wait_value(
+        r#"mirrorgate_mirror_lag_seconds{mirror="obs-agent"}"#,
+        eq(0.0),
+        t,
+    );
+    prom.wait_value(
+        r#"mirrorgate_agent_batches_total{mirror="obs-agent"}"#,
+        ge(1.0),
+        t,
+    );
+    prom.wait_value(
+        r#"mirrorgate_agent_bytes_total{mirror="obs-agent"}"#,
+        ge(1.0),
+        t,
+    );
     // Rates need two samples after the last event.
     std::thread::sleep(Duration::from_secs(3));
 
@@ -1473,7 +1504,7 @@ fn a_real_prometheus_evaluates_every_dashboard_query_and_alert_rule() {
             .filter_map(Json::as_str)
             .collect();
         let want: &[&str] = match name.as_str() {
-            "mirror" => &["obs-live", "obs-fo"],
+            "mirror" => &["obs-live", "obs-fo", "obs-agent"],
             "topic" => &[live_topic.as_str()],
             _ => &[],
         };
@@ -1495,22 +1526,20 @@ fn a_real_prometheus_evaluates_every_dashboard_query_and_alert_rule() {
             .to_string()
     };
     let (all_mirror, all_topic) = (all_value("mirror"), all_value("topic"));
-    let topics_sel = format!("{live_topic}|{fo_topic}");
+    let topics_sel = format!("{live_topic}|{fo_topic}|{agent_topic}");
     let selections: [Vec<(&str, &str)>; 2] = [
         vec![("mirror", &all_mirror), ("topic", &all_topic)],
-        vec![("mirror", "obs-live|obs-fo"), ("topic", &topics_sel)],
+        vec![
+            ("mirror", "obs-live|obs-fo|obs-agent"),
+            ("topic", &topics_sel),
+        ],
     ];
     let queries = dashboard_queries(&d);
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut pending: Vec<(String, String)> = Vec::new();
     for (title, r, expr) in &queries {
         for sel in &selections {
-            let mut q = substitute(expr, sel);
-            if is_agent_query(expr) {
-                // Only the built-in mirror agent exports these; the test gateway runs none.
-                q = format!("({q}) or vector(0)");
-            }
-            pending.push((format!("{title} / {r}"), q));
+            pending.push((format!("{title} / {r}"), substitute(expr, sel)));
         }
     }
     let mut errors = Vec::new();
@@ -1544,14 +1573,10 @@ fn a_real_prometheus_evaluates_every_dashboard_query_and_alert_rule() {
             .join("\n")
     );
     for m in AGENT_METRICS {
-        let present = prom.value(&format!("count({m})")).is_some();
-        eprintln!(
-            "{m}: {}",
-            if present {
-                "present"
-            } else {
-                "absent (no mirror agent)"
-            }
+        assert!(
+            prom.value(&format!(r#"count({m}{{mirror="obs-agent"}})"#))
+                .is_some(),
+            "{m}: no series of the agent's mirror"
         );
     }
 
@@ -1579,9 +1604,6 @@ fn a_real_prometheus_evaluates_every_dashboard_query_and_alert_rule() {
             prom.query(expr)
                 .unwrap_or_else(|e| panic!("alert {name}: {expr}: {e}"));
             for m in metric_names(expr) {
-                if AGENT_METRICS.contains(&m.as_str()) {
-                    continue;
-                }
                 assert!(
                     prom.value(&format!(
                         "count({{__name__=~\"{m}(_bucket|_sum|_count)?\"}})"
