@@ -78,19 +78,40 @@ impl Pki {
 
     /// A leaf for 127.0.0.1/localhost with common name `cn` and `serial`: (cert PEM, key PEM).
     fn leaf(&self, cn: &str, serial: u64, client: bool) -> (String, String) {
+        let usage = if client {
+            rcgen::ExtendedKeyUsagePurpose::ClientAuth
+        } else {
+            rcgen::ExtendedKeyUsagePurpose::ServerAuth
+        };
+        self.leaf_with_usages(cn, serial, vec![usage])
+    }
+
+    /// A leaf for 127.0.0.1/localhost with these extended key usages: (cert PEM, key PEM).
+    fn leaf_with_usages(
+        &self,
+        cn: &str,
+        serial: u64,
+        usages: Vec<rcgen::ExtendedKeyUsagePurpose>,
+    ) -> (String, String) {
+        let names = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+        self.leaf_with(cn, serial, names, usages)
+    }
+
+    /// A leaf for `names` (subject alternative names) with these extended key usages.
+    fn leaf_with(
+        &self,
+        cn: &str,
+        serial: u64,
+        names: Vec<String>,
+        usages: Vec<rcgen::ExtendedKeyUsagePurpose>,
+    ) -> (String, String) {
         let key = rcgen::KeyPair::generate().expect("key");
-        let mut params =
-            rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
-                .expect("params");
+        let mut params = rcgen::CertificateParams::new(names).expect("params");
         params
             .distinguished_name
             .push(rcgen::DnType::CommonName, cn);
         params.serial_number = Some(rcgen::SerialNumber::from(serial));
-        params.extended_key_usages = vec![if client {
-            rcgen::ExtendedKeyUsagePurpose::ClientAuth
-        } else {
-            rcgen::ExtendedKeyUsagePurpose::ServerAuth
-        }];
+        params.extended_key_usages = usages;
         let cert = params
             .signed_by(&key, &self.ca, &self.ca_key)
             .expect("sign");
@@ -100,6 +121,16 @@ impl Pki {
     /// Write a server leaf as `{name}.pem` / `{name}.key`: (cert path, key path).
     fn server_files(&self, name: &str, cn: &str, serial: u64) -> (PathBuf, PathBuf) {
         let (c, k) = self.leaf(cn, serial, false);
+        self.write_pair(name, &c, &k)
+    }
+
+    /// Write a client leaf as `{name}.pem` / `{name}.key`: (cert path, key path).
+    fn client_files(&self, name: &str, cn: &str, serial: u64) -> (PathBuf, PathBuf) {
+        let (c, k) = self.leaf(cn, serial, true);
+        self.write_pair(name, &c, &k)
+    }
+
+    fn write_pair(&self, name: &str, c: &str, k: &str) -> (PathBuf, PathBuf) {
         let (cp, kp) = (
             self.path(&format!("{name}.pem")),
             self.path(&format!("{name}.key")),
@@ -266,13 +297,12 @@ async fn closed_by_peer<S: tokio::io::AsyncRead + Unpin>(s: &mut S, within: Dura
 
 // ------------------------------------------------------------------ Java clients
 
+/// (partition, offset) → value.
+type Records = BTreeMap<(i32, i64), String>;
+
 /// Run VerifiableProducer (n records) and VerifiableConsumer through `bootstrap` with client
-/// `props`; returns (acknowledged, consumed) counts per partition.
-fn java_round_trip(
-    bootstrap: &str,
-    topic: &str,
-    props: &str,
-) -> (BTreeMap<i32, usize>, BTreeMap<i32, usize>) {
+/// `props`; returns what was acknowledged and what was consumed, (partition, offset) → value.
+fn java_round_trip(bootstrap: &str, topic: &str, props: &str) -> (Records, Records) {
     let dir = tempfile::tempdir().expect("tempdir");
     let producer_props = dir.path().join("producer.properties");
     std::fs::write(
@@ -288,14 +318,26 @@ fn java_round_trip(
         assert_ne!(e["name"], "producer_send_error", "send error: {e}");
     }
     let consumed = harness::verifiable_consume(bootstrap, topic, N, &consumer_props);
-    let per_partition = |m: &BTreeMap<(i32, i64), String>| {
-        let mut out: BTreeMap<i32, usize> = BTreeMap::new();
-        for (p, _) in m.keys() {
-            *out.entry(*p).or_default() += 1;
-        }
-        out
-    };
-    (per_partition(&acked), per_partition(&consumed))
+    (acked, consumed)
+}
+
+/// The round trip is exact: N distinct values acknowledged, and the consumer read each
+/// acknowledged record, at its partition and offset, with its value, and nothing else.
+fn assert_exact_round_trip(acked: &Records, consumed: &Records) {
+    assert_eq!(acked.len(), N, "acknowledged records");
+    let distinct: std::collections::BTreeSet<&String> = acked.values().collect();
+    assert_eq!(distinct.len(), N, "acknowledged values are distinct");
+    assert!(
+        consumed == acked,
+        "consumed records differ from the acknowledged ones: {} missing, {} unexpected, {} with \
+         another value",
+        acked.keys().filter(|k| !consumed.contains_key(k)).count(),
+        consumed.keys().filter(|k| !acked.contains_key(k)).count(),
+        acked
+            .iter()
+            .filter(|(k, v)| consumed.get(k).is_some_and(|c| c != *v))
+            .count()
+    );
 }
 
 // ------------------------------------------------------------------ tests
@@ -306,8 +348,7 @@ fn java_clients_through_the_gateway_to_an_ssl_broker() {
     let gw = TestGateway::start(config_to_ssl_broker(&ca));
     let topic = secure_topic("tls-upstream", 2);
     let (acked, consumed) = java_round_trip(&gw.bootstrap(), &topic, "");
-    assert_eq!(acked.values().sum::<usize>(), N, "acknowledged: {acked:?}");
-    assert_eq!(consumed, acked, "consumed per partition");
+    assert_exact_round_trip(&acked, &consumed);
     assert!(gw.metric(r#"mirrorgate_upstream_connections_total{node="1"}"#) >= 1.0);
 }
 
@@ -325,8 +366,7 @@ fn java_clients_over_tls_to_the_gateway_and_on_to_an_ssl_broker() {
         pki.ca_path().display()
     );
     let (acked, consumed) = java_round_trip(&gw.bootstrap(), &topic, &props);
-    assert_eq!(acked.values().sum::<usize>(), N, "acknowledged: {acked:?}");
-    assert_eq!(consumed, acked, "consumed per partition");
+    assert_exact_round_trip(&acked, &consumed);
     assert_eq!(
         gw.metric(r#"mirrorgate_request_errors_total{kind="tls_handshake",listener="client"}"#),
         0.0
@@ -598,5 +638,352 @@ fn the_agent_mirrors_from_a_tls_source_through_a_tls_mirror_listener() {
         gw.metric(r#"mirrorgate_request_errors_total{kind="tls_handshake",listener="mirror"}"#),
         0.0,
         "the agent's TLS connections to the mirror listener failed"
+    );
+}
+
+#[test]
+fn mutual_tls_refuses_a_client_certificate_issued_by_another_ca() {
+    let pki = Pki::new("mtls");
+    let foreign = Pki::new("foreign");
+    let (cert, key) = pki.server_files("gw", "gateway", 1);
+    // Same name, same usage, another issuer: only the chain tells them apart.
+    let (foreign_cert, foreign_key) = foreign.client_files("client", "client", 7);
+    let (client_cert, client_key) = pki.client_files("client", "client", 7);
+    let mut cfg = test_config(&harness::cluster("destination"));
+    cfg.listeners.client.tls = Some(listener_tls(cert, key, Some(pki.ca_path())));
+    let gw = TestGateway::start(cfg);
+    let addr = gw.bootstrap();
+    gw.block_on(async {
+        // The client trusts the gateway; the gateway must not trust the client's issuer. With
+        // TLS 1.3 the refusal may show only on the first exchange.
+        let foreign_client = tls_client_config(&pki.ca_path(), Some((&foreign_cert, &foreign_key)));
+        let refused = match tls_connect(&addr, foreign_client).await {
+            Err(_) => true,
+            Ok(mut s) => api_versions(&mut s, 1).await.is_err(),
+        };
+        assert!(
+            refused,
+            "a client certificate not issued by client_ca was served"
+        );
+        let mut s = tls_connect(
+            &addr,
+            tls_client_config(&pki.ca_path(), Some((&client_cert, &client_key))),
+        )
+        .await
+        .expect("a client certificate from client_ca connects");
+        api_versions(&mut s, 2)
+            .await
+            .expect("a client certificate from client_ca is served");
+    });
+    assert!(
+        gw.metric(r#"mirrorgate_request_errors_total{kind="tls_handshake",listener="client"}"#)
+            >= 1.0,
+        "{}",
+        gw.metrics()
+    );
+}
+
+// ------------------------------------------------------------------ the agent on a TLS mirror listener
+
+/// Write `n` records without a producer id to `partition` of `topic` at `cluster` (values
+/// `{tag}-{i}`).
+fn write_source(cluster: &str, topic: &str, partition: i32, n: i32, tag: &str) {
+    let leader = harness::leader_addr(cluster, topic, partition);
+    let mut conn = crate::psm_differential::RawConn::connect(&leader);
+    let (code, _) = conn.produce(
+        topic,
+        partition,
+        crate::psm_differential::batch(-1, -1, -1, n, tag),
+    );
+    assert_eq!(code, 0, "produce to the source");
+}
+
+/// Values of the data records of `partition` of `topic` at the destination.
+fn destination_values(topic: &str, partition: i32) -> Vec<Option<String>> {
+    crate::failover::read_log(&harness::cluster("destination"), topic, partition)
+        .records
+        .into_iter()
+        .filter(|r| !r.control)
+        .map(|r| r.value)
+        .collect()
+}
+
+/// Wait (bounded) until the destination's `partition` holds exactly the source's records.
+fn wait_mirrored(gw: &TestGateway, topic: &str, partition: i32, what: &str) {
+    let source = harness::cluster("source");
+    let want: Vec<Option<String>> = crate::failover::read_log(&source, topic, partition)
+        .records
+        .into_iter()
+        .map(|r| r.value)
+        .collect();
+    assert!(!want.is_empty(), "nothing at the source to mirror");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let got = destination_values(topic, partition);
+        if got == want {
+            return;
+        }
+        assert!(
+            got.len() <= want.len() && got[..] == want[..got.len()],
+            "partition {partition}: the destination holds {got:?}, the source {want:?}"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "{what}: partition {partition} has {} of {} records after 60 s; mirror listener \
+             handshake errors: {}",
+            got.len(),
+            want.len(),
+            gw.metric(r#"mirrorgate_request_errors_total{kind="tls_handshake",listener="mirror"}"#)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A gateway whose built-in agent mirrors `topic` (2 partitions, both led by destination
+/// broker 1) from the plaintext `source` cluster through a mirror listener with `tls`.
+fn agent_gateway(topic: &str, tls: ListenerTlsConfig) -> TestGateway {
+    let source = harness::cluster("source");
+    harness::create_topic(&source, topic, 2, None);
+    harness::create_topic(&harness::cluster("destination"), topic, 2, Some(&[1, 1]));
+    let mut cfg = test_config(&harness::cluster("destination"));
+    cfg.listeners
+        .mirror
+        .as_mut()
+        .expect("test_config has a mirror listener")
+        .tls = Some(tls);
+    cfg.mirrors = vec![MirrorConfig {
+        name: "tls".into(),
+        topics: vec![topic.to_string()],
+        source: Some(ClusterConfig {
+            bootstrap: vec![source],
+            connect_timeout_ms: 5000,
+            metadata_refresh_ms: 30_000,
+            tls: None,
+            sasl: None,
+        }),
+    }];
+    TestGateway::start(cfg)
+}
+
+/// README (TLS): "If the mirror listener has `client_ca`, the agent presents the listener's own
+/// certificate as its client certificate".
+#[test]
+fn the_agent_presents_the_listener_certificate_to_a_mirror_listener_with_client_ca() {
+    let pki = Pki::new("mirror-mtls");
+    let (c, k) = pki.leaf_with_usages(
+        "mirror-listener",
+        1,
+        vec![
+            rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+            rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+        ],
+    );
+    let (cert, key) = pki.write_pair("mirror", &c, &k);
+    let topic = harness::unique_topic("tls-agent-mtls");
+    let gw = agent_gateway(&topic, listener_tls(cert, key, Some(pki.ca_path())));
+    // The listener really demands a certificate: a client without one is refused.
+    gw.block_on(async {
+        let refused = match tls_connect(
+            &gw.mirror_bootstrap(),
+            tls_client_config(&pki.ca_path(), None),
+        )
+        .await
+        {
+            Err(_) => true,
+            Ok(mut s) => api_versions(&mut s, 1).await.is_err(),
+        };
+        assert!(
+            refused,
+            "the mirror listener served a client without a certificate"
+        );
+    });
+    let refusals_before =
+        gw.metric(r#"mirrorgate_request_errors_total{kind="tls_handshake",listener="mirror"}"#);
+    write_source(&harness::cluster("source"), &topic, 0, 20, "mtls");
+    wait_mirrored(&gw, &topic, 0, "the agent on a client_ca mirror listener");
+    assert_eq!(
+        gw.metric(r#"mirrorgate_request_errors_total{kind="tls_handshake",listener="mirror"}"#),
+        refusals_before,
+        "the agent's handshakes with the mirror listener failed"
+    );
+}
+
+/// README (TLS): the agent "trusts exactly the leaf certificate the listener serves (pinned
+/// in-process, following reloads ...)". Partition 1 gets its first record only after the
+/// listener's certificate was replaced, so the agent's first connection for it meets the new
+/// leaf; partition 0's connection, opened before, keeps working.
+#[test]
+fn the_agents_pin_follows_a_reload_of_the_mirror_listener_certificate() {
+    let pki = Pki::new("mirror-reload");
+    let (cert, key) = pki.server_files("mirror", "cert-a", 1);
+    let topic = harness::unique_topic("tls-agent-reload");
+    let gw = agent_gateway(&topic, listener_tls(cert.clone(), key.clone(), None));
+    let source = harness::cluster("source");
+    write_source(&source, &topic, 0, 10, "before");
+    wait_mirrored(&gw, &topic, 0, "before the reload");
+
+    let (b_cert, b_key) = pki.leaf("cert-b", 2, false);
+    replace_file(&key, &b_key);
+    replace_file(&cert, &b_cert);
+    let client = tls_client_config(&pki.ca_path(), None);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    gw.block_on(async {
+        loop {
+            let conn = tls_connect(&gw.mirror_bootstrap(), client.clone())
+                .await
+                .expect("connect to the mirror listener");
+            if peer_cn(&conn) == "cert-b" {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "certificate B not served after 10 s"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+
+    write_source(&source, &topic, 1, 10, "after");
+    write_source(&source, &topic, 0, 10, "after");
+    wait_mirrored(&gw, &topic, 1, "a connection opened after the reload");
+    wait_mirrored(&gw, &topic, 0, "a connection opened before the reload");
+    assert_eq!(
+        gw.metric(r#"mirrorgate_request_errors_total{kind="tls_handshake",listener="mirror"}"#),
+        0.0,
+        "the agent's handshakes with the mirror listener failed"
+    );
+}
+
+// ------------------------------------------------------------------ broker name checks
+
+/// A TLS terminator on a free loopback port, in its own runtime (stopped when dropped): it
+/// serves `cert`/`key` and relays each connection over TLS to `upstream` (trusting
+/// `upstream_ca`, name 127.0.0.1).
+struct TlsRelay {
+    addr: String,
+    _rt: tokio::runtime::Runtime,
+}
+
+impl TlsRelay {
+    fn start(cert: &Path, key: &Path, upstream: &str, upstream_ca: &Path) -> TlsRelay {
+        use rustls::pki_types::pem::PemObject;
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+            .expect("cert file")
+            .map(|c| c.expect("cert"))
+            .collect();
+        let key = PrivateKeyDer::from_pem_file(key).expect("key");
+        let server = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .expect("server config");
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+        let client = tls_client_config(upstream_ca, None);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("rt");
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let upstream = upstream.to_string();
+        rt.spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, client, upstream) =
+                    (acceptor.clone(), client.clone(), upstream.clone());
+                tokio::spawn(async move {
+                    let Ok(Ok(mut inbound)) =
+                        tokio::time::timeout(IO_TIMEOUT, acceptor.accept(tcp)).await
+                    else {
+                        return;
+                    };
+                    let Ok(mut outbound) = tls_connect(&upstream, client).await else {
+                        return;
+                    };
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                });
+            }
+        });
+        TlsRelay { addr, _rt: rt }
+    }
+}
+
+/// README (TLS): "The broker's certificate must chain to `ca` and carry the name:
+/// `server_name`, or else the host of the address the gateway dials". The gateway's
+/// `server_name` is a name the secure broker's certificate does not carry, and its `ca` holds
+/// the broker's CA. Its metadata comes through a relay at the bootstrap address whose
+/// certificate does carry that name; the brokers it learns there are the real SSL listener. A
+/// client's connection through the gateway needs an upstream connection to that broker: its
+/// certificate chains to `ca` but lacks the name, so the connection is refused.
+#[test]
+fn a_broker_certificate_without_the_name_is_refused_on_a_proxied_client_connection() {
+    let (ssl, broker_ca) = secure_ssl();
+    let name = "broker.mirrorgate.invalid";
+    let pki = Pki::new("relay");
+    let (c, k) = pki.leaf_with(
+        "relay",
+        1,
+        vec![name.to_string()],
+        vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth],
+    );
+    let (relay_cert, relay_key) = pki.write_pair("relay", &c, &k);
+    let relay = TlsRelay::start(&relay_cert, &relay_key, &ssl, &broker_ca);
+    // `ca`: the relay's CA and the broker's, so both chains verify; only the names differ.
+    let bundle = pki.path("bundle.pem");
+    std::fs::write(
+        &bundle,
+        format!(
+            "{}{}",
+            std::fs::read_to_string(pki.ca_path()).expect("read CA"),
+            std::fs::read_to_string(&broker_ca).expect("read broker CA")
+        ),
+    )
+    .expect("write bundle");
+    let tls = ClusterTlsConfig {
+        ca: Some(bundle.clone()),
+        server_name: Some(name.to_string()),
+        ..ClusterTlsConfig::default()
+    };
+    let mut cfg = test_config(&relay.addr);
+    cfg.destination.tls = Some(tls.clone());
+    let gw = TestGateway::start(cfg);
+
+    // The broker's certificate verifies against `ca`; the name is what fails.
+    let connector = mirrorgate::net::Connector::for_cluster(&ClusterConfig {
+        bootstrap: vec![ssl.clone()],
+        connect_timeout_ms: 5000,
+        metadata_refresh_ms: 1000,
+        tls: Some(tls),
+        sasl: None,
+    })
+    .expect("connector");
+    let err = gw
+        .block_on(connector.connect(&ssl, Duration::from_secs(5)))
+        .err()
+        .expect("a broker certificate without the name was accepted");
+    let text = err.to_string();
+    assert_eq!(err.kind(), "upstream_tls", "{text}");
+    assert!(text.contains("not valid for name"), "{text}");
+
+    let upstream_tls = r#"mirrorgate_request_errors_total{kind="upstream_tls",listener="client"}"#;
+    let before = gw.metric(upstream_tls);
+    let addr = gw.bootstrap();
+    gw.block_on(async {
+        let mut client = TcpStream::connect(&addr).await.expect("connect");
+        let answered = api_versions(&mut client, 1).await.is_ok();
+        assert!(
+            !answered,
+            "a client was served over an upstream connection whose certificate lacks the name"
+        );
+    });
+    assert!(
+        gw.metric(upstream_tls) > before,
+        "the refusal is not counted as upstream_tls:\n{}",
+        gw.metrics()
     );
 }
