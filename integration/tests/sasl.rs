@@ -686,3 +686,175 @@ fn disruptive_a_principal_the_brokers_refuse_write_txn_markers_fails_over_with_t
         log.barriers
     );
 }
+
+// ------------------------------------------------------------------ PLAIN, re-authentication
+
+/// `secure-info`'s value for `key` (the cluster being up).
+fn secure_info(key: &str) -> String {
+    secure();
+    let out = harness::rig(&["secure-info"]);
+    harness::expect_success("integration/rig secure-info", &out);
+    harness::parse_status(&out.stdout)
+        .get(key)
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "secure-info prints no {key}= (a secure cluster started before the rig had \
+                 that listener: `integration/rig down secure`, then `up secure`)"
+            )
+        })
+}
+
+/// A Java client properties file for `user` with PLAIN.
+fn plain_client_props(dir: &tempfile::TempDir, user: &str, password: &str) -> PathBuf {
+    let path = dir.path().join(format!("{user}-PLAIN.properties"));
+    std::fs::write(
+        &path,
+        format!(
+            "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n\
+             sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required \
+             username=\"{user}\" password=\"{password}\";\n\
+             acks=all\nenable.idempotence=true\nretries=2147483647\n\
+             max.in.flight.requests.per.connection=5\nlinger.ms=5\nmax.block.ms=20000\n"
+        ),
+    )
+    .expect("write properties");
+    path
+}
+
+/// README (SASL): the gateway's own credentials support PLAIN (`NUL user NUL password`), on the
+/// secure cluster's SASL_PLAIN listener, which enables PLAIN; the broker checks the password.
+#[test]
+fn the_gateways_own_connections_authenticate_with_plain() {
+    let plain = secure_info("sasl_plain");
+    let n = metadata_with(
+        &connector(SaslMechanism::Plain, "admin", "admin-secret"),
+        &plain,
+    )
+    .unwrap_or_else(|e| panic!("PLAIN: {e}"));
+    assert_eq!(n, 1, "brokers in metadata");
+    let err = metadata_with(&connector(SaslMechanism::Plain, "admin", "wrong"), &plain)
+        .expect_err("authenticated with PLAIN and a wrong password");
+    let text = err.to_string();
+    assert!(
+        matches!(
+            err,
+            ClientError::Connect(ConnectError::Sasl(
+                mirrorgate::net::sasl::SaslError::AuthenticationFailed { .. }
+            ))
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("wrong"), "the password leaked: {text}");
+}
+
+/// A gateway whose own login is PLAIN gets ready (its metadata comes over PLAIN-authenticated
+/// connections) and serves Java clients that authenticate with PLAIN through it, exactly.
+#[test]
+fn a_gateway_logging_in_with_plain_serves_clients_authenticating_with_plain() {
+    let plain = secure_info("sasl_plain");
+    let mut cfg = test_config(&plain);
+    cfg.destination.sasl = Some(creds(SaslMechanism::Plain, "admin", "admin-secret"));
+    let gw = TestGateway::start(cfg);
+    let r = gw.gateway.readiness();
+    assert!(r.ready && r.metadata_known, "{r:?}");
+    let topic = harness::unique_topic("sasl-plain");
+    harness::create_topic(&harness::cluster("secure"), &topic, 2, None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let props = plain_client_props(&dir, "alice", "alice-secret");
+    let (acked, out) = java_produce(&gw.bootstrap(), &topic, N, &props);
+    harness::expect_success("VerifiableProducer through the gateway", &out);
+    assert_eq!(acked.len(), N, "acknowledged records");
+    let consumed = java_consume(&gw.bootstrap(), &topic, N, &props);
+    assert_eq!(
+        consumed, acked,
+        "consumed records differ from the acknowledged ones"
+    );
+}
+
+/// Sum of every series of `family` whose labels include all of `labels` (`name="value"`).
+fn metric_sum(gw: &TestGateway, family: &str, labels: &[&str]) -> f64 {
+    gw.metrics()
+        .lines()
+        .filter(|l| l.starts_with(&format!("{family}{{")))
+        .filter(|l| labels.iter().all(|x| l.contains(x)))
+        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
+        .sum()
+}
+
+/// README (SASL): "Re-authentication (KIP-368) passes through the same way." The SASL_REAUTH
+/// listener sets `connections.max.reauth.ms`; a Java producer through the gateway runs for
+/// several sessions. A client whose session expires either re-authenticates on its connection
+/// (a new SaslHandshake on it) or has the connection closed by the broker; every record must be
+/// acknowledged once and more SASL handshakes must pass than client connections were opened.
+#[test]
+fn clients_reauthenticate_through_the_gateway_when_sessions_expire() {
+    let reauth = secure_info("sasl_reauth");
+    let reauth_ms: u64 = secure_info("reauth_ms").parse().expect("reauth_ms");
+    let gw = TestGateway::start(sasl_config(&reauth, "admin-secret"));
+    let topic = harness::unique_topic("sasl-reauth");
+    harness::create_topic(&harness::cluster("secure"), &topic, 1, None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let props = client_props(&dir, "SCRAM-SHA-256", "alice", "alice-secret");
+    // About three sessions long: `n` records at 20 a second.
+    let n = (3 * reauth_ms / 1000 * 20).max(60) as usize;
+    let handshakes = |gw: &TestGateway| {
+        metric_sum(
+            gw,
+            "mirrorgate_requests_total",
+            &[r#"listener="client""#, r#"api="SaslHandshake""#],
+        )
+    };
+    let connections = |gw: &TestGateway| {
+        metric_sum(
+            gw,
+            "mirrorgate_connections_total",
+            &[r#"listener="client""#],
+        )
+    };
+    let (h0, c0) = (handshakes(&gw), connections(&gw));
+    let max = n.to_string();
+    let out = harness::rig_java(
+        "org.apache.kafka.tools.VerifiableProducer",
+        &[
+            "--bootstrap-server",
+            &gw.bootstrap(),
+            "--topic",
+            &topic,
+            "--max-messages",
+            &max,
+            "--throughput",
+            "20",
+            "--acks",
+            "-1",
+            "--producer.config",
+            props.to_str().expect("utf-8 path"),
+        ],
+    );
+    harness::expect_success("VerifiableProducer through the gateway", &out);
+    let mut acked = std::collections::BTreeMap::new();
+    for e in harness::json_lines(&out.stdout) {
+        assert_ne!(e["name"], "producer_send_error", "send error: {e}");
+        if e["name"] == "producer_send_success" {
+            acked.insert(
+                (
+                    e["partition"].as_i64().unwrap_or(-1) as i32,
+                    e["offset"].as_i64().unwrap_or(-1),
+                ),
+                e["value"].as_str().unwrap_or_default().to_string(),
+            );
+        }
+    }
+    assert_eq!(acked.len(), n, "acknowledged records");
+    let (handshakes, connections) = (handshakes(&gw) - h0, connections(&gw) - c0);
+    assert!(
+        connections >= 1.0 && handshakes > connections,
+        "{handshakes} SASL handshakes on {connections} client connections: no session was \
+         re-authenticated through the gateway"
+    );
+    let consumed = java_consume(&gw.bootstrap(), &topic, n, &props);
+    assert_eq!(
+        consumed, acked,
+        "consumed records differ from the acknowledged ones"
+    );
+}
