@@ -809,18 +809,17 @@ fn the_agent_presents_the_listener_certificate_to_a_mirror_listener_with_client_
 }
 
 /// README (TLS): the agent "trusts exactly the leaf certificate the listener serves (pinned
-/// in-process, following reloads ...)". Partition 1 gets its first record only after the
-/// listener's certificate was replaced, so the agent's first connection for it meets the new
-/// leaf; partition 0's connection, opened before, keeps working.
+/// in-process, following reloads ...)". The listener's certificate is replaced before the agent
+/// has anything to append, so the agent's first connection to it (a full handshake: nothing to
+/// resume) meets the new leaf. (A connection opened after an earlier one resumes that TLS
+/// session and checks no certificate, so it would not exercise the pin.)
 #[test]
 fn the_agents_pin_follows_a_reload_of_the_mirror_listener_certificate() {
     let pki = Pki::new("mirror-reload");
     let (cert, key) = pki.server_files("mirror", "cert-a", 1);
     let topic = harness::unique_topic("tls-agent-reload");
     let gw = agent_gateway(&topic, listener_tls(cert.clone(), key.clone(), None));
-    let source = harness::cluster("source");
-    write_source(&source, &topic, 0, 10, "before");
-    wait_mirrored(&gw, &topic, 0, "before the reload");
+    crate::failover::wait_mirroring(&gw.admin(), "tls", 2);
 
     let (b_cert, b_key) = pki.leaf("cert-b", 2, false);
     replace_file(&key, &b_key);
@@ -843,10 +842,11 @@ fn the_agents_pin_follows_a_reload_of_the_mirror_listener_certificate() {
         }
     });
 
-    write_source(&source, &topic, 1, 10, "after");
+    let source = harness::cluster("source");
     write_source(&source, &topic, 0, 10, "after");
-    wait_mirrored(&gw, &topic, 1, "a connection opened after the reload");
-    wait_mirrored(&gw, &topic, 0, "a connection opened before the reload");
+    write_source(&source, &topic, 1, 10, "after");
+    wait_mirrored(&gw, &topic, 0, "after the reload");
+    wait_mirrored(&gw, &topic, 1, "after the reload");
     assert_eq!(
         gw.metric(r#"mirrorgate_request_errors_total{kind="tls_handshake",listener="mirror"}"#),
         0.0,
@@ -953,23 +953,6 @@ fn a_broker_certificate_without_the_name_is_refused_on_a_proxied_client_connecti
     cfg.destination.tls = Some(tls.clone());
     let gw = TestGateway::start(cfg);
 
-    // The broker's certificate verifies against `ca`; the name is what fails.
-    let connector = mirrorgate::net::Connector::for_cluster(&ClusterConfig {
-        bootstrap: vec![ssl.clone()],
-        connect_timeout_ms: 5000,
-        metadata_refresh_ms: 1000,
-        tls: Some(tls),
-        sasl: None,
-    })
-    .expect("connector");
-    let err = gw
-        .block_on(connector.connect(&ssl, Duration::from_secs(5)))
-        .err()
-        .expect("a broker certificate without the name was accepted");
-    let text = err.to_string();
-    assert_eq!(err.kind(), "upstream_tls", "{text}");
-    assert!(text.contains("not valid for name"), "{text}");
-
     let upstream_tls = r#"mirrorgate_request_errors_total{kind="upstream_tls",listener="client"}"#;
     let before = gw.metric(upstream_tls);
     let addr = gw.bootstrap();
@@ -986,4 +969,21 @@ fn a_broker_certificate_without_the_name_is_refused_on_a_proxied_client_connecti
         "the refusal is not counted as upstream_tls:\n{}",
         gw.metrics()
     );
+
+    // The broker's certificate verifies against `ca`; the name is what fails.
+    let connector = mirrorgate::net::Connector::for_cluster(&ClusterConfig {
+        bootstrap: vec![ssl.clone()],
+        connect_timeout_ms: 5000,
+        metadata_refresh_ms: 1000,
+        tls: Some(tls),
+        sasl: None,
+    })
+    .expect("connector");
+    let err = gw
+        .block_on(connector.connect(&ssl, Duration::from_secs(5)))
+        .err()
+        .expect("a broker certificate without the name was accepted");
+    let text = err.to_string();
+    assert_eq!(err.kind(), "upstream_tls", "{text}");
+    assert!(text.contains("not valid for name"), "{text}");
 }
