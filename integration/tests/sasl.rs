@@ -705,6 +705,20 @@ fn secure_info(key: &str) -> String {
         })
 }
 
+/// The address of one of the secure cluster's PLAIN-enabled listeners (`sasl_plain`,
+/// `sasl_reauth`), checked to be listening.
+fn plain_listener(key: &str) -> String {
+    let addr = secure_info(key);
+    let sock: std::net::SocketAddr = addr.parse().expect("host:port");
+    if let Err(e) = TcpStream::connect_timeout(&sock, Duration::from_secs(5)) {
+        panic!(
+            "nothing listens on {key}={addr} ({e}): the secure cluster was started before the rig \
+             had this listener; `integration/rig down secure`, then `integration/rig up secure`"
+        );
+    }
+    addr
+}
+
 /// A Java client properties file for `user` with PLAIN.
 fn plain_client_props(dir: &tempfile::TempDir, user: &str, password: &str) -> PathBuf {
     let path = dir.path().join(format!("{user}-PLAIN.properties"));
@@ -726,7 +740,7 @@ fn plain_client_props(dir: &tempfile::TempDir, user: &str, password: &str) -> Pa
 /// secure cluster's SASL_PLAIN listener, which enables PLAIN; the broker checks the password.
 #[test]
 fn the_gateways_own_connections_authenticate_with_plain() {
-    let plain = secure_info("sasl_plain");
+    let plain = plain_listener("sasl_plain");
     let n = metadata_with(
         &connector(SaslMechanism::Plain, "admin", "admin-secret"),
         &plain,
@@ -752,7 +766,7 @@ fn the_gateways_own_connections_authenticate_with_plain() {
 /// connections) and serves Java clients that authenticate with PLAIN through it, exactly.
 #[test]
 fn a_gateway_logging_in_with_plain_serves_clients_authenticating_with_plain() {
-    let plain = secure_info("sasl_plain");
+    let plain = plain_listener("sasl_plain");
     let mut cfg = test_config(&plain);
     cfg.destination.sasl = Some(creds(SaslMechanism::Plain, "admin", "admin-secret"));
     let gw = TestGateway::start(cfg);
@@ -789,7 +803,7 @@ fn metric_sum(gw: &TestGateway, family: &str, labels: &[&str]) -> f64 {
 /// acknowledged once and more SASL handshakes must pass than client connections were opened.
 #[test]
 fn clients_reauthenticate_through_the_gateway_when_sessions_expire() {
-    let reauth = secure_info("sasl_reauth");
+    let reauth = plain_listener("sasl_reauth");
     let reauth_ms: u64 = secure_info("reauth_ms").parse().expect("reauth_ms");
     let gw = TestGateway::start(sasl_config(&reauth, "admin-secret"));
     let topic = harness::unique_topic("sasl-reauth");
@@ -847,6 +861,7 @@ fn clients_reauthenticate_through_the_gateway_when_sessions_expire() {
     }
     assert_eq!(acked.len(), n, "acknowledged records");
     let (handshakes, connections) = (handshakes(&gw) - h0, connections(&gw) - c0);
+    eprintln!("{handshakes} SASL handshakes on {connections} client connections");
     assert!(
         connections >= 1.0 && handshakes > connections,
         "{handshakes} SASL handshakes on {connections} client connections: no session was \
