@@ -4,7 +4,8 @@
 //! so that the request path does not hash label values.
 //! Must not touch: sockets or gateway state; other modules call into it to record what happened.
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 
 use kafka_protocol::messages::ApiKey;
 use prometheus::{
@@ -31,9 +32,44 @@ impl ListenerKind {
     }
 }
 
+/// The gateway's Prometheus registry, which also remembers the name of every family registered
+/// in it: a vector with no series yet is not rendered, but it is still declared (tests use
+/// [`Metrics::declared_families`] to tell a zero from a misspelt name).
+pub struct MetricsRegistry {
+    inner: Registry,
+    families: Mutex<BTreeSet<String>>,
+}
+
+impl MetricsRegistry {
+    fn new() -> Self {
+        MetricsRegistry {
+            inner: Registry::new(),
+            families: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// Register a collector (as [`Registry::register`]) and remember its family names.
+    pub fn register(&self, c: Box<dyn prometheus::core::Collector>) -> prometheus::Result<()> {
+        let names: Vec<String> = c.desc().iter().map(|d| d.fq_name.clone()).collect();
+        let result = self.inner.register(c);
+        if result.is_ok() {
+            self.families
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(names);
+        }
+        result
+    }
+
+    /// Every registered family's samples (as [`Registry::gather`]).
+    pub fn gather(&self) -> Vec<prometheus::proto::MetricFamily> {
+        self.inner.gather()
+    }
+}
+
 /// Every metric family of the gateway.
 pub struct Metrics {
-    registry: Registry,
+    registry: MetricsRegistry,
     /// `mirrorgate_connections{listener}`: open client connections.
     pub connections: IntGaugeVec,
     /// `mirrorgate_connections_total{listener}`: accepted client connections.
@@ -98,7 +134,7 @@ fn api_name(key: ApiKey) -> String {
 impl Metrics {
     /// Create and register every family.
     pub fn new() -> Arc<Self> {
-        let registry = Registry::new();
+        let registry = MetricsRegistry::new();
         let m = Metrics {
             connections: IntGaugeVec::new(
                 Opts::new("mirrorgate_connections", "Open client connections per listener."),
@@ -236,8 +272,17 @@ impl Metrics {
     }
 
     /// The registry (other modules register their own families here).
-    pub fn registry(&self) -> &Registry {
+    pub fn registry(&self) -> &MetricsRegistry {
         &self.registry
+    }
+
+    /// The name of every family registered so far, whether or not it has a series yet.
+    pub fn declared_families(&self) -> BTreeSet<String> {
+        self.registry
+            .families
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Text exposition of every family.
@@ -264,5 +309,20 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("mirrorgate_request_duration_seconds_bucket"));
+    }
+
+    #[test]
+    fn a_family_without_series_is_declared_but_not_rendered() {
+        let m = Metrics::new();
+        let declared = m.declared_families();
+        assert!(
+            declared.contains("mirrorgate_tls_reloads_total"),
+            "{declared:?}"
+        );
+        assert!(!m.render().contains("mirrorgate_tls_reloads_total"));
+        assert!(!declared.contains("mirrorgate_tls_reload_total"));
+        let extra = IntCounter::new("mirrorgate_extra_total", "An extra family.").expect("valid");
+        m.registry().register(Box::new(extra)).expect("registers");
+        assert!(m.declared_families().contains("mirrorgate_extra_total"));
     }
 }
