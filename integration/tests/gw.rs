@@ -1,11 +1,21 @@
 //! An in-process gateway for integration tests: started on free ports in front of a real
 //! destination cluster, on its own runtime thread, stopped when dropped.
+//!
+//! Failures the gateway hides from its clients fail the test instead:
+//! - a panic on a [`TestGateway`]'s runtime threads (named `test-gateway-<id>`) is counted by a
+//!   process-wide panic hook, and dropping that gateway fails the test;
+//! - a [`ProcessGateway`] whose log says `panicked at` fails the test when it is dropped.
+//!
+//! Scratch directories (state directories, the process gateway's config and log) are removed
+//! when the test process exits, and kept (their path printed) when a test using them failed.
 
 #![allow(dead_code)]
 
+use std::collections::HashMap;
 use std::net::TcpListener;
-use std::sync::atomic::{AtomicU16, Ordering};
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Once, OnceLock};
 use std::time::Duration;
 
 use mirrorgate::app::Gateway;
@@ -16,27 +26,163 @@ pub struct TestGateway {
     pub gateway: Arc<Gateway>,
     pub config: Config,
     rt: Option<tokio::runtime::Runtime>,
+    /// Names its runtime threads `test-gateway-<id>`, the key of its panic count.
+    id: u64,
 }
 
-static NEXT_BASE: AtomicU16 = AtomicU16::new(0);
+static NEXT_BASE: Mutex<u16> = Mutex::new(0);
 
-/// A base port such that `base..base+n` are all free right now.
-pub fn free_port_range(n: u16) -> u16 {
-    if NEXT_BASE.load(Ordering::SeqCst) == 0 {
-        let seed = 41000 + (std::process::id() % 200) as u16 * 40;
-        let _ = NEXT_BASE.compare_exchange(0, seed, Ordering::SeqCst, Ordering::SeqCst);
-    }
-    for _ in 0..200 {
-        let base = NEXT_BASE.fetch_add(n + 1, Ordering::SeqCst);
-        if base > 60000 {
-            NEXT_BASE.store(41000, Ordering::SeqCst);
-            continue;
+/// Ports handed out by [`free_port_range`]: below Linux's ephemeral range (32768-60999), so an
+/// outgoing connection cannot take one between the check and the bind, and clear of every
+/// fixed port of the repository: the demo config (9092-9107, 9180, 9192-9207), the benchmarks
+/// (17092-17610), the rig (19092-29094, and +1000/+1100 for the isolated rigs of rig_tests.rs).
+const PORTS_FROM: u16 = 10000;
+/// One slice of this many ports per test process (slices are taken with a lock file, so test
+/// processes of several worktrees running at once never share a slice).
+const PORTS_PER_SLICE: u16 = 600;
+const PORT_SLICES: u16 = 10;
+
+/// The first port of this process's slice: the first slice whose lock file
+/// (`$TMPDIR/mirrorgate-test-ports-<n>.lock`) this process could lock; the lock is held until
+/// the process exits. When every slice is taken, one chosen by process id (shared, but still
+/// checked port by port).
+fn slice_start() -> u16 {
+    static START: OnceLock<u16> = OnceLock::new();
+    *START.get_or_init(|| {
+        use std::os::fd::AsRawFd;
+        for n in 0..PORT_SLICES {
+            let path = std::env::temp_dir().join(format!("mirrorgate-test-ports-{n}.lock"));
+            let Ok(file) = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+            else {
+                continue;
+            };
+            // SAFETY: flock on a descriptor this function owns; no memory is passed.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                // Held for the life of the process (released by the kernel at exit).
+                std::mem::forget(file);
+                return PORTS_FROM + n * PORTS_PER_SLICE;
+            }
         }
+        let n = (std::process::id() % u32::from(PORT_SLICES)) as u16;
+        eprintln!("gw: every port slice is locked; sharing slice {n}");
+        PORTS_FROM + n * PORTS_PER_SLICE
+    })
+}
+
+/// A base port such that `base..base+n` are all free right now, from this process's slice.
+pub fn free_port_range(n: u16) -> u16 {
+    let start = slice_start();
+    let end = start + PORTS_PER_SLICE;
+    assert!(n < PORTS_PER_SLICE, "{n} ports do not fit in a slice");
+    for _ in 0..200 {
+        let base = {
+            let mut next = NEXT_BASE.lock().unwrap_or_else(|p| p.into_inner());
+            if *next < start || *next + n > end {
+                // First call, or the slice is used up: start it again (ports of gateways that
+                // are gone are free again; the bind check below skips those still in use).
+                *next = start;
+            }
+            let base = *next;
+            *next += n + 1;
+            base
+        };
         if (base..base + n).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok()) {
             return base;
         }
     }
-    panic!("no free range of {n} ports found on 127.0.0.1");
+    panic!("no free range of {n} ports found on 127.0.0.1 in {start}..{end}");
+}
+
+// ------------------------------------------------------------------ scratch directories
+
+/// Scratch directories of this process: path → whether to keep it (a test using it failed).
+fn scratch_dirs() -> &'static Mutex<HashMap<PathBuf, bool>> {
+    static DIRS: OnceLock<Mutex<HashMap<PathBuf, bool>>> = OnceLock::new();
+    DIRS.get_or_init(|| {
+        extern "C" fn remove_scratch_dirs() {
+            let dirs = scratch_dirs().lock().unwrap_or_else(|p| p.into_inner());
+            for (dir, keep) in dirs.iter() {
+                if !keep {
+                    let _ = std::fs::remove_dir_all(dir);
+                }
+            }
+        }
+        // SAFETY: registers a plain function to run at process exit.
+        unsafe { libc::atexit(remove_scratch_dirs) };
+        Mutex::new(HashMap::new())
+    })
+}
+
+/// A new empty directory, removed when the test process exits unless [`keep_scratch_dir`] was
+/// called for it (or for a path inside it). State directories are removed at exit rather than
+/// with a gateway because tests start several gateways on one state directory in turn.
+pub fn scratch_dir() -> PathBuf {
+    let dir = tempfile::Builder::new()
+        .prefix("mirrorgate-test-")
+        .tempdir()
+        .expect("tempdir")
+        .keep();
+    scratch_dirs()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(dir.clone(), false);
+    dir
+}
+
+/// Keep the scratch directory that holds `path` (after a failure, for the post-mortem).
+pub fn keep_scratch_dir(path: &Path) {
+    let mut dirs = scratch_dirs().lock().unwrap_or_else(|p| p.into_inner());
+    for (dir, keep) in dirs.iter_mut() {
+        if path.starts_with(dir) {
+            *keep = true;
+        }
+    }
+}
+
+// ------------------------------------------------------------------ panics on gateway threads
+
+const THREAD_PREFIX: &str = "test-gateway-";
+
+fn gateway_panics() -> &'static Mutex<HashMap<u64, usize>> {
+    static PANICS: OnceLock<Mutex<HashMap<u64, usize>>> = OnceLock::new();
+    PANICS.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Install (once per process) a panic hook that counts panics on `test-gateway-<id>` threads
+/// per gateway id, then runs the previous hook (which prints the message as before).
+fn install_panic_hook() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let id = std::thread::current()
+                .name()
+                .and_then(|n| n.strip_prefix(THREAD_PREFIX))
+                .and_then(|n| n.parse::<u64>().ok());
+            if let Some(id) = id {
+                *gateway_panics()
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .entry(id)
+                    .or_default() += 1;
+            }
+            previous(info);
+        }));
+    });
+}
+
+/// Panics counted so far on the runtime threads of gateway `id`.
+fn panics_of(id: u64) -> usize {
+    gateway_panics()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&id)
+        .copied()
+        .unwrap_or(0)
 }
 
 /// A gateway config in front of `destination` (comma-separated bootstrap addresses) with
@@ -50,7 +196,7 @@ pub fn test_config(destination: &str) -> Config {
     let client = free_port_range(4);
     let mirror = free_port_range(4);
     let admin = free_port_range(1);
-    let state = tempfile::tempdir().expect("tempdir").keep();
+    let state = scratch_dir();
     mirrorgate::state::StateStore::init(&state).expect("initialise the state directory");
     let yaml = format!(
         r#"
@@ -76,10 +222,13 @@ limits:
 impl TestGateway {
     /// Start a gateway with `config` and wait until it is ready (30 s at most).
     pub fn start(config: Config) -> TestGateway {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        install_panic_hook();
+        let id = NEXT_ID.fetch_add(1, Ordering::SeqCst);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
-            .thread_name("test-gateway")
+            .thread_name_fn(move || format!("{THREAD_PREFIX}{id}"))
             .build()
             .expect("runtime");
         let gateway = rt.block_on(async {
@@ -95,6 +244,7 @@ impl TestGateway {
             gateway,
             config,
             rt: Some(rt),
+            id,
         }
     }
 
@@ -148,8 +298,20 @@ impl TestGateway {
         self.gateway.metrics.render()
     }
 
-    /// Value of one sample line `name{labels} value` in the metrics output, or 0.
+    /// Value of one sample line `name{labels} value` in the metrics output, or 0 when the
+    /// series has no sample yet. Panics when the family `name` is not one the gateway declares
+    /// (a misspelt name would otherwise read as 0).
     pub fn metric(&self, series: &str) -> f64 {
+        let family = series.split(['{', ' ']).next().unwrap_or(series);
+        let declared = self.gateway.metrics.declared_families();
+        let known = declared.contains(family)
+            || ["_bucket", "_sum", "_count"]
+                .iter()
+                .any(|s| family.strip_suffix(s).is_some_and(|f| declared.contains(f)));
+        assert!(
+            known,
+            "metric family {family:?} is not declared by the gateway; declared: {declared:?}"
+        );
         self.metrics()
             .lines()
             .find_map(|l| {
@@ -174,10 +336,31 @@ impl Drop for TestGateway {
             });
             rt.shutdown_timeout(Duration::from_secs(2));
         }
+        let panics = panics_of(self.id);
+        if std::thread::panicking() || panics > 0 {
+            keep_scratch_dir(&self.config.state_dir);
+            eprintln!(
+                "gw: state directory kept: {}",
+                self.config.state_dir.display()
+            );
+        }
+        if panics > 0 && !std::thread::panicking() {
+            panic!(
+                "{panics} panic(s) on the gateway's runtime threads (test-gateway-{}); the \
+                 message is printed above",
+                self.id
+            );
+        }
     }
 }
 
 /// The gateway as a separate process (`mirrorgate run`), for kill -9 and crash-at-step tests.
+///
+/// Its config and log are in a scratch directory, kept when the test fails. The child gets
+/// SIGKILL when the test dies (`PR_SET_PDEATHSIG`): note that the kernel sends it when the
+/// *thread* that spawned the child exits, not the process. Tests start and restart their
+/// gateway on the test's own thread, which lives as long as the test; a gateway (re)started on a
+/// helper thread is killed when that helper thread ends.
 pub struct ProcessGateway {
     pub config: Config,
     pub config_path: std::path::PathBuf,
@@ -195,7 +378,7 @@ impl ProcessGateway {
 
     /// Start `mirrorgate run` and wait only until the admin API answers (it may stay unready).
     pub fn start_unready(config: Config, env: &[(&str, &str)]) -> ProcessGateway {
-        let dir = tempfile::tempdir().expect("tempdir").keep();
+        let dir = scratch_dir();
         let config_path = dir.join("mirrorgate.yaml");
         std::fs::write(&config_path, mirrorgate::config::render_effective(&config))
             .expect("write config");
@@ -227,6 +410,17 @@ impl ProcessGateway {
             .open(&self.log_path)
             .expect("log file");
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_mirrorgate"));
+        {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: runs in the forked child before exec and only calls prctl, which is
+            // async-signal-safe.
+            unsafe {
+                cmd.pre_exec(|| {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                    Ok(())
+                });
+            }
+        }
         cmd.args(["run", "--config"])
             .arg(&self.config_path)
             .env("RUST_LOG", "info");
@@ -348,6 +542,26 @@ impl ProcessGateway {
 impl Drop for ProcessGateway {
     fn drop(&mut self) {
         self.kill9();
+        let log = self.log();
+        let panicked = log.contains("panicked at");
+        if std::thread::panicking() || panicked {
+            keep_scratch_dir(&self.log_path);
+            keep_scratch_dir(&self.config.state_dir);
+            eprintln!(
+                "gw: gateway log kept: {} (state directory {})",
+                self.log_path.display(),
+                self.config.state_dir.display()
+            );
+        }
+        if panicked && !std::thread::panicking() {
+            let at = log.find("panicked at").unwrap_or(0);
+            let from = log[..at].rfind('\n').map_or(0, |i| i + 1);
+            let excerpt: String = log[from..].lines().take(10).collect::<Vec<_>>().join("\n");
+            panic!(
+                "the gateway process panicked (log {}):\n{excerpt}",
+                self.log_path.display()
+            );
+        }
     }
 }
 
