@@ -28,8 +28,8 @@
 //! # Clients (bootstrap is a parameter, so the same helpers run through the gateway)
 //! - [`produce_keyed`]: idempotent (acks=all) librdkafka producer, `n` keyed records
 //!   (`key-{i}` / `value-{i}`), waits for every ack, returns the acks in send order.
-//! - [`consume_group`]: consumer-group reader from the earliest offset until `n` records or a
-//!   timeout; records grouped per partition in offset order.
+//! - [`consume_group`]: consumer-group reader from the earliest offset until `n` records (then
+//!   [`CONSUME_GRACE`] more, so extras show) or a timeout; records grouped per partition.
 //! - [`assert_same_per_partition`]: acks vs. consumed records, counts and per-partition order.
 //!
 //! Every helper bounds its time and panics with context on failure. The sync helpers use no
@@ -544,8 +544,14 @@ pub struct Consumed {
     pub value: Option<String>,
 }
 
+/// How long [`consume_group`] keeps reading after the `n`-th record, so that records past the
+/// expected ones (a duplicate at the end of the last partition read) are returned too.
+pub const CONSUME_GRACE: Duration = Duration::from_secs(2);
+
 /// Read `topic` with consumer group `group` from the earliest offset until `n` records arrived or
-/// `timeout` passed (then returns what it has; callers assert counts). Records grouped per
+/// `timeout` passed (then returns what it has; callers assert counts), and once `n` arrived,
+/// [`CONSUME_GRACE`] longer: records beyond the `n` expected are returned as well, so a caller
+/// asserting an exact count or content sees a trailing duplicate. Records grouped per
 /// partition, in the order received (= offset order). `extra` overrides consumer config.
 pub fn consume_group(
     bootstrap: &str,
@@ -570,10 +576,15 @@ pub fn consume_group(
     consumer
         .subscribe(&[topic])
         .unwrap_or_else(|e| panic!("subscribe to {topic}: {e}"));
-    let deadline = Instant::now() + timeout;
+    let mut deadline = Instant::now() + timeout;
     let mut out: BTreeMap<i32, Vec<Consumed>> = BTreeMap::new();
     let mut count = 0;
-    while count < n && Instant::now() < deadline {
+    let mut grace_started = false;
+    while Instant::now() < deadline {
+        if count >= n && !grace_started {
+            grace_started = true;
+            deadline = Instant::now() + CONSUME_GRACE;
+        }
         match consumer.poll(Duration::from_millis(100)) {
             None => {}
             Some(Ok(m)) => {
@@ -741,4 +752,45 @@ pub fn verifiable_consume(
             )
         })
         .collect()
+}
+
+// ------------------------------------------------------------------ stopped nodes
+
+/// A rig node stopped for a test (`integration/rig stop-node`) and started again when dropped
+/// (`start-node`). A failed restart fails the test (unless it is already failing, then it is
+/// printed): a node left down would break every later test on that cluster.
+pub struct StoppedNode {
+    cluster: &'static str,
+    node: &'static str,
+}
+
+impl StoppedNode {
+    /// Stop `node` of `cluster`; panics when the rig cannot.
+    pub fn stop(cluster: &'static str, node: &'static str) -> StoppedNode {
+        expect_success(
+            &format!("integration/rig stop-node {cluster} {node}"),
+            &rig(&["stop-node", cluster, node]),
+        );
+        StoppedNode { cluster, node }
+    }
+}
+
+impl Drop for StoppedNode {
+    fn drop(&mut self) {
+        let out = rig(&["start-node", self.cluster, self.node]);
+        if !out.status.success() {
+            let msg = format!(
+                "restarting {} node {} failed ({}): {}",
+                self.cluster,
+                self.node,
+                out.status,
+                tail_text(&out.stderr, 20)
+            );
+            if std::thread::panicking() {
+                eprintln!("{msg}");
+            } else {
+                panic!("{msg}");
+            }
+        }
+    }
 }
