@@ -374,6 +374,10 @@ pub struct MirrorController {
     /// Test hooks (environment, read once): hold the failover after fencing for this long, and
     /// make the first N barrier writes fail.
     hold_after_fence: Duration,
+    /// Test hook (environment, read once): `MIRRORGATE_TEST_HOLD_AFTER_FENCE_UNTIL=PATH` holds
+    /// the failover after fencing until PATH exists (120 s at most), so a test can act inside
+    /// that window without racing a timer.
+    hold_after_fence_until: Option<std::path::PathBuf>,
     failing_barrier_writes: AtomicI64,
     /// `failover.barrier`: the barrier's form.
     barrier_mode: BarrierMode,
@@ -508,6 +512,8 @@ impl MirrorController {
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(0),
             ),
+            hold_after_fence_until: std::env::var_os("MIRRORGATE_TEST_HOLD_AFTER_FENCE_UNTIL")
+                .map(std::path::PathBuf::from),
             failing_barrier_writes: AtomicI64::new(
                 std::env::var("MIRRORGATE_TEST_FAIL_BARRIER_WRITES")
                     .ok()
@@ -1579,6 +1585,14 @@ impl MirrorController {
         crash_point("fenced");
         if !self.hold_after_fence.is_zero() {
             tokio::time::sleep(self.hold_after_fence).await;
+        }
+        if let Some(path) = &self.hold_after_fence_until {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+            while !tokio::fs::try_exists(path).await.unwrap_or(false)
+                && tokio::time::Instant::now() < deadline
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
         // 2. Drained: wait until mirror produce in flight on these partitions is answered.
         let parts: Vec<(String, i32)> = self
