@@ -327,10 +327,17 @@ async fn shutdown_answers_requests_in_flight_before_closing() {
         delay: Duration::from_millis(500),
         ..Script::default()
     };
-    let (up, _, _) = fake_broker(script).await;
+    let (up, seen, _) = fake_broker(script).await;
     let mut s = connect_through_gateway(&up, limits(), 1).await;
     s.client.write_all(&heartbeat(7)).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Shut down once the request is in flight: the broker has it (and answers 500 ms later).
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while seen.load(Ordering::SeqCst) < 1 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the broker receives the request");
     s.shutdown.send(true).unwrap();
     assert_eq!(
         read_response(&mut s.client).await.map(|r| r.0),
