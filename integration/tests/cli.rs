@@ -61,19 +61,43 @@ fn check_config_of_a_missing_file_names_it() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/mirrorgate.yaml"));
 }
 
+/// `mirrorgate demo` in its own process group; dropped, it is killed with everything it started
+/// (SIGKILL to the group), so a failing test leaves no gateway or demo producer running.
+struct Demo {
+    child: std::process::Child,
+}
+
+impl Demo {
+    fn start() -> Demo {
+        use std::os::unix::process::CommandExt;
+        let child = mirrorgate()
+            .arg("demo")
+            .env("RUST_LOG", "warn")
+            .process_group(0)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start demo");
+        Demo { child }
+    }
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let pid = self.child.id() as i32;
+        // SAFETY: signals the process group this test created (the demo is its leader).
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+}
+
 #[test]
 fn demo_starts_the_gateway_in_front_of_the_rig_and_stops_on_ctrl_c() {
     // The demo reuses clusters that are already running (and leaves them running).
     harness::cluster("source");
     harness::cluster("destination");
-    let mut child = mirrorgate()
-        .arg("demo")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start demo");
-    let stdout = child.stdout.take().expect("stdout");
+    let mut demo = Demo::start();
+    let stdout = demo.child.stdout.take().expect("stdout");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -88,11 +112,10 @@ fn demo_starts_the_gateway_in_front_of_the_rig_and_stops_on_ctrl_c() {
     {
         match rx.recv_timeout(Duration::from_secs(1)) {
             Ok(l) => seen.push(l),
-            Err(_) if Instant::now() < deadline => {}
-            Err(_) => {
-                let _ = child.kill();
-                panic!("demo did not become ready: {seen:?}");
-            }
+            Err(_) => assert!(
+                Instant::now() < deadline,
+                "demo did not become ready: {seen:?}"
+            ),
         }
     }
     // Kafka clients work through the demo's gateway.
@@ -100,7 +123,35 @@ fn demo_starts_the_gateway_in_front_of_the_rig_and_stops_on_ctrl_c() {
     harness::create_topic(&harness::cluster("destination"), &topic, 1, None);
     let acks = harness::produce_keyed("127.0.0.1:9092", &topic, 10, &[]);
     assert_eq!(acks.len(), 10);
-    let pid = child.id().to_string();
+    // The demo's agent mirrors its topic: every partition reaches MIRRORING, none FAILED.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, body) = crate::gw::admin_call(
+            "127.0.0.1:9180",
+            hyper::Method::GET,
+            "/v1/mirrors/demo/partitions",
+            None,
+        );
+        assert_eq!(status, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+        let states: Vec<&str> = v["partitions"]
+            .as_array()
+            .map(|ps| ps.iter().filter_map(|p| p["state"].as_str()).collect())
+            .unwrap_or_default();
+        assert!(
+            !states.contains(&"FAILED"),
+            "the demo's agent failed: {body}"
+        );
+        if !states.is_empty() && states.iter().all(|s| *s == "MIRRORING") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "demo mirror not mirroring: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let pid = demo.child.id().to_string();
     assert!(Command::new("kill")
         .args(["-INT", &pid])
         .status()
@@ -108,7 +159,7 @@ fn demo_starts_the_gateway_in_front_of_the_rig_and_stops_on_ctrl_c() {
         .success());
     let start = Instant::now();
     loop {
-        if let Some(status) = child.try_wait().expect("wait") {
+        if let Some(status) = demo.child.try_wait().expect("wait") {
             assert!(status.success(), "demo exited with {status}");
             break;
         }

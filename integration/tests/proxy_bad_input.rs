@@ -118,6 +118,16 @@ impl BackgroundProducer {
     }
 }
 
+impl Drop for BackgroundProducer {
+    /// Stops the producer also when the test fails before [`BackgroundProducer::finish`].
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 fn with_gateway_and_producer(case: impl FnOnce(&TestGateway)) {
     let destination = harness::cluster("destination");
     let gw = TestGateway::in_front_of(&destination);
