@@ -394,14 +394,23 @@ pub fn run(
     let bin = gateway_binary()?;
     let (_clusters, addrs) = Clusters::ensure(&["destination"])?;
     let destination = crate::cluster_brokers(&addrs, "destination")?;
-    let gateway = GatewayProcess::start(&bin, &destination, BASE, ADMIN, "load")?;
+    let mut gateway = GatewayProcess::start(&bin, &destination, BASE, ADMIN, "load")?;
     let pid = gateway.pid();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(err)?;
-    let result = rt.block_on(drive(pid, connections, seconds));
-    if result.is_err() {
+    let mut result = rt.block_on(drive(pid, connections, seconds));
+    // What the clients cannot see: a panic in the gateway (a connection task that panics just
+    // closes its connection) and a gateway that died after the clients finished.
+    let alive = matches!(gateway.child.try_wait(), Ok(None));
+    let log = std::fs::read_to_string(gateway.dir.join("gateway.log")).unwrap_or_default();
+    let panics = log.matches("panicked at").count();
+    if let Ok(v) = result.as_mut() {
+        v["gateway_alive_at_end"] = json!(alive);
+        v["gateway_panics"] = json!(panics);
+    }
+    if result.is_err() || !alive || panics > 0 {
         gateway.print_log_tail();
     }
     drop(gateway);
@@ -510,15 +519,28 @@ async fn drive(pid: u32, connections: usize, seconds: u64) -> Result<serde_json:
     // Readiness poller.
     let ready_polls = Arc::new(AtomicU64::new(0));
     let ready_failures = Arc::new(AtomicU64::new(0));
+    // Time of each /readyz answer (a probe gives up, and counts as a failure, after 1 s).
+    let ready_us = Arc::new(std::sync::Mutex::new(Vec::<u32>::new()));
     let poller = {
-        let (stop, polls, failures) = (stop.clone(), ready_polls.clone(), ready_failures.clone());
+        let (stop, polls, failures, times) = (
+            stop.clone(),
+            ready_polls.clone(),
+            ready_failures.clone(),
+            ready_us.clone(),
+        );
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(500));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             while !stop.load(Ordering::Relaxed) {
                 tick.tick().await;
                 polls.fetch_add(1, Ordering::Relaxed);
-                if !readyz(ADMIN).await {
+                let t0 = Instant::now();
+                if readyz(ADMIN).await {
+                    times
+                        .lock()
+                        .expect("readyz times")
+                        .push(t0.elapsed().as_micros() as u32);
+                } else {
                     failures.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -598,6 +620,8 @@ async fn drive(pid: u32, connections: usize, seconds: u64) -> Result<serde_json:
     produce_us.sort_unstable();
     fetch_us.sort_unstable();
     let requests = all.len() as u64;
+    let mut ready_us = std::mem::take(&mut *ready_us.lock().expect("readyz times"));
+    ready_us.sort_unstable();
     let mib = |kib: u64| round2(kib as f64 / 1024.0);
     let samples: Vec<serde_json::Value> = rss_samples
         .lock()
@@ -629,7 +653,10 @@ async fn drive(pid: u32, connections: usize, seconds: u64) -> Result<serde_json:
         "rss_samples_mib": samples,
         "readyz_polls": ready_polls.load(Ordering::Relaxed),
         "readyz_failures": ready_failures.load(Ordering::Relaxed),
+        "readyz_p99_ms": round2(percentile(&ready_us, 99.0)),
+        "readyz_max_ms": round2(percentile(&ready_us, 100.0)),
         "slow_consumer_fetches": slow_sent,
+        "slow_consumer_fetches_intended": SLOW_FETCHES,
         "slow_consumer_fetch_max_bytes": SLOW_MAX_BYTES,
         "slow_consumer_open_at_end": slow_open,
     }))
