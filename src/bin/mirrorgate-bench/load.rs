@@ -413,6 +413,10 @@ pub fn run(
     if result.is_err() || !alive || panics > 0 {
         gateway.print_log_tail();
     }
+    if let Some(at) = log.find("panicked at") {
+        let first: Vec<&str> = log[at..].lines().take(2).collect();
+        eprintln!("gateway panicked ({panics} times), first: {}", first.join(" "));
+    }
     drop(gateway);
     result
 }
