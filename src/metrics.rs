@@ -276,13 +276,18 @@ impl Metrics {
         &self.registry
     }
 
-    /// The name of every family registered so far, whether or not it has a series yet.
+    /// The name of every family registered so far, whether or not it has a series yet: those
+    /// whose collector describes them, and those a collector without descriptions (one that
+    /// builds its families on each scrape) renders now.
     pub fn declared_families(&self) -> BTreeSet<String> {
-        self.registry
+        let mut names = self
+            .registry
             .families
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .clone();
+        names.extend(self.registry.gather().iter().map(|f| f.name().to_string()));
+        names
     }
 
     /// Text exposition of every family.
@@ -324,5 +329,25 @@ mod tests {
         let extra = IntCounter::new("mirrorgate_extra_total", "An extra family.").expect("valid");
         m.registry().register(Box::new(extra)).expect("registers");
         assert!(m.declared_families().contains("mirrorgate_extra_total"));
+    }
+
+    /// A collector that builds its family on each scrape (no descriptions).
+    struct Scraped;
+
+    impl prometheus::core::Collector for Scraped {
+        fn desc(&self) -> Vec<&prometheus::core::Desc> {
+            Vec::new()
+        }
+        fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+            let g = IntGauge::new("mirrorgate_scraped", "Built on each scrape.").expect("valid");
+            prometheus::core::Collector::collect(&g)
+        }
+    }
+
+    #[test]
+    fn a_family_built_on_each_scrape_is_declared() {
+        let m = Metrics::new();
+        m.registry().register(Box::new(Scraped)).expect("registers");
+        assert!(m.declared_families().contains("mirrorgate_scraped"));
     }
 }

@@ -415,7 +415,10 @@ pub fn run(
     }
     if let Some(at) = log.find("panicked at") {
         let first: Vec<&str> = log[at..].lines().take(2).collect();
-        eprintln!("gateway panicked ({panics} times), first: {}", first.join(" "));
+        eprintln!(
+            "gateway panicked ({panics} times), first: {}",
+            first.join(" ")
+        );
     }
     drop(gateway);
     result
