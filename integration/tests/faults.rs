@@ -313,6 +313,10 @@ fn disruptive_a_stalled_broker_times_out_connections_bounds_memory_and_admin_sta
                 let started = Instant::now();
                 let mut b = [0u8; 1024];
                 let closed = loop {
+                    // Still open after 25 s: a hang.
+                    if started.elapsed() > Duration::from_secs(25) {
+                        break None;
+                    }
                     match s.read(&mut b) {
                         Ok(0) => break Some(started.elapsed()),
                         Ok(_) => {}
@@ -320,13 +324,7 @@ fn disruptive_a_stalled_broker_times_out_connections_bounds_memory_and_admin_sta
                             if matches!(
                                 e.kind(),
                                 std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                            ) =>
-                        {
-                            // Still open; give up (a hang) after 25 s.
-                            if started.elapsed() > Duration::from_secs(25) {
-                                break None;
-                            }
-                        }
+                            ) => {}
                         Err(_) => break Some(started.elapsed()),
                     }
                 };
