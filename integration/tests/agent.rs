@@ -459,30 +459,6 @@ fn active_passive_mirrors_as_is_and_fails_over_while_the_source_is_written() {
     assert_local_producers_lose_nothing(&gw, &topic, &barriers);
 }
 
-/// Restarts a node of a rig cluster when dropped (also on panic). A failed restart fails the
-/// test (it would cascade into every later test on that cluster); during a panic it is
-/// reported only, so the original failure stays the one shown.
-pub(crate) struct RestartNode(pub(crate) &'static str, pub(crate) &'static str);
-impl Drop for RestartNode {
-    fn drop(&mut self) {
-        let out = harness::rig(&["start-node", self.0, self.1]);
-        if !out.status.success() {
-            let msg = format!(
-                "restarting {} node {} failed ({}): {}",
-                self.0,
-                self.1,
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            );
-            if std::thread::panicking() {
-                eprintln!("{msg}");
-            } else {
-                panic!("{msg}");
-            }
-        }
-    }
-}
-
 #[test]
 fn disruptive_the_source_killed_before_the_failover_does_not_block_it() {
     let third = harness::cluster("third");
@@ -492,11 +468,7 @@ fn disruptive_the_source_killed_before_the_failover_does_not_block_it() {
     let gw = TestGateway::start(agent_config("killed", &[&topic], &third));
     wait_caught_up(&gw.admin(), "killed", &third, &topic, 2);
     let expected: Vec<Log> = (0..2).map(|p| read_log(&third, &topic, p)).collect();
-    let _restart = RestartNode("third", "1");
-    harness::expect_success(
-        "rig kill-node third 1",
-        &harness::rig(&["kill-node", "third", "1"]),
-    );
+    let _restart = harness::StoppedNode::kill("third", "1");
     std::thread::sleep(Duration::from_secs(2));
     // An unreachable source does not block the failover (wait_stopped bounds it).
     failover(&gw.admin(), "killed");
@@ -560,11 +532,7 @@ fn kill_destination_broker_2_while_mirroring(
         writer.is_running(),
         "the source is still written at the kill"
     );
-    let restart = RestartNode("destination", "2");
-    harness::expect_success(
-        "rig kill-node destination 2",
-        &harness::rig(&["kill-node", "destination", "2"]),
-    );
+    let restart = harness::StoppedNode::kill("destination", "2");
     let at_kill = writer.acked();
     wait_for(
         "the source written while destination broker 2 is down",
@@ -811,11 +779,7 @@ fn disruptive_destination_broker_killed_during_failover_completes_with_one_barri
     SourceWriter::start(&source, &topic, "pre", 600, 5000).finish(false);
     let gw = TestGateway::start(agent_config("fkill", &[&topic], &source));
     wait_caught_up(&gw.admin(), "fkill", &source, &topic, 2);
-    let restart = RestartNode("destination", "2");
-    harness::expect_success(
-        "rig kill-node destination 2",
-        &harness::rig(&["kill-node", "destination", "2"]),
-    );
+    let restart = harness::StoppedNode::kill("destination", "2");
     failover(&gw.admin(), "fkill");
     let deadline = Instant::now() + Duration::from_secs(60);
     let p1 = loop {

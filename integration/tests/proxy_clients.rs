@@ -429,14 +429,10 @@ fn disruptive_broker_restart_during_produce_loses_nothing_acknowledged() {
         !producer.is_finished(),
         "the producer runs when the broker is stopped"
     );
-    let restart = crate::agent::RestartNode("destination", "2");
     let sent_at_stop = sent.load(Ordering::SeqCst);
     acks.phase.store(NODE_DOWN, Ordering::SeqCst);
-    harness::expect_success(
-        "rig stop-node destination 2",
-        &harness::rig(&["stop-node", "destination", "2"]),
-    );
-    drop(restart);
+    let stopped = harness::StoppedNode::stop("destination", "2");
+    drop(stopped);
     let sent_at_restart = sent.load(Ordering::SeqCst);
     acks.phase.store(AFTER_RESTART, Ordering::SeqCst);
     assert!(

@@ -765,13 +765,25 @@ pub struct StoppedNode {
 }
 
 impl StoppedNode {
-    /// Stop `node` of `cluster`; panics when the rig cannot.
+    /// Stop `node` of `cluster` (`rig stop-node`, a clean shutdown); panics when the rig cannot.
     pub fn stop(cluster: &'static str, node: &'static str) -> StoppedNode {
+        StoppedNode::by("stop-node", cluster, node)
+    }
+
+    /// Kill `node` of `cluster` (`rig kill-node`, SIGKILL); panics when the rig cannot.
+    pub fn kill(cluster: &'static str, node: &'static str) -> StoppedNode {
+        StoppedNode::by("kill-node", cluster, node)
+    }
+
+    fn by(how: &str, cluster: &'static str, node: &'static str) -> StoppedNode {
+        // The guard exists before the command runs: a node the command half-stopped is
+        // started again too.
+        let guard = StoppedNode { cluster, node };
         expect_success(
-            &format!("integration/rig stop-node {cluster} {node}"),
-            &rig(&["stop-node", cluster, node]),
+            &format!("integration/rig {how} {cluster} {node}"),
+            &rig(&[how, cluster, node]),
         );
-        StoppedNode { cluster, node }
+        guard
     }
 }
 
