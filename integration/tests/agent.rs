@@ -589,6 +589,53 @@ fn disruptive_batches_without_a_producer_id_are_mirrored_exactly_once_across_a_d
     }
 }
 
+/// README "retries never duplicate", for batches without a producer id, with the lost answers
+/// made certain: the gateway process drops the answers of the agent's first 3 appends after the
+/// broker appended them (test hook `MIRRORGATE_TEST_LOSE_AGENT_APPEND_ANSWERS`). The source is
+/// written by a plain producer, so the broker cannot deduplicate a resend; the agent finds each
+/// of the 3 batches in the destination log and does not resend it. The destination log equals
+/// the source log, offsets included.
+#[test]
+fn an_append_without_a_producer_id_whose_answer_was_lost_is_found_in_the_log_and_not_resent() {
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("agent-lost");
+    harness::create_topic(&source, &topic, 1, None);
+    harness::create_topic(&destination, &topic, 1, Some(&[1]));
+    let written = SourceWriter::start_without_producer_id(&source, &topic, "plain", 200, 2000)
+        .finish(false);
+    assert_eq!(written, 200, "the source holds 200 records");
+    let gw = crate::gw::ProcessGateway::start(
+        agent_config("lost", &[&topic], &source),
+        &[("MIRRORGATE_TEST_LOSE_AGENT_APPEND_ANSWERS", "3")],
+    );
+    wait_caught_up(&gw.admin(), "lost", &source, &topic, 1);
+    let s = crate::failover::read_log(&source, &topic, 0);
+    assert!(
+        s.records.iter().all(|r| r.producer_id == -1),
+        "the source batches carry no producer id"
+    );
+    let d = crate::failover::read_log(&destination, &topic, 0);
+    assert_eq!(
+        offsets_keys_values(&d),
+        offsets_keys_values(&s),
+        "the destination log (left) equals the source log (right), offsets included"
+    );
+    let series = |resolution: &str| {
+        crate::failover::process_metric(
+            &gw,
+            &format!(
+                "mirrorgate_agent_unknown_outcomes_total{{mirror=\"lost\",resolution=\"{resolution}\"}}"
+            ),
+        )
+    };
+    assert_eq!(
+        (series("already_appended"), series("resent")),
+        (3.0, 0.0),
+        "each of the 3 lost answers was resolved by finding the batch in the log"
+    );
+}
+
 /// (offset, key, value) of every record of a partition log, barriers and control records
 /// included.
 fn offsets_keys_values(

@@ -122,6 +122,10 @@ struct TaskSlot {
 struct AgentMetrics {
     batches: IntCounterVec,
     bytes: IntCounterVec,
+    /// Appends whose outcome was unknown (answer lost, connection closed, timed out), by how
+    /// they were resolved: `already_appended` (found in the destination log, not resent) or
+    /// `resent`.
+    unknown_outcomes: IntCounterVec,
 }
 
 /// The agent of one mirror.
@@ -159,6 +163,8 @@ pub struct MirrorAgent {
     /// nothing is created (until the configuration is fixed and the gateway restarted).
     refused: Mutex<Option<String>>,
     metrics: AgentMetrics,
+    /// Test hook: answers of appends still to drop (see `MIRRORGATE_TEST_LOSE_AGENT_APPEND_ANSWERS`).
+    lose_append_answers: AtomicI64,
 }
 
 /// Every mirror agent of the gateway.
@@ -219,8 +225,27 @@ pub fn start(
         &["mirror"],
     )
     .map_err(|e| e.to_string())?;
+    let unknown_outcomes = IntCounterVec::new(
+        Opts::new(
+            "mirrorgate_agent_unknown_outcomes_total",
+            "Appends of the built-in mirror agent whose outcome was unknown (answer lost), by \
+             resolution: already_appended (found in the destination log) or resent.",
+        ),
+        &["mirror", "resolution"],
+    )
+    .map_err(|e| e.to_string())?;
     let _ = metrics.registry().register(Box::new(batches.clone()));
     let _ = metrics.registry().register(Box::new(bytes.clone()));
+    let _ = metrics
+        .registry()
+        .register(Box::new(unknown_outcomes.clone()));
+    // Test hook (environment, read once): `MIRRORGATE_TEST_LOSE_AGENT_APPEND_ANSWERS=N` drops
+    // the answers of the first N appends each mirror's agent makes after the broker gave them,
+    // as a connection lost after the batch was appended.
+    let lose_append_answers: i64 = std::env::var("MIRRORGATE_TEST_LOSE_AGENT_APPEND_ANSWERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     let router = config.topic_router();
     // The agent is a client of the gateway's own mirror listener; its SASL exchange passes
     // through to the destination, so it authenticates with the destination credentials.
@@ -271,7 +296,9 @@ pub fn start(
             metrics: AgentMetrics {
                 batches: batches.clone(),
                 bytes: bytes.clone(),
+                unknown_outcomes: unknown_outcomes.clone(),
             },
+            lose_append_answers: AtomicI64::new(lose_append_answers),
         }));
     }
     let agent = Arc::new(Agent { mirrors });
@@ -810,6 +837,21 @@ impl MirrorAgent {
             self.offsets_dirty.store(true, Ordering::SeqCst);
             tracing::error!(mirror = %self.name, error = %e, "cannot persist the agent's offset map");
         }
+    }
+
+    /// An append whose outcome was unknown, resolved as `resolution`.
+    fn count_unknown_outcome(&self, resolution: &str) {
+        self.metrics
+            .unknown_outcomes
+            .with_label_values(&[&self.name, resolution])
+            .inc();
+    }
+
+    /// Test hook: whether to drop this append's answer.
+    fn lose_append_answer(&self) -> bool {
+        self.lose_append_answers
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n > 0).then(|| n - 1))
+            .is_ok()
     }
 
     fn count_append(&self, bytes: usize) {

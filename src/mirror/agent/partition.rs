@@ -493,6 +493,11 @@ impl Task {
             let Some(c) = self.dst.as_mut() else { continue };
             let unknown = match wire::produce_one(c, &self.topic, self.partition, batch.clone()).await
             {
+                Ok((0, _, _)) if self.m.lose_append_answer() => {
+                    tracing::warn!(topic = %self.topic, partition = self.partition, "test hook: the append's answer is dropped");
+                    self.dst = None;
+                    true
+                }
                 Ok((0, base, _)) => {
                     check_ack(self.next_dst, base).map_err(Halt::Fail)?;
                     return Ok(base);
@@ -533,11 +538,16 @@ impl Task {
                     true
                 }
             };
-            if unknown && h.producer_id < 0 {
+            if unknown {
                 // No producer id: the broker cannot deduplicate; look before resending.
-                if let Some(base) = self.appended_already(h).await? {
-                    return Ok(base);
+                if h.producer_id < 0 {
+                    if let Some(base) = self.appended_already(h).await? {
+                        tracing::info!(topic = %self.topic, partition = self.partition, offset = base, "an append whose answer was lost is in the destination log: not resent");
+                        self.m.count_unknown_outcome("already_appended");
+                        return Ok(base);
+                    }
                 }
+                self.m.count_unknown_outcome("resent");
             }
         }
     }
