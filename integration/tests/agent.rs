@@ -602,8 +602,8 @@ fn an_append_without_a_producer_id_whose_answer_was_lost_is_found_in_the_log_and
     let topic = harness::unique_topic("agent-lost");
     harness::create_topic(&source, &topic, 1, None);
     harness::create_topic(&destination, &topic, 1, Some(&[1]));
-    let written = SourceWriter::start_without_producer_id(&source, &topic, "plain", 200, 2000)
-        .finish(false);
+    let written =
+        SourceWriter::start_without_producer_id(&source, &topic, "plain", 200, 2000).finish(false);
     assert_eq!(written, 200, "the source holds 200 records");
     let gw = crate::gw::ProcessGateway::start(
         agent_config("lost", &[&topic], &source),

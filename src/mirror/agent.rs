@@ -850,7 +850,9 @@ impl MirrorAgent {
     /// Test hook: whether to drop this append's answer.
     fn lose_append_answer(&self) -> bool {
         self.lose_append_answers
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n > 0).then(|| n - 1))
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n > 0).then(|| n - 1)
+            })
             .is_ok()
     }
 

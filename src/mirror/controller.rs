@@ -2193,7 +2193,14 @@ impl MirrorController {
                 continue;
             }
             asked += n;
+            // A broker between two blocks of producer ids answers part of a pipelined round
+            // with 14 (it is fetching its next block): asked again shortly, not a failure.
+            let mut loading = false;
             for r in answers {
+                if matches!(r.error_code, 14 | 15) {
+                    loading = true;
+                    continue;
+                }
                 if r.error_code != 0 || r.producer_id.0 < 0 {
                     last_error = r.error_code;
                     continue;
@@ -2214,6 +2221,14 @@ impl MirrorController {
                     format!("InitProducerId to {addr} answered error code {last_error}"),
                     last_error,
                 ));
+            }
+            if loading {
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(ProducerIdError::retry(format!(
+                        "InitProducerId to {addr} still answered COORDINATOR_LOAD_IN_PROGRESS after 30 s"
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
             n = 64;
         }
