@@ -1371,6 +1371,61 @@ fn a_refused_send_leaves_the_same_producer_working_for_other_topics() {
     assert!(err.contains("PolicyViolation"), "{err}");
 }
 
+/// The same for the Kafka Java producer: one idempotent producer's send to a mirror topic fails
+/// with the gateway's POLICY_VIOLATION message, then its 20 sends to another topic are
+/// acknowledged, each in that topic's log at its offset with its value; nothing reached the
+/// mirror topic.
+#[test]
+fn a_refused_send_leaves_the_same_java_producer_working_for_other_topics() {
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("ro-java");
+    let other = harness::unique_topic("rw-java");
+    harness::create_topic(&destination, &topic, 1, Some(&[1]));
+    harness::create_topic(&destination, &other, 1, Some(&[1]));
+    let gw = TestGateway::start(mirror_config("samejava", &[&topic]));
+    wait_mirroring(&gw.admin(), "samejava", 1);
+    let source = harness::repo().join("integration/clients/java/RefusedThenOther.java");
+    let out = harness::rig_java(
+        source.to_str().expect("utf-8 path"),
+        &[&gw.bootstrap(), &topic, &other, "20"],
+    );
+    harness::expect_success("RefusedThenOther.java", &out);
+    let lines = harness::json_lines(&out.stdout);
+    let refused = &lines[0];
+    assert_eq!(refused["refused"], true, "{refused}");
+    assert_eq!(refused["error"], "PolicyViolationException", "{refused}");
+    let message = refused["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("is read-only") && message.contains("samejava"),
+        "the gateway's message names the mirror: {refused}"
+    );
+    assert_eq!(lines.last().expect("done")["done"], 20, "{lines:?}");
+    let log = read_log(&destination, &other, 0);
+    let acked: Vec<(i64, Option<String>)> = lines
+        .iter()
+        .filter(|l| l.get("offset").is_some())
+        .map(|l| {
+            (
+                l["offset"].as_i64().expect("offset"),
+                l["value"].as_str().map(str::to_string),
+            )
+        })
+        .collect();
+    let logged: Vec<(i64, Option<String>)> = log
+        .records
+        .iter()
+        .map(|r| (r.offset, r.value.clone()))
+        .collect();
+    assert_eq!(
+        acked, logged,
+        "the acknowledged records (left) are the other topic's log"
+    );
+    assert!(
+        read_log(&destination, &topic, 0).records.is_empty(),
+        "nothing reached the mirror topic"
+    );
+}
+
 #[test]
 fn after_failover_a_transactional_producer_is_bumped_above_the_mirrored_epoch() {
     use rdkafka::config::ClientConfig;
