@@ -1,5 +1,6 @@
 //! mirrorgate: a Kafka-wire-compatible gateway for the destination cluster of a mirrored
-//! Kafka deployment. See DESIGN (README) for the architecture; one module per responsibility:
+//! Kafka deployment. The architecture is described in `docs/architecture.md`; one module per
+//! responsibility:
 //!
 //! - [`protocol`]: framing, header peek, decode-on-demand of the APIs the gateway rewrites.
 //! - [`proxy`]: listeners, client/upstream connections, response rewriting.
@@ -21,3 +22,6 @@ pub mod protocol;
 pub mod proxy;
 pub mod psm;
 pub mod state;
+
+#[cfg(test)]
+mod docs_tests;

@@ -1855,7 +1855,10 @@ fn disruptive_a_corrupt_screening_set_keeps_the_gateway_unready_and_mirror_topic
     std::fs::write(&file, b"{\"8000\":{\"max_epoch\":0,\"last_tim").expect("corrupt");
     gw.restart_unready(&[]);
     let body = wait_unready_saying(&gw, "screen/pids.json");
-    assert!(body.contains("README"), "{body}");
+    assert!(
+        body.contains("docs/failover.md#recovering-the-pid-screening-set"),
+        "{body}"
+    );
     let mut local = RawConn::connect(&gw.bootstrap());
     let (code, _, msg) = local.produce_msg(&topic, 0, batch(-1, -1, -1, 1, "local"));
     assert_eq!(code, 44, "{msg}");

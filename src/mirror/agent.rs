@@ -10,7 +10,8 @@
 //! - Identity (review F4, F17): the map records the source cluster id and per topic the source
 //!   and destination topic ids; a changed source cluster refuses the mirror, a changed or
 //!   vanished topic and extra destination partitions fail those partitions (FAILED, marked here,
-//!   no task) — see README "What the agent checks".
+//!   no task) — see
+//!   docs/agent.md#what-the-agent-checks-the-source-is-the-one-it-mirrored-the-destination-still-holds-it.
 //! - One task per MIRRORING partition ([`partition`]): exact offset map ([`offsets`], persisted
 //!   in the state store area `agent`), per-partition order, one request in flight, retries that
 //!   never duplicate, FAILED with a reason on what it cannot mirror.

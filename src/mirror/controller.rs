@@ -10,12 +10,12 @@
 //! *before* it records BARRIER_PERSISTED (review F8): after that record a restart rebuilds the PSM
 //! only from the barrier on, so the entries could not be found again. A screening set that cannot
 //! be read is never started empty nor rewritten: the gateway is not ready and the mirror topics
-//! stay read-only on the client listener until the operator recovers it (README, "Recovering the
-//! PID screening set").
+//! stay read-only on the client listener until the operator recovers it
+//! (docs/failover.md#recovering-the-pid-screening-set).
 //!
 //! The barrier is an ABORT transaction marker (WriteTxnMarkers) of an idempotent producer id no
 //! producer of the partitions uses, recorded before it is written; the data barrier is the
-//! fallback (`failover.barrier`, README "The barrier").
+//! fallback (`failover.barrier`, docs/failover.md).
 //!
 //! Owns: mirror state files in the state store (`mirrors/NAME.json`, `screen/pids.json`), barrier
 //! writes. Must not touch: client sockets (the proxy asks it for decisions), the PSM's rules (it
@@ -163,7 +163,8 @@ pub enum FailoverError {
     #[error("mirror {name:?} has no partitions on the destination yet")]
     NoPartitions { name: String },
     #[error(
-        "the state of mirror {name:?} cannot be read ({reason}); see the README's recovery steps"
+        "the state of mirror {name:?} cannot be read ({reason}); recovery: \
+         docs/failover.md#recovering-mirror-state"
     )]
     StateUnreadable { name: String, reason: String },
     #[error("cannot persist the state of mirror {name:?}: {reason}")]
@@ -178,7 +179,7 @@ pub enum ScreenError {
     /// The file could not be read or decoded at start: it is left as it is for the operator.
     #[error(
         "the PID screening set {path} cannot be read ({reason}); mirror topics stay read-only on the \
-         client listener; recovery: README, \"Recovering the PID screening set\""
+         client listener; recovery: docs/failover.md#recovering-the-pid-screening-set"
     )]
     Unreadable { path: String, reason: String },
     #[error("cannot persist the PID screening set: {0}")]
@@ -457,7 +458,7 @@ impl MirrorController {
             if let Some(reason) = &unreadable {
                 tracing::error!(
                     mirror = %m.name, %reason,
-                    "mirror state cannot be read: its topics stay read-only; see the README (\"Recovering mirror state\")"
+                    "mirror state cannot be read: its topics stay read-only; recovery: docs/failover.md#recovering-mirror-state"
                 );
             }
             slots.push(MirrorSlot {

@@ -161,7 +161,7 @@ fn a_corrupt_or_unreadable_screening_set_makes_the_gateway_not_ready_and_mirror_
             "{what}: the path is named: {problems:?}"
         );
         assert!(
-            problems[0].contains("README"),
+            problems[0].contains("docs/failover.md#recovering-the-pid-screening-set"),
             "{what}: the recovery is named: {problems:?}"
         );
         // Client produce to a mirror topic is refused for the screening set, plain topics pass.

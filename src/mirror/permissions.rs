@@ -65,7 +65,7 @@ impl PermissionCheck {
         for line in now_missing.iter().filter(|l| !m.contains(l)) {
             tracing::error!(
                 missing = %line,
-                "the gateway's own principal lacks a permission its protection work needs on the destination (see the README, \"What the gateway's own principal needs\")"
+                "the gateway's own principal lacks a permission its protection work needs on the destination (see docs/security.md#what-the-gateways-own-principal-needs)"
             );
         }
         if now_missing.is_empty() && !m.is_empty() {

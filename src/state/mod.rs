@@ -37,7 +37,7 @@ pub enum StateError {
     #[error(
         "state directory {path} {what}: the gateway cannot tell a first start from lost state. \
          First start: run `mirrorgate state init --config <file>`. Lost state: restore the \
-         directory from a backup and restart (README: \"Recovering mirror state\")"
+         directory from a backup and restart (docs/failover.md#recovering-mirror-state)"
     )]
     NotInitialised { path: PathBuf, what: &'static str },
 }

@@ -5,7 +5,7 @@
 //! one class compiled by `javac`, into `target/peer/kroxylicious/`), its YAML, and the child
 //! process. Must not touch: the gateway or the relay.
 //!
-//! What was tried and why this one (also in the README): grepplabs/kafka-proxy (Go) — the Go
+//! What was tried and why this one (also in docs/benchmarks.md): grepplabs/kafka-proxy (Go) — the Go
 //! module proxy answers 403 for every version; `io.kroxylicious:kroxylicious-app` — not served
 //! (404), nor `kroxylicious-runtime` after 0.12.0; PyPI has no working Kafka proxy.
 

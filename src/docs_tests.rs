@@ -1,0 +1,246 @@
+//! Checks of the documentation (tests only; nothing here runs in the gateway).
+//!
+//! Owns: the rules that keep `README.md` and the `docs/` book navigable — every relative link
+//! and anchor resolves, `docs/SUMMARY.md` lists every page, the README stays a short front page,
+//! and every `docs/PAGE.md#anchor` that the code, configuration, dashboards or scripts cite
+//! (error messages tell operators where to read) exists. Must not touch: anything at run time.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The anchor a heading gets (GitHub's and mdBook's rule): lower case, letters, digits, `-` and
+/// `_` kept, whitespace turned into `-`, everything else dropped; a repeated heading gets `-1`,
+/// `-2`, ….
+fn anchors(markdown: &str) -> BTreeSet<String> {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut out = BTreeSet::new();
+    let mut fenced = false;
+    for line in markdown.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced || !line.starts_with('#') {
+            continue;
+        }
+        let text = line.trim_start_matches('#').trim();
+        let slug: String = text
+            .chars()
+            .filter_map(|c| {
+                if c.is_alphanumeric() || c == '-' || c == '_' {
+                    Some(c.to_ascii_lowercase())
+                } else if c.is_whitespace() {
+                    Some('-')
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let n = seen.entry(slug.clone()).or_insert(0);
+        out.insert(if *n == 0 {
+            slug.clone()
+        } else {
+            format!("{slug}-{n}")
+        });
+        *n += 1;
+    }
+    out
+}
+
+/// Relative link targets `](target)` of a markdown text, outside fenced code blocks.
+fn links(markdown: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut fenced = false;
+    for line in markdown.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        let mut rest = line;
+        while let Some(i) = rest.find("](") {
+            rest = &rest[i + 2..];
+            let Some(end) = rest.find(')') else { break };
+            let target = &rest[..end];
+            if !target.contains("://") && !target.starts_with("mailto:") {
+                out.push(target.to_string());
+            }
+            rest = &rest[end..];
+        }
+    }
+    out
+}
+
+/// Whether `target` (a path relative to `from_dir`, with an optional `#anchor`) exists; the
+/// reason when not.
+fn check_target(from_dir: &Path, target: &str, current: &str) -> Result<(), String> {
+    let (path, anchor) = match target.split_once('#') {
+        Some((p, a)) => (p, Some(a)),
+        None => (target, None),
+    };
+    let text = if path.is_empty() {
+        current.to_string()
+    } else {
+        let file = from_dir.join(path);
+        if !file.exists() {
+            return Err(format!("{target}: no file {}", file.display()));
+        }
+        if anchor.is_none() || !path.ends_with(".md") {
+            return Ok(());
+        }
+        std::fs::read_to_string(&file).map_err(|e| format!("{target}: {e}"))?
+    };
+    match anchor {
+        Some(a) if !anchors(&text).contains(a) => Err(format!("{target}: no heading #{a}")),
+        _ => Ok(()),
+    }
+}
+
+fn markdown_pages() -> Vec<PathBuf> {
+    let mut pages = vec![repo().join("README.md")];
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(repo().join("docs"))
+        .expect("docs/")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    docs.sort();
+    pages.extend(docs);
+    pages
+}
+
+#[test]
+fn every_relative_link_and_anchor_in_the_readme_and_the_docs_resolves() {
+    let mut broken = Vec::new();
+    for page in markdown_pages() {
+        let text = std::fs::read_to_string(&page).expect("page");
+        let dir = page.parent().expect("dir");
+        for target in links(&text) {
+            if let Err(e) = check_target(dir, &target, &text) {
+                broken.push(format!("{}: {e}", page.display()));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn the_book_summary_lists_every_docs_page() {
+    let summary = std::fs::read_to_string(repo().join("docs/SUMMARY.md")).expect("SUMMARY.md");
+    let listed: BTreeSet<String> = links(&summary).into_iter().collect();
+    let missing: Vec<String> = markdown_pages()
+        .iter()
+        .filter(|p| p.parent() == Some(&repo().join("docs")))
+        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .filter(|n| n != "SUMMARY.md" && !listed.contains(n))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "pages not in docs/SUMMARY.md: {missing:?}"
+    );
+}
+
+#[test]
+fn the_readme_stays_a_short_front_page() {
+    let size = std::fs::metadata(repo().join("README.md"))
+        .expect("README.md")
+        .len();
+    assert!(
+        size <= 12 * 1024,
+        "README.md is {size} bytes: details belong in docs/"
+    );
+}
+
+/// `docs/PAGE.md` or `docs/PAGE.md#anchor` citations in a text.
+fn citations(text: &str) -> Vec<String> {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("docs/") {
+        rest = &rest[i + 5..];
+        let name_len = rest.find(|c: char| !word(c)).unwrap_or(rest.len());
+        if !rest[name_len..].starts_with(".md") {
+            continue;
+        }
+        let mut end = name_len + 3;
+        if rest[end..].starts_with('#') {
+            end += 1 + rest[end + 1..]
+                .find(|c: char| !word(c))
+                .unwrap_or(rest.len() - end - 1);
+        }
+        out.push(rest[..end].to_string());
+        rest = &rest[end..];
+    }
+    out
+}
+
+fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if p.is_dir() {
+            if !matches!(name.as_str(), "target" | "corpus" | "artifacts" | ".git") {
+                files_under(&p, out);
+            }
+        } else {
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn every_docs_page_and_anchor_cited_by_the_code_exists() {
+    let root = repo();
+    let mut files = Vec::new();
+    for dir in ["src", "config", "dashboards", "integration", "fuzz", ".ci"] {
+        files_under(&root.join(dir), &mut files);
+    }
+    files.push(root.join("docker-compose.yml"));
+    let mut cited = 0;
+    let mut broken = Vec::new();
+    // This file's own examples are not citations.
+    files.retain(|f| !f.ends_with("src/docs_tests.rs"));
+    for f in files {
+        let Ok(text) = std::fs::read_to_string(&f) else {
+            continue;
+        };
+        for c in citations(&text) {
+            cited += 1;
+            if let Err(e) = check_target(&root.join("docs"), &c, "") {
+                broken.push(format!("{}: docs/{e}", f.display()));
+            }
+        }
+    }
+    assert!(cited > 0, "no citation found: the scan is broken");
+    assert!(
+        broken.is_empty(),
+        "broken citations:\n{}",
+        broken.join("\n")
+    );
+}
+
+#[test]
+fn citations_are_found_with_and_without_an_anchor() {
+    assert_eq!(
+        citations("see docs/failover.md#recovering-mirror-state, and docs/psm.md."),
+        vec!["failover.md#recovering-mirror-state", "psm.md"]
+    );
+    assert_eq!(citations("docs/ alone, docs/x.txt"), Vec::<String>::new());
+}
+
+#[test]
+fn anchors_follow_the_heading_rule_and_number_repeats() {
+    let a = anchors("# A `b`: c\n```\n# not a heading\n```\n## Tests\n## Tests\n");
+    assert_eq!(
+        a,
+        BTreeSet::from(["a-b-c".to_string(), "tests".into(), "tests-1".into()])
+    );
+}
