@@ -1,7 +1,7 @@
-//! The built-in mirror agent (DESIGN §2, §3): for every mirror with a `source:`, it fetches the
-//! mirror's topics from the source cluster (READ_UNCOMMITTED, whole batches, no decompression)
-//! and appends each batch as-is through the gateway's own mirror listener, so that the produce
-//! tap, the PSM, read-only checks, fencing and in-flight accounting apply unchanged.
+//! The built-in mirror agent (docs/architecture.md#the-parts): for every mirror with a `source:`,
+//! it fetches the mirror's topics from the source cluster (READ_UNCOMMITTED, whole batches, no
+//! decompression) and appends each batch as-is through the gateway's own mirror listener, so that
+//! the produce tap, the PSM, read-only checks, fencing and in-flight accounting apply unchanged.
 //!
 //! - Discovery: source metadata every few seconds; destination topics are created with the
 //!   source's partition count (and grown), replication factor min(source, destination brokers),

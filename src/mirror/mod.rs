@@ -1,5 +1,5 @@
-//! Mirrors: the mirror controller, failover and the built-in mirror agent live here (DESIGN §3,
-//! §4.1, §4.2).
+//! Mirrors: the mirror controller, failover and the built-in mirror agent live here
+//! (docs/architecture.md: the parts, the partition states, the barrier).
 //!
 //! Owns: [`controller`] — the running controller: partition states of every mirror, read-only
 //! checks, fencing, the failover executor and PID screening; [`pid_allocator`] — the failover

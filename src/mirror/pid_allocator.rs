@@ -1,5 +1,5 @@
 //! Advancing the destination brokers' producer-id allocators past the screened producer ids, as
-//! a failover step (review F15; DESIGN §4.3, layer 2).
+//! a failover step (review F15; docs/architecture.md#the-layers-of-protection, layer 2).
 //!
 //! After a failover the producer ids that mirrored traffic left in the brokers are screened: an
 //! InitProducerId answer handing one out is asked again, up to a bound, then answered with a

@@ -1,9 +1,9 @@
 //! Partition states of a mirror, failover progress, and their persistence format.
 //!
-//! Owns: [`PartitionState`] and its transition rules (DESIGN §4.1), [`FailoverStep`] and its
-//! ordering rules (DESIGN §4.2), the records the controller persists ([`PartitionRecord`],
-//! [`MirrorRecord`]) and their versioned JSON encoding. Pure data and rules: no I/O, no clock
-//! (callers pass `now_ms`), no networking.
+//! Owns: [`PartitionState`] and its transition rules (docs/architecture.md#partition-states),
+//! [`FailoverStep`] and its ordering rules (docs/architecture.md#the-barrier), the records the
+//! controller persists ([`PartitionRecord`], [`MirrorRecord`]) and their versioned JSON encoding.
+//! Pure data and rules: no I/O, no clock (callers pass `now_ms`), no networking.
 //!
 //! # Partition states
 //!
@@ -45,9 +45,10 @@
 //!
 //! Re-recording the current step is allowed (idempotent retries after a restart). A new
 //! BARRIER_WRITTEN may replace an earlier one (on resume the first barrier was not found in the
-//! log; a second barrier for the same failover is harmless, DESIGN §4.2). Nothing goes backwards,
-//! BARRIER_PERSISTED must carry the written offset, and [`PartitionRecord::complete`] refuses
-//! unless the step is PSM_CLEARED with a persisted barrier offset (fail closed).
+//! log; a second barrier for the same failover is harmless, docs/architecture.md#the-barrier).
+//! Nothing goes backwards, BARRIER_PERSISTED must carry the written offset, and
+//! [`PartitionRecord::complete`] refuses unless the step is PSM_CLEARED with a persisted barrier
+//! offset (fail closed).
 //!
 //! # Persistence
 //!
@@ -66,7 +67,7 @@ use thiserror::Error;
 /// The persistence format version written by [`MirrorRecord::encode`].
 pub const MIRROR_STATE_VERSION: u64 = 1;
 
-/// State of one partition of a mirror (DESIGN §4.1).
+/// State of one partition of a mirror (docs/architecture.md#partition-states).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum PartitionState {

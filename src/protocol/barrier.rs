@@ -1,5 +1,5 @@
-//! The failover barrier (DESIGN §4.2): its value format, the record batch that carries it, cheap
-//! detection, and hiding barriers from ordinary consumers.
+//! The failover barrier (docs/architecture.md#the-barrier): its value format, the record batch
+//! that carries it, cheap detection, and hiding barriers from ordinary consumers.
 //!
 //! Owns: the bytes of a barrier (value and batch), recognising a barrier batch in a records blob,
 //! and rewriting a Fetch response's records so that barriers become skip-only control batches.
@@ -96,7 +96,7 @@
 //! - `common/record/ControlRecordType.java`: types 0 ABORT, 1 COMMIT, 2–6 KRaft types; any other
 //!   type id maps to `UNKNOWN` ("a control type which the client is not aware of and should be
 //!   ignored"); `parseTypeId` needs ≥ 4 key bytes and a non-negative key version. KIP-1279's
-//!   prototype takes type 7 for `MIRROR_PID_RESET` (reference/kip1279.md §1.4.2), so 0–7 are all
+//!   prototype takes type 7 for its `MIRROR_PID_RESET` marker, so 0–7 are all
 //!   avoided.
 //! - `common/record/MemoryRecords.java` (`createKraftControlRecordBuilder`): Kafka itself writes
 //!   KRaft control batches exactly in this shape — control, not transactional, `NO_PRODUCER_ID`,

@@ -1,4 +1,5 @@
-//! Per-partition enforcement inside Produce requests and responses (DESIGN §4.1, §4.3).
+//! Per-partition enforcement inside Produce requests and responses (docs/architecture.md: the
+//! partition states and the layers of protection).
 //!
 //! [`filter_produce`] lets the caller reject chosen partitions of a Produce request (read-only
 //! mirror topics) while the rest of the request is forwarded: a cheap [`ProduceWalker`] pass asks
@@ -10,7 +11,7 @@
 //! [`merge_rejections`] adds the rejected partitions to the broker's response to the trimmed
 //! request, so the client gets one answer for every partition it sent.
 //! [`rewrite_partition_errors`] turns chosen acknowledgements of a Produce response into errors
-//! (duplicate-ack guard, DESIGN §4.3).
+//! (duplicate-ack guard, docs/architecture.md#the-layers-of-protection).
 //!
 //! Rejected / rewritten partitions carry `error_code`, `error_message` (on the wire from v8),
 //! `base_offset` −1, `log_append_time_ms` −1 and `log_start_offset` −1, as Kafka's own error

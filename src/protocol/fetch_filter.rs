@@ -1,5 +1,5 @@
-//! Hiding barriers from ordinary consumers in Fetch and ShareFetch responses (DESIGN §4.2;
-//! review F7).
+//! Hiding barriers from ordinary consumers in Fetch and ShareFetch responses
+//! (docs/architecture.md#the-barrier; review F7).
 //!
 //! [`hide_barriers_in_fetch`] decodes a Fetch response (v4..=18; `records` stay zero-copy slices
 //! of the frame), runs [`barrier::hide_barriers`] over the records of every partition of the

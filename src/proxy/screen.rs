@@ -1,8 +1,8 @@
-//! PID screening (DESIGN §4.3, layer 2): after a failover, an InitProducerId answer that hands a
-//! local producer a producer id that mirrored traffic left in the brokers' state is not passed on
-//! as it is. An idempotent producer gets a fresh id (the gateway asks again); a transactional
-//! producer is bumped until its epoch is above every mirrored epoch of that id. Both are bounded;
-//! at the bound the client gets a retriable error.
+//! PID screening (docs/architecture.md#the-layers-of-protection, layer 2): after a failover, an
+//! InitProducerId answer that hands a local producer a producer id that mirrored traffic left in
+//! the brokers' state is not passed on as it is. An idempotent producer gets a fresh id (the
+//! gateway asks again); a transactional producer is bumped until its epoch is above every mirrored
+//! epoch of that id. Both are bounded; at the bound the client gets a retriable error.
 
 use super::connection::ConnContext;
 
