@@ -227,6 +227,33 @@ fn every_docs_page_and_anchor_cited_by_the_code_exists() {
     );
 }
 
+/// The repository stands on its own: no source file points at design notes kept outside it.
+#[test]
+fn the_code_cites_no_document_outside_the_repository() {
+    let mut files = Vec::new();
+    for dir in ["src", "integration/tests", "fuzz", "config"] {
+        files_under(&repo().join(dir), &mut files);
+    }
+    files.retain(|f| !f.ends_with("src/docs_tests.rs"));
+    let outside = ["DESIGN §", "reference/", "../shared", "psm-spec"];
+    let mut found = Vec::new();
+    for f in files {
+        let Ok(text) = std::fs::read_to_string(&f) else {
+            continue;
+        };
+        for (n, line) in text.lines().enumerate() {
+            if outside.iter().any(|o| line.contains(o)) {
+                found.push(format!("{}:{}: {}", f.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "citations of documents outside the repository (say it in docs/ instead):\n{}",
+        found.join("\n")
+    );
+}
+
 #[test]
 fn citations_are_found_with_and_without_an_anchor() {
     assert_eq!(

@@ -1,6 +1,6 @@
 //! Record-batch (magic 2) header walker.
 //!
-//! Owns: reading the fixed 61-byte v2 batch header (psm-spec §1, rows B1–B11) out of a `records`
+//! Owns: reading the fixed 61-byte v2 batch header (docs/psm.md, rules B1–B11) out of a `records`
 //! byte slice, without decompressing or decoding records, and without allocating. Also a small
 //! reader for the single end-transaction marker record of an uncompressed control batch (B13),
 //! which the producer state needs when it is rebuilt from the log.
@@ -437,7 +437,7 @@ impl<'a> Iterator for BatchWalker<'a> {
 }
 
 /// What the broker checks about the batches of one partition of a client Produce request before
-/// anything else (psm-spec V3, V7, V8; rows 13–18), reported in the broker's order.
+/// anything else (docs/psm.md: V3, V7, V8; rows 13–18), reported in the broker's order.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ClientBatchError {
     #[error("no record batch")]

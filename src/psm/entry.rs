@@ -1,4 +1,4 @@
-//! One producer's state in one partition (psm-spec E1–E5): epoch, the last five batches in a
+//! One producer's state in one partition (docs/psm.md, E1–E5): epoch, the last five batches in a
 //! fixed ring, last timestamp, coordinator epoch and the open transaction's first offset.
 
 use crate::protocol::batch::{decrement_sequence, NO_PRODUCER_EPOCH, NO_SEQUENCE};

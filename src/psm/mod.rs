@@ -1,7 +1,7 @@
 //! Per-partition producer state (PSM), as an Apache Kafka 4.1.1 partition leader keeps it
 //! (`ProducerStateManager`, `ProducerStateEntry`, `ProducerAppendInfo`, `BatchMetadata`, and the
 //! producer-state part of `UnifiedLog.analyzeAndValidateProducerState`). Rules are cited by the
-//! rule and row IDs of `reference/psm-spec.md`.
+//! rule and row IDs of docs/psm.md (the broker's rules, by ID; the scenario table).
 //!
 //! Owns: for one partition, each producer id's epoch, last five batches, last timestamp,
 //! coordinator epoch and open transaction; the broker's verdict for a client batch (duplicate /

@@ -168,7 +168,7 @@ impl PartitionPsm {
     }
 
     /// The broker's decision for a client-origin batch on the leader, in the broker's order
-    /// (psm-spec V7, V8, then V11), as of Kafka 4.1.1:
+    /// (docs/psm.md: V7, V8, then V11), as of Kafka 4.1.1:
     ///
     /// 1. V7/V8 (rows 13–16): base offset ≠ 0, bad record count, control batch, producer id with
     ///    a negative base sequence → `InvalidRecord`.
@@ -371,7 +371,7 @@ impl PartitionPsm {
     /// A transaction marker appended at `offset` by the coordinator (WriteTxnMarkers, origin
     /// COORDINATOR), Kafka 4.1.1 rules:
     /// - M2 (row 35): marker epoch below the producer's → `InvalidProducerEpoch`. The TV2
-    ///   "strictly greater" rule and its same-epoch retry exception (rows 36) are [4.2+]
+    ///   "strictly greater" rule and its same-epoch retry exception (row 36) are [4.2+]
     ///   (KIP-1228, KAFKA-19999) and not applied.
     /// - M3 (row 37): coordinator epoch below the producer's → `CoordinatorFenced`.
     /// - M4/E5: closes the open transaction (returned as [`CompletedTxn`]), sets the coordinator

@@ -1,5 +1,5 @@
-//! Scenario tests: one per applicable row of psm-spec §12 (row id in the name and comment),
-//! plus snapshot and memory tests.
+//! Scenario tests: one per applicable row of the scenario table in docs/psm.md (row id in the
+//! name and comment), plus snapshot and memory tests.
 //!
 //! Rows not applicable to the PSM (no empty tests for them):
 //! - 3a: [4.5] KAFKA-15591, not in the pinned 4.1.1 (row 3 is the 4.1.1 behaviour).
