@@ -12,11 +12,12 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
+use crate::cluster::ClusterView;
 use crate::config::{Config, ListenerConfig};
 use crate::metrics::{ListenerKind, Metrics};
 use crate::mirror::controller::{MirrorController, PartitionStateGauge};
 use crate::mirror::permissions::PermissionCheck;
-use crate::proxy::{BoundPorts, ClusterView, ConnContext, ListenerAddressMap};
+use crate::proxy::{BoundPorts, ConnContext, ListenerAddressMap};
 use crate::psm::registry::{ProducerGauge, PsmRegistry};
 use crate::state::{StateError, StateStore};
 
@@ -84,6 +85,13 @@ pub struct Readiness {
     /// What an operator must fix although the gateway serves traffic: permissions the
     /// gateway's own principal lacks for its protection work (a failover would fail).
     pub warnings: Vec<String>,
+}
+
+impl Gateway {
+    /// Lag of a partition mirrored by the built-in agent (admin API).
+    pub fn agent_lag(&self, mirror: &str, topic: &str, partition: i32) -> Option<(i64, f64)> {
+        self.agent.as_ref()?.lag(mirror, topic, partition)
+    }
 }
 
 impl Gateway {

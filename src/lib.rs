@@ -4,6 +4,7 @@
 //!
 //! - [`protocol`]: framing, header peek, decode-on-demand of the APIs the gateway rewrites.
 //! - [`proxy`]: listeners, client/upstream connections, response rewriting.
+//! - [`cluster`]: the gateway's view of the destination cluster (brokers, topics, metadata).
 //! - [`psm`]: per-partition producer state, the produce tap, rebuild from the log.
 //! - [`mirror`]: mirror partition states, the controller, failover with barriers.
 //! - [`admin`]: the admin HTTP server.
@@ -14,6 +15,7 @@
 
 pub mod admin;
 pub mod app;
+pub mod cluster;
 pub mod config;
 pub mod metrics;
 pub mod mirror;
@@ -23,5 +25,7 @@ pub mod proxy;
 pub mod psm;
 pub mod state;
 
+#[cfg(test)]
+mod architecture_tests;
 #[cfg(test)]
 mod docs_tests;

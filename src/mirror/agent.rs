@@ -36,13 +36,13 @@ use prometheus::{IntCounterVec, Opts};
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
+use crate::cluster::ClusterView;
 use crate::config::{ClusterConfig, Config, ListenerConfig, TopicRouter};
 use crate::metrics::Metrics;
 use crate::mirror::controller::MirrorController;
 use crate::mirror::PartitionState;
 use crate::net::Connector;
 use crate::protocol::client::KafkaClient;
-use crate::proxy::ClusterView;
 use crate::state::StateStore;
 
 use offsets::{check_id, IdCheck, MirrorOffsets, AGENT_AREA};
@@ -353,13 +353,6 @@ impl Agent {
         let m = self.mirror(mirror)?;
         let o = lock(&m.offsets);
         o.get(topic, partition).cloned()
-    }
-}
-
-impl crate::app::Gateway {
-    /// Lag of a partition mirrored by the built-in agent (admin API).
-    pub fn agent_lag(&self, mirror: &str, topic: &str, partition: i32) -> Option<(i64, f64)> {
-        self.agent.as_ref()?.lag(mirror, topic, partition)
     }
 }
 

@@ -33,13 +33,13 @@ use kafka_protocol::protocol::StrBytes;
 use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts};
 use serde::{Deserialize, Serialize};
 
+use crate::cluster::ClusterView;
 use crate::config::{BarrierMode, Config, TopicRouter};
 use crate::metrics::{ListenerKind, Metrics};
 use crate::protocol::barrier::{
     encode_barrier_batch, parse_barrier, BarrierValue, BARRIER_TIMESTAMP,
 };
 use crate::protocol::batch::BatchWalker;
-use crate::proxy::ClusterView;
 use crate::psm::registry::PsmRegistry;
 use crate::state::{StateError, StateStore};
 

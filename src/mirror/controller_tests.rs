@@ -2,7 +2,7 @@
 //! over a cluster view filled by hand (no broker).
 
 use super::*;
-use crate::proxy::cluster::{Snapshot, TopicInfo};
+use crate::cluster::{Snapshot, TopicInfo};
 
 const CONFIG: &str = r#"destination:
   bootstrap: ["127.0.0.1:1"]

@@ -24,8 +24,8 @@ use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{MetadataRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
+use crate::cluster::ClusterView;
 use crate::metrics::Metrics;
-use crate::proxy::ClusterView;
 
 /// The last result of the check, for `/readyz` and the gauge.
 pub struct PermissionCheck {

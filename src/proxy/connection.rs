@@ -37,7 +37,7 @@ use crate::protocol::produce::peek_acks;
 use crate::protocol::rewrite::{needs_rewrite, rewrite_response, AddressMap};
 use crate::protocol::versions;
 
-use super::cluster::ClusterView;
+use crate::cluster::ClusterView;
 
 /// Maps node ids to this listener's ports.
 pub struct ListenerAddressMap {

@@ -447,7 +447,7 @@ fn refuse_mirrored_producer_id(
 /// a retry of a mirrored batch with its old offset and appended nothing.
 fn duplicate_ack_guard(
     ctl: &MirrorController,
-    cluster: &super::ClusterView,
+    cluster: &crate::cluster::ClusterView,
     version: i16,
     frame: &Bytes,
 ) -> Result<Option<Bytes>, InterceptError> {

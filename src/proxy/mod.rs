@@ -1,18 +1,17 @@
 //! The Kafka-facing side of the gateway: listeners, client connections and their upstream
-//! connections, response rewriting, and the view of the destination cluster.
+//! connections, response rewriting.
 //!
-//! Owns: sockets to clients and to destination brokers, and the destination metadata view.
+//! Owns: sockets to clients and to destination brokers. The destination metadata view it reads
+//! and updates is [`crate::cluster`].
 //! Must not touch: the admin API, configuration loading, the state store. It reads the
 //! configuration it is given and records what happens in [`crate::metrics`].
 
-pub mod cluster;
 pub mod connection;
 pub mod intercept;
 pub mod listener;
 pub mod sasl;
 pub mod screen;
 
-pub use cluster::ClusterView;
 pub use connection::{ConnContext, ListenerAddressMap};
 pub use listener::BoundPorts;
 

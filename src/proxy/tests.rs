@@ -17,8 +17,8 @@ use crate::metrics::{ListenerKind, Metrics};
 use crate::protocol::frame::{parse_request_header, read_frame};
 use crate::protocol::rewrite::BrokerEndpoint;
 
-use super::cluster::{ClusterView, Snapshot};
 use super::connection::{serve, ConnContext, ListenerAddressMap};
+use crate::cluster::{ClusterView, Snapshot};
 
 /// How the fake broker answers.
 #[derive(Clone, Copy)]

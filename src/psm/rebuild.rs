@@ -10,9 +10,9 @@ use kafka_protocol::messages::DescribeConfigsRequest;
 use kafka_protocol::protocol::StrBytes;
 use tokio::sync::watch;
 
+use crate::cluster::ClusterView;
 use crate::protocol::batch::{control_marker, BatchHeader, BatchWalker, ControlType};
 use crate::protocol::client::{PartitionRequestError, EARLIEST};
-use crate::proxy::ClusterView;
 
 use super::registry::PsmRegistry;
 use super::{Marker, PartitionPsm};

@@ -1037,8 +1037,8 @@ mod tests {
         buf.to_vec()
     }
 
-    fn cluster() -> Arc<crate::proxy::ClusterView> {
-        crate::proxy::ClusterView::new(
+    fn cluster() -> Arc<crate::cluster::ClusterView> {
+        crate::cluster::ClusterView::new(
             crate::config::ClusterConfig {
                 bootstrap: vec!["127.0.0.1:1".into()],
                 connect_timeout_ms: 1000,

@@ -12,9 +12,9 @@ use kafka_protocol::messages::ApiKey;
 use kafka_protocol::messages::{ProduceResponse, ResponseHeader};
 use kafka_protocol::protocol::Decodable;
 
+use crate::cluster::ClusterView;
 use crate::protocol::batch::{single_client_batch, BatchHeader};
 use crate::protocol::produce::{ProduceWalker, TopicRef};
-use crate::proxy::ClusterView;
 
 use super::registry::{BatchResult, BrokerOutcome, PsmRegistry};
 

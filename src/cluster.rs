@@ -1,6 +1,9 @@
 //! The gateway's view of the destination cluster: broker node ids and their real addresses,
 //! topic ids and names, and whether metadata is known. Refreshed periodically with the gateway's
 //! own Metadata requests and updated from Metadata responses that pass through.
+//!
+//! Owns: that view and its refresh. Must not touch: client connections (the proxy feeds it the
+//! Metadata answers it sees), mirror state, the PSM. Every layer above reads it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
