@@ -8,7 +8,6 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
@@ -76,15 +75,45 @@ pub struct Gateway {
     drained: Mutex<Option<mpsc::Receiver<()>>>,
 }
 
-/// Why the gateway is or is not ready.
-#[derive(Debug, Clone, Serialize)]
-pub struct Readiness {
-    pub ready: bool,
-    pub metadata_known: bool,
-    pub reasons: Vec<String>,
-    /// What an operator must fix although the gateway serves traffic: permissions the
-    /// gateway's own principal lacks for its protection work (a failover would fail).
-    pub warnings: Vec<String>,
+pub use crate::admin::Readiness;
+
+impl crate::admin::AdminBackend for Gateway {
+    fn admin_addr(&self) -> SocketAddr {
+        self.admin_addr
+    }
+    fn readiness(&self) -> Readiness {
+        Gateway::readiness(self)
+    }
+    fn metrics_text(&self) -> String {
+        self.metrics.render()
+    }
+    fn cluster(&self) -> &ClusterView {
+        &self.cluster
+    }
+    fn gateway_ports(&self, node_id: i32) -> Vec<(&'static str, String)> {
+        self.listeners
+            .iter()
+            .filter_map(|l| {
+                l.bound
+                    .snapshot()
+                    .into_iter()
+                    .find(|(n, _)| *n == node_id)
+                    .map(|(_, a)| (l.kind.as_str(), a.to_string()))
+            })
+            .collect()
+    }
+    fn admin_token(&self) -> Option<&str> {
+        self.admin_token.as_deref()
+    }
+    fn mirrors(&self) -> Option<&Arc<MirrorController>> {
+        self.mirrors.as_ref()
+    }
+    fn psm(&self) -> Option<&Arc<PsmRegistry>> {
+        self.psm.as_ref()
+    }
+    fn agent_lag(&self, mirror: &str, topic: &str, partition: i32) -> Option<(i64, f64)> {
+        Gateway::agent_lag(self, mirror, topic, partition)
+    }
 }
 
 impl Gateway {
@@ -291,7 +320,11 @@ impl Gateway {
             shutdown,
             drained: Mutex::new(Some(drain_rx)),
         });
-        tokio::spawn(crate::admin::serve(admin_listener, gw.clone(), shutdown_rx));
+        tokio::spawn(crate::admin::serve(
+            admin_listener,
+            gw.clone() as Arc<dyn crate::admin::AdminBackend>,
+            shutdown_rx,
+        ));
         tokio::spawn(log_startup_summary(gw.clone()));
         Ok(gw)
     }

@@ -27,16 +27,16 @@ const LAYERS: &[(&str, u8)] = &[
     ("mirror", 4),
     // Client-facing connections (ask the mirror controller and the PSM for decisions).
     ("proxy", 5),
-    // Wiring and the admin API.
-    ("app", 6),
+    // The admin API, reaching the gateway through its `AdminBackend` seam.
     ("admin", 6),
+    // Wiring.
+    ("app", 7),
 ];
 
 /// Two-way references that exist today and are to be removed (the list may only shrink):
 /// - `net` ↔ `protocol`: the gateway's own SASL login (`net/sasl.rs`) speaks Kafka requests
 ///   through `protocol/client.rs`, which opens its connections through `net`.
-/// - `admin` ↔ `app`: the admin server takes the whole `Gateway`, which starts the admin server.
-const KNOWN_CYCLES: &[(&str, &str)] = &[("net", "protocol"), ("admin", "app")];
+const KNOWN_CYCLES: &[(&str, &str)] = &[("net", "protocol")];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {

@@ -1,9 +1,11 @@
 //! The admin HTTP server (hyper 1.x, HTTP/1.1): `/metrics`, `/healthz`, `/readyz`, and the
 //! JSON API under `/v1/`.
 //!
-//! Owns: HTTP routing, request parsing and JSON rendering of gateway state.
-//! Must not touch: Kafka sockets or gateway state directly; it asks the [`Gateway`] for
-//! what it shows.
+//! Owns: HTTP routing, request parsing and JSON rendering of gateway state, and the
+//! [`AdminBackend`] seam through which it reaches the gateway (implemented by `app::Gateway`, so
+//! this module does not know the wiring above it).
+//! Must not touch: Kafka sockets or gateway state directly; it asks the backend for what it
+//! shows.
 
 pub mod client;
 
@@ -22,13 +24,51 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::app::Gateway;
-use crate::mirror::controller::{FailoverError, StartError};
+use crate::cluster::ClusterView;
+use crate::mirror::controller::{FailoverError, MirrorController, StartError};
 use crate::mirror::state::{MirrorRecord, PartitionRecord, PartitionState};
+use crate::psm::registry::PsmRegistry;
 use http_body_util::BodyExt;
 
+/// Why the gateway is or is not ready (the `/readyz` body).
+#[derive(Debug, Clone, Serialize)]
+pub struct Readiness {
+    pub ready: bool,
+    pub metadata_known: bool,
+    pub reasons: Vec<String>,
+    /// What an operator must fix although the gateway serves traffic: permissions the
+    /// gateway's own principal lacks for its protection work (a failover would fail).
+    pub warnings: Vec<String>,
+}
+
+/// What the admin API shows and acts on.
+pub trait AdminBackend: Send + Sync + 'static {
+    /// The address the admin server listens on.
+    fn admin_addr(&self) -> std::net::SocketAddr;
+    /// Readiness, computed now.
+    fn readiness(&self) -> Readiness;
+    /// The Prometheus text of every metric.
+    fn metrics_text(&self) -> String;
+    /// The view of the destination cluster.
+    fn cluster(&self) -> &ClusterView;
+    /// (listener kind, gateway address) of every listener port bound for broker `node_id`.
+    fn gateway_ports(&self, node_id: i32) -> Vec<(&'static str, String)>;
+    /// The bearer token state-changing calls need, if one is configured.
+    fn admin_token(&self) -> Option<&str>;
+    /// The mirror controller; `None` without mirrors.
+    fn mirrors(&self) -> Option<&Arc<MirrorController>>;
+    /// The producer state of tracked partitions; `None` without mirrors.
+    fn psm(&self) -> Option<&Arc<PsmRegistry>>;
+    /// (records, seconds) of lag of a partition the built-in agent mirrors.
+    fn agent_lag(&self, mirror: &str, topic: &str, partition: i32) -> Option<(i64, f64)>;
+}
+
 /// Serve the admin API on `listener` until `shutdown` fires.
-pub async fn serve(listener: TcpListener, gw: Arc<Gateway>, mut shutdown: watch::Receiver<bool>) {
+pub async fn serve(
+    listener: TcpListener,
+    gw: Arc<dyn AdminBackend>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     tracing::info!(addr = %gw.admin_addr(), "admin server listening");
     loop {
         tokio::select! {
@@ -89,31 +129,22 @@ struct GatewayPort {
     address: String,
 }
 
-fn upstreams(gw: &Gateway) -> serde_json::Value {
+fn upstreams(gw: &dyn AdminBackend) -> serde_json::Value {
     let brokers: Vec<Upstream> = gw
-        .cluster
+        .cluster()
         .brokers()
         .into_iter()
         .map(|(node_id, address)| Upstream {
             node_id,
             address,
             gateway_ports: gw
-                .listeners
-                .iter()
-                .filter_map(|l| {
-                    l.bound
-                        .snapshot()
-                        .into_iter()
-                        .find(|(n, _)| *n == node_id)
-                        .map(|(_, a)| GatewayPort {
-                            listener: l.kind.as_str(),
-                            address: a.to_string(),
-                        })
-                })
+                .gateway_ports(node_id)
+                .into_iter()
+                .map(|(listener, address)| GatewayPort { listener, address })
                 .collect(),
         })
         .collect();
-    json!({ "cluster_id": gw.cluster.cluster_id(), "brokers": brokers })
+    json!({ "cluster_id": gw.cluster().cluster_id(), "brokers": brokers })
 }
 
 /// Compare two secrets in time independent of where they differ.
@@ -125,8 +156,8 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// `None` when the call may proceed; else the 401/403 answer.
-fn check_token(gw: &Gateway, headers: &hyper::HeaderMap) -> Option<Response<Full<Bytes>>> {
-    let expected = gw.admin_token.as_ref()?;
+fn check_token(gw: &dyn AdminBackend, headers: &hyper::HeaderMap) -> Option<Response<Full<Bytes>>> {
+    let expected = gw.admin_token()?;
     let Some(given) = headers
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -205,12 +236,12 @@ fn partition_json(
 
 /// Everything under `/v1/mirrors`.
 async fn mirrors(
-    gw: &Gateway,
+    gw: &dyn AdminBackend,
     method: &Method,
     path: &str,
     req: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
-    let Some(ctl) = &gw.mirrors else {
+    let Some(ctl) = gw.mirrors() else {
         return match (method, path) {
             (&Method::GET, "/v1/mirrors") => json_reply(StatusCode::OK, &json!({ "mirrors": [] })),
             _ => error_reply(StatusCode::NOT_FOUND, "no mirrors are configured"),
@@ -362,14 +393,14 @@ async fn mirrors(
 }
 
 /// `GET /v1/partitions/{topic}/{partition}/producers`: the PSM entries of a tracked partition.
-fn producers(gw: &Gateway, topic: &str, partition: &str) -> Response<Full<Bytes>> {
+fn producers(gw: &dyn AdminBackend, topic: &str, partition: &str) -> Response<Full<Bytes>> {
     let Ok(partition) = partition.parse::<i32>() else {
         return error_reply(
             StatusCode::BAD_REQUEST,
             &format!("partition {partition:?} is not a number"),
         );
     };
-    let Some(psm) = &gw.psm else {
+    let Some(psm) = gw.psm() else {
         return error_reply(
             StatusCode::NOT_FOUND,
             "no mirrors are configured, so no partition is tracked",
@@ -422,7 +453,7 @@ fn producers(gw: &Gateway, topic: &str, partition: &str) -> Response<Full<Bytes>
 }
 
 async fn handle(
-    gw: Arc<Gateway>,
+    gw: Arc<dyn AdminBackend>,
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let path = req.uri().path().trim_end_matches('/').to_string();
@@ -443,10 +474,10 @@ async fn handle(
             reply(
                 StatusCode::OK,
                 "text/plain; version=0.0.4",
-                gw.metrics.render(),
+                gw.metrics_text(),
             )
         }
-        (Method::GET, "/v1/upstreams") => json_reply(StatusCode::OK, &upstreams(&gw)),
+        (Method::GET, "/v1/upstreams") => json_reply(StatusCode::OK, &upstreams(gw.as_ref())),
         (_, "/healthz" | "/readyz" | "/metrics" | "/v1/upstreams") => {
             let mut r = error_reply(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -458,12 +489,14 @@ async fn handle(
             r
         }
         (m, p) if p == "/v1/mirrors" || p.starts_with("/v1/mirrors/") => {
-            mirrors(&gw, &m, p, req).await
+            mirrors(gw.as_ref(), &m, p, req).await
         }
         (m, p) if p.starts_with("/v1/partitions/") => {
             let parts: Vec<&str> = p.trim_start_matches("/v1/partitions/").split('/').collect();
             match (m, parts.as_slice()) {
-                (Method::GET, [topic, partition, "producers"]) => producers(&gw, topic, partition),
+                (Method::GET, [topic, partition, "producers"]) => {
+                    producers(gw.as_ref(), topic, partition)
+                }
                 (_, [_, _, "producers"]) => error_reply(
                     StatusCode::METHOD_NOT_ALLOWED,
                     &format!("{method} is not allowed on {path}"),
