@@ -12,19 +12,26 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The lines of a markdown text outside fenced code blocks.
+fn outside_code_blocks(markdown: &str) -> impl Iterator<Item = &str> {
+    let mut fenced = false;
+    markdown.lines().filter(move |line| {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            return false;
+        }
+        !fenced
+    })
+}
+
 /// The anchor a heading gets (GitHub's and mdBook's rule): lower case, letters, digits, `-` and
 /// `_` kept, whitespace turned into `-`, everything else dropped; a repeated heading gets `-1`,
 /// `-2`, ….
 fn anchors(markdown: &str) -> BTreeSet<String> {
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     let mut out = BTreeSet::new();
-    let mut fenced = false;
-    for line in markdown.lines() {
-        if line.trim_start().starts_with("```") {
-            fenced = !fenced;
-            continue;
-        }
-        if fenced || !line.starts_with('#') {
+    for line in outside_code_blocks(markdown) {
+        if !line.starts_with('#') {
             continue;
         }
         let text = line.trim_start_matches('#').trim();
@@ -54,15 +61,7 @@ fn anchors(markdown: &str) -> BTreeSet<String> {
 /// Relative link targets `](target)` of a markdown text, outside fenced code blocks.
 fn links(markdown: &str) -> Vec<String> {
     let mut out = Vec::new();
-    let mut fenced = false;
-    for line in markdown.lines() {
-        if line.trim_start().starts_with("```") {
-            fenced = !fenced;
-            continue;
-        }
-        if fenced {
-            continue;
-        }
+    for line in outside_code_blocks(markdown) {
         let mut rest = line;
         while let Some(i) = rest.find("](") {
             rest = &rest[i + 2..];
