@@ -55,14 +55,19 @@ fn sasl_config(sasl_addr: &str, password: &str) -> Config {
     cfg
 }
 
-/// A Java client properties file for `user` with `mechanism`.
+/// A Java client properties file for `user` with `mechanism` (SCRAM-SHA-256/512 or PLAIN).
 fn client_props(dir: &tempfile::TempDir, mechanism: &str, user: &str, password: &str) -> PathBuf {
+    let module = if mechanism == "PLAIN" {
+        "org.apache.kafka.common.security.plain.PlainLoginModule"
+    } else {
+        "org.apache.kafka.common.security.scram.ScramLoginModule"
+    };
     let path = dir.path().join(format!("{user}-{mechanism}.properties"));
     std::fs::write(
         &path,
         format!(
             "security.protocol=SASL_PLAINTEXT\nsasl.mechanism={mechanism}\n\
-             sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \
+             sasl.jaas.config={module} required \
              username=\"{user}\" password=\"{password}\";\n\
              acks=all\nenable.idempotence=true\nretries=2147483647\n\
              max.in.flight.requests.per.connection=5\nlinger.ms=5\nmax.block.ms=20000\n"
@@ -725,23 +730,6 @@ fn plain_listener(key: &str) -> String {
     addr
 }
 
-/// A Java client properties file for `user` with PLAIN.
-fn plain_client_props(dir: &tempfile::TempDir, user: &str, password: &str) -> PathBuf {
-    let path = dir.path().join(format!("{user}-PLAIN.properties"));
-    std::fs::write(
-        &path,
-        format!(
-            "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n\
-             sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required \
-             username=\"{user}\" password=\"{password}\";\n\
-             acks=all\nenable.idempotence=true\nretries=2147483647\n\
-             max.in.flight.requests.per.connection=5\nlinger.ms=5\nmax.block.ms=20000\n"
-        ),
-    )
-    .expect("write properties");
-    path
-}
-
 /// README (SASL): the gateway's own credentials support PLAIN (`NUL user NUL password`), on the
 /// secure cluster's SASL_PLAIN listener, which enables PLAIN; the broker checks the password.
 #[test]
@@ -769,7 +757,7 @@ fn a_gateway_logging_in_with_plain_serves_clients_authenticating_with_plain() {
     let topic = harness::unique_topic("sasl-plain");
     harness::create_topic(&harness::cluster("secure"), &topic, 2, None);
     let dir = tempfile::tempdir().expect("tempdir");
-    let props = plain_client_props(&dir, "alice", "alice-secret");
+    let props = client_props(&dir, "PLAIN", "alice", "alice-secret");
     let (acked, out) = java_produce(&gw.bootstrap(), &topic, N, &props);
     harness::expect_success("VerifiableProducer through the gateway", &out);
     assert_eq!(acked.len(), N, "acknowledged records");
@@ -840,19 +828,10 @@ fn clients_reauthenticate_through_the_gateway_when_sessions_expire() {
         ],
     );
     harness::expect_success("VerifiableProducer through the gateway", &out);
-    let mut acked = std::collections::BTreeMap::new();
     for e in harness::json_lines(&out.stdout) {
         assert_ne!(e["name"], "producer_send_error", "send error: {e}");
-        if e["name"] == "producer_send_success" {
-            acked.insert(
-                (
-                    e["partition"].as_i64().unwrap_or(-1) as i32,
-                    e["offset"].as_i64().unwrap_or(-1),
-                ),
-                e["value"].as_str().unwrap_or_default().to_string(),
-            );
-        }
     }
+    let acked = harness::verifiable_acks(&out);
     assert_eq!(acked.len(), n, "acknowledged records");
     let (handshakes, connections) = (handshakes(&gw) - h0, connections(&gw) - c0);
     eprintln!("{handshakes} SASL handshakes on {connections} client connections");

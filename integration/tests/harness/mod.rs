@@ -695,6 +695,11 @@ pub fn verifiable_produce(
             props.to_str().expect("utf-8 path"),
         ],
     );
+    (verifiable_acks(&out), out)
+}
+
+/// (partition, offset) → value of every record VerifiableProducer reported acknowledged.
+pub fn verifiable_acks(out: &Output) -> BTreeMap<(i32, i64), String> {
     let mut acked = BTreeMap::new();
     for e in json_lines(&out.stdout) {
         if e["name"] == "producer_send_success" {
@@ -707,7 +712,7 @@ pub fn verifiable_produce(
             );
         }
     }
-    (acked, out)
+    acked
 }
 
 /// Consume `n` records with VerifiableConsumer (group `<topic>-group`, from the earliest
