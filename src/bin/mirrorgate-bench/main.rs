@@ -22,6 +22,7 @@ mod peer;
 mod process;
 mod profile;
 mod proxy;
+mod proxy_report;
 mod psm;
 mod relay;
 
@@ -54,6 +55,11 @@ enum Bench {
         /// Leave the peer proxy out.
         #[arg(long)]
         no_peer: bool,
+        /// Another gateway binary (e.g. a release build of an earlier commit) measured side by
+        /// side with this one: modes `baseline` and `baseline-mirror`, and `*_vs_baseline`
+        /// ratios in the JSON line.
+        #[arg(long)]
+        baseline: Option<std::path::PathBuf>,
     },
     /// A CPU profile of the gateway under a steady produce load (perf + inferno flame graph in
     /// target/profile/).
@@ -269,12 +275,14 @@ fn main() -> ExitCode {
             records,
             rate_seconds,
             no_peer,
+            baseline,
         } => proxy::run(proxy::Options {
             quick,
             runs,
             records,
             rate_seconds,
             peer: !no_peer,
+            baseline,
         }),
         Bench::Profile { seconds, rate } => profile::run(seconds.max(8), rate),
         Bench::Relay { port_base, brokers } => {

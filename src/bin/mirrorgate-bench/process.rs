@@ -84,18 +84,41 @@ impl GatewayProcess {
         admin: u16,
         name: &str,
     ) -> Result<GatewayProcess, String> {
+        Self::start_with(bin, destination, base, admin, name, None)
+    }
+
+    /// As [`GatewayProcess::start`], and with `mirror: Some((port_base, topics))` also a mirror
+    /// listener on 127.0.0.1 from `port_base` and one mirror `bench` fed by an external tool
+    /// (no source cluster) holding the topics matched by the regex `topics`.
+    pub fn start_with(
+        bin: &Path,
+        destination: &[String],
+        base: u16,
+        admin: u16,
+        name: &str,
+        mirror: Option<(u16, &str)>,
+    ) -> Result<GatewayProcess, String> {
         let stamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis())
             .unwrap_or(0);
         let dir = std::env::temp_dir().join(format!("mirrorgate-bench-{name}-{stamp}"));
         std::fs::create_dir_all(&dir).map_err(err)?;
+        let (mirror_listener, mirrors) = match mirror {
+            Some((port, topics)) => (
+                format!("  mirror: {{ bind: 127.0.0.1, port_base: {port}, max_brokers: 4 }}\n"),
+                format!("mirrors:\n  - {{ name: bench, topics: [\"regex:{topics}\"] }}\n"),
+            ),
+            None => (String::new(), String::new()),
+        };
         let yaml = format!(
             "destination: {{ bootstrap: [{}] }}\n\
              listeners:\n  client: {{ bind: 127.0.0.1, port_base: {base}, max_brokers: 4 }}\n\
+             {mirror_listener}\
              admin: {{ bind: \"127.0.0.1:{admin}\" }}\n\
              state_dir: {}\n\
-             logging: {{ level: warn }}\n",
+             logging: {{ level: warn }}\n\
+             {mirrors}",
             destination
                 .iter()
                 .map(|a| format!("\"{a}\""))
@@ -105,6 +128,21 @@ impl GatewayProcess {
         );
         let config = dir.join("mirrorgate.yaml");
         std::fs::write(&config, yaml).map_err(err)?;
+        if mirror.is_some() {
+            // A mirror's state lives in the state directory: create it as an operator would.
+            let out = Command::new(bin)
+                .args(["state", "init", "--config"])
+                .arg(&config)
+                .output()
+                .map_err(|e| format!("cannot run {} state init: {e}", bin.display()))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "{} state init failed: {}",
+                    bin.display(),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+        }
         let log = std::fs::File::create(dir.join("gateway.log")).map_err(err)?;
         let child = die_with_parent(&mut Command::new(bin))
             .arg("run")

@@ -2,9 +2,14 @@
 //! directly, a byte-relay floor and a peer Kafka proxy, in one run.
 //!
 //! Modes: `direct` (the destination brokers), `relay` (the frame relay of `relay.rs`, the floor
-//! any proxy pays here), `gateway` (`mirrorgate run`, no mirrors) and `peer` (Kroxylicious, when
-//! it builds). Every proxy is a process of its own so that its CPU time and resident memory can
-//! be read from `/proc`. Phases, each with the modes interleaved (the starting mode rotates per
+//! any proxy pays here), `gateway` (`mirrorgate run` with one mirror configured, clients on the
+//! client listener writing topics outside the mirror: every Produce goes through the write
+//! policy), `gateway-mirror` (the same process, its mirror listener, topics of the mirror: the
+//! path a mirroring tool's writes take, with enforcement and the producer-state tap),
+//! `baseline` and `baseline-mirror` (the same two for another gateway binary given with
+//! `--baseline`, e.g. a build of an earlier commit: before/after figures side by side in one
+//! run) and `peer` (Kroxylicious, when it builds). Every proxy is a process of its own so that
+//! its CPU time and resident memory can be read from `/proc`. Phases, each with the modes interleaved (the starting mode rotates per
 //! repetition) and medians over the repetitions:
 //!
 //! 1. saturation: Java `ProducerPerformance` (1 KiB records, acks=all, idempotent, unlimited
@@ -20,13 +25,14 @@
 //! (`process.rs`, `relay.rs`, `peer.rs`).
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
 use kafka_protocol::messages::{BrokerId, CreateTopicsRequest, DeleteTopicsRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use mirrorgate::protocol::client::KafkaClient;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::latency::{self, Latency};
 use crate::peer::{self, PeerProcess};
@@ -37,13 +43,21 @@ use crate::{java, median, Clusters};
 /// Gateway client ports (node n on GATEWAY_BASE + n - 1) and admin port.
 const GATEWAY_BASE: u16 = 17092;
 const GATEWAY_ADMIN: u16 = 17102;
+/// The gateway's mirror listener (node n on GATEWAY_MIRROR_BASE + n - 1).
+const GATEWAY_MIRROR_BASE: u16 = 17112;
+/// The same three for the `--baseline` gateway.
+const BASELINE_BASE: u16 = 17292;
+const BASELINE_ADMIN: u16 = 17302;
+const BASELINE_MIRROR_BASE: u16 = 17312;
+/// The topics of the gateways' mirror: those of the `*-mirror` modes (see `topic`).
+const MIRROR_TOPICS: &str = "bench-proxy-[0-9]+-[a-z]+-mirror-.*";
 /// Relay ports (node n on RELAY_BASE + n - 1).
 const RELAY_BASE: u16 = 17192;
 /// Kroxylicious bootstrap port (node n on PEER_BASE + n).
 const PEER_BASE: u16 = 17500;
 /// Fixed rates, in percent of the direct saturation rate.
-const RATES: [u32; 3] = [25, 50, 75];
-const RECORD_SIZE: u64 = 1024;
+pub(crate) const RATES: [u32; 3] = [25, 50, 75];
+pub(crate) const RECORD_SIZE: u64 = 1024;
 /// Excluded start of every fixed-rate run (connections, metadata, first batches).
 const WARMUP: Duration = Duration::from_secs(2);
 
@@ -54,12 +68,14 @@ pub struct Options {
     pub records: Option<u64>,
     pub rate_seconds: Option<u64>,
     pub peer: bool,
+    /// Another gateway binary measured side by side (`baseline`, `baseline-mirror`).
+    pub baseline: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-struct ProduceRun {
-    records_per_s: f64,
-    mb_per_s: f64,
+pub(crate) struct ProduceRun {
+    pub(crate) records_per_s: f64,
+    pub(crate) mb_per_s: f64,
     p50_ms: f64,
     p99_ms: f64,
     p999_ms: f64,
@@ -203,8 +219,8 @@ async fn delete_topics(bootstrap: &str, names: &[String]) {
 }
 
 /// One way for clients to reach the destination.
-struct Mode {
-    name: &'static str,
+pub(crate) struct Mode {
+    pub(crate) name: &'static str,
     bootstrap: String,
     /// The proxy process (none for `direct`).
     pid: Option<u32>,
@@ -212,10 +228,10 @@ struct Mode {
 
 /// Figures of one saturation run.
 #[derive(Debug, Clone, Copy)]
-struct Saturation {
-    produce: ProduceRun,
-    consume_mb_per_s: f64,
-    cpu_s: Option<f64>,
+pub(crate) struct Saturation {
+    pub(crate) produce: ProduceRun,
+    pub(crate) consume_mb_per_s: f64,
+    pub(crate) cpu_s: Option<f64>,
 }
 
 /// The modes in a rotated order: repetition `i` starts with mode `i % n`, so no mode is always
@@ -225,11 +241,11 @@ fn rotated<T>(items: &[T], i: usize) -> impl Iterator<Item = &T> {
     (0..n).map(move |k| &items[(i + k) % n])
 }
 
-fn round2(x: f64) -> f64 {
+pub(crate) fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
-fn round3(x: f64) -> f64 {
+pub(crate) fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
@@ -251,11 +267,89 @@ pub fn run(opts: Options) -> Result<Value, String> {
         .build()
         .map_err(|e| e.to_string())?;
 
-    let gateway = GatewayProcess::start(&bin, &brokers, GATEWAY_BASE, GATEWAY_ADMIN, "proxy")?;
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let sat_topic = |m: &str, i: usize| format!("bench-proxy-{stamp}-{m}-sat-{i}");
+    let rate_topic = |m: &str| format!("bench-proxy-{stamp}-{m}-rate");
+    let warm_topic = |m: &str| format!("bench-proxy-{stamp}-{m}-warm");
+    let mode_names = [
+        "direct",
+        "relay",
+        "gateway",
+        "gateway-mirror",
+        "baseline",
+        "baseline-mirror",
+        "peer",
+    ];
+    let mut topics = Vec::new();
+    for m in mode_names {
+        topics.push(warm_topic(m));
+        topics.push(rate_topic(m));
+        topics.extend((0..runs).map(|i| sat_topic(m, i)));
+    }
+    // Before the gateways start, so that they find the mirror's partitions at once.
+    rt.block_on(create_topics(&direct, &topics))?;
+    let result = run_modes(
+        &opts,
+        &rt,
+        &bin,
+        &brokers,
+        &direct,
+        runs,
+        records,
+        rate_seconds,
+        &warm_topic,
+        &sat_topic,
+        &rate_topic,
+    );
+    rt.block_on(delete_topics(&direct, &topics));
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_modes(
+    opts: &Options,
+    rt: &tokio::runtime::Runtime,
+    bin: &std::path::Path,
+    brokers: &[String],
+    direct: &str,
+    runs: usize,
+    records: u64,
+    rate_seconds: u64,
+    warm_topic: &dyn Fn(&str) -> String,
+    sat_topic: &dyn Fn(&str, usize) -> String,
+    rate_topic: &dyn Fn(&str) -> String,
+) -> Result<Value, String> {
+    let mirror = |base| Some((base, MIRROR_TOPICS));
+    let gateway = GatewayProcess::start_with(
+        bin,
+        brokers,
+        GATEWAY_BASE,
+        GATEWAY_ADMIN,
+        "proxy",
+        mirror(GATEWAY_MIRROR_BASE),
+    )?;
     rt.block_on(gateway.wait_ready(Duration::from_secs(60)))?;
-    let relay = RelayProcess::start(RELAY_BASE, &brokers)?;
+    let baseline = match &opts.baseline {
+        Some(b) => {
+            let p = GatewayProcess::start_with(
+                b,
+                brokers,
+                BASELINE_BASE,
+                BASELINE_ADMIN,
+                "baseline",
+                mirror(BASELINE_MIRROR_BASE),
+            )?;
+            rt.block_on(p.wait_ready(Duration::from_secs(60)))?;
+            Some(p)
+        }
+        None => None,
+    };
+    let relay = RelayProcess::start(RELAY_BASE, brokers)?;
     let (peer, peer_error) = if opts.peer {
-        match peer::build().and_then(|cp| PeerProcess::start(&cp, &brokers, PEER_BASE)) {
+        match peer::build().and_then(|cp| PeerProcess::start(&cp, brokers, PEER_BASE)) {
             Ok(p) => (Some(p), None),
             Err(e) => {
                 eprintln!("peer proxy unavailable: {e}");
@@ -268,7 +362,7 @@ pub fn run(opts: Options) -> Result<Value, String> {
     let mut modes = vec![
         Mode {
             name: "direct",
-            bootstrap: direct.clone(),
+            bootstrap: direct.to_string(),
             pid: None,
         },
         Mode {
@@ -281,7 +375,24 @@ pub fn run(opts: Options) -> Result<Value, String> {
             bootstrap: format!("127.0.0.1:{GATEWAY_BASE}"),
             pid: Some(gateway.pid()),
         },
+        Mode {
+            name: "gateway-mirror",
+            bootstrap: format!("127.0.0.1:{GATEWAY_MIRROR_BASE}"),
+            pid: Some(gateway.pid()),
+        },
     ];
+    if let Some(b) = &baseline {
+        modes.push(Mode {
+            name: "baseline",
+            bootstrap: format!("127.0.0.1:{BASELINE_BASE}"),
+            pid: Some(b.pid()),
+        });
+        modes.push(Mode {
+            name: "baseline-mirror",
+            bootstrap: format!("127.0.0.1:{BASELINE_MIRROR_BASE}"),
+            pid: Some(b.pid()),
+        });
+    }
     if let Some(p) = &peer {
         modes.push(Mode {
             name: "peer",
@@ -290,34 +401,23 @@ pub fn run(opts: Options) -> Result<Value, String> {
         });
     }
 
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let sat_topic = |m: &str, i: usize| format!("bench-proxy-{stamp}-{m}-sat-{i}");
-    let rate_topic = |m: &str| format!("bench-proxy-{stamp}-{m}-rate");
-    let warm_topic = format!("bench-proxy-{stamp}-warmup");
-    let mut topics = vec![warm_topic.clone()];
-    for m in &modes {
-        topics.push(rate_topic(m.name));
-        topics.extend((0..runs).map(|i| sat_topic(m.name, i)));
-    }
-    rt.block_on(create_topics(&direct, &topics))?;
     let result = measure(
-        &rt,
+        rt,
         &modes,
         runs,
         records,
         rate_seconds,
-        &warm_topic,
-        &sat_topic,
-        &rate_topic,
+        warm_topic,
+        sat_topic,
+        rate_topic,
     );
-    rt.block_on(delete_topics(&direct, &topics));
     let (sat, lat, cpu50) = match result {
         Ok(r) => r,
         Err(e) => {
             gateway.print_log_tail();
+            if let Some(b) = &baseline {
+                b.print_log_tail();
+            }
             return Err(e);
         }
     };
@@ -325,11 +425,13 @@ pub fn run(opts: Options) -> Result<Value, String> {
     let gateway_rss = rss(gateway.pid());
     let relay_rss = rss(relay.pid());
     let peer_rss = peer.as_ref().and_then(|p| rss(p.pid()));
+    let baseline_rss = baseline.as_ref().and_then(|p| rss(p.pid()));
+    drop(baseline);
     drop(peer);
     drop(relay);
     drop(gateway);
 
-    Ok(report(
+    Ok(crate::proxy_report::report(
         &modes,
         &sat,
         &lat,
@@ -340,14 +442,15 @@ pub fn run(opts: Options) -> Result<Value, String> {
         gateway_rss,
         relay_rss,
         peer_rss,
+        baseline_rss,
         peer_error,
     ))
 }
 
-type SatTable = BTreeMap<&'static str, Vec<Saturation>>;
-type LatTable = BTreeMap<(&'static str, u32), Vec<Latency>>;
+pub(crate) type SatTable = BTreeMap<&'static str, Vec<Saturation>>;
+pub(crate) type LatTable = BTreeMap<(&'static str, u32), Vec<Latency>>;
 /// CPU seconds and MiB of the 50 % runs, per proxy.
-type Cpu50 = BTreeMap<&'static str, (f64, f64)>;
+pub(crate) type Cpu50 = BTreeMap<&'static str, (f64, f64)>;
 
 #[allow(clippy::too_many_arguments)]
 fn measure(
@@ -356,13 +459,13 @@ fn measure(
     runs: usize,
     records: u64,
     rate_seconds: u64,
-    warm_topic: &str,
+    warm_topic: &dyn Fn(&str) -> String,
     sat_topic: &dyn Fn(&str, usize) -> String,
     rate_topic: &dyn Fn(&str) -> String,
 ) -> Result<(SatTable, LatTable, Cpu50), String> {
     // Warm-up: every path once (JIT of the peer, connection pools, page cache of the brokers).
     for m in modes {
-        produce(&m.bootstrap, warm_topic, 20_000, -1)?;
+        produce(&m.bootstrap, &warm_topic(m.name), 20_000, -1)?;
     }
     // 1. Saturation.
     let mut sat: SatTable = BTreeMap::new();
@@ -427,127 +530,6 @@ fn measure(
         }
     }
     Ok((sat, lat, cpu50))
-}
-
-#[allow(clippy::too_many_arguments)]
-fn report(
-    modes: &[Mode],
-    sat: &SatTable,
-    lat: &LatTable,
-    cpu50: &Cpu50,
-    records: u64,
-    rate_seconds: u64,
-    runs: usize,
-    gateway_rss: Option<f64>,
-    relay_rss: Option<f64>,
-    peer_rss: Option<f64>,
-    peer_error: Option<String>,
-) -> Value {
-    let sat_med = |mode: &str, f: &dyn Fn(&Saturation) -> f64| -> Option<f64> {
-        let v: Vec<f64> = sat.get(mode)?.iter().map(f).collect();
-        Some(median(v))
-    };
-    let lat_med = |mode: &str, pct: u32, f: &dyn Fn(&Latency) -> f64| -> Option<f64> {
-        let v: Vec<f64> = lat.get(&(mode, pct))?.iter().map(f).collect();
-        Some(median(v))
-    };
-    // CPU ms per MiB of payload at saturation: produced and consumed records both count.
-    let mib_per_run = 2.0 * (records * RECORD_SIZE) as f64 / (1024.0 * 1024.0);
-    let cpu_per_mib = |mode: &str| -> Option<f64> {
-        let v: Vec<f64> = sat
-            .get(mode)?
-            .iter()
-            .filter_map(|s| s.cpu_s)
-            .map(|c| c * 1000.0 / mib_per_run)
-            .collect();
-        (!v.is_empty()).then(|| round2(median(v)))
-    };
-    let cpu_per_mib_50 = |mode: &str| -> Option<f64> {
-        let (s, mib) = cpu50.get(mode)?;
-        (*mib > 0.0).then(|| round2(s * 1000.0 / mib))
-    };
-    let overhead = |mode: &str, pct: u32, f: &dyn Fn(&Latency) -> f64| -> Option<f64> {
-        Some(round3(lat_med(mode, pct, f)? - lat_med("direct", pct, f)?))
-    };
-    let p50 = |r: &Latency| r.p50_ms;
-    let p99 = |r: &Latency| r.p99_ms;
-    let p999 = |r: &Latency| r.p999_ms;
-    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
-        (Some(a), Some(b)) if b > 0.0 => Some(round2(a / b)),
-        _ => None,
-    };
-
-    let mut table = serde_json::Map::new();
-    for m in modes {
-        let mut row = json!({
-            "produce_mb_per_s": sat_med(m.name, &|s| s.produce.mb_per_s).map(round2),
-            "produce_records_per_s": sat_med(m.name, &|s| s.produce.records_per_s).map(round2),
-            "consume_mb_per_s": sat_med(m.name, &|s| s.consume_mb_per_s).map(round2),
-            "cpu_ms_per_mib": cpu_per_mib(m.name),
-            "cpu_ms_per_mib_at_50": cpu_per_mib_50(m.name),
-        });
-        for pct in RATES {
-            row[format!("p50_ms_{pct}")] = json!(lat_med(m.name, pct, &p50));
-            row[format!("p99_ms_{pct}")] = json!(lat_med(m.name, pct, &p99));
-            row[format!("p999_ms_{pct}")] = json!(lat_med(m.name, pct, &p999));
-            if m.name != "direct" {
-                row[format!("p50_overhead_ms_{pct}")] = json!(overhead(m.name, pct, &p50));
-                row[format!("p99_overhead_ms_{pct}")] = json!(overhead(m.name, pct, &p99));
-                row[format!("p999_overhead_ms_{pct}")] = json!(overhead(m.name, pct, &p999));
-            }
-        }
-        table.insert(m.name.to_string(), row);
-    }
-    let has_peer = modes.iter().any(|m| m.name == "peer");
-    let throughput_ratio = ratio(
-        sat_med("gateway", &|s| s.produce.mb_per_s),
-        sat_med("direct", &|s| s.produce.mb_per_s),
-    );
-    let consume_ratio = ratio(
-        sat_med("gateway", &|s| s.consume_mb_per_s),
-        sat_med("direct", &|s| s.consume_mb_per_s),
-    );
-    let p99_overhead_50 = overhead("gateway", 50, &p99);
-    let gateway_cpu = cpu_per_mib("gateway");
-    let relay_cpu = cpu_per_mib("relay");
-    let cpu_vs_relay = ratio(gateway_cpu, relay_cpu);
-    json!({
-        "bench": "proxy",
-        "runs": runs,
-        "records": records,
-        "record_size": RECORD_SIZE,
-        "rate_seconds": rate_seconds,
-        "rates_percent": RATES,
-        "direct_saturation_records_per_s": sat_med("direct", &|s| s.produce.records_per_s).map(round2),
-        "modes": table,
-        "throughput_ratio": throughput_ratio,
-        "consume_throughput_ratio": consume_ratio,
-        "direct_p50_ms": lat_med("direct", 50, &p50),
-        "direct_p99_ms": lat_med("direct", 50, &p99),
-        "gateway_p50_ms": lat_med("gateway", 50, &p50),
-        "gateway_p99_ms": lat_med("gateway", 50, &p99),
-        "p99_ratio": ratio(lat_med("gateway", 50, &p99), lat_med("direct", 50, &p99).map(|d| d.max(1.0))),
-        "p50_overhead_ms_50": overhead("gateway", 50, &p50),
-        "p99_overhead_ms_50": p99_overhead_50,
-        "p999_overhead_ms_50": overhead("gateway", 50, &p999),
-        "p99_overhead_ms_75": overhead("gateway", 75, &p99),
-        "relay_p99_overhead_ms_50": overhead("relay", 50, &p99),
-        "gateway_cpu_ms_per_mib": gateway_cpu,
-        "relay_cpu_ms_per_mib": relay_cpu,
-        "gateway_cpu_vs_relay": cpu_vs_relay,
-        "gateway_rss_mib": gateway_rss,
-        "relay_rss_mib": relay_rss,
-        "peer": if has_peer { Some(peer::NAME) } else { None },
-        "peer_error": peer_error,
-        "peer_p99_overhead_ms_50": if has_peer { overhead("peer", 50, &p99) } else { None },
-        "peer_cpu_ms_per_mib": if has_peer { cpu_per_mib("peer") } else { None },
-        "peer_rss_mib": peer_rss,
-        "targets": {
-            "p99_overhead_ms_50_le_1": p99_overhead_50.map(|o| o <= 1.0),
-            "gateway_cpu_le_2x_relay": cpu_vs_relay.map(|r| r <= 2.0),
-            "throughput_ratio_ge_0_95": throughput_ratio.map(|r| r >= 0.95),
-        },
-    })
 }
 
 #[cfg(test)]
