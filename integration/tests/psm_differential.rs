@@ -780,11 +780,8 @@ fn wait_psm_settled(gw: &TestGateway, topic: &str, partitions: i32) {
             gw.gateway
                 .psm
                 .as_ref()
-                .and_then(|r| r.existing(topic, p))
-                .is_some_and(|s| {
-                    let s = s.lock().unwrap_or_else(|e| e.into_inner());
-                    s.ready && !s.needs_rebuild
-                })
+                .and_then(|r| r.view(topic, p))
+                .is_some_and(|v| v.ready && !v.wants_rebuild)
         });
         if settled {
             return;

@@ -412,15 +412,14 @@ fn producers(gw: &dyn AdminBackend, topic: &str, partition: &str) -> Response<Fu
             &format!("topic {topic:?} belongs to no mirror"),
         );
     }
-    let Some(slot) = psm.existing(topic, partition) else {
+    let Some(view) = psm.producers(topic, partition) else {
         return error_reply(
             StatusCode::NOT_FOUND,
             &format!("partition {topic}-{partition} is not known on the destination"),
         );
     };
-    let s = slot.lock().unwrap_or_else(|e| e.into_inner());
-    let producers: Vec<serde_json::Value> = s
-        .psm
+    let producers: Vec<serde_json::Value> = view
+        .producers
         .iter()
         .map(|e| {
             json!({
@@ -445,8 +444,8 @@ fn producers(gw: &dyn AdminBackend, topic: &str, partition: &str) -> Response<Fu
         &json!({
             "topic": topic,
             "partition": partition,
-            "ready": s.ready,
-            "applied_through": s.applied_through,
+            "ready": view.slot.ready,
+            "applied_through": view.slot.applied_through,
             "producers": producers,
         }),
     )

@@ -1169,7 +1169,7 @@ impl MirrorController {
                 if let Some(slot) = psm.existing(t, *p) {
                     let s = slot.lock().unwrap_or_else(|e| e.into_inner());
                     found.extend(
-                        s.psm
+                        s.psm()
                             .iter()
                             .filter(|e| !own.contains(&e.producer_id()))
                             .map(|e| {
@@ -1199,7 +1199,7 @@ impl MirrorController {
             return true;
         }
         match psm.existing(topic, partition) {
-            Some(s) => s.lock().unwrap_or_else(|e| e.into_inner()).ready,
+            Some(s) => s.lock().unwrap_or_else(|e| e.into_inner()).is_ready(),
             None => psm.is_initialized(),
         }
     }
@@ -1829,34 +1829,20 @@ impl MirrorController {
     /// data with it and no broker hands it out again.
     fn clear_psm(&self, topic: &str, partition: i32, barrier: i64, own: Option<i64>) -> usize {
         let Some(psm) = &self.psm else { return 0 };
-        let Some(slot) = psm.slot(topic, partition) else {
-            return 0;
-        };
-        let mut s = slot.lock().unwrap_or_else(|e| e.into_inner());
-        let own_tracked = own.is_some_and(|pid| s.psm.iter().any(|e| e.producer_id() == pid));
-        let found: Vec<(i64, ScreenEntry)> = s
-            .psm
-            .iter()
-            .filter(|e| Some(e.producer_id()) != own)
-            .map(|e| {
-                (
-                    e.producer_id(),
-                    ScreenEntry {
-                        max_epoch: e.epoch(),
-                        last_timestamp: e.last_timestamp(),
+        psm.clear_at_barrier(topic, partition, barrier, own, |cleared| {
+            let found = cleared
+                .into_iter()
+                .map(|c| {
+                    let entry = ScreenEntry {
+                        max_epoch: c.epoch,
+                        last_timestamp: c.last_timestamp,
                         added_ms: 0,
-                    },
-                )
-            })
-            .collect();
-        merge_screen(&mut lock(&self.screen), found);
-        let n = s.psm.clear() - usize::from(own_tracked);
-        s.barrier_offset = Some(barrier);
-        s.applied_through = s.applied_through.max(barrier);
-        s.dirty = true;
-        drop(s);
-        psm.counters.expired_by_barrier.inc_by(n as u64);
-        n
+                    };
+                    (c.producer_id, entry)
+                })
+                .collect();
+            merge_screen(&mut lock(&self.screen), found);
+        })
     }
 
     /// `parts` grouped by the address of their leader, and those without a known leader.
@@ -2255,7 +2241,7 @@ impl MirrorController {
             for p in parts {
                 if let Some(slot) = psm.existing(&p.topic, p.partition) {
                     let s = slot.lock().unwrap_or_else(|e| e.into_inner());
-                    taken.extend(s.psm.iter().map(|e| e.producer_id()));
+                    taken.extend(s.psm().iter().map(|e| e.producer_id()));
                 }
             }
         }
@@ -2322,7 +2308,11 @@ impl MirrorController {
         self.psm
             .as_ref()
             .and_then(|r| r.existing(topic, partition))
-            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).applied_through)
+            .map(|s| {
+                s.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .applied_through()
+            })
             .unwrap_or(-1)
             .min(barrier - 1)
     }
@@ -2596,7 +2586,7 @@ impl MirrorController {
                 .and_then(|r| r.existing(&p.topic, p.partition))
                 .map(|s| {
                     let s = s.lock().unwrap_or_else(|e| e.into_inner());
-                    (s.psm.len() as u32, s.applied_through)
+                    (s.psm().len() as u32, s.applied_through())
                 })
                 .unwrap_or((0, -1));
             let value = BarrierValue {

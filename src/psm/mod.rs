@@ -11,19 +11,23 @@
 //! Must not touch: sockets, tokio, metrics, configuration, clocks (callers pass `now_ms`), or any
 //! disk I/O — snapshot bytes are written and read by the state store.
 //!
-//! The runtime around that pure core lives in three submodules that may do those things:
-//! [`registry`] (tracked partitions, readiness, applying broker outcomes, expiry, snapshots,
-//! metrics), [`tap`] (Produce requests and responses meet the PSM) and [`rebuild`] (snapshot plus
-//! log tail, and background maintenance).
+//! The runtime around that pure core lives in submodules that may do some of those things:
+//! [`slot`] (one tracked partition's lifecycle — unbuilt, rebuilding, ready, stale — and applying
+//! a broker outcome to it), [`registry`] (the tracked partitions, each slot behind a lock,
+//! expiry, snapshots), [`metrics`] (the PSM's counters and producer gauge), [`tap`] (Produce
+//! requests and responses meet the PSM) and [`rebuild`] (snapshot plus log tail, and background
+//! maintenance).
 //!
 //! Version notes: rules tagged [4.1+] in the spec (KAFKA-18042, KAFKA-18202) are implemented;
 //! [4.2+] marker rules (KIP-1228 strict TV2 marker epoch, KAFKA-19999) and the [4.5]
 //! never-written-partition rule (KAFKA-15591) are not, because the pinned broker is 4.1.1.
 
 pub mod entry;
+pub mod metrics;
 pub mod partition;
 pub mod rebuild;
 pub mod registry;
+pub mod slot;
 pub mod snapshot;
 pub mod tap;
 pub mod verdict;

@@ -11,10 +11,11 @@ use kafka_protocol::protocol::StrBytes;
 use tokio::sync::watch;
 
 use crate::cluster::ClusterView;
-use crate::protocol::batch::{control_marker, BatchHeader, BatchWalker, ControlType};
+use crate::protocol::batch::{control_marker, BatchWalker, ControlType};
 use crate::protocol::client::{PartitionRequestError, EARLIEST};
 
 use super::registry::PsmRegistry;
+use super::slot::{Rebuilt, SlotError};
 use super::{Marker, PartitionPsm};
 
 /// Why a rebuild failed (it is retried).
@@ -34,6 +35,12 @@ pub enum RebuildError {
         partition: i32,
         offset: i64,
         reason: String,
+    },
+    #[error("{topic}-{partition}: {source}")]
+    Install {
+        topic: String,
+        partition: i32,
+        source: SlotError,
     },
 }
 
@@ -101,29 +108,9 @@ pub fn replay_records(
     Ok((next, n))
 }
 
-/// Install the outcomes that arrived while a partition was being rebuilt (first offset, batch)
-/// onto the rebuilt `psm`, in offset order (they were answered on several connections, in any
-/// order), skipping those the rebuild read from the log already (at or below `read_through`).
-/// Returns the highest offset the state reflects.
-pub fn apply_buffered(
-    psm: &mut PartitionPsm,
-    mut buffered: Vec<(i64, BatchHeader)>,
-    read_through: i64,
-) -> i64 {
-    buffered.sort_by_key(|(offset, _)| *offset);
-    let mut through = read_through;
-    for (offset, header) in buffered {
-        if offset > through {
-            let _ = psm.replay(&header, offset);
-            through = offset + i64::from(header.last_offset_delta);
-        }
-    }
-    through
-}
-
 /// Rebuild one tracked partition: start from its snapshot (when `use_snapshot`) or the log start,
 /// replay the log up to the high watermark, then install the result and the outcomes that
-/// arrived meanwhile, and mark the partition ready.
+/// arrived meanwhile: the partition is ready (`slot.rs`, rows 1–5).
 pub async fn rebuild_partition(
     registry: &PsmRegistry,
     cluster: &ClusterView,
@@ -140,12 +127,10 @@ pub async fn rebuild_partition(
     let Some(slot) = registry.slot(topic, partition) else {
         return Ok(RebuildStats::default());
     };
-    let barrier = {
-        let mut s = slot.lock().unwrap_or_else(|e| e.into_inner());
-        s.ready = false;
-        s.buffered.clear();
-        s.barrier_offset
-    };
+    let barrier = slot
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .begin_rebuild();
     let leader = cluster
         .topic(topic)
         .and_then(|t| t.leaders.get(partition as usize).copied())
@@ -206,30 +191,32 @@ pub async fn rebuild_partition(
         }
         next = after;
     }
-    {
-        let mut s = slot.lock().unwrap_or_else(|e| e.into_inner());
-        let through = apply_buffered(&mut psm, std::mem::take(&mut s.buffered), next - 1);
+    let rebuilt = Rebuilt {
+        psm,
+        from_offset,
+        read_through: next - 1,
+        from_snapshot,
+        barrier,
+    };
+    let installed = slot
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .finish_rebuild(rebuilt, std::time::Instant::now());
+    let kept = installed.map_err(|source| RebuildError::Install {
+        topic: topic.to_string(),
+        partition,
+        source,
+    })?;
+    if kept > 0 {
         // The log before `from_offset` is gone (or cleared at the barrier); producers the
         // previous state knew only from there are still held by the broker (review F11e).
-        if !from_snapshot && from_offset > 0 {
-            let kept = psm.keep_removed_producers(&s.psm, from_offset, barrier.unwrap_or(-1));
-            if kept > 0 {
-                tracing::info!(
-                    topic,
-                    partition,
-                    kept,
-                    log_start = from_offset,
-                    "kept producers whose records left the log (the broker keeps them until they expire)"
-                );
-            }
-        }
-        s.psm = psm;
-        s.applied_through = through;
-        s.log_read_through = next - 1;
-        s.ready = true;
-        s.needs_rebuild = false;
-        s.dirty = true;
-        s.last_rebuilt = Some(std::time::Instant::now());
+        tracing::info!(
+            topic,
+            partition,
+            kept,
+            log_start = from_offset,
+            "kept producers whose records left the log (the broker keeps them until they expire)"
+        );
     }
     registry.counters.rebuilds.inc();
     registry.counters.rebuild_batches.inc_by(batches as u64);

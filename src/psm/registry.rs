@@ -1,6 +1,12 @@
-//! The runtime side of the PSM: which partitions are tracked, their producer state behind a
-//! lock each, whether each is rebuilt (ready), applying broker outcomes in order, expiry,
-//! snapshots and metrics.
+//! The runtime side of the PSM: which partitions are tracked, each one's [`PartitionSlot`]
+//! behind a lock, and what is done across them: applying broker outcomes, clearing at a barrier,
+//! expiry, snapshots, settling transactions, and the views readers get.
+//!
+//! Owns: the map of tracked partitions (created on first use, dropped with their topic), the
+//! locking of slots, the expiration settings in force, writing and reading snapshots through the
+//! state store, counting and logging what slots return.
+//! Must not touch: a slot's lifecycle (its phase and fields are private to `slot.rs`; the
+//! registry calls its methods), sockets and the log (rebuilds read it in `rebuild.rs`).
 //!
 //! Tracked partitions are the partitions of the topics that belong to a configured mirror. Every
 //! produce to a tracked partition that goes through the gateway (either listener, or later the
@@ -11,231 +17,36 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-
-use prometheus::{IntCounter, IntCounterVec, Opts};
+use std::time::Instant;
 
 use crate::config::{Config, TopicRouter};
 use crate::metrics::Metrics;
 use crate::protocol::batch::BatchHeader;
 use crate::state::StateStore;
 
-use super::{PartitionPsm, Verdict};
+pub use super::metrics::{BatchResult, ProducerGauge, PsmCounters};
+pub use super::slot::{
+    BrokerOutcome, ClearedProducer, OpenTxn, PartitionSlot, SlotView, StaleReason,
+    MIN_REBUILD_INTERVAL,
+};
+use super::{PartitionPsm, ProducerEntry};
 
 /// Default `producer.id.expiration.ms` of the broker.
 pub const DEFAULT_EXPIRATION_MS: i64 = 86_400_000;
 /// Default `producer.id.expiration.check.interval.ms` of the broker.
 pub const DEFAULT_CHECK_INTERVAL_MS: i64 = 600_000;
-/// Batches applied while a partition is being rebuilt are buffered up to this many; beyond it the
-/// partition is rebuilt again.
-const MAX_BUFFERED_WHILE_REBUILDING: usize = 10_000;
-
 /// The state-store area of PSM snapshots.
 pub const SNAPSHOT_AREA: &str = "psm";
 
-/// One tracked partition.
-pub struct PartitionSlot {
-    /// The producer state.
-    pub psm: PartitionPsm,
-    /// Rebuilt from snapshot and log; classifications are meaningful.
-    pub ready: bool,
-    /// A rebuild is wanted (never rebuilt, diverged, or an outcome is unknown).
-    pub needs_rebuild: bool,
-    /// Highest log offset reflected in `psm` (-1: none). Outcomes of different connections
-    /// arrive in any order, so batches below it may still be on their way: it is not a mark
-    /// below which everything is known (see `log_read_through`).
-    pub applied_through: i64,
-    /// Last offset of the log the last rebuild read (-1: none): every batch at or below it is in
-    /// `psm` already, so an outcome at or below it (answered after the rebuild read it) is not
-    /// applied again.
-    pub log_read_through: i64,
-    /// Changed since the last snapshot.
-    pub dirty: bool,
-    /// Outcomes that arrived while the partition was being rebuilt: (first offset, header).
-    pub buffered: Vec<(i64, BatchHeader)>,
-    /// The partition's own barrier: nothing before it counts (a rebuild clears the state there).
-    pub barrier_offset: Option<i64>,
-    /// When the last rebuild was installed: the next one waits [`MIN_REBUILD_INTERVAL`].
-    pub last_rebuilt: Option<std::time::Instant>,
-}
-
-impl PartitionSlot {
-    /// Outcomes at or below this offset are already reflected in `psm`: the log the last rebuild
-    /// read, and everything before the partition's own barrier.
-    pub fn reflected_through(&self) -> i64 {
-        self.log_read_through.max(self.barrier_offset.unwrap_or(-1))
-    }
-
-    fn new() -> Self {
-        PartitionSlot {
-            psm: PartitionPsm::new(),
-            ready: false,
-            needs_rebuild: true,
-            applied_through: -1,
-            log_read_through: -1,
-            dirty: false,
-            buffered: Vec::new(),
-            barrier_offset: None,
-            last_rebuilt: None,
-        }
-    }
-}
-
-/// What the broker did with one tracked batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BrokerOutcome {
-    /// Error code 0 with this base offset.
-    Appended { base_offset: i64 },
-    /// A partition error code; nothing appended.
-    Refused { error_code: i16 },
-    /// The broker may or may not have appended it (e.g. REQUEST_TIMED_OUT with acks=all).
-    Unknown { error_code: i16 },
-}
-
-/// Result label of `mirrorgate_psm_batches_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BatchResult {
-    Accepted,
-    NotIdempotent,
-    Duplicate,
-    OutOfOrder,
-    InvalidEpoch,
-    InvalidTxnState,
-    InvalidRecord,
-    CoordinatorFenced,
-    /// Refused by the broker for a reason the PSM does not judge (not leader, …).
-    OtherError,
-    /// The PSM's classification disagreed with the broker.
-    Diverged,
-    /// The broker's outcome is unknown; the partition is rebuilt from the log.
-    UnknownOutcome,
-    /// Arrived while the partition was being rebuilt.
-    Buffered,
-    /// The batch could not be read (bad CRC, malformed); the broker decides.
-    Unreadable,
-}
-
-impl BatchResult {
-    const ALL: [BatchResult; 13] = [
-        BatchResult::Accepted,
-        BatchResult::NotIdempotent,
-        BatchResult::Duplicate,
-        BatchResult::OutOfOrder,
-        BatchResult::InvalidEpoch,
-        BatchResult::InvalidTxnState,
-        BatchResult::InvalidRecord,
-        BatchResult::CoordinatorFenced,
-        BatchResult::OtherError,
-        BatchResult::Diverged,
-        BatchResult::UnknownOutcome,
-        BatchResult::Buffered,
-        BatchResult::Unreadable,
-    ];
-
-    /// Label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BatchResult::Accepted => "accepted",
-            BatchResult::NotIdempotent => "not_idempotent",
-            BatchResult::Duplicate => "duplicate",
-            BatchResult::OutOfOrder => "out_of_order_sequence",
-            BatchResult::InvalidEpoch => "invalid_producer_epoch",
-            BatchResult::InvalidTxnState => "invalid_txn_state",
-            BatchResult::InvalidRecord => "invalid_record",
-            BatchResult::CoordinatorFenced => "coordinator_fenced",
-            BatchResult::OtherError => "other_error",
-            BatchResult::Diverged => "diverged",
-            BatchResult::UnknownOutcome => "unknown_outcome",
-            BatchResult::Buffered => "buffered",
-            BatchResult::Unreadable => "unreadable",
-        }
-    }
-
-    fn of(v: &Verdict) -> BatchResult {
-        match v {
-            Verdict::Accept { .. } => BatchResult::Accepted,
-            Verdict::NotIdempotent => BatchResult::NotIdempotent,
-            Verdict::Duplicate { .. } => BatchResult::Duplicate,
-            Verdict::OutOfOrderSequence { .. } => BatchResult::OutOfOrder,
-            Verdict::InvalidProducerEpoch { .. } => BatchResult::InvalidEpoch,
-            Verdict::InvalidTxnState(_) => BatchResult::InvalidTxnState,
-            Verdict::InvalidRecord(_) => BatchResult::InvalidRecord,
-            Verdict::CoordinatorFenced { .. } => BatchResult::CoordinatorFenced,
-        }
-    }
-}
-
-/// Counters of the PSM, with per-label handles precomputed.
-pub struct PsmCounters {
-    batches: Vec<IntCounter>,
-    /// `mirrorgate_psm_expired_total{reason="expiration"}`.
-    pub expired_by_time: IntCounter,
-    /// `mirrorgate_psm_expired_total{reason="barrier"}`.
-    pub expired_by_barrier: IntCounter,
-    /// `mirrorgate_psm_rebuilds_total`.
-    pub rebuilds: IntCounter,
-    /// `mirrorgate_psm_rebuild_batches_total`: batches read from the log by rebuilds.
-    pub rebuild_batches: IntCounter,
-}
-
-impl PsmCounters {
-    fn new(metrics: &Metrics) -> Self {
-        let batches = IntCounterVec::new(
-            Opts::new(
-                "mirrorgate_psm_batches_total",
-                "Batches to tracked partitions by PSM classification and broker outcome.",
-            ),
-            &["result"],
-        )
-        .expect("valid metric");
-        let expired = IntCounterVec::new(
-            Opts::new(
-                "mirrorgate_psm_expired_total",
-                "Producer entries removed from the PSM, by reason.",
-            ),
-            &["reason"],
-        )
-        .expect("valid metric");
-        let rebuilds = IntCounter::new(
-            "mirrorgate_psm_rebuilds_total",
-            "Partitions rebuilt from snapshot and log.",
-        )
-        .expect("valid metric");
-        let _ = metrics.registry().register(Box::new(batches.clone()));
-        let _ = metrics.registry().register(Box::new(expired.clone()));
-        let rebuild_batches = IntCounter::new(
-            "mirrorgate_psm_rebuild_batches_total",
-            "Batches read from the destination log by PSM rebuilds (the cost of rebuilding).",
-        )
-        .expect("valid metric");
-        let _ = metrics.registry().register(Box::new(rebuilds.clone()));
-        let _ = metrics
-            .registry()
-            .register(Box::new(rebuild_batches.clone()));
-        PsmCounters {
-            batches: BatchResult::ALL
-                .iter()
-                .map(|r| batches.with_label_values(&[r.as_str()]))
-                .collect(),
-            expired_by_time: expired.with_label_values(&["expiration"]),
-            expired_by_barrier: expired.with_label_values(&["barrier"]),
-            rebuilds,
-            rebuild_batches,
-        }
-    }
-
-    /// Count one batch.
-    pub fn batch(&self, r: BatchResult) {
-        if let Some(i) = BatchResult::ALL.iter().position(|x| *x == r) {
-            self.batches[i].inc();
-        }
-    }
-}
-
 type Key = (String, i32);
 
-/// A producer with an open transaction: (producer id, transaction first offset, last data
-/// offset).
-pub type OpenTxn = (i64, i64, i64);
+/// What `GET /v1/partitions/{topic}/{partition}/producers` shows: a copy, taken under the
+/// partition's lock.
+#[derive(Debug, Clone)]
+pub struct ProducersView {
+    pub slot: SlotView,
+    pub producers: Vec<ProducerEntry>,
+}
 
 /// Every tracked partition of the gateway.
 pub struct PsmRegistry {
@@ -295,7 +106,7 @@ impl PsmRegistry {
     /// Record the partition's own barrier offset (the rebuild clears the state there).
     pub fn set_barrier(&self, topic: &str, partition: i32, offset: i64) {
         if let Some(slot) = self.slot(topic, partition) {
-            lock(&slot).barrier_offset = Some(offset);
+            lock(&slot).set_barrier(offset);
         }
     }
 
@@ -362,7 +173,7 @@ impl PsmRegistry {
         let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
         let mut v: Vec<Key> = slots
             .iter()
-            .filter(|(_, s)| !lock(s).ready)
+            .filter(|(_, s)| !lock(s).is_ready())
             .map(|(k, _)| k.clone())
             .collect();
         v.sort();
@@ -371,15 +182,11 @@ impl PsmRegistry {
 
     /// Tracked partitions that want a rebuild.
     pub fn wanting_rebuild(&self) -> Vec<(String, i32)> {
+        let now = Instant::now();
         let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
         let mut v: Vec<Key> = slots
             .iter()
-            .filter(|(_, s)| {
-                let s = lock(s);
-                s.needs_rebuild
-                    && s.last_rebuilt
-                        .is_none_or(|t| t.elapsed() >= MIN_REBUILD_INTERVAL)
-            })
+            .filter(|(_, s)| lock(s).wants_rebuild_at(now))
             .map(|(k, _)| k.clone())
             .collect();
         v.sort();
@@ -394,21 +201,7 @@ impl PsmRegistry {
         let mut v: Vec<(Key, Vec<OpenTxn>)> = slots
             .iter()
             .filter_map(|(k, s)| {
-                let s = lock(s);
-                if !s.ready {
-                    return None;
-                }
-                let open: Vec<OpenTxn> = s
-                    .psm
-                    .iter()
-                    .filter_map(|e| {
-                        Some((
-                            e.producer_id(),
-                            e.current_txn_first_offset()?,
-                            e.last_data_offset(),
-                        ))
-                    })
-                    .collect();
+                let open = lock(s).open_transactions();
                 (!open.is_empty()).then(|| (k.clone(), open))
             })
             .collect();
@@ -428,21 +221,7 @@ impl PsmRegistry {
         let Some(slot) = self.existing(topic, partition) else {
             return 0;
         };
-        let mut s = lock(&slot);
-        if !s.ready {
-            return 0;
-        }
-        let mut n = 0;
-        for (pid, first, last) in seen {
-            if let Some(b) = broker.get(pid) {
-                if s.psm.settle_transaction(*pid, *first, *last, *b) {
-                    n += 1;
-                }
-            }
-        }
-        if n > 0 {
-            s.dirty = true;
-        }
+        let n = lock(&slot).settle_transactions(seen, broker);
         n
     }
 
@@ -486,7 +265,7 @@ impl PsmRegistry {
             return BatchResult::OtherError;
         };
         let mut s = lock(&slot);
-        let result = apply_locked(&mut s, header, outcome);
+        let result = s.apply(header, outcome);
         if result == BatchResult::Diverged {
             tracing::warn!(
                 topic, partition, producer_id = header.producer_id, epoch = header.producer_epoch,
@@ -499,6 +278,60 @@ impl PsmRegistry {
         result
     }
 
+    /// The outcome of a batch of a tracked partition will never be known (an `acks=0` produce):
+    /// the partition wants a rebuild from the log.
+    pub fn mark_outcome_unknown(&self, topic: &str, partition: i32) {
+        if let Some(slot) = self.slot(topic, partition) {
+            lock(&slot).mark_outcome_unknown();
+        }
+    }
+
+    /// Clear the PSM of a partition at its barrier (the failover's PSM_CLEARED step); returns how
+    /// many producers were cleared. `screen` receives those producers (without the control
+    /// barrier's own producer id `own`) while the partition is still locked, so no reader finds
+    /// them in neither the PSM nor the caller's screening set.
+    pub fn clear_at_barrier(
+        &self,
+        topic: &str,
+        partition: i32,
+        barrier: i64,
+        own: Option<i64>,
+        screen: impl FnOnce(Vec<ClearedProducer>),
+    ) -> usize {
+        let Some(slot) = self.slot(topic, partition) else {
+            return 0;
+        };
+        let mut s = lock(&slot);
+        let cleared = s.clear_at_barrier(barrier, own);
+        let n = cleared.len();
+        screen(cleared);
+        drop(s);
+        self.counters.expired_by_barrier.inc_by(n as u64);
+        n
+    }
+
+    /// What a reader sees of a tracked partition, if it is known.
+    pub fn view(&self, topic: &str, partition: i32) -> Option<SlotView> {
+        let slot = self.existing(topic, partition)?;
+        let view = lock(&slot).view();
+        Some(view)
+    }
+
+    /// A tracked partition's producers and where its state stands, if it is known.
+    pub fn producers(&self, topic: &str, partition: i32) -> Option<ProducersView> {
+        let slot = self.existing(topic, partition)?;
+        let s = lock(&slot);
+        Some(ProducersView {
+            slot: s.view(),
+            producers: s.producers(),
+        })
+    }
+
+    /// Whether producer counts are per partition (else per topic).
+    pub(super) fn per_partition(&self) -> bool {
+        self.per_partition
+    }
+
     /// Write snapshots of changed, ready partitions. Returns how many were written.
     pub fn write_snapshots(&self) -> usize {
         let Some(store) = &self.store else { return 0 };
@@ -507,19 +340,14 @@ impl PsmRegistry {
             let Some(slot) = self.existing(&topic, partition) else {
                 continue;
             };
-            let bytes = {
-                let mut s = lock(&slot);
-                if !s.ready || !s.dirty {
-                    continue;
-                }
-                s.dirty = false;
-                s.psm.encode_snapshot(s.applied_through)
+            let Some(bytes) = lock(&slot).take_snapshot() else {
+                continue;
             };
             match store.write(SNAPSHOT_AREA, &snapshot_name(&topic, partition), &bytes) {
                 Ok(()) => written += 1,
                 Err(e) => {
                     tracing::warn!(topic, partition, error = %e, "cannot write PSM snapshot");
-                    lock(&slot).dirty = true;
+                    lock(&slot).snapshot_not_written();
                 }
             }
         }
@@ -555,12 +383,7 @@ impl PsmRegistry {
         let mut total = 0;
         for (topic, partition) in self.partitions() {
             if let Some(slot) = self.existing(&topic, partition) {
-                let mut s = lock(&slot);
-                let n = s.psm.expire(now_ms, horizon);
-                if n > 0 {
-                    s.dirty = true;
-                    total += n;
-                }
+                total += lock(&slot).expire(now_ms, horizon);
             }
         }
         self.counters.expired_by_time.inc_by(total as u64);
@@ -577,185 +400,11 @@ impl PsmRegistry {
             } else {
                 (t.clone(), None)
             };
-            *per.entry(key).or_default() += lock(s).psm.len();
+            *per.entry(key).or_default() += lock(s).psm().len();
         }
         let mut v: Vec<_> = per.into_iter().map(|((t, p), n)| (t, p, n)).collect();
         v.sort();
         v
-    }
-}
-
-/// Rebuilds of one partition are at least this far apart (review F14): a stream of
-/// disagreements (e.g. local producers colliding with mirrored ids after a failover) costs one
-/// rebuild per interval, not one per batch. Until then the partition goes on following the
-/// broker's answers.
-pub const MIN_REBUILD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// The broker's error codes the PSM can judge, and those that leave the outcome unknown.
-const REQUEST_TIMED_OUT: i16 = 7;
-const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 = 20;
-
-/// Classify `header` against the state, compare with the broker, follow the broker.
-pub fn apply_locked(
-    s: &mut PartitionSlot,
-    header: &BatchHeader,
-    outcome: BrokerOutcome,
-) -> BatchResult {
-    let outcome = match outcome {
-        BrokerOutcome::Refused { error_code }
-            if error_code == REQUEST_TIMED_OUT
-                || error_code == NOT_ENOUGH_REPLICAS_AFTER_APPEND =>
-        {
-            BrokerOutcome::Unknown { error_code }
-        }
-        o => o,
-    };
-    if !s.ready {
-        match outcome {
-            BrokerOutcome::Appended { base_offset } => {
-                if s.buffered.len() >= MAX_BUFFERED_WHILE_REBUILDING {
-                    s.buffered.clear();
-                    s.needs_rebuild = true;
-                } else {
-                    s.buffered.push((base_offset, *header));
-                }
-            }
-            BrokerOutcome::Unknown { .. } => s.needs_rebuild = true,
-            BrokerOutcome::Refused { .. } => {}
-        }
-        return BatchResult::Buffered;
-    }
-    if let BrokerOutcome::Unknown { .. } = outcome {
-        s.needs_rebuild = true;
-        return BatchResult::UnknownOutcome;
-    }
-    if let BrokerOutcome::Appended { base_offset } = outcome {
-        if base_offset <= s.reflected_through() {
-            // Already in the state: the rebuild read it from the log (or it lies before the
-            // partition's barrier, where nothing counts). Judging it against a state that
-            // already holds it (and maybe later batches of its producer) would be wrong.
-            return BatchResult::Accepted;
-        }
-    }
-    let verdict = s.psm.classify(header);
-    match (verdict, outcome) {
-        (Verdict::Duplicate { first_offset, .. }, BrokerOutcome::Appended { base_offset }) => {
-            if first_offset == base_offset {
-                BatchResult::Duplicate
-            } else {
-                // The broker appended it, or acknowledged another cached copy.
-                s.needs_rebuild = true;
-                BatchResult::Diverged
-            }
-        }
-        (v, BrokerOutcome::Appended { base_offset }) if v.appends() => {
-            // Outcomes of other connections may already have moved `applied_through` past this
-            // batch: the broker appended them later, but their answers were read first.
-            match s.psm.append(header, base_offset) {
-                Ok(_) => {
-                    s.applied_through = s
-                        .applied_through
-                        .max(header.last_offset_delta as i64 + base_offset);
-                    s.dirty = true;
-                    BatchResult::of(&v)
-                }
-                Err(_) => {
-                    let _ = s.psm.replay(header, base_offset);
-                    s.needs_rebuild = true;
-                    BatchResult::Diverged
-                }
-            }
-        }
-        (_, BrokerOutcome::Appended { base_offset }) => {
-            // The PSM predicted a refusal; the broker appended. Follow the broker.
-            let _ = s.psm.replay(header, base_offset);
-            s.applied_through = s
-                .applied_through
-                .max(header.last_offset_delta as i64 + base_offset);
-            s.dirty = true;
-            s.needs_rebuild = true;
-            BatchResult::Diverged
-        }
-        (v, BrokerOutcome::Refused { error_code }) => {
-            if v.error_code() == error_code {
-                BatchResult::of(&v)
-            } else if v.error_code() == 0 {
-                // Refused for a reason outside producer state (not leader, topic authorization,
-                // record too large, …): nothing appended, nothing to learn.
-                if matches!(error_code, 45 | 46 | 47 | 48 | 87 | 90) {
-                    s.needs_rebuild = true;
-                    BatchResult::Diverged
-                } else {
-                    BatchResult::OtherError
-                }
-            } else {
-                s.needs_rebuild = true;
-                BatchResult::Diverged
-            }
-        }
-        (_, BrokerOutcome::Unknown { .. }) => BatchResult::UnknownOutcome,
-    }
-}
-
-/// Scrape-time collector of `mirrorgate_psm_producers{topic,partition}` (or `{topic}` when
-/// aggregated): built from the registry at each scrape, so series of deleted topics disappear.
-pub struct ProducerGauge {
-    registry: Arc<PsmRegistry>,
-    desc: Vec<prometheus::core::Desc>,
-}
-
-impl ProducerGauge {
-    pub fn new(registry: Arc<PsmRegistry>) -> Self {
-        let labels: Vec<String> = if registry.per_partition {
-            vec!["topic".into(), "partition".into()]
-        } else {
-            vec!["topic".into()]
-        };
-        let desc = prometheus::core::Desc::new(
-            "mirrorgate_psm_producers".into(),
-            "Producer entries the PSM tracks, per partition (or per topic when aggregated).".into(),
-            labels,
-            HashMap::new(),
-        )
-        .expect("valid metric");
-        ProducerGauge {
-            registry,
-            desc: vec![desc],
-        }
-    }
-}
-
-impl prometheus::core::Collector for ProducerGauge {
-    fn desc(&self) -> Vec<&prometheus::core::Desc> {
-        self.desc.iter().collect()
-    }
-
-    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
-        let per_partition = self.registry.per_partition;
-        let labels: &[&str] = if per_partition {
-            &["topic", "partition"]
-        } else {
-            &["topic"]
-        };
-        let Ok(g) = prometheus::IntGaugeVec::new(
-            Opts::new(
-                "mirrorgate_psm_producers",
-                "Producer entries the PSM tracks, per partition (or per topic when aggregated).",
-            ),
-            labels,
-        ) else {
-            return Vec::new();
-        };
-        for (topic, partition, n) in self.registry.producer_counts() {
-            let p = partition.map(|p| p.to_string()).unwrap_or_default();
-            let values: Vec<&str> = if per_partition {
-                vec![&topic, &p]
-            } else {
-                vec![&topic]
-            };
-            g.with_label_values(&values).set(n as i64);
-        }
-        prometheus::core::Collector::collect(&g)
     }
 }
 

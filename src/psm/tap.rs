@@ -79,9 +79,7 @@ pub fn on_request(
             continue;
         };
         if acks == 0 {
-            if let Some(slot) = registry.slot(&topic, part.partition) {
-                slot.lock().unwrap_or_else(|e| e.into_inner()).needs_rebuild = true;
-            }
+            registry.mark_outcome_unknown(&topic, part.partition);
             continue;
         }
         let Some(records) = part.records else {

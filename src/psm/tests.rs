@@ -1085,7 +1085,7 @@ fn outcomes_buffered_during_a_rebuild_are_installed_in_offset_order_after_what_t
         (3, batch(2, 0, 0, 1)),
         (5, batch(1, 0, 0, 2)),
     ];
-    let through = rebuild::apply_buffered(&mut psm, buffered, 4);
+    let through = slot::apply_buffered(&mut psm, buffered, 4);
     assert_eq!(through, 8);
     let one = psm.get(1).expect("producer 1");
     assert_eq!((one.last_seq(), one.last_data_offset()), (3, 8));
