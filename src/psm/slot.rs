@@ -34,11 +34,11 @@
 //! | 2 | REBUILDING               | `begin_rebuild` (retry after a failed rebuild) | REBUILDING        | buffer dropped |
 //! | 3 | READY                    | `begin_rebuild`                                | REBUILDING        | |
 //! | 4 | STALE                    | `begin_rebuild`                                | REBUILDING        | |
-//! | 5 | REBUILDING               | [`finish_rebuild`](PartitionSlot::finish_rebuild) | READY          | rebuilt state installed, then the buffered appends above what the rebuild read, in offset order |
+//! | 5 | REBUILDING               | [`finish_rebuild`](PartitionSlot::finish_rebuild) | READY (STALE{OutcomeUnknown} if it missed an outcome, rows 18–19) | rebuilt state installed, then the buffered appends above what the rebuild read, in offset order |
 //! | 6 | UNBUILT, READY, STALE    | `finish_rebuild`                               | (unchanged)       | [`SlotError::NotRebuilding`] |
 //! | 7 | UNBUILT, REBUILDING      | outcome Appended                               | (same)            | buffered; `Buffered` |
-//! | 8 | UNBUILT, REBUILDING      | outcome Appended, buffer full                  | (same)            | buffer dropped; `Buffered` |
-//! | 9 | UNBUILT, REBUILDING      | outcome Refused or Unknown, `mark_outcome_unknown` | (same)        | nothing; `Buffered` |
+//! | 8 | UNBUILT, REBUILDING      | outcome Appended, buffer full                  | (same)            | buffer dropped; `Buffered` (REBUILDING: row 19) |
+//! | 9 | UNBUILT, REBUILDING      | outcome Refused                                | (same)            | nothing; `Buffered` |
 //! | 10 | READY                   | outcome the state predicted                    | READY             | state follows; the verdict's result |
 //! | 11 | READY, STALE            | outcome Appended at or below what the state reflects | (same)      | nothing applied; `Accepted` |
 //! | 12 | READY                   | outcome the state did not predict              | STALE{Diverged}   | state follows the broker; `Diverged` |
@@ -46,13 +46,19 @@
 //! | 14 | READY                   | [`mark_outcome_unknown`](PartitionSlot::mark_outcome_unknown) (an `acks=0` produce) | STALE{OutcomeUnknown} | |
 //! | 15 | STALE                   | any outcome, `mark_outcome_unknown`            | STALE (first `why` kept) | as from READY |
 //! | 16 | any                     | [`clear_at_barrier`](PartitionSlot::clear_at_barrier) | (same)     | producers cleared, barrier set, applied through ≥ barrier |
+//! | 17 | UNBUILT                 | outcome Unknown, `mark_outcome_unknown`        | UNBUILT           | nothing (the rebuild to come reads the log after it); `Buffered` |
+//! | 18 | REBUILDING              | outcome Unknown, `mark_outcome_unknown`        | REBUILDING, missed | `finish_rebuild` installs as STALE{OutcomeUnknown}; `Buffered` |
+//! | 19 | REBUILDING              | outcome Appended, buffer full                  | REBUILDING, missed | buffer dropped, as row 18 |
+//! | 20 | REBUILDING, missed      | `begin_rebuild` (retry)                        | REBUILDING        | a new read of the log: missed forgotten |
 //!
 //! How a partition becomes ready again after a diverged verdict: row 12 makes it STALE, the
 //! registry's maintenance picks it once [`MIN_REBUILD_INTERVAL`] has passed since its last
 //! rebuild (row 4), reads the log (`rebuild.rs`), and row 5 installs the result: READY. A failed
-//! rebuild leaves it REBUILDING and is retried (row 2). An outcome that arrives while the
-//! partition is not rebuilt asks for nothing more (row 9): the rebuild under way, or the next
-//! one, ends the want (docs/psm.md#readiness-and-rebuilds).
+//! rebuild leaves it REBUILDING and is retried (row 2). An outcome the partition cannot buffer
+//! (unknown, or a full buffer) asks for nothing more before a rebuild begins (row 17: the
+//! rebuild reads the log after it), but during a rebuild it may lie past what the rebuild read,
+//! so that rebuild is installed as STALE and another one follows (rows 18–19;
+//! docs/psm.md#readiness-and-rebuilds).
 //!
 //! Snapshots, expiry and transaction settling do not change the phase; snapshots and settling
 //! are taken from rebuilt (READY, STALE) partitions only.
@@ -73,7 +79,7 @@ use super::{PartitionPsm, ProducerEntry, Verdict};
 pub const MIN_REBUILD_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Batches applied while a partition is not rebuilt are buffered up to this many; beyond it the
-/// buffer is dropped.
+/// buffer is dropped (during a rebuild the rebuilt state is then installed as STALE).
 pub(super) const MAX_BUFFERED_WHILE_REBUILDING: usize = 10_000;
 
 /// The broker's error codes that leave the outcome unknown.
@@ -115,10 +121,19 @@ type Buffered = Vec<(i64, BatchHeader)>;
 /// Where the partition's state stands (the table in the module doc).
 #[derive(Debug)]
 enum Phase {
-    Unbuilt { buffered: Buffered },
-    Rebuilding { buffered: Buffered },
+    Unbuilt {
+        buffered: Buffered,
+    },
+    /// `missed`: an outcome of this partition arrived that the rebuild may have read past and
+    /// could not buffer (unknown, or dropped with a full buffer): installed as STALE.
+    Rebuilding {
+        buffered: Buffered,
+        missed: bool,
+    },
     Ready,
-    Stale { why: StaleReason },
+    Stale {
+        why: StaleReason,
+    },
 }
 
 impl Phase {
@@ -260,12 +275,16 @@ impl PartitionSlot {
     /// Returns the partition's barrier, where the rebuild clears the state.
     pub fn begin_rebuild(&mut self) -> Option<i64> {
         self.phase = match std::mem::replace(&mut self.phase, Phase::Ready) {
-            Phase::Unbuilt { mut buffered } | Phase::Rebuilding { mut buffered } => {
+            Phase::Unbuilt { mut buffered } | Phase::Rebuilding { mut buffered, .. } => {
                 buffered.clear();
-                Phase::Rebuilding { buffered }
+                Phase::Rebuilding {
+                    buffered,
+                    missed: false,
+                }
             }
             Phase::Ready | Phase::Stale { .. } => Phase::Rebuilding {
                 buffered: Vec::new(),
+                missed: false,
             },
         };
         self.barrier_offset
@@ -277,7 +296,14 @@ impl PartitionSlot {
     /// by the broker and are kept (review F11e). Returns how many were kept.
     pub fn finish_rebuild(&mut self, rebuilt: Rebuilt, now: Instant) -> Result<usize, SlotError> {
         let buffered = match std::mem::replace(&mut self.phase, Phase::Ready) {
-            Phase::Rebuilding { buffered } => buffered,
+            Phase::Rebuilding { buffered, missed } => {
+                if missed {
+                    self.phase = Phase::Stale {
+                        why: StaleReason::OutcomeUnknown,
+                    };
+                }
+                buffered
+            }
             other => {
                 let phase = other.name();
                 self.phase = other;
@@ -305,9 +331,19 @@ impl PartitionSlot {
         Ok(kept)
     }
 
-    /// Rows 9, 14, 15: the outcome of a batch will never be known (an `acks=0` produce).
+    /// Rows 14, 15, 17, 18: the outcome of a batch will never be known (an `acks=0` produce).
     pub fn mark_outcome_unknown(&mut self) {
+        self.missed_by_rebuild();
         self.go_stale(StaleReason::OutcomeUnknown);
+    }
+
+    /// Rows 18, 19: a rebuild under way may already have read past a batch whose outcome it
+    /// cannot buffer, so its result is installed as STALE. Before a rebuild begins (UNBUILT)
+    /// nothing is needed: the rebuild to come reads the log after it.
+    fn missed_by_rebuild(&mut self) {
+        if let Phase::Rebuilding { missed, .. } = &mut self.phase {
+            *missed = true;
+        }
     }
 
     /// READY becomes STALE; every other phase already wants a rebuild and keeps its reason.
@@ -330,13 +366,22 @@ impl PartitionSlot {
             }
             o => o,
         };
-        if let Phase::Unbuilt { buffered } | Phase::Rebuilding { buffered } = &mut self.phase {
-            if let BrokerOutcome::Appended { base_offset } = outcome {
-                if buffered.len() >= MAX_BUFFERED_WHILE_REBUILDING {
-                    buffered.clear();
-                } else {
-                    buffered.push((base_offset, *header));
+        if let Phase::Unbuilt { buffered } | Phase::Rebuilding { buffered, .. } = &mut self.phase {
+            let lost = match outcome {
+                BrokerOutcome::Appended { base_offset } => {
+                    if buffered.len() >= MAX_BUFFERED_WHILE_REBUILDING {
+                        buffered.clear();
+                        true
+                    } else {
+                        buffered.push((base_offset, *header));
+                        false
+                    }
                 }
+                BrokerOutcome::Unknown { .. } => true,
+                BrokerOutcome::Refused { .. } => false,
+            };
+            if lost {
+                self.missed_by_rebuild();
             }
             return BatchResult::Buffered;
         }

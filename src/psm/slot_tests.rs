@@ -51,9 +51,14 @@ fn phase(s: &PartitionSlot) -> &'static str {
 
 fn buffered(s: &PartitionSlot) -> &[(i64, BatchHeader)] {
     match &s.phase {
-        Phase::Unbuilt { buffered } | Phase::Rebuilding { buffered } => buffered,
+        Phase::Unbuilt { buffered } | Phase::Rebuilding { buffered, .. } => buffered,
         Phase::Ready | Phase::Stale { .. } => &[],
     }
+}
+
+/// The rebuild under way missed an outcome (it will install as STALE).
+fn missed(s: &PartitionSlot) -> bool {
+    matches!(s.phase, Phase::Rebuilding { missed: true, .. })
 }
 
 fn rebuilt(psm: PartitionPsm, read_through: i64) -> Rebuilt {
@@ -318,19 +323,85 @@ fn row_08_not_rebuilt_appended_outcome_with_a_full_buffer_drops_the_buffer() {
 }
 
 #[test]
-fn row_09_not_rebuilt_refused_or_unknown_outcome_changes_nothing() {
+fn row_09_not_rebuilt_refused_outcome_changes_nothing() {
     for mut s in [PartitionSlot::new(), rebuilding_slot()] {
         let name = phase(&s);
         let refused = BrokerOutcome::Refused { error_code: 6 };
-        let timed_out = BrokerOutcome::Refused {
-            error_code: REQUEST_TIMED_OUT,
-        };
         assert_eq!(s.apply(&single(1, 0), refused), BatchResult::Buffered);
-        assert_eq!(s.apply(&single(1, 0), timed_out), BatchResult::Buffered);
-        s.mark_outcome_unknown();
         assert_eq!(phase(&s), name);
         assert!(buffered(&s).is_empty(), "{name}");
+        assert!(!missed(&s), "{name}");
     }
+}
+
+#[test]
+fn row_17_unbuilt_unknown_outcome_asks_for_nothing_more_the_rebuild_to_come_reads_the_log() {
+    let mut s = PartitionSlot::new();
+    let timed_out = BrokerOutcome::Refused {
+        error_code: REQUEST_TIMED_OUT,
+    };
+    assert_eq!(s.apply(&single(1, 0), timed_out), BatchResult::Buffered);
+    s.mark_outcome_unknown();
+    s.begin_rebuild();
+    assert!(!missed(&s));
+    assert_eq!(
+        s.finish_rebuild(rebuilt(PartitionPsm::new(), 3), Instant::now()),
+        Ok(0)
+    );
+    assert_eq!(phase(&s), "READY");
+}
+
+/// An outcome the rebuild under way may have read past: the installed state may miss it.
+#[test]
+fn row_18_rebuilding_unknown_outcome_installs_the_rebuild_as_stale_outcome_unknown() {
+    let timed_out = BrokerOutcome::Refused {
+        error_code: REQUEST_TIMED_OUT,
+    };
+    let unknown = BrokerOutcome::Unknown { error_code: -1 };
+    for event in ["timed out", "unknown", "acks=0"] {
+        let mut s = rebuilding_slot();
+        match event {
+            "timed out" => assert_eq!(s.apply(&single(1, 0), timed_out), BatchResult::Buffered),
+            "unknown" => assert_eq!(s.apply(&single(1, 0), unknown), BatchResult::Buffered),
+            _ => s.mark_outcome_unknown(),
+        }
+        assert_eq!(phase(&s), "REBUILDING", "{event}");
+        let now = Instant::now();
+        assert_eq!(
+            s.finish_rebuild(rebuilt(PartitionPsm::new(), 3), now),
+            Ok(0)
+        );
+        assert_eq!(phase(&s), "STALE", "{event}");
+        assert_eq!(s.view().stale, Some(StaleReason::OutcomeUnknown), "{event}");
+        assert!(s.wants_rebuild_at(now + MIN_REBUILD_INTERVAL), "{event}");
+    }
+}
+
+#[test]
+fn row_19_rebuilding_full_buffer_installs_the_rebuild_as_stale_outcome_unknown() {
+    let mut s = rebuilding_slot();
+    for i in 0..=MAX_BUFFERED_WHILE_REBUILDING {
+        appended(&mut s, 1, i as i32, i as i64);
+    }
+    assert!(buffered(&s).is_empty());
+    assert_eq!(
+        s.finish_rebuild(rebuilt(PartitionPsm::new(), -1), Instant::now()),
+        Ok(0)
+    );
+    assert_eq!(s.view().stale, Some(StaleReason::OutcomeUnknown));
+}
+
+#[test]
+fn row_20_a_new_rebuild_forgets_what_the_failed_one_missed() {
+    let mut s = rebuilding_slot();
+    s.mark_outcome_unknown();
+    s.begin_rebuild();
+    assert!(!missed(&s));
+    assert_eq!(
+        s.finish_rebuild(rebuilt(PartitionPsm::new(), 3), Instant::now()),
+        Ok(0)
+    );
+    assert_eq!(phase(&s), "READY");
 }
 
 #[test]
