@@ -39,7 +39,7 @@ pub enum StartError {
     #[error("state directory does not match the mirrors configured: {0}")]
     StateMismatch(String),
     #[error("destination: {0}")]
-    Transport(crate::net::SetupError),
+    Transport(crate::client::SetupError),
     #[error("listeners.{listener}: {source}")]
     ListenerTransport {
         listener: &'static str,
@@ -128,7 +128,7 @@ impl Gateway {
     /// listeners are bound as soon as destination metadata is known.
     pub async fn start(config: Config) -> Result<Arc<Gateway>, StartError> {
         let metrics = Metrics::new();
-        let connector = crate::net::Connector::for_cluster(&config.destination)
+        let connector = crate::client::Connector::for_cluster(&config.destination)
             .map_err(StartError::Transport)?;
         let cluster = ClusterView::new(config.destination.clone(), connector, metrics.clone());
         let (shutdown, shutdown_rx) = watch::channel(false);
@@ -242,13 +242,13 @@ impl Gateway {
         }
         // The agent appends through the mirror listener (the second spec, when configured).
         let mirror_connector = match acceptors.get(1) {
-            Some(a) => crate::net::Connector::to_own_listener(a).map_err(|source| {
+            Some(a) => crate::client::Connector::to_own_listener(a).map_err(|source| {
                 StartError::ListenerTransport {
                     listener: "mirror",
                     source,
                 }
             })?,
-            None => crate::net::Connector::plain(),
+            None => crate::client::Connector::plain(),
         };
         let agent = crate::mirror::agent::start(
             &config,

@@ -12,10 +12,10 @@ use std::time::Duration;
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, MetadataRequest};
 use tokio::sync::watch;
 
+use crate::client::Connector;
+use crate::client::{ClientError, KafkaClient, RequestError};
 use crate::config::ClusterConfig;
 use crate::metrics::Metrics;
-use crate::net::Connector;
-use crate::protocol::client::{ClientError, KafkaClient};
 use crate::protocol::rewrite::BrokerEndpoint;
 
 #[derive(Default)]
@@ -213,8 +213,11 @@ impl ClusterView {
                 Err(e) => last = Some(e),
             }
         }
-        Err(last.unwrap_or(ClientError::Closed {
-            addr: "no bootstrap address".into(),
+        Err(last.unwrap_or_else(|| {
+            RequestError::Closed {
+                addr: "no bootstrap address".into(),
+            }
+            .into()
         }))
     }
 

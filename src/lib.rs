@@ -3,6 +3,7 @@
 //! responsibility:
 //!
 //! - [`protocol`]: framing, header peek, decode-on-demand of the APIs the gateway rewrites.
+//! - [`client`]: the gateway's own Kafka client: connections with its SASL login, requests.
 //! - [`proxy`]: listeners, client/upstream connections, response rewriting.
 //! - [`cluster`]: the gateway's view of the destination cluster (brokers, topics, metadata).
 //! - [`psm`]: per-partition producer state, the produce tap, rebuild from the log.
@@ -11,10 +12,11 @@
 //! - [`state`]: the on-disk state store.
 //! - [`config`]: configuration model, loading, validation.
 //! - [`metrics`]: the Prometheus registry and the gateway's metric families.
-//! - [`net`]: transport under the protocol: TCP, and the security of client and broker connections.
+//! - [`net`]: transport under the protocol: TCP and TLS of client and broker connections.
 
 pub mod admin;
 pub mod app;
+pub mod client;
 pub mod cluster;
 pub mod config;
 pub mod metrics;

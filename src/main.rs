@@ -260,7 +260,7 @@ async fn demo_producer(bootstrap: String, topic: String) {
     use kafka_protocol::records::{
         Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
     };
-    use mirrorgate::protocol::client::KafkaClient;
+    use mirrorgate::client::KafkaClient;
     let mut client = match KafkaClient::connect(&bootstrap, Duration::from_secs(10)).await {
         Ok(c) => c,
         Err(e) => {

@@ -16,11 +16,11 @@ use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{FetchRequest, MetadataRequest};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::RecordBatchDecoder;
+use mirrorgate::client::KafkaClient;
 use mirrorgate::protocol::barrier::{
     encode_barrier_batch, BarrierValue, BARRIER_KEY, BARRIER_TIMESTAMP, BARRIER_VALUE_VERSION,
 };
 use mirrorgate::protocol::batch::{BatchWalker, Compression};
-use mirrorgate::protocol::client::KafkaClient;
 
 use crate::failover::{
     data_barrier, failover, mirror_config, read_log, set_topic_configs_on_the_destination,

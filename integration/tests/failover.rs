@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 
 use hyper::Method;
 use kafka_protocol::records::RecordBatchDecoder;
+use mirrorgate::client::KafkaClient;
 use mirrorgate::config::{Config, MirrorConfig};
 use mirrorgate::protocol::barrier::parse_barrier;
 use mirrorgate::protocol::batch::{control_marker, BatchWalker, ControlType};
-use mirrorgate::protocol::client::KafkaClient;
 
 use crate::gw::{admin_call, admin_call_body, test_config, ProcessGateway, TestGateway};
 use crate::harness;

@@ -357,12 +357,10 @@ fn delete_records_on_the_broker(destination: &str, topic: &str, partition: i32, 
         .build()
         .expect("rt");
     rt.block_on(async {
-        let mut c = mirrorgate::protocol::client::KafkaClient::connect(
-            &addr,
-            std::time::Duration::from_secs(10),
-        )
-        .await
-        .expect("connect");
+        let mut c =
+            mirrorgate::client::KafkaClient::connect(&addr, std::time::Duration::from_secs(10))
+                .await
+                .expect("connect");
         let r = c
             .send(
                 &DeleteRecordsRequest::default()

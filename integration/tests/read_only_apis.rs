@@ -27,7 +27,7 @@ use kafka_protocol::messages::{
     InitProducerIdRequest, MetadataRequest, TopicName, WriteTxnMarkersRequest,
 };
 use kafka_protocol::protocol::StrBytes;
-use mirrorgate::protocol::client::{KafkaClient, EARLIEST};
+use mirrorgate::client::{KafkaClient, EARLIEST};
 
 use crate::failover::{failover, mirror_config, read_log, wait_mirroring, wait_stopped};
 use crate::gw::TestGateway;

@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 use hyper::Method;
 use kafka_protocol::messages::{ApiKey, MetadataRequest, SaslHandshakeRequest};
 use kafka_protocol::protocol::{Encodable, StrBytes};
+use mirrorgate::client::{ClientError, KafkaClient};
+use mirrorgate::client::{ConnectError, Connector};
 use mirrorgate::config::{
     ClusterConfig, Config, MirrorConfig, SaslConfig, SaslMechanism, SecretSource,
 };
-use mirrorgate::net::{ConnectError, Connector};
-use mirrorgate::protocol::client::{ClientError, KafkaClient};
 
 use crate::gw::{test_config, TestGateway};
 use crate::harness;
@@ -213,7 +213,7 @@ fn wrong_password_refused(connector: &Connector, addr: &str) -> String {
         matches!(
             err,
             ClientError::Connect(ConnectError::Sasl(
-                mirrorgate::net::sasl::SaslError::AuthenticationFailed { .. }
+                mirrorgate::client::sasl::SaslError::AuthenticationFailed { .. }
             ))
         ),
         "{text}"
@@ -518,7 +518,7 @@ fn a_failover_writes_its_barrier_into_the_sasl_destination_and_local_producers_f
 fn with_super_user<T>(
     plaintext: &str,
     f: impl for<'c> FnOnce(
-        &'c mut mirrorgate::protocol::client::KafkaClient,
+        &'c mut mirrorgate::client::KafkaClient,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = T> + 'c>>,
 ) -> T {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -526,12 +526,10 @@ fn with_super_user<T>(
         .build()
         .expect("rt");
     rt.block_on(async {
-        let mut c = mirrorgate::protocol::client::KafkaClient::connect(
-            plaintext,
-            std::time::Duration::from_secs(10),
-        )
-        .await
-        .expect("connect");
+        let mut c =
+            mirrorgate::client::KafkaClient::connect(plaintext, std::time::Duration::from_secs(10))
+                .await
+                .expect("connect");
         f(&mut c).await
     })
 }

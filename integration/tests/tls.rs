@@ -476,7 +476,7 @@ fn a_plaintext_client_on_a_tls_listener_is_closed_and_tls_clients_are_still_serv
 fn a_destination_whose_certificate_does_not_chain_to_the_configured_ca_is_refused() {
     let (ssl, _) = secure_ssl();
     let other = Pki::new("unrelated");
-    let connector = mirrorgate::net::Connector::for_cluster(&ClusterConfig {
+    let connector = mirrorgate::net::Transport::for_cluster(&ClusterConfig {
         bootstrap: vec![ssl.clone()],
         connect_timeout_ms: 5000,
         metadata_refresh_ms: 1000,
@@ -971,7 +971,7 @@ fn a_broker_certificate_without_the_name_is_refused_on_a_proxied_client_connecti
     );
 
     // The broker's certificate verifies against `ca`; the name is what fails.
-    let connector = mirrorgate::net::Connector::for_cluster(&ClusterConfig {
+    let connector = mirrorgate::net::Transport::for_cluster(&ClusterConfig {
         bootstrap: vec![ssl.clone()],
         connect_timeout_ms: 5000,
         metadata_refresh_ms: 1000,

@@ -3,7 +3,7 @@
 //! (`listeners.mirror.allowed_principals`), with their validation.
 //!
 //! Owns: the typed model of these keys and their semantic checks. Must not touch: sockets or
-//! the SASL exchanges themselves (`net::sasl` authenticates, `proxy::sasl` enforces limits).
+//! the SASL exchanges themselves (`client::sasl` authenticates, `proxy::sasl` enforces limits).
 
 use serde::{Deserialize, Serialize};
 

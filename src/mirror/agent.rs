@@ -36,13 +36,13 @@ use prometheus::{IntCounterVec, Opts};
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
+use crate::client::Connector;
+use crate::client::KafkaClient;
 use crate::cluster::ClusterView;
 use crate::config::{ClusterConfig, Config, ListenerConfig, TopicRouter};
 use crate::metrics::Metrics;
 use crate::mirror::controller::MirrorController;
 use crate::mirror::PartitionState;
-use crate::net::Connector;
-use crate::protocol::client::KafkaClient;
 use crate::state::StateStore;
 
 use offsets::{check_id, IdCheck, MirrorOffsets, AGENT_AREA};

@@ -23,10 +23,10 @@
 
 use std::time::Duration;
 
+use crate::client::{EARLIEST, LATEST};
 use crate::cluster::ClusterView;
 use crate::metrics::Metrics;
 use crate::protocol::batch::BatchWalker;
-use crate::protocol::client::{EARLIEST, LATEST};
 
 use super::controller::{MirrorController, RecordedBarrier};
 

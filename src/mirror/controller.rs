@@ -1887,11 +1887,11 @@ impl MirrorController {
         let addr = self.leader_addr(topic, partition)?;
         let mut c = self.cluster.client(&addr, self.timeout).await.ok()?;
         let end = c
-            .list_offset(topic, partition, crate::protocol::client::LATEST)
+            .list_offset(topic, partition, crate::client::LATEST)
             .await
             .ok()?;
         let start = c
-            .list_offset(topic, partition, crate::protocol::client::EARLIEST)
+            .list_offset(topic, partition, crate::client::EARLIEST)
             .await
             .ok()?;
         // The barrier follows the last mirrored batch; look at the last few batches.
@@ -2453,10 +2453,7 @@ impl MirrorController {
                     return Vec::new();
                 }
                 for k in &keys {
-                    match c
-                        .list_offset(&k.0, k.1, crate::protocol::client::LATEST)
-                        .await
-                    {
+                    match c.list_offset(&k.0, k.1, crate::client::LATEST).await {
                         Ok(o) => {
                             before.insert(k.clone(), o);
                         }
@@ -2788,7 +2785,7 @@ struct TailBatch {
 
 /// The batches of a partition from `from` to its high watermark.
 async fn read_batches(
-    c: &mut crate::protocol::client::KafkaClient,
+    c: &mut crate::client::KafkaClient,
     topic: &str,
     partition: i32,
     from: i64,

@@ -35,7 +35,7 @@ fn controller_in(
     let metrics = Metrics::new();
     let cluster = ClusterView::new(
         cfg.destination.clone(),
-        crate::net::Connector::plain(),
+        crate::client::Connector::plain(),
         metrics.clone(),
     );
     let topic = |name: &str, n: usize| {
@@ -368,7 +368,7 @@ fn controller_with_psm(psm_yaml: &str) -> (Arc<MirrorController>, tempfile::Temp
     let metrics = Metrics::new();
     let cluster = ClusterView::new(
         cfg.destination.clone(),
-        crate::net::Connector::plain(),
+        crate::client::Connector::plain(),
         metrics.clone(),
     );
     let registry = PsmRegistry::new(&cfg, Some(store.clone()), &metrics);

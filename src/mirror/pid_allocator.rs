@@ -37,10 +37,10 @@ use kafka_protocol::messages::InitProducerIdRequest;
 use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts};
 use serde::Serialize;
 
+use crate::client::KafkaClient;
 use crate::cluster::ClusterView;
 use crate::config::PidAllocatorConfig;
 use crate::metrics::Metrics;
-use crate::protocol::client::KafkaClient;
 
 /// COORDINATOR_LOAD_IN_PROGRESS (the broker waits for its next block of ids) and
 /// COORDINATOR_NOT_AVAILABLE: ask again.

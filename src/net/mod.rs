@@ -1,19 +1,17 @@
-//! Transport: the byte streams under the Kafka protocol.
+//! Transport: the byte streams under the Kafka protocol, and nothing of Kafka.
 //!
-//! Owns: opening connections to brokers ([`Connector`]: TCP with a connect timeout, then the
-//! cluster's transport security, then the gateway's SASL authentication, [`sasl`]) and turning
-//! accepted client sockets into streams ([`Acceptor`]), and the [`Stream`] type both produce,
-//! split into independently owned halves for the two directions of a proxied connection.
-//! Must not touch: Kafka framing or semantics (that is `protocol/` and `proxy/`), metrics, or
-//! any gateway state. Configuration comes in already validated.
-
-pub mod sasl;
+//! Owns: opening byte streams to brokers ([`Transport`]: TCP with a connect timeout, then the
+//! cluster's TLS) and turning accepted client sockets into streams ([`Acceptor`]), and the
+//! [`Stream`] type both produce, split into independently owned halves for the two directions
+//! of a proxied connection.
+//! Must not touch: Kafka framing or semantics (`protocol/`), Kafka requests of any kind, SASL
+//! included (the gateway's own login is `client/`), metrics, or any gateway state.
+//! Configuration comes in already validated.
 
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -25,15 +23,13 @@ pub mod tls;
 
 pub use tls::{Reloaded, ServedCertificate, TlsSetupError};
 
-/// Why a connection to a broker could not be opened.
+/// Why a byte stream to a broker could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
     #[error("cannot connect to {addr}: {source}")]
     Io { addr: String, source: io::Error },
     #[error("connecting to {addr} timed out after {after:?}")]
     Timeout { addr: String, after: Duration },
-    #[error(transparent)]
-    Sasl(#[from] sasl::SaslError),
     #[error("TLS handshake with {addr} (server name {server_name}) failed: {source}")]
     Tls {
         addr: String,
@@ -51,7 +47,6 @@ impl ConnectError {
         match self {
             ConnectError::Io { .. } | ConnectError::Timeout { .. } => "upstream_connect",
             ConnectError::Tls { .. } | ConnectError::ServerName { .. } => "upstream_tls",
-            ConnectError::Sasl(_) => "upstream_sasl",
         }
     }
 }
@@ -61,8 +56,6 @@ impl ConnectError {
 pub enum SetupError {
     #[error("tls: {0}")]
     Tls(#[from] TlsSetupError),
-    #[error(transparent)]
-    Sasl(#[from] sasl::SaslSetupError),
 }
 
 /// Why an accepted client connection could not be set up.
@@ -200,63 +193,40 @@ impl AsyncWrite for WriteHalf {
     }
 }
 
-/// Opens connections to the brokers of one cluster. Cheap to clone.
+/// Opens byte streams to the brokers of one cluster: TCP, then TLS when the cluster has `tls`.
+/// Cheap to clone.
 #[derive(Clone, Debug, Default)]
-pub struct Connector {
+pub struct Transport {
     tls: Option<tls::ClientTls>,
-    /// The gateway's own SASL credentials, when the cluster has `sasl`.
-    sasl: Option<Arc<sasl::Credentials>>,
 }
 
-impl Connector {
+impl Transport {
     /// Plain TCP, no transport security (tests, tools, clusters without security settings).
     pub fn plain() -> Self {
-        Connector::default()
+        Transport::default()
     }
 
-    /// The connector for `cluster`'s transport settings.
+    /// The transport for `cluster`'s `tls` settings.
     pub fn for_cluster(cluster: &ClusterConfig) -> Result<Self, SetupError> {
         let tls = cluster.tls.as_ref().map(tls::ClientTls::new).transpose()?;
-        Ok(Connector {
-            tls,
-            sasl: sasl::Credentials::for_cluster(cluster.sasl.as_ref())?,
-        })
+        Ok(Transport { tls })
     }
 
-    /// This connector, authenticating every connection with `creds` (or not, with `None`).
-    pub fn with_sasl(mut self, creds: Option<Arc<sasl::Credentials>>) -> Self {
-        self.sasl = creds;
-        self
-    }
-
-    /// The same transport without the gateway's SASL authentication: for the upstream
-    /// connection of a proxied client, which authenticates itself through the gateway.
-    pub fn for_passthrough(&self) -> Self {
-        self.clone().with_sasl(None)
-    }
-
-    /// The SASL credentials this connector authenticates with.
-    pub fn sasl(&self) -> Option<&Arc<sasl::Credentials>> {
-        self.sasl.as_ref()
-    }
-
-    /// A connector to the gateway's own listener served by `acceptor`: plain when the listener
-    /// is plain; with TLS, trusting exactly the certificate the listener serves (across
-    /// reloads) and, when the listener requires client certificates, presenting that same
-    /// certificate. No SASL (add it with [`Self::with_sasl`]).
+    /// The transport to the gateway's own listener served by `acceptor`: plain when the
+    /// listener is plain; with TLS, trusting exactly the certificate the listener serves
+    /// (across reloads) and, when the listener requires client certificates, presenting that
+    /// same certificate.
     pub fn to_own_listener(acceptor: &Acceptor) -> Result<Self, SetupError> {
         let tls = acceptor
             .tls
             .as_ref()
             .map(|t| t.pinned_client())
             .transpose()?;
-        Ok(Connector { tls, sasl: None })
+        Ok(Transport { tls })
     }
 
-    /// Connect to `addr` (`host:port`); `timeout` bounds the whole set-up (TCP, TLS, then the
-    /// gateway's SASL authentication when configured).
+    /// Connect to `addr` (`host:port`); `timeout` bounds TCP and the TLS handshake.
     pub async fn connect(&self, addr: &str, timeout: Duration) -> Result<Stream, ConnectError> {
-        let started = Instant::now();
         let setup = async {
             let tcp = TcpStream::connect(addr)
                 .await
@@ -270,20 +240,12 @@ impl Connector {
                 Some(t) => t.handshake(addr, tcp).await,
             }
         };
-        let stream =
-            tokio::time::timeout(timeout, setup)
-                .await
-                .map_err(|_| ConnectError::Timeout {
-                    addr: addr.to_string(),
-                    after: timeout,
-                })??;
-        match &self.sasl {
-            None => Ok(stream),
-            Some(creds) => {
-                let left = timeout.saturating_sub(started.elapsed());
-                Ok(sasl::authenticate(stream, addr, creds, left).await?)
-            }
-        }
+        tokio::time::timeout(timeout, setup)
+            .await
+            .map_err(|_| ConnectError::Timeout {
+                addr: addr.to_string(),
+                after: timeout,
+            })?
     }
 }
 

@@ -1,7 +1,7 @@
 //! Unit tests of `tls.rs`.
 
 use super::*;
-use crate::net::{Acceptor, Connector};
+use crate::net::{Acceptor, Transport};
 
 /// A self-signed certificate for 127.0.0.1 / localhost with common name `cn`: (cert PEM, key PEM).
 fn mint(cn: &str) -> (String, String) {
@@ -257,7 +257,7 @@ async fn own_listener_connector_trusts_exactly_the_served_certificate() {
     let other = Acceptor {
         tls: Some(ServerTls::new(&other_cfg).unwrap()),
     };
-    let connector = Connector::to_own_listener(&mine).unwrap();
+    let connector = Transport::to_own_listener(&mine).unwrap();
     let (addr, _t1) = tls_listener(mine).await;
     let (other_addr, _t2) = tls_listener(other).await;
 

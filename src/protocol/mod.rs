@@ -2,15 +2,14 @@
 //! of the few messages the gateway must read or rewrite.
 //!
 //! Owns: byte-level parsing and encoding. Everything here is synchronous and pure except
-//! [`frame::read_frame`] (reads one frame from an async stream) and [`client`] (a small client
-//! for gateway-originated requests).
-//! Must not touch: connection management, metrics, configuration, or any gateway state.
+//! [`frame::read_frame`] (reads one frame from an async stream).
+//! Must not touch: connection management (the gateway's own Kafka client is `client/`),
+//! metrics, configuration, or any gateway state.
 //! Callers pass in what a rewrite needs (e.g. an [`rewrite::AddressMap`]).
 
 pub mod admin_refusal;
 pub mod barrier;
 pub mod batch;
-pub mod client;
 pub mod codec;
 pub mod enforce;
 pub mod fetch_filter;

@@ -132,7 +132,7 @@ pub trait InitProducerIds {
     ) -> impl std::future::Future<Output = Result<InitProducerIdResponse, String>> + Send;
 }
 
-impl InitProducerIds for crate::protocol::client::KafkaClient {
+impl InitProducerIds for crate::client::KafkaClient {
     async fn init_producer_id(
         &mut self,
         req: &InitProducerIdRequest,

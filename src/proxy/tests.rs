@@ -136,7 +136,7 @@ async fn connect_with_principal_limits(
             tls: None,
             sasl: None,
         },
-        crate::net::Connector::plain(),
+        crate::client::Connector::plain(),
         metrics.clone(),
     );
     let (host, port) = upstream.rsplit_once(':').unwrap();

@@ -10,9 +10,9 @@ use kafka_protocol::messages::DescribeConfigsRequest;
 use kafka_protocol::protocol::StrBytes;
 use tokio::sync::watch;
 
+use crate::client::{PartitionRequestError, EARLIEST};
 use crate::cluster::ClusterView;
 use crate::protocol::batch::{control_marker, BatchWalker, ControlType};
-use crate::protocol::client::{PartitionRequestError, EARLIEST};
 
 use super::registry::PsmRegistry;
 use super::slot::{Rebuilt, SlotError};
@@ -235,7 +235,7 @@ pub async fn broker_expiration(
     addr: &str,
     node_id: i32,
     timeout: Duration,
-) -> Result<(Option<i64>, Option<i64>), crate::protocol::client::ClientError> {
+) -> Result<(Option<i64>, Option<i64>), crate::client::ClientError> {
     let mut client = cluster.client(addr, timeout).await?;
     let req =
         DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()

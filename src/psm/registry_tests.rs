@@ -73,7 +73,7 @@ fn cluster() -> Arc<crate::cluster::ClusterView> {
             tls: None,
             sasl: None,
         },
-        crate::net::Connector::plain(),
+        crate::client::Connector::plain(),
         crate::metrics::Metrics::new(),
     )
 }

@@ -11,7 +11,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
-use mirrorgate::protocol::client::KafkaClient;
+use mirrorgate::client::KafkaClient;
 use serde_json::json;
 
 use crate::Clusters;

@@ -24,8 +24,8 @@ use kafka_protocol::messages::{
     ProduceRequest, RequestHeader, TopicName,
 };
 use kafka_protocol::protocol::{Encodable, HeaderVersion, StrBytes};
+use mirrorgate::client::KafkaClient;
 use mirrorgate::protocol::batch::BatchWalker;
-use mirrorgate::protocol::client::KafkaClient;
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -281,10 +281,7 @@ async fn connection(
                 Err(e) => {
                     st.error(format!("fetch: {e}"));
                     // A partition-level error leaves the connection usable.
-                    matches!(
-                        e,
-                        mirrorgate::protocol::client::PartitionRequestError::Partition(_)
-                    )
+                    matches!(e, mirrorgate::client::PartitionRequestError::Partition(_))
                 }
             }
         };

@@ -12,7 +12,7 @@ use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{MetadataRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use mirrorgate::app::Gateway;
-use mirrorgate::protocol::client::{KafkaClient, LATEST};
+use mirrorgate::client::{KafkaClient, LATEST};
 use serde_json::json;
 
 use crate::process::CpuMeter;

@@ -31,7 +31,7 @@ use std::time::Duration;
 use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
 use kafka_protocol::messages::{BrokerId, CreateTopicsRequest, DeleteTopicsRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use mirrorgate::protocol::client::KafkaClient;
+use mirrorgate::client::KafkaClient;
 use serde_json::Value;
 
 use crate::latency::{self, Latency};

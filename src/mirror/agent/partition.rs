@@ -26,9 +26,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::watch;
 
+use crate::client::{KafkaClient, EARLIEST, LATEST};
 use crate::mirror::PartitionState;
 use crate::protocol::batch::{BatchHeader, BatchWalker};
-use crate::protocol::client::{KafkaClient, EARLIEST, LATEST};
 
 use super::offsets::PartitionMap;
 use super::{wire, MirrorAgent, PartStats};
@@ -204,13 +204,9 @@ impl Task {
 
     async fn dest_start(&self) -> Step<i64> {
         let mut c = self.dest_reader().await?;
-        c.list_offset(
-            &self.topic,
-            self.partition,
-            crate::protocol::client::EARLIEST,
-        )
-        .await
-        .map_err(|e| Halt::Retry(e.to_string()))
+        c.list_offset(&self.topic, self.partition, crate::client::EARLIEST)
+            .await
+            .map_err(|e| Halt::Retry(e.to_string()))
     }
 
     /// The first batch (header and CRC) of the destination at `offset`.
@@ -269,10 +265,7 @@ impl Task {
         })
     }
 
-    async fn source_fetch(
-        &mut self,
-        offset: i64,
-    ) -> Step<crate::protocol::client::FetchedPartition> {
+    async fn source_fetch(&mut self, offset: i64) -> Step<crate::client::FetchedPartition> {
         self.source_client().await?;
         let Some(c) = self.src.as_mut() else {
             return Err(Halt::Retry("no source connection".into()));

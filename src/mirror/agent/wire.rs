@@ -20,8 +20,8 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::net::Connector;
-use crate::protocol::client::{ClientError, FetchedPartition, KafkaClient};
+use crate::client::Connector;
+use crate::client::{ClientError, FetchedPartition, KafkaClient, RequestError};
 
 /// Topic configs copied from the source when the agent creates a destination topic.
 pub const COPIED_CONFIGS: [&str; 4] = [
@@ -147,8 +147,11 @@ pub async fn metadata_of(
             Err(e) => last = Some(e),
         }
     }
-    Err(last.unwrap_or(ClientError::Closed {
-        addr: "no bootstrap address".into(),
+    Err(last.unwrap_or_else(|| {
+        RequestError::Closed {
+            addr: "no bootstrap address".into(),
+        }
+        .into()
     }))
 }
 

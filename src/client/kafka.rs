@@ -1,6 +1,12 @@
-//! A minimal Kafka client for gateway-originated requests (metadata refresh, later barrier
-//! writes and producer-state queries). One connection, one request at a time, correlation ids
-//! of its own.
+//! A minimal Kafka client for gateway-originated requests (metadata refresh, barrier writes,
+//! producer-state queries, the mirror agent's fetches and appends). One connection, one request
+//! (or one pipelined burst) at a time, correlation ids of its own.
+//!
+//! Owns: encoding a request with its header and length prefix, matching the response by
+//! correlation id and decoding it, the per-request timeout, and the partition-level helpers
+//! (ListOffsets, Fetch of one partition).
+//! Must not touch: how the connection is opened (that is [`super::Connector`]), retries, or
+//! any gateway state.
 
 use std::time::Duration;
 
@@ -9,15 +15,24 @@ use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 use tokio::io::AsyncWriteExt;
 
-use crate::net::{ConnectError, Connector, Stream};
+use crate::net::Stream;
+use crate::protocol::frame::{read_frame, FrameError};
 
-use super::frame::{read_frame, FrameError};
+use super::{ConnectError, Connector};
 
-/// Why a gateway-originated request failed.
+/// Why a gateway-originated request failed: the connection could not be opened, or a request
+/// on it failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     #[error(transparent)]
     Connect(#[from] ConnectError),
+    #[error(transparent)]
+    Request(#[from] RequestError),
+}
+
+/// Why a request on an open connection failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
     #[error("{what} to {addr} timed out after {after:?}")]
     Timeout {
         what: &'static str,
@@ -101,8 +116,18 @@ impl KafkaClient {
         req: &R,
         version: i16,
     ) -> Result<R::Response, ClientError> {
-        let mut v = self.send_pipelined(req, version, 1).await?;
-        v.pop().ok_or_else(|| ClientError::Closed {
+        Ok(self.request(req, version).await?)
+    }
+
+    /// [`Self::send`], with the error of a request on an open connection (no connect error
+    /// can happen here).
+    pub async fn request<R: Request>(
+        &mut self,
+        req: &R,
+        version: i16,
+    ) -> Result<R::Response, RequestError> {
+        let mut v = self.pipelined(req, version, 1).await?;
+        v.pop().ok_or_else(|| RequestError::Closed {
             addr: self.addr.clone(),
         })
     }
@@ -116,8 +141,17 @@ impl KafkaClient {
         version: i16,
         n: usize,
     ) -> Result<Vec<R::Response>, ClientError> {
+        Ok(self.pipelined(req, version, n).await?)
+    }
+
+    async fn pipelined<R: Request>(
+        &mut self,
+        req: &R,
+        version: i16,
+        n: usize,
+    ) -> Result<Vec<R::Response>, RequestError> {
         let api = ApiKey::try_from(R::KEY).unwrap_or(ApiKey::ApiVersions);
-        let enc = |e: anyhow::Error| ClientError::Encode {
+        let enc = |e: anyhow::Error| RequestError::Encode {
             api,
             version,
             reason: e.to_string(),
@@ -149,7 +183,7 @@ impl KafkaClient {
                 Ok(()) => self.stream.flush().await,
                 Err(e) => Err(e),
             };
-            sent.map_err(|e| ClientError::Frame {
+            sent.map_err(|e| RequestError::Frame {
                 addr: addr.clone(),
                 source: e.into(),
             })?;
@@ -157,24 +191,24 @@ impl KafkaClient {
             for _ in 0..n {
                 let frame = read_frame(&mut self.stream, &mut self.buf, 256 * 1024 * 1024)
                     .await
-                    .map_err(|source| ClientError::Frame {
+                    .map_err(|source| RequestError::Frame {
                         addr: addr.clone(),
                         source,
                     })?
-                    .ok_or_else(|| ClientError::Closed { addr: addr.clone() })?;
+                    .ok_or_else(|| RequestError::Closed { addr: addr.clone() })?;
                 frames.push(frame);
             }
-            Ok::<_, ClientError>(frames)
+            Ok::<_, RequestError>(frames)
         };
         let frames =
             tokio::time::timeout(timeout, fut)
                 .await
-                .map_err(|_| ClientError::Timeout {
+                .map_err(|_| RequestError::Timeout {
                     what: "request",
                     addr: self.addr.clone(),
                     after: timeout,
                 })??;
-        let dec = |e: anyhow::Error| ClientError::Decode {
+        let dec = |e: anyhow::Error| RequestError::Decode {
             api,
             version,
             addr: self.addr.clone(),
@@ -190,7 +224,7 @@ impl KafkaClient {
             )
             .map_err(dec)?;
             if rh.correlation_id != want {
-                return Err(ClientError::Correlation {
+                return Err(RequestError::Correlation {
                     addr: self.addr.clone(),
                     got: rh.correlation_id,
                     want,
