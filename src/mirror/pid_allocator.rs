@@ -22,8 +22,8 @@
 //! screening remains the fallback for whatever it did not cover. Idempotent: a resumed failover
 //! runs it again and finds every broker already past the target (one request per broker).
 //!
-//! Owns: the policy ([`advance`]), its I/O seam ([`IdSource`]; [`ClusterIds`] is the real one,
-//! over the gateway's own connections to the destination brokers), and the step's metrics and
+//! Owns: the policy ([`advance`]), its I/O seam ([`IdSource`]; [`ClusterIds`], in its own child
+//! module, is the real one, over the gateway's own connections to the destination brokers), and the step's metrics and
 //! last outcome per mirror ([`PidAllocator`]). Must not touch: the screening set (it is given
 //! the ids), mirror states.
 
@@ -33,14 +33,16 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kafka_protocol::messages::InitProducerIdRequest;
 use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts};
 use serde::Serialize;
 
-use crate::client::KafkaClient;
 use crate::cluster::ClusterView;
 use crate::config::PidAllocatorConfig;
 use crate::metrics::Metrics;
+
+mod cluster_ids;
+
+pub use cluster_ids::ClusterIds;
 
 /// COORDINATOR_LOAD_IN_PROGRESS (the broker waits for its next block of ids) and
 /// COORDINATOR_NOT_AVAILABLE: ask again.
@@ -417,74 +419,6 @@ fn cap_reason(beyond: usize, max_ids: u64, low: i64) -> String {
         "{beyond} screened producer ids lie more than {max_ids} ids above the lowest broker position {low} \
          (failover.pid_allocator.max_ids); they are left to screening"
     )
-}
-
-/// The real [`IdSource`]: the gateway's own connections to the destination brokers (the
-/// cluster's TLS and SASL), kept between calls and dropped after an error.
-pub struct ClusterIds {
-    cluster: Arc<ClusterView>,
-    timeout: Duration,
-    idle: Mutex<HashMap<i32, Vec<KafkaClient>>>,
-}
-
-impl ClusterIds {
-    /// `timeout` bounds connecting and each pipelined round.
-    pub fn new(cluster: Arc<ClusterView>, timeout: Duration) -> Self {
-        ClusterIds {
-            cluster,
-            timeout,
-            idle: Mutex::new(HashMap::new()),
-        }
-    }
-}
-
-impl IdSource for ClusterIds {
-    async fn fresh_ids(&self, node: i32, n: usize) -> Result<Vec<IdAnswer>, String> {
-        let addr = self
-            .cluster
-            .broker_addr(node)
-            .ok_or_else(|| format!("broker {node} is not in the destination's metadata"))?;
-        let pooled = self
-            .idle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_mut(&node)
-            .and_then(|v| v.pop());
-        let mut client = match pooled {
-            Some(c) if c.addr() == addr => c,
-            _ => self
-                .cluster
-                .client(&addr, self.timeout)
-                .await
-                .map_err(|e| e.to_string())?,
-        };
-        // Idempotent (no transactional id): the broker hands out an id and keeps no state.
-        let req = InitProducerIdRequest::default()
-            .with_transactional_id(None)
-            .with_transaction_timeout_ms(60_000)
-            .with_producer_id((-1).into())
-            .with_producer_epoch(-1);
-        let answers = client
-            .send_pipelined(&req, 4, n)
-            .await
-            .map_err(|e| e.to_string())?;
-        self.idle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(node)
-            .or_default()
-            .push(client);
-        Ok(answers
-            .into_iter()
-            .map(|r| {
-                if r.error_code == 0 {
-                    Ok(r.producer_id.0)
-                } else {
-                    Err(r.error_code)
-                }
-            })
-            .collect())
-    }
 }
 
 /// The failover step: configuration, metrics and the last outcome per mirror.

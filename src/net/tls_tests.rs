@@ -1,7 +1,8 @@
 //! Unit tests of `tls.rs`.
 
 use super::*;
-use crate::net::{Acceptor, Transport};
+use crate::config::ClusterTlsConfig;
+use crate::net::{Acceptor, ConnectError, Transport};
 
 /// A self-signed certificate for 127.0.0.1 / localhost with common name `cn`: (cert PEM, key PEM).
 fn mint(cn: &str) -> (String, String) {

@@ -5,11 +5,15 @@
 
 use super::*;
 use kafka_protocol::messages::{
-    add_partitions_to_txn_request as aptq, alter_configs_request as acq,
-    create_partitions_request as cpq, delete_records_request as drq, delete_topics_request as dtq,
-    elect_leaders_request as elq, incremental_alter_configs_request as iacq,
-    write_txn_markers_request as wtmq, AddPartitionsToTxnResponse, AlterConfigsResponse,
-    CreatePartitionsResponse, DeleteRecordsResponse, DeleteTopicsResponse, ElectLeadersResponse,
+    add_partitions_to_txn_request as aptq, add_partitions_to_txn_response as aptr,
+    alter_configs_request as acq, alter_configs_response as acr, create_partitions_request as cpq,
+    create_partitions_response as cpr, delete_records_request as drq,
+    delete_records_response as drr, delete_topics_request as dtq, delete_topics_response as dtr,
+    elect_leaders_request as elq, elect_leaders_response as elr,
+    incremental_alter_configs_request as iacq, incremental_alter_configs_response as iacr,
+    write_txn_markers_request as wtmq, write_txn_markers_response as wtmr,
+    AddPartitionsToTxnResponse, AlterConfigsResponse, CreatePartitionsResponse,
+    DeleteRecordsResponse, DeleteTopicsResponse, ElectLeadersResponse,
     IncrementalAlterConfigsResponse, RequestHeader, TopicName, WriteTxnMarkersResponse,
 };
 use kafka_protocol::protocol::HeaderVersion;

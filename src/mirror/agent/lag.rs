@@ -1,0 +1,144 @@
+//! The agent's lag: the live figures of each partition task and the scrape-time collector of
+//! `mirrorgate_mirror_lag_records` and `mirrorgate_mirror_lag_seconds`.
+//!
+//! Owns: what a task reports of its progress and how it becomes metrics.
+//! Must not touch: the tasks themselves (they update [`PartStats`]), the offset map.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Weak;
+
+use prometheus::Opts;
+
+use super::{lock, Agent};
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Live figures of one partition task (lag).
+#[derive(Debug)]
+pub struct PartStats {
+    /// Next source offset to mirror (-1: not known yet).
+    pub(super) next_source: AtomicI64,
+    /// Source high watermark from the last fetch (-1: not known yet).
+    pub(super) high_watermark: AtomicI64,
+    /// Max timestamp of the last mirrored batch (-1: none yet).
+    pub(super) last_ts: AtomicI64,
+    /// Max timestamp of the first batch not mirrored yet (used before anything was mirrored).
+    pub(super) pending_ts: AtomicI64,
+}
+
+impl Default for PartStats {
+    fn default() -> Self {
+        PartStats {
+            next_source: AtomicI64::new(-1),
+            high_watermark: AtomicI64::new(-1),
+            last_ts: AtomicI64::new(-1),
+            pending_ts: AtomicI64::new(-1),
+        }
+    }
+}
+
+impl PartStats {
+    /// (records, seconds) behind the source, when known.
+    pub fn lag(&self) -> Option<(i64, f64)> {
+        let next = self.next_source.load(Ordering::Relaxed);
+        let hw = self.high_watermark.load(Ordering::Relaxed);
+        if next < 0 || hw < 0 {
+            return None;
+        }
+        let records = (hw - next).max(0);
+        if records == 0 {
+            return Some((0, 0.0));
+        }
+        let ts = match self.last_ts.load(Ordering::Relaxed) {
+            t if t >= 0 => t,
+            _ => self.pending_ts.load(Ordering::Relaxed),
+        };
+        let secs = if ts >= 0 {
+            (now_ms() - ts).max(0) as f64 / 1000.0
+        } else {
+            0.0
+        };
+        Some((records, secs))
+    }
+}
+
+/// Scrape-time collector of `mirrorgate_mirror_lag_records` and `mirrorgate_mirror_lag_seconds`:
+/// per partition, or (with `metrics.per_partition: false`) the largest lag of each topic. Built
+/// from the running partition tasks at each scrape, so series of stopped or deleted partitions
+/// disappear.
+pub(super) struct LagCollector {
+    agent: Weak<Agent>,
+    per_partition: bool,
+    records: prometheus::IntGaugeVec,
+    seconds: prometheus::GaugeVec,
+}
+
+impl LagCollector {
+    pub(super) fn new(agent: Weak<Agent>, per_partition: bool) -> Result<Self, prometheus::Error> {
+        let labels: &[&str] = if per_partition {
+            &["mirror", "topic", "partition"]
+        } else {
+            &["mirror", "topic"]
+        };
+        Ok(LagCollector {
+            agent,
+            per_partition,
+            records: prometheus::IntGaugeVec::new(
+                Opts::new(
+                    "mirrorgate_mirror_lag_records",
+                    "Records the built-in agent is behind the source (high watermark - next offset).",
+                ),
+                labels,
+            )?,
+            seconds: prometheus::GaugeVec::new(
+                Opts::new(
+                    "mirrorgate_mirror_lag_seconds",
+                    "Seconds the built-in agent is behind the source (0 when caught up).",
+                ),
+                labels,
+            )?,
+        })
+    }
+}
+
+impl prometheus::core::Collector for LagCollector {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        let mut d = self.records.desc();
+        d.extend(self.seconds.desc());
+        d
+    }
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        self.records.reset();
+        self.seconds.reset();
+        if let Some(agent) = self.agent.upgrade() {
+            for m in &agent.mirrors {
+                let tasks = lock(&m.tasks);
+                for ((t, p), slot) in tasks.iter() {
+                    if slot.handle.as_ref().is_none_or(|h| h.is_finished()) {
+                        continue;
+                    }
+                    if let Some((r, s)) = slot.stats.lag() {
+                        if self.per_partition {
+                            let ps = p.to_string();
+                            self.records.with_label_values(&[&m.name, t, &ps]).set(r);
+                            self.seconds.with_label_values(&[&m.name, t, &ps]).set(s);
+                        } else {
+                            let rg = self.records.with_label_values(&[&m.name, t]);
+                            rg.set(rg.get().max(r));
+                            let sg = self.seconds.with_label_values(&[&m.name, t]);
+                            sg.set(sg.get().max(s));
+                        }
+                    }
+                }
+            }
+        }
+        let mut out = prometheus::core::Collector::collect(&self.records);
+        out.extend(prometheus::core::Collector::collect(&self.seconds));
+        out
+    }
+}
