@@ -270,3 +270,55 @@ fn anchors_follow_the_heading_rule_and_number_repeats() {
         BTreeSet::from(["a-b-c".to_string(), "tests".into(), "tests-1".into()])
     );
 }
+
+/// Repository paths (`src/….rs`, `integration/…`, `fuzz/…`, `benches/…`) written in a text.
+fn repo_paths(text: &str) -> Vec<String> {
+    let path_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '/' | '_' | '-' | '.');
+    let mut out = Vec::new();
+    for prefix in ["src/", "integration/", "fuzz/", "benches/"] {
+        let mut rest = text;
+        while let Some(i) = rest.find(prefix) {
+            let before = text.len() - rest.len() + i;
+            let starts_word = text[..before]
+                .chars()
+                .next_back()
+                .is_none_or(|c| !path_char(c));
+            let len = rest[i..]
+                .find(|c: char| !path_char(c))
+                .unwrap_or(rest.len() - i);
+            let path = rest[i..i + len].trim_end_matches('.');
+            if starts_word && path.len() > prefix.len() && !path.contains('*') {
+                out.push(path.to_string());
+            }
+            rest = &rest[i + len.max(1)..];
+        }
+    }
+    out
+}
+
+#[test]
+fn every_repository_path_the_docs_name_exists() {
+    let mut missing = Vec::new();
+    for page in markdown_pages() {
+        let text = std::fs::read_to_string(&page).expect("page");
+        for path in repo_paths(&text) {
+            if !repo().join(&path).exists() {
+                missing.push(format!("{}: {path}", page.display()));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "paths that do not exist:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn repository_paths_are_found_inside_prose_and_not_inside_other_words() {
+    let text = "see `src/proxy/connection.rs` and integration/rig. Not mysrc/x.rs or src/*.rs";
+    assert_eq!(
+        repo_paths(text),
+        vec!["src/proxy/connection.rs", "integration/rig"]
+    );
+}
