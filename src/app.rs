@@ -179,6 +179,7 @@ impl Gateway {
                 &metrics,
                 Some(registry.clone()),
                 cluster.clone(),
+                crate::mirror::fault_hooks::FaultHooks::from_env(),
             );
             let _ = metrics
                 .registry()

@@ -89,6 +89,8 @@ pub async fn check_all(
         "Recorded barriers of STOPPED partitions that the partition's log no longer holds (checked at start): the duplicate-ack guard is off for them; GET /v1/mirrors/NAME/partitions says why (barrier_missing).",
     )
     .expect("valid metric");
+    // Already registered (a second instance in one process) keeps the first; not a
+    // transition result.
     let _ = metrics.registry().register(Box::new(gauge.clone()));
     let mut missing = 0;
     for b in ctl.recorded_barriers() {

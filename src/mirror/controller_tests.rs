@@ -1,8 +1,14 @@
 //! Unit tests of the controller's decisions for admin requests and of overlapping mirror regexes,
 //! over a cluster view filled by hand (no broker).
 
+use super::super::barrier_io::OwnBarrier;
+use super::super::screening::SCREEN_FILE;
+use super::super::state::BarrierKind;
 use super::*;
 use crate::cluster::{Snapshot, TopicInfo};
+use crate::protocol::barrier::{encode_barrier_batch, BarrierValue, BARRIER_TIMESTAMP};
+use crate::protocol::batch::BatchWalker;
+use std::collections::HashMap;
 
 const CONFIG: &str = r#"destination:
   bootstrap: ["127.0.0.1:1"]
@@ -53,7 +59,7 @@ fn controller_in(
         partitions,
         ..Snapshot::default()
     });
-    let ctl = MirrorController::new(&cfg, store, &metrics, None, cluster);
+    let ctl = MirrorController::new(&cfg, store, &metrics, None, cluster, FaultHooks::default());
     ctl.sync_partitions();
     (ctl, metrics, dir)
 }
@@ -213,7 +219,7 @@ fn concurrent_screening_writers_never_leave_an_older_or_torn_set() {
                 std::thread::spawn(move || {
                     let pid = round * 10 + t;
                     {
-                        let mut s = lock(&ctl.screen);
+                        let mut s = ctl.screening.lock();
                         s.insert(
                             pid,
                             ScreenEntry {
@@ -242,7 +248,7 @@ fn concurrent_screening_writers_never_leave_an_older_or_torn_set() {
             serde_json::from_slice(&std::fs::read(&path).unwrap())
                 .unwrap_or_else(|e| panic!("round {round}: torn screening set: {e}"));
         let mut disk: Vec<i64> = on_disk.keys().copied().collect();
-        let mut mem: Vec<i64> = lock(&ctl.screen).keys().copied().collect();
+        let mut mem: Vec<i64> = ctl.screening.lock().keys().copied().collect();
         disk.sort();
         mem.sort();
         assert_eq!(disk, mem, "round {round}: the file lost an update");
@@ -257,9 +263,15 @@ fn a_mirror_write_answered_by_the_broker_leaves_no_unknown_outcome() {
         .admit(ListenerKind::Mirror, "orders", 1)
         .unwrap()
         .expect("a mirror write is counted");
-    assert_eq!(ctl.writes("orders", 1).in_flight.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        ctl.admission
+            .writes("orders", 1)
+            .in_flight
+            .load(Ordering::SeqCst),
+        1
+    );
     g.answered();
-    let w = ctl.writes("orders", 1);
+    let w = ctl.admission.writes("orders", 1);
     assert_eq!(w.in_flight.load(Ordering::SeqCst), 0);
     assert_eq!(w.unknown.load(Ordering::SeqCst), 0);
     assert!(!metrics
@@ -276,7 +288,7 @@ fn a_mirror_write_released_without_an_answer_counts_as_unknown_outcome() {
         .unwrap()
         .expect("a mirror write is counted");
     drop(g);
-    let w = ctl.writes("orders", 2);
+    let w = ctl.admission.writes("orders", 2);
     assert_eq!(
         w.in_flight.load(Ordering::SeqCst),
         0,
@@ -372,7 +384,14 @@ fn controller_with_psm(psm_yaml: &str) -> (Arc<MirrorController>, tempfile::Temp
         metrics.clone(),
     );
     let registry = PsmRegistry::new(&cfg, Some(store.clone()), &metrics);
-    let ctl = MirrorController::new(&cfg, store, &metrics, Some(registry), cluster);
+    let ctl = MirrorController::new(
+        &cfg,
+        store,
+        &metrics,
+        Some(registry),
+        cluster,
+        FaultHooks::default(),
+    );
     (ctl, dir)
 }
 
@@ -388,10 +407,10 @@ fn a_screened_producer_id_stays_protected_for_the_clock_skew_margin() {
     };
     let settings = "  expiration_ms: 1000\n  expiration_check_interval_ms: 1000\n";
     let (with_margin, _d1) = controller_with_psm(settings);
-    lock(&with_margin.screen).insert(42, entry);
+    with_margin.screening.lock().insert(42, entry);
     assert!(with_margin.screened(42).is_some(), "within the 60 s margin");
     let (without, _d2) = controller_with_psm(&format!("{settings}  clock_skew_margin_ms: 0\n"));
-    lock(&without.screen).insert(42, entry);
+    without.screening.lock().insert(42, entry);
     assert!(
         without.screened(42).is_none(),
         "8 s past expiry by the gateway's clock"

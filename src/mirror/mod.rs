@@ -1,22 +1,36 @@
 //! Mirrors: the mirror controller, failover and the built-in mirror agent live here
 //! (docs/architecture.md: the parts, the partition states, the barrier).
 //!
-//! Owns: [`controller`] — the running controller: partition states of every mirror, read-only
-//! checks, fencing, the failover executor and PID screening; [`pid_allocator`] — the failover
-//! step that advances the destination brokers' producer-id allocators past the screened ids; and [`state`] — the per-partition state machine of a mirror (MIRRORING, PAUSED,
-//! STOPPING, STOPPED, FAILED), the per-partition failover progress that lets a restarted gateway
-//! resume a failover from its last persisted step, and the versioned JSON persistence format of
-//! both. The state machine is pure data and rules: it performs no I/O, talks to no broker and
-//! knows nothing about networking; the controller (later) drives it, writes barriers
-//! (`protocol::barrier`) and saves records through the state store (`state`).
+//! Owns: [`controller`] — the one mirror type the rest of the gateway holds, wiring the parts
+//! below and answering the admin calls; [`admission`] — the read-only and fencing decisions on
+//! the produce path and the mirror writes in flight; [`records`] — the mirror records and their
+//! persistence (memory never ahead of disk); [`screening`] — the PID screening set;
+//! [`failover`] — the failover step executor over the [`failover::FailoverIo`] seam, whose real
+//! implementation is [`barrier_io`] (barrier writes, the barrier's producer id, PSM clearing);
+//! [`fault_hooks`] — the fault-injection hooks, read once at start; [`mirror_metrics`] — the
+//! metrics; [`pid_allocator`] — the failover step that advances the destination brokers'
+//! producer-id allocators past the screened ids; [`barrier_check`] — the start-up check of
+//! recorded barriers against the logs; [`permissions`]; [`agent`] — the built-in mirror agent;
+//! and [`state`] — the per-partition state machine of a mirror (MIRRORING, PAUSED, STOPPING,
+//! STOPPED, FAILED), the per-partition failover progress that lets a restarted gateway resume a
+//! failover from its last persisted step, and the versioned JSON persistence format of both.
+//! The state machine is pure data and rules: it performs no I/O, talks to no broker and knows
+//! nothing about networking.
 //!
 //! Must not touch: sockets, the state store's file layout, the PSM's contents.
 
+pub mod admission;
 pub mod agent;
 pub mod barrier_check;
+pub mod barrier_io;
 pub mod controller;
+pub mod failover;
+pub mod fault_hooks;
+pub mod mirror_metrics;
 pub mod permissions;
 pub mod pid_allocator;
+pub mod records;
+pub mod screening;
 pub mod state;
 
 pub use state::{

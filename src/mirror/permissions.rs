@@ -42,6 +42,8 @@ impl PermissionCheck {
             "Permissions the gateway's own principal lacks on the destination for its protection work (barrier writes, producer-state rebuilds, PID screening, expiry settings); 0 when nothing is missing. Each is logged at ERROR and listed in /readyz warnings.",
         )
         .expect("valid metric");
+        // Already registered (a second instance in one process) keeps the first; not a
+        // transition result.
         let _ = metrics.registry().register(Box::new(gauge.clone()));
         PermissionCheck {
             missing: Mutex::new(Vec::new()),

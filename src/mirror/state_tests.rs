@@ -2,6 +2,7 @@
 
 use super::*;
 use proptest::prelude::*;
+use std::collections::HashSet;
 use PartitionState::*;
 
 /// The expected rule for every pair, written out independently of [`TRANSITIONS`]:

@@ -1,0 +1,429 @@
+//! The failover's real I/O ([`KafkaFailoverIo`], the [`FailoverIo`] of the running gateway):
+//! stopping the built-in agent, finding and writing barriers in the destination partitions'
+//! logs, the barrier's producer id, the PSM reads and the clearing at the barrier, and the
+//! producer-id allocator step.
+//!
+//! The barrier is an ABORT transaction marker (WriteTxnMarkers) of an idempotent producer id no
+//! producer of the partitions uses, recorded before it is written; the data barrier is the
+//! fallback (`failover.barrier`, docs/failover.md).
+//!
+//! Owns: the requests a failover sends to the destination brokers ([`write`]: barrier writes,
+//! [`producer_id`]: the barrier's producer id), the reading of partitions' log tails, and what
+//! a failover reads and clears of the PSM ([`KafkaFailoverIo::clear_psm`]). Must not touch: the
+//! mirror records and the order of the steps (`mirror/failover.rs`), the PSM's rules.
+
+mod producer_id;
+mod write;
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicI64;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use crate::cluster::ClusterView;
+use crate::config::BarrierMode;
+use crate::protocol::barrier::parse_barrier;
+use crate::protocol::batch::{BatchHeader, BatchWalker};
+use crate::psm::registry::PsmRegistry;
+
+use super::admission::Admission;
+use super::failover::{
+    BarrierWrites, FailoverIo, FoundBarrier, InUse, NewProducer, PartitionKey, ProducerIdError,
+    TailBatch, WriteCounts,
+};
+use super::fault_hooks::FaultHooks;
+use super::mirror_metrics::MirrorMetrics;
+use super::pid_allocator::PidAllocator;
+use super::screening::{ScreenEntry, Screening};
+use super::state::{BarrierKind, BarrierProducer};
+
+/// Stops the built-in agent of a mirror; the future ends once its appends in flight are answered.
+pub type AgentStopHook = Arc<
+    dyn Fn(&str) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send + Sync,
+>;
+
+/// Why a partition without a known leader gets no barrier (yet).
+const NO_LEADER: &str = "no leader known for the partition";
+
+/// The failover's I/O against the destination cluster, the PSM and the agent.
+pub struct KafkaFailoverIo {
+    cluster: Arc<ClusterView>,
+    timeout: Duration,
+    psm: Option<Arc<PsmRegistry>>,
+    screening: Arc<Screening>,
+    admission: Arc<Admission>,
+    metrics: Arc<MirrorMetrics>,
+    /// `failover.barrier`: the barrier's form.
+    barrier_mode: BarrierMode,
+    /// Fault hooks (see [`FaultHooks`]): marker answers replaced by an error code, barrier writes
+    /// failing, marker answers lost, the barrier clock shifted.
+    txn_markers_error: Option<i16>,
+    failing_barrier_writes: AtomicI64,
+    lose_marker_answers: AtomicI64,
+    barrier_clock_skew_ms: i64,
+    agent_stop: OnceLock<AgentStopHook>,
+    /// The failover step that advances the brokers' producer-id allocators (review F15).
+    pub pid_allocator: PidAllocator,
+}
+
+impl KafkaFailoverIo {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        cluster: Arc<ClusterView>,
+        timeout: Duration,
+        psm: Option<Arc<PsmRegistry>>,
+        screening: Arc<Screening>,
+        admission: Arc<Admission>,
+        metrics: Arc<MirrorMetrics>,
+        barrier_mode: BarrierMode,
+        hooks: &FaultHooks,
+        pid_allocator: PidAllocator,
+    ) -> Self {
+        KafkaFailoverIo {
+            cluster,
+            timeout,
+            psm,
+            screening,
+            admission,
+            metrics,
+            barrier_mode,
+            txn_markers_error: hooks.txn_markers_error,
+            failing_barrier_writes: AtomicI64::new(hooks.fail_barrier_writes),
+            lose_marker_answers: AtomicI64::new(hooks.lose_marker_answers),
+            barrier_clock_skew_ms: hooks.barrier_clock_skew_ms,
+            agent_stop: OnceLock::new(),
+            pid_allocator,
+        }
+    }
+
+    /// Install the hook that stops the built-in agent at the start of a failover. Only the
+    /// first one counts (the agent installs it once, at start).
+    pub fn set_agent_stop_hook(&self, hook: AgentStopHook) -> Result<(), AgentStopHook> {
+        self.agent_stop.set(hook)
+    }
+
+    /// `parts` grouped by the address of their leader, and those without a known leader.
+    fn by_leader(
+        &self,
+        parts: &[PartitionKey],
+    ) -> (HashMap<String, Vec<PartitionKey>>, Vec<PartitionKey>) {
+        let mut by_leader: HashMap<String, Vec<PartitionKey>> = HashMap::new();
+        let mut leaderless = Vec::new();
+        for p in parts {
+            match self.leader_addr(&p.0, p.1) {
+                Some(a) => by_leader.entry(a).or_default().push(p.clone()),
+                None => leaderless.push(p.clone()),
+            }
+        }
+        (by_leader, leaderless)
+    }
+
+    fn leader_addr(&self, topic: &str, partition: i32) -> Option<String> {
+        self.cluster
+            .topic(topic)
+            .and_then(|t| t.leaders.get(partition as usize).copied())
+            .filter(|l| *l >= 0)
+            .and_then(|l| self.cluster.broker_addr(l))
+    }
+
+    /// Look for this failover's barrier in the log tail of a partition (the last one, when a
+    /// late write made the failover write more than one): a data barrier carrying the failover
+    /// id, or a control batch (ABORT marker) of `producer_id`, the control barrier's recorded
+    /// producer id.
+    async fn find_barrier_in_log(
+        &self,
+        topic: &str,
+        partition: i32,
+        fid: &str,
+        producer_id: Option<i64>,
+    ) -> Option<FoundBarrier> {
+        let addr = self.leader_addr(topic, partition)?;
+        let mut c = self.cluster.client(&addr, self.timeout).await.ok()?;
+        let end = c
+            .list_offset(topic, partition, crate::client::LATEST)
+            .await
+            .ok()?;
+        let start = c
+            .list_offset(topic, partition, crate::client::EARLIEST)
+            .await
+            .ok()?;
+        // The barrier follows the last mirrored batch; look at the last few batches.
+        let own = OwnBarrier {
+            failover_id: fid,
+            producer_id,
+        };
+        let tail = read_batches(&mut c, topic, partition, (end - 64).max(start), &own)
+            .await
+            .ok()?;
+        tail.iter().rev().find_map(|b| {
+            b.own_barrier.map(|kind| FoundBarrier {
+                offset: b.base_offset,
+                kind,
+                producer_id: (kind == BarrierKind::Control).then_some(b.producer_id),
+            })
+        })
+    }
+
+    /// The batches of a partition from `from` to its end that are not this failover's barrier.
+    async fn late_batches_in_log(
+        &self,
+        topic: &str,
+        partition: i32,
+        from: i64,
+        own: &OwnBarrier<'_>,
+    ) -> Result<Vec<TailBatch>, String> {
+        let addr = self
+            .leader_addr(topic, partition)
+            .ok_or_else(|| NO_LEADER.to_string())?;
+        let mut c = self
+            .cluster
+            .client(&addr, self.timeout)
+            .await
+            .map_err(|e| e.to_string())?;
+        let all = read_batches(&mut c, topic, partition, from, own).await?;
+        Ok(all
+            .into_iter()
+            .filter(|b| b.own_barrier.is_none())
+            .collect())
+    }
+
+    /// Whether the PSM of a partition is rebuilt: a failover reads a partition's producers for
+    /// the screening set only then.
+    fn psm_is_ready(&self, topic: &str, partition: i32) -> bool {
+        let Some(psm) = &self.psm else { return true };
+        if !psm.tracks(topic) {
+            return true;
+        }
+        match psm.existing(topic, partition) {
+            Some(s) => s.lock().unwrap_or_else(|e| e.into_inner()).is_ready(),
+            None => psm.is_initialized(),
+        }
+    }
+
+    /// The producers the PSM holds for `parts`, except the control barriers' own ids (never
+    /// screened, see [`Self::clear_psm`]).
+    fn psm_entries(&self, parts: &[PartitionKey], own: &[i64]) -> Vec<(i64, ScreenEntry)> {
+        let mut found: Vec<(i64, ScreenEntry)> = Vec::new();
+        let Some(psm) = &self.psm else { return found };
+        for (t, p) in parts {
+            if let Some(slot) = psm.existing(t, *p) {
+                let s = slot.lock().unwrap_or_else(|e| e.into_inner());
+                found.extend(
+                    s.psm()
+                        .iter()
+                        .filter(|e| !own.contains(&e.producer_id()))
+                        .map(|e| (e.producer_id(), screen_entry(e.epoch(), e.last_timestamp()))),
+                );
+            }
+        }
+        found
+    }
+
+    /// The producer ids the PSM holds for `parts`.
+    fn psm_ids(&self, parts: &[PartitionKey]) -> Vec<i64> {
+        let mut ids = Vec::new();
+        if let Some(psm) = &self.psm {
+            for (t, p) in parts {
+                if let Some(slot) = psm.existing(t, *p) {
+                    let s = slot.lock().unwrap_or_else(|e| e.into_inner());
+                    ids.extend(s.psm().iter().map(|e| e.producer_id()));
+                }
+            }
+        }
+        ids
+    }
+
+    /// How many producers the PSM holds for a partition and what it has applied (for the data
+    /// barrier's value).
+    fn psm_summary(&self, topic: &str, partition: i32) -> (u32, i64) {
+        self.psm
+            .as_ref()
+            .and_then(|r| r.existing(topic, partition))
+            .map(|s| {
+                let s = s.lock().unwrap_or_else(|e| e.into_inner());
+                (s.psm().len() as u32, s.applied_through())
+            })
+            .unwrap_or((0, -1))
+    }
+
+    /// Clear the PSM of a partition at its barrier, adding its producers to the screening set.
+    /// A control barrier's own producer id (`own`: a PSM rebuilt from the log after the barrier
+    /// holds it, as the broker does) is neither screened nor counted: the gateway never writes
+    /// data with it and no broker hands it out again.
+    fn clear_psm(&self, topic: &str, partition: i32, barrier: i64, own: Option<i64>) -> usize {
+        let Some(psm) = &self.psm else { return 0 };
+        psm.clear_at_barrier(topic, partition, barrier, own, |cleared| {
+            let found = cleared
+                .into_iter()
+                .map(|c| (c.producer_id, screen_entry(c.epoch, c.last_timestamp)))
+                .collect();
+            self.screening.merge(found);
+        })
+    }
+}
+
+fn screen_entry(max_epoch: i16, last_timestamp: i64) -> ScreenEntry {
+    ScreenEntry {
+        max_epoch,
+        last_timestamp,
+        added_ms: 0,
+    }
+}
+
+impl FailoverIo for KafkaFailoverIo {
+    async fn stop_agent(&self, mirror: &str) {
+        if let Some(hook) = self.agent_stop.get() {
+            hook(mirror).await;
+        }
+    }
+
+    fn writes(&self, topic: &str, partition: i32) -> WriteCounts {
+        use std::sync::atomic::Ordering::SeqCst;
+        let w = self.admission.writes(topic, partition);
+        WriteCounts {
+            in_flight: w.in_flight.load(SeqCst),
+            unknown: w.unknown.load(SeqCst),
+            last_unknown_ms: w.last_unknown_ms.load(SeqCst),
+        }
+    }
+
+    async fn find_barrier(
+        &self,
+        topic: &str,
+        partition: i32,
+        fid: &str,
+        producer_id: Option<i64>,
+    ) -> Option<FoundBarrier> {
+        self.find_barrier_in_log(topic, partition, fid, producer_id)
+            .await
+    }
+
+    async fn late_batches(
+        &self,
+        topic: &str,
+        partition: i32,
+        from: i64,
+        fid: &str,
+        producer_id: Option<i64>,
+    ) -> Result<Vec<TailBatch>, String> {
+        let own = OwnBarrier {
+            failover_id: fid,
+            producer_id,
+        };
+        self.late_batches_in_log(topic, partition, from, &own).await
+    }
+
+    async fn producer_ids_in_use(&self, parts: &[PartitionKey]) -> Result<InUse, ProducerIdError> {
+        KafkaFailoverIo::producer_ids_in_use(self, parts).await
+    }
+
+    async fn new_barrier_producer(
+        &self,
+        parts: &[PartitionKey],
+    ) -> Result<NewProducer, ProducerIdError> {
+        KafkaFailoverIo::new_barrier_producer(self, parts).await
+    }
+
+    async fn write_barriers(
+        &self,
+        mirror: &str,
+        fid: &str,
+        producer: Option<BarrierProducer>,
+        parts: &[PartitionKey],
+    ) -> BarrierWrites {
+        KafkaFailoverIo::write_barriers(self, mirror, fid, producer, parts).await
+    }
+
+    fn psm_ready(&self, topic: &str, partition: i32) -> bool {
+        self.psm_is_ready(topic, partition)
+    }
+
+    fn psm_producers(&self, parts: &[PartitionKey], own: &[i64]) -> Vec<(i64, ScreenEntry)> {
+        self.psm_entries(parts, own)
+    }
+
+    /// The last mirrored offset of a partition whose barrier is at `barrier`: what its PSM has
+    /// applied below the barrier (-1: nothing known).
+    fn last_mirrored_offset(&self, topic: &str, partition: i32, barrier: i64) -> i64 {
+        self.psm
+            .as_ref()
+            .and_then(|r| r.existing(topic, partition))
+            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).applied_through())
+            .unwrap_or(-1)
+            .min(barrier - 1)
+    }
+
+    fn topic_id(&self, topic: &str) -> Option<uuid::Uuid> {
+        self.cluster.topic_id(topic)
+    }
+
+    fn clear_psm_at(&self, topic: &str, partition: i32, barrier: i64, own: Option<i64>) -> usize {
+        self.clear_psm(topic, partition, barrier, own)
+    }
+
+    async fn advance_pid_allocators(&self, mirror: &str, screened: Vec<i64>) {
+        self.pid_allocator.advance_past(mirror, screened).await;
+    }
+}
+
+/// What identifies the failover's own barriers in a log: a data barrier carries the failover
+/// id; a control barrier is an ABORT marker of the recorded producer id.
+pub(crate) struct OwnBarrier<'a> {
+    pub failover_id: &'a str,
+    pub producer_id: Option<i64>,
+}
+
+impl OwnBarrier<'_> {
+    /// The form of the barrier `batch` (header `h`) is, if it is one of this failover's.
+    pub fn kind_of(&self, h: &BatchHeader, batch: &[u8]) -> Option<BarrierKind> {
+        if let Some(pid) = self.producer_id {
+            if crate::protocol::txn_marker::is_control_barrier(h, batch, pid) {
+                return Some(BarrierKind::Control);
+            }
+        }
+        if h.is_control() || self.failover_id.is_empty() {
+            return None;
+        }
+        matches!(parse_barrier(batch), Ok(Some(v)) if v.failover_id == self.failover_id)
+            .then_some(BarrierKind::Data)
+    }
+}
+
+/// The batches of a partition from `from` to its high watermark.
+async fn read_batches(
+    c: &mut crate::client::KafkaClient,
+    topic: &str,
+    partition: i32,
+    from: i64,
+    own: &OwnBarrier<'_>,
+) -> Result<Vec<TailBatch>, String> {
+    let mut out = Vec::new();
+    let mut from = from;
+    loop {
+        let f = c
+            .fetch_partition(topic, partition, from, 1024 * 1024)
+            .await
+            .map_err(|e| e.to_string())?;
+        if from >= f.high_watermark {
+            return Ok(out);
+        }
+        let mut next = from;
+        for item in BatchWalker::fetched(&f.records) {
+            let Ok((h, batch)) = item else { break };
+            out.push(TailBatch {
+                base_offset: h.base_offset,
+                producer_id: h.producer_id,
+                producer_epoch: h.producer_epoch,
+                max_timestamp: h.max_timestamp,
+                own_barrier: own.kind_of(&h, batch),
+            });
+            next = h.last_offset() + 1;
+        }
+        if next == from {
+            return Err(format!(
+                "no progress reading {topic}-{partition} at offset {from}"
+            ));
+        }
+        from = next;
+    }
+}

@@ -1,0 +1,163 @@
+//! The failover executor's seam: [`FailoverIo`], everything a failover does outside its records
+//! (the agent, the brokers, the PSM), and the values that cross it. The real implementation is
+//! `mirror/barrier_io.rs`; the unit tests use a fake.
+//!
+//! Owns: the trait and its value types. Must not touch: any I/O itself.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+
+use super::super::screening::ScreenEntry;
+use super::super::state::{BarrierKind, BarrierProducer};
+
+/// A partition: topic and index.
+pub type PartitionKey = (String, i32);
+
+/// A barrier of the failover being run, written or found in the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FoundBarrier {
+    pub offset: i64,
+    pub kind: BarrierKind,
+    /// The producer id of a control barrier.
+    pub producer_id: Option<i64>,
+}
+
+/// The barriers of a failover pass, per partition.
+pub type Found = HashMap<PartitionKey, FoundBarrier>;
+
+/// One batch of a partition's log (after a barrier).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TailBatch {
+    pub base_offset: i64,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub max_timestamp: i64,
+    /// A barrier of the failover being run, and its form.
+    pub own_barrier: Option<BarrierKind>,
+}
+
+/// Mirror writes of a partition as the drain and the settle see them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriteCounts {
+    /// Admitted and not yet answered.
+    pub in_flight: i64,
+    /// Ended without the broker's answer.
+    pub unknown: u64,
+    /// When the last of those ended (ms since the epoch; 0: never).
+    pub last_unknown_ms: i64,
+}
+
+/// The outcome of writing barriers: per partition written or failed.
+#[derive(Debug, Default)]
+pub struct BarrierWrites {
+    pub written: Found,
+    pub failed: Vec<PartitionKey>,
+    /// Why (the last failure).
+    pub reason: String,
+}
+
+/// The producer ids a control barrier's id must differ from, and the partitions whose leader
+/// could not be asked (with why).
+#[derive(Debug, Default)]
+pub struct InUse {
+    pub taken: HashSet<i64>,
+    pub unreachable: Vec<PartitionKey>,
+    pub why: String,
+}
+
+/// A producer id for control barriers, and the partitions whose leader could not be asked.
+#[derive(Debug)]
+pub struct NewProducer {
+    pub producer: BarrierProducer,
+    pub unreachable: Vec<PartitionKey>,
+    pub why: String,
+}
+
+/// Why no producer id for a control barrier could be had.
+#[derive(Debug)]
+pub struct ProducerIdError {
+    pub reason: String,
+    /// The data barrier is the answer (`auto`): not authorized, or no free producer id; else the
+    /// partitions fail and are retried.
+    pub fallback: bool,
+}
+
+impl ProducerIdError {
+    pub fn retry(reason: String) -> Self {
+        ProducerIdError {
+            reason,
+            fallback: false,
+        }
+    }
+
+    /// An error code answered: authorization refusals (29, 31) and UNSUPPORTED_VERSION (35)
+    /// fall back.
+    pub fn of_code(reason: String, code: i16) -> Self {
+        ProducerIdError {
+            reason,
+            fallback: matches!(code, 29 | 31 | 35),
+        }
+    }
+}
+
+/// Everything a failover does outside its records: the agent, the brokers, the PSM.
+pub trait FailoverIo: Send + Sync + 'static {
+    /// Stop the mirror's built-in agent; ends once its appends in flight are answered.
+    fn stop_agent(&self, mirror: &str) -> impl Future<Output = ()> + Send;
+    /// The mirror writes of a partition (in flight, of unknown outcome).
+    fn writes(&self, topic: &str, partition: i32) -> WriteCounts;
+    /// This failover's last barrier in the partition's log tail: a data barrier carrying `fid`,
+    /// or an ABORT marker of `producer_id`.
+    fn find_barrier(
+        &self,
+        topic: &str,
+        partition: i32,
+        fid: &str,
+        producer_id: Option<i64>,
+    ) -> impl Future<Output = Option<FoundBarrier>> + Send;
+    /// The batches of a partition from `from` to its end that are not this failover's barrier.
+    fn late_batches(
+        &self,
+        topic: &str,
+        partition: i32,
+        from: i64,
+        fid: &str,
+        producer_id: Option<i64>,
+    ) -> impl Future<Output = Result<Vec<TailBatch>, String>> + Send;
+    /// The producer ids a barrier producer id must differ from in `parts`.
+    fn producer_ids_in_use(
+        &self,
+        parts: &[PartitionKey],
+    ) -> impl Future<Output = Result<InUse, ProducerIdError>> + Send;
+    /// A new producer id (idempotent InitProducerId) no producer of `parts` uses.
+    fn new_barrier_producer(
+        &self,
+        parts: &[PartitionKey],
+    ) -> impl Future<Output = Result<NewProducer, ProducerIdError>> + Send;
+    /// Write one barrier to each of `parts`: a control batch with `producer`, else a data
+    /// barrier carrying `fid`.
+    fn write_barriers(
+        &self,
+        mirror: &str,
+        fid: &str,
+        producer: Option<BarrierProducer>,
+        parts: &[PartitionKey],
+    ) -> impl Future<Output = BarrierWrites> + Send;
+    /// Whether the partition's PSM is rebuilt (its producers can be read).
+    fn psm_ready(&self, topic: &str, partition: i32) -> bool;
+    /// The producers the PSM holds for `parts`, except the ids `own`.
+    fn psm_producers(&self, parts: &[PartitionKey], own: &[i64]) -> Vec<(i64, ScreenEntry)>;
+    /// What the partition's PSM has applied below `barrier` (-1: nothing known).
+    fn last_mirrored_offset(&self, topic: &str, partition: i32, barrier: i64) -> i64;
+    /// The destination topic's id now.
+    fn topic_id(&self, topic: &str) -> Option<uuid::Uuid>;
+    /// Clear the partition's PSM at `barrier`, adding its producers (but `own`) to the screening
+    /// set in memory. Returns how many producers the barrier expired.
+    fn clear_psm_at(&self, topic: &str, partition: i32, barrier: i64, own: Option<i64>) -> usize;
+    /// Advance every destination broker's producer-id allocator past `screened` (never fails).
+    fn advance_pid_allocators(
+        &self,
+        mirror: &str,
+        screened: Vec<i64>,
+    ) -> impl Future<Output = ()> + Send;
+}

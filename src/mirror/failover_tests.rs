@@ -1,0 +1,708 @@
+//! Unit tests of the failover executor over a fake [`FailoverIo`] (partitions' logs in memory, no
+//! broker) and a real state directory: a crash after each step, partial barrier-write failures, a
+//! drain timeout, a persist failure at each step, an illegal transition.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::*;
+use crate::cluster::ClusterView;
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::mirror::admission::Admission;
+use crate::mirror::fault_hooks::CrashMode;
+use crate::mirror::records::MIRRORS_AREA;
+use crate::mirror::screening::ScreenEntry;
+use crate::mirror::state::{BarrierKind, BarrierProducer, MirrorRecord};
+use crate::state::{StateStore, IDENTITY_FILE};
+
+const MIRROR: &str = "m";
+const PARTITIONS: i32 = 3;
+
+/// A call of the fake where a test can make the state store refuse writes from then on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    StopAgent,
+    Writes,
+    NewProducer,
+    PsmProducers,
+    LastMirrored,
+    AdvancePidAllocators,
+}
+
+/// One batch of a fake partition log.
+#[derive(Debug, Clone)]
+struct Batch {
+    offset: i64,
+    producer_id: i64,
+    /// A barrier: its form, the failover id it carries (data) or nothing (control).
+    barrier: Option<(BarrierKind, String)>,
+}
+
+#[derive(Default)]
+struct FakeState {
+    logs: HashMap<PartitionKey, Vec<Batch>>,
+    in_flight: HashMap<PartitionKey, i64>,
+    /// Barrier writes to these partitions fail.
+    refuse_writes: HashSet<PartitionKey>,
+    /// At this call, the state directory loses its identity file (every write is refused).
+    break_store_at: Option<Call>,
+    cleared: Vec<PartitionKey>,
+}
+
+/// The fake I/O: partition logs in memory, shared by the executors of one test (a restarted
+/// gateway sees the same logs).
+#[derive(Clone)]
+struct Fake {
+    state: Arc<Mutex<FakeState>>,
+    dir: PathBuf,
+}
+
+impl Fake {
+    fn new(dir: PathBuf) -> Fake {
+        let mut s = FakeState::default();
+        for p in 0..PARTITIONS {
+            // Three mirrored batches of producer 7 in each log.
+            let log = (0..3)
+                .map(|offset| Batch {
+                    offset,
+                    producer_id: 7,
+                    barrier: None,
+                })
+                .collect();
+            s.logs.insert(("orders".to_string(), p), log);
+        }
+        Fake {
+            state: Arc::new(Mutex::new(s)),
+            dir,
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, FakeState> {
+        self.state.lock().unwrap()
+    }
+
+    fn call(&self, call: Call) {
+        let mut s = self.state();
+        if s.break_store_at == Some(call) {
+            s.break_store_at = None;
+            std::fs::remove_file(self.dir.join(IDENTITY_FILE)).unwrap();
+        }
+    }
+
+    /// The barriers in each partition's log.
+    fn barriers(&self) -> HashMap<PartitionKey, Vec<i64>> {
+        self.state()
+            .logs
+            .iter()
+            .map(|(k, log)| {
+                let offsets = log
+                    .iter()
+                    .filter(|b| b.barrier.is_some())
+                    .map(|b| b.offset)
+                    .collect();
+                (k.clone(), offsets)
+            })
+            .collect()
+    }
+
+    fn is_own(b: &Batch, fid: &str, producer_id: Option<i64>) -> bool {
+        match &b.barrier {
+            Some((BarrierKind::Data, f)) => f == fid,
+            Some((BarrierKind::Control, _)) => producer_id == Some(b.producer_id),
+            None => false,
+        }
+    }
+}
+
+impl FailoverIo for Fake {
+    async fn stop_agent(&self, _mirror: &str) {
+        self.call(Call::StopAgent);
+    }
+
+    fn writes(&self, topic: &str, partition: i32) -> WriteCounts {
+        self.call(Call::Writes);
+        let in_flight = self
+            .state()
+            .in_flight
+            .get(&(topic.to_string(), partition))
+            .copied()
+            .unwrap_or(0);
+        WriteCounts {
+            in_flight,
+            ..WriteCounts::default()
+        }
+    }
+
+    async fn find_barrier(
+        &self,
+        topic: &str,
+        partition: i32,
+        fid: &str,
+        producer_id: Option<i64>,
+    ) -> Option<FoundBarrier> {
+        let s = self.state();
+        let log = s.logs.get(&(topic.to_string(), partition))?;
+        log.iter()
+            .rev()
+            .find(|b| Fake::is_own(b, fid, producer_id))
+            .map(|b| FoundBarrier {
+                offset: b.offset,
+                kind: b.barrier.as_ref().map(|(k, _)| *k).unwrap(),
+                producer_id: producer_id.filter(|_| b.producer_id >= 0),
+            })
+    }
+
+    async fn late_batches(
+        &self,
+        topic: &str,
+        partition: i32,
+        from: i64,
+        fid: &str,
+        producer_id: Option<i64>,
+    ) -> Result<Vec<TailBatch>, String> {
+        let s = self.state();
+        let log = s.logs.get(&(topic.to_string(), partition)).unwrap();
+        Ok(log
+            .iter()
+            .filter(|b| b.offset >= from && !Fake::is_own(b, fid, producer_id))
+            .map(|b| TailBatch {
+                base_offset: b.offset,
+                producer_id: b.producer_id,
+                producer_epoch: 0,
+                max_timestamp: 0,
+                own_barrier: None,
+            })
+            .collect())
+    }
+
+    async fn producer_ids_in_use(&self, _parts: &[PartitionKey]) -> Result<InUse, ProducerIdError> {
+        Ok(InUse::default())
+    }
+
+    async fn new_barrier_producer(
+        &self,
+        _parts: &[PartitionKey],
+    ) -> Result<NewProducer, ProducerIdError> {
+        self.call(Call::NewProducer);
+        Ok(NewProducer {
+            producer: BarrierProducer {
+                producer_id: 5000,
+                producer_epoch: 0,
+            },
+            unreachable: Vec::new(),
+            why: String::new(),
+        })
+    }
+
+    async fn write_barriers(
+        &self,
+        _mirror: &str,
+        fid: &str,
+        producer: Option<BarrierProducer>,
+        parts: &[PartitionKey],
+    ) -> BarrierWrites {
+        let mut s = self.state();
+        let mut w = BarrierWrites::default();
+        for k in parts {
+            if s.refuse_writes.contains(k) {
+                w.failed.push(k.clone());
+                w.reason = "leader not available".into();
+                continue;
+            }
+            let log = s.logs.get_mut(k).unwrap();
+            let offset = log.last().map(|b| b.offset + 1).unwrap_or(0);
+            let (kind, producer_id) = match producer {
+                Some(p) => (BarrierKind::Control, p.producer_id),
+                None => (BarrierKind::Data, -1),
+            };
+            log.push(Batch {
+                offset,
+                producer_id,
+                barrier: Some((kind, fid.to_string())),
+            });
+            let producer_id = producer.map(|p| p.producer_id);
+            w.written.insert(
+                k.clone(),
+                FoundBarrier {
+                    offset,
+                    kind,
+                    producer_id,
+                },
+            );
+        }
+        w
+    }
+
+    fn psm_ready(&self, _topic: &str, _partition: i32) -> bool {
+        true
+    }
+
+    fn psm_producers(&self, parts: &[PartitionKey], _own: &[i64]) -> Vec<(i64, ScreenEntry)> {
+        self.call(Call::PsmProducers);
+        parts
+            .iter()
+            .map(|_| {
+                let e = ScreenEntry {
+                    max_epoch: 0,
+                    last_timestamp: now_ms(),
+                    added_ms: 0,
+                };
+                (7, e)
+            })
+            .collect()
+    }
+
+    fn last_mirrored_offset(&self, _topic: &str, _partition: i32, barrier: i64) -> i64 {
+        self.call(Call::LastMirrored);
+        barrier - 1
+    }
+
+    fn topic_id(&self, _topic: &str) -> Option<uuid::Uuid> {
+        None
+    }
+
+    fn clear_psm_at(&self, topic: &str, partition: i32, _barrier: i64, _own: Option<i64>) -> usize {
+        self.state().cleared.push((topic.to_string(), partition));
+        1
+    }
+
+    async fn advance_pid_allocators(&self, _mirror: &str, _screened: Vec<i64>) {
+        self.call(Call::AdvancePidAllocators);
+    }
+}
+
+/// A state directory holding mirror `m` with partitions `orders`-0..2 MIRRORING, and the fake
+/// logs of those partitions.
+struct Rig {
+    dir: tempfile::TempDir,
+    config: Config,
+    fake: Fake,
+}
+
+fn rig(barrier: &str) -> Rig {
+    let dir = tempfile::tempdir().unwrap();
+    let config = crate::config::load_str(
+        &format!(
+            "destination:\n  bootstrap: [\"127.0.0.1:1\"]\nlisteners:\n  client:\n    port_base: 9092\n\
+             admin:\n  bind: 127.0.0.1:9180\nmirrors:\n  - name: {MIRROR}\n    topics: [orders]\n\
+             failover:\n  barrier: {barrier}\nstate_dir: {}\n",
+            dir.path().display()
+        ),
+        "t.yaml",
+    )
+    .unwrap();
+    let store = StateStore::init(dir.path()).unwrap();
+    let record = MirrorRecord::new(MIRROR, (0..PARTITIONS).map(|p| ("orders".into(), p)), 1);
+    store
+        .write(MIRRORS_AREA, &format!("{MIRROR}.json"), &record.encode())
+        .unwrap();
+    let fake = Fake::new(dir.path().to_path_buf());
+    Rig { dir, config, fake }
+}
+
+impl Rig {
+    /// An executor over the state directory as a gateway (re)started now would build it.
+    fn executor(&self, hooks: FaultHooks) -> Arc<Failover<Fake>> {
+        let store = StateStore::open(self.dir.path()).unwrap();
+        let metrics = Metrics::new();
+        let mm = Arc::new(MirrorMetrics::new(&metrics));
+        let screening = Arc::new(Screening::load(store.clone(), false, None, 0));
+        let cluster = ClusterView::new(
+            self.config.destination.clone(),
+            crate::client::Connector::plain(),
+            metrics.clone(),
+        );
+        let admission = Arc::new(Admission::new(
+            vec![MIRROR.to_string()],
+            self.config.topic_router(),
+            cluster,
+            None,
+            mm.rejected.clone(),
+            mm.unknown_writes.clone(),
+        ));
+        let records = Arc::new(Records::load(
+            &self.config,
+            store,
+            admission,
+            mm.illegal_transitions.clone(),
+        ));
+        let settings = FailoverSettings {
+            drain_timeout: Duration::from_millis(50),
+            unknown_outcome_settle: Duration::ZERO,
+            started_ms: now_ms(),
+            barrier_mode: self.config.failover.barrier,
+        };
+        Arc::new(Failover::new(
+            records,
+            screening,
+            mm,
+            self.fake.clone(),
+            settings,
+            hooks,
+        ))
+    }
+
+    fn crashing_after(&self, point: CrashPoint) -> Arc<Failover<Fake>> {
+        self.executor(FaultHooks {
+            crash_after: Some(point),
+            crash_mode: CrashMode::Unwind,
+            ..FaultHooks::default()
+        })
+    }
+
+    fn on_disk(&self) -> MirrorRecord {
+        let bytes = std::fs::read(self.dir.path().join(MIRRORS_AREA).join("m.json")).unwrap();
+        MirrorRecord::decode(&bytes).unwrap()
+    }
+
+    /// The state directory accepts writes again.
+    fn repair_store(&self) {
+        StateStore::init(self.dir.path()).unwrap();
+    }
+
+    fn break_store_at(&self, call: Call) {
+        self.fake.state().break_store_at = Some(call);
+    }
+
+    /// Every partition STOPPED, on disk, at the one barrier its log holds.
+    fn assert_stopped_with_one_barrier_each(&self) {
+        let record = self.on_disk();
+        let barriers = self.fake.barriers();
+        assert!(record.completed_ms.is_some(), "{record:?}");
+        for p in &record.partitions {
+            assert_eq!(p.state, PartitionState::Stopped, "{p:?}");
+            let in_log = &barriers[&(p.topic.clone(), p.partition)];
+            assert_eq!(in_log.len(), 1, "{}-{}: {in_log:?}", p.topic, p.partition);
+            assert_eq!(p.barrier_offset, Some(in_log[0]), "{p:?}");
+        }
+    }
+}
+
+/// The partitions of the record in memory, as the disk has them (`last_error` is memory only).
+fn comparable(mut r: MirrorRecord) -> MirrorRecord {
+    for p in r.partitions.iter_mut() {
+        p.last_error = None;
+    }
+    r
+}
+
+fn assert_memory_is_disk(rig: &Rig, exec: &Failover<Fake>) {
+    let memory = exec.records.record(MIRROR).unwrap();
+    assert_eq!(comparable(memory), comparable(rig.on_disk()));
+}
+
+fn steps(record: &MirrorRecord) -> Vec<(PartitionState, Option<FailoverStep>)> {
+    record
+        .partitions
+        .iter()
+        .map(|p| (p.state, p.step))
+        .collect()
+}
+
+/// Run passes as the background task does (FAILED partitions retried between passes) until the
+/// failover completes; at most 10.
+async fn run_to_completion(exec: &Failover<Fake>, resumed: bool) {
+    for attempt in 0..10 {
+        if let Ok(PassOutcome::Complete) = exec.run_pass(MIRROR, resumed || attempt > 0).await {
+            return;
+        }
+        exec.retry_failed(MIRROR);
+    }
+    panic!("the failover did not complete in 10 passes");
+}
+
+/// Start a failover whose hooks crash after `point`, then run it as a restarted gateway does.
+async fn crash_and_resume(rig: &Rig, point: CrashPoint) {
+    let crashing = rig.crashing_after(point);
+    let begun = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| crashing.begin(MIRROR)));
+    if point != CrashPoint::FencedPersisted {
+        begun.expect("no crash").expect("the failover begins");
+        let pass = tokio::spawn({
+            let e = crashing.clone();
+            async move { e.run_pass(MIRROR, false).await }
+        });
+        let crashed = pass.await.expect_err("the pass crashes");
+        assert!(crashed.is_panic());
+    } else {
+        assert!(begun.is_err(), "the failover call crashes");
+    }
+    drop(crashing);
+    let restarted = rig.executor(FaultHooks::default());
+    run_to_completion(&restarted, true).await;
+    rig.assert_stopped_with_one_barrier_each();
+}
+
+#[tokio::test]
+async fn a_failover_stops_every_partition_at_one_control_barrier_each() {
+    let rig = rig("auto");
+    let exec = rig.executor(FaultHooks::default());
+    exec.begin(MIRROR).unwrap();
+    let outcome = exec.run_pass(MIRROR, false).await.unwrap();
+    assert_eq!(outcome, PassOutcome::Complete);
+    rig.assert_stopped_with_one_barrier_each();
+    for p in &rig.on_disk().partitions {
+        assert_eq!(p.barrier_kind, Some(BarrierKind::Control));
+        assert_eq!(p.barrier_producer.map(|b| b.producer_id), Some(5000));
+    }
+    assert_eq!(rig.fake.state().cleared.len(), PARTITIONS as usize);
+}
+
+#[tokio::test]
+async fn a_crash_after_the_failover_call_is_recorded_resumes_to_one_barrier_each() {
+    crash_and_resume(&rig("auto"), CrashPoint::FencedPersisted).await;
+}
+
+#[tokio::test]
+async fn a_crash_after_fenced_resumes_to_one_barrier_each() {
+    crash_and_resume(&rig("auto"), CrashPoint::Fenced).await;
+}
+
+#[tokio::test]
+async fn a_crash_after_the_control_barriers_are_written_finds_them_again_on_resume() {
+    crash_and_resume(&rig("auto"), CrashPoint::BarrierWritten).await;
+}
+
+#[tokio::test]
+async fn a_crash_after_the_data_barriers_are_written_finds_them_again_on_resume() {
+    crash_and_resume(&rig("data"), CrashPoint::BarrierWritten).await;
+}
+
+#[tokio::test]
+async fn a_crash_after_the_screening_set_is_persisted_resumes_to_one_barrier_each() {
+    crash_and_resume(&rig("auto"), CrashPoint::ScreenPersisted).await;
+}
+
+#[tokio::test]
+async fn a_crash_after_barrier_persisted_resumes_to_one_barrier_each() {
+    crash_and_resume(&rig("auto"), CrashPoint::BarrierPersisted).await;
+}
+
+#[tokio::test]
+async fn a_crash_after_psm_cleared_leaves_the_failover_complete() {
+    crash_and_resume(&rig("auto"), CrashPoint::PsmCleared).await;
+}
+
+#[tokio::test]
+async fn a_partial_barrier_write_failure_fails_only_those_partitions_and_the_others_stop() {
+    let rig = rig("data");
+    let refused = ("orders".to_string(), 1);
+    rig.fake.state().refuse_writes.insert(refused.clone());
+    let exec = rig.executor(FaultHooks::default());
+    exec.begin(MIRROR).unwrap();
+    let outcome = exec.run_pass(MIRROR, false).await.unwrap();
+    assert_eq!(
+        outcome,
+        PassOutcome::Unfinished {
+            stopping: 0,
+            failed: 1
+        }
+    );
+    for p in &rig.on_disk().partitions {
+        if (p.topic.clone(), p.partition) == refused {
+            assert_eq!(p.state, PartitionState::Failed);
+            assert_eq!(p.step, Some(FailoverStep::Drained), "retried from its step");
+            assert_eq!(p.last_error.as_deref(), Some("leader not available"));
+        } else {
+            assert_eq!(p.state, PartitionState::Stopped);
+        }
+    }
+}
+
+#[tokio::test]
+async fn failed_partitions_are_retried_from_their_recorded_step_to_one_barrier_each() {
+    let rig = rig("data");
+    rig.fake
+        .state()
+        .refuse_writes
+        .insert(("orders".to_string(), 1));
+    let exec = rig.executor(FaultHooks::default());
+    exec.begin(MIRROR).unwrap();
+    exec.run_pass(MIRROR, false).await.unwrap();
+    rig.fake.state().refuse_writes.clear();
+    exec.retry_failed(MIRROR);
+    let outcome = exec.run_pass(MIRROR, true).await.unwrap();
+    assert_eq!(outcome, PassOutcome::Complete);
+    rig.assert_stopped_with_one_barrier_each();
+}
+
+#[tokio::test]
+async fn a_drain_timeout_fails_the_busy_partition_and_holds_the_others_at_fenced() {
+    let rig = rig("auto");
+    let busy = ("orders".to_string(), 2);
+    rig.fake.state().in_flight.insert(busy.clone(), 1);
+    let exec = rig.executor(FaultHooks::default());
+    exec.begin(MIRROR).unwrap();
+    let stall = exec.run_pass(MIRROR, false).await.unwrap_err();
+    assert!(
+        matches!(stall, Stall::PartitionsFailed { partitions: 1, .. }),
+        "{stall}"
+    );
+    for p in &rig.on_disk().partitions {
+        assert_eq!(p.step, Some(FailoverStep::Fenced), "{p:?}");
+        if (p.topic.clone(), p.partition) == busy {
+            assert_eq!(p.state, PartitionState::Failed);
+            assert!(p.last_error.as_deref().unwrap().contains("in flight"));
+        } else {
+            assert_eq!(p.state, PartitionState::Stopping);
+        }
+    }
+    assert!(
+        rig.fake.barriers().values().all(Vec::is_empty),
+        "no barrier yet"
+    );
+}
+
+#[tokio::test]
+async fn after_a_drain_timeout_the_answered_partition_is_retried_to_stopped() {
+    let rig = rig("auto");
+    let busy = ("orders".to_string(), 2);
+    rig.fake.state().in_flight.insert(busy.clone(), 1);
+    let exec = rig.executor(FaultHooks::default());
+    exec.begin(MIRROR).unwrap();
+    exec.run_pass(MIRROR, false).await.unwrap_err();
+    rig.fake.state().in_flight.clear();
+    run_to_completion(&exec, true).await;
+    rig.assert_stopped_with_one_barrier_each();
+}
+
+#[test]
+fn a_persist_failure_when_the_failover_is_called_changes_nothing() {
+    let rig = rig("auto");
+    let exec = rig.executor(FaultHooks::default());
+    std::fs::remove_file(rig.dir.path().join(IDENTITY_FILE)).unwrap();
+    let err = exec.begin(MIRROR).unwrap_err();
+    assert!(matches!(err, FailoverError::Persist { .. }), "{err}");
+    assert_memory_is_disk(&rig, &exec);
+    let record = rig.on_disk();
+    assert!(record.failover_id.is_none());
+    assert!(record
+        .partitions
+        .iter()
+        .all(|p| p.state == PartitionState::Mirroring));
+}
+
+/// Make the state store refuse writes at `call` of a first pass; memory must stay as on disk,
+/// on disk every partition at `expected`; the repaired store lets the failover complete.
+async fn persist_failure(rig: &Rig, call: Call, expected: Option<FailoverStep>) {
+    let exec = rig.executor(FaultHooks::default());
+    exec.begin(MIRROR).unwrap();
+    rig.break_store_at(call);
+    let stall = exec.run_pass(MIRROR, false).await.unwrap_err();
+    assert!(matches!(stall, Stall::NotRecorded(_)), "{stall}");
+    assert_memory_is_disk(rig, &exec);
+    let on_disk = rig.on_disk();
+    let want = vec![(PartitionState::Stopping, expected); PARTITIONS as usize];
+    assert_eq!(steps(&on_disk), want);
+    rig.repair_store();
+    run_to_completion(&exec, true).await;
+    rig.assert_stopped_with_one_barrier_each();
+}
+
+#[tokio::test]
+async fn a_persist_failure_at_fenced_keeps_memory_at_the_recorded_start() {
+    persist_failure(&rig("auto"), Call::StopAgent, None).await;
+}
+
+#[tokio::test]
+async fn a_persist_failure_at_drained_keeps_memory_at_fenced() {
+    persist_failure(&rig("auto"), Call::Writes, Some(FailoverStep::Fenced)).await;
+}
+
+#[tokio::test]
+async fn a_persist_failure_recording_the_barrier_producer_writes_no_barrier() {
+    let rig = rig("auto");
+    persist_failure(&rig, Call::NewProducer, Some(FailoverStep::Drained)).await;
+    // (The completed run wrote one barrier each; none came from the failed pass.)
+}
+
+#[tokio::test]
+async fn a_persist_failure_of_the_screening_set_keeps_memory_at_drained() {
+    persist_failure(
+        &rig("auto"),
+        Call::PsmProducers,
+        Some(FailoverStep::Drained),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_persist_failure_at_barrier_persisted_keeps_memory_at_drained() {
+    persist_failure(
+        &rig("auto"),
+        Call::LastMirrored,
+        Some(FailoverStep::Drained),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_persist_failure_at_psm_cleared_keeps_memory_at_barrier_persisted() {
+    let rig = rig("auto");
+    let exec = rig.executor(FaultHooks::default());
+    exec.begin(MIRROR).unwrap();
+    rig.break_store_at(Call::AdvancePidAllocators);
+    let stall = exec.run_pass(MIRROR, false).await.unwrap_err();
+    assert!(matches!(stall, Stall::NotRecorded(_)), "{stall}");
+    assert_memory_is_disk(&rig, &exec);
+    for p in &rig.on_disk().partitions {
+        assert_eq!(p.state, PartitionState::Stopping);
+        assert!(matches!(
+            p.step,
+            Some(FailoverStep::BarrierPersisted { .. })
+        ));
+    }
+    rig.repair_store();
+    run_to_completion(&exec, true).await;
+    rig.assert_stopped_with_one_barrier_each();
+}
+
+#[tokio::test]
+async fn no_barrier_is_written_with_a_producer_id_that_is_not_recorded() {
+    let rig = rig("auto");
+    let exec = rig.executor(FaultHooks::default());
+    exec.begin(MIRROR).unwrap();
+    rig.break_store_at(Call::NewProducer);
+    exec.run_pass(MIRROR, false).await.unwrap_err();
+    assert!(rig.fake.barriers().values().all(Vec::is_empty));
+}
+
+#[tokio::test]
+async fn a_retry_of_failed_partitions_that_cannot_be_persisted_leaves_them_failed() {
+    let rig = rig("data");
+    rig.fake
+        .state()
+        .refuse_writes
+        .insert(("orders".to_string(), 0));
+    let exec = rig.executor(FaultHooks::default());
+    exec.begin(MIRROR).unwrap();
+    exec.run_pass(MIRROR, false).await.unwrap();
+    std::fs::remove_file(rig.dir.path().join(IDENTITY_FILE)).unwrap();
+    exec.retry_failed(MIRROR);
+    assert_memory_is_disk(&rig, &exec);
+    let failed = rig
+        .on_disk()
+        .partitions
+        .iter()
+        .filter(|p| p.state == PartitionState::Failed)
+        .count();
+    assert_eq!(failed, 1);
+}
+
+#[test]
+fn an_illegal_step_is_refused_counted_and_nothing_is_recorded() {
+    let rig = rig("auto");
+    let exec = rig.executor(FaultHooks::default());
+    exec.begin(MIRROR).unwrap();
+    let before = rig.on_disk();
+    // PSM_CLEARED straight after the start skips every step in between.
+    let r = exec.records.update_stopping(MIRROR, |p| {
+        Ok(p.advance(FailoverStep::PsmCleared, now_ms())?)
+    });
+    assert!(matches!(r, Err(UpdateError::Illegal { .. })), "{r:?}");
+    assert_eq!(rig.on_disk(), before);
+    assert_memory_is_disk(&rig, &exec);
+    assert_eq!(exec.metrics.illegal_transitions.get(), 1);
+}
