@@ -295,6 +295,8 @@ pub struct BatchWalker<'a> {
 impl<'a> BatchWalker<'a> {
     /// Strict walk of client produce data (see the module doc).
     pub fn new(bytes: &'a [u8], verify_crc: bool) -> Self {
+        #[cfg(test)]
+        super::frame::counts::bump(super::frame::counts::Event::BatchWalk);
         BatchWalker {
             bytes,
             pos: 0,

@@ -165,6 +165,8 @@ fn encode_response<M: Encodable>(
     version: i16,
     size_hint: usize,
 ) -> Result<Bytes, EnforceError> {
+    #[cfg(test)]
+    super::frame::counts::bump(super::frame::counts::Event::ResponseEncode);
     let mut out = BytesMut::with_capacity(size_hint + 16);
     out.put_i32(0);
     header
@@ -185,6 +187,8 @@ fn decode_response(
 ) -> Result<(ResponseHeader, ProduceResponse), EnforceError> {
     check_version(version)?;
     check_frame(frame)?;
+    #[cfg(test)]
+    super::frame::counts::bump(super::frame::counts::Event::ResponseDecode);
     let mut body = frame.slice(4..);
     let hv = ApiKey::Produce.response_header_version(version);
     let header = ResponseHeader::decode(&mut body, hv).map_err(decode_err("response header"))?;
@@ -390,6 +394,8 @@ pub fn filter_produce(
     }
 
     // Decode (records stay slices of `frame`), drop the rejected partitions by position.
+    #[cfg(test)]
+    super::frame::counts::bump(super::frame::counts::Event::RequestDecode);
     let mut body_bytes = frame.slice(body_start..);
     let mut req =
         ProduceRequest::decode(&mut body_bytes, version).map_err(decode_err("produce request"))?;

@@ -206,6 +206,43 @@ pub fn frame_from_body(body: &[u8]) -> Bytes {
     out.freeze()
 }
 
+/// Test-only counters of how often one thread walked or decoded what (the walk counts of
+/// docs/architecture.md's Produce walk-through are asserted with them). Not compiled into the
+/// gateway.
+#[cfg(test)]
+pub mod counts {
+    use std::cell::Cell;
+
+    /// What is counted.
+    #[derive(Debug, Clone, Copy)]
+    pub enum Event {
+        /// A full walk of a Produce request body (a `ProduceWalker` built).
+        BodyWalk,
+        /// A walk over one partition's record batches (a `BatchWalker` built on produce data).
+        BatchWalk,
+        /// A full decode of a Produce request (kafka-protocol).
+        RequestDecode,
+        /// A full decode of a response (kafka-protocol).
+        ResponseDecode,
+        /// An encode of a response (kafka-protocol).
+        ResponseEncode,
+    }
+
+    thread_local! {
+        static COUNTS: [Cell<u32>; 5] = const { [const { Cell::new(0) }; 5] };
+    }
+
+    /// Count one `event` on this thread.
+    pub fn bump(event: Event) {
+        COUNTS.with(|c| c[event as usize].set(c[event as usize].get() + 1));
+    }
+
+    /// This thread's counts since the last call, in [`Event`] order; resets them.
+    pub fn take() -> [u32; 5] {
+        COUNTS.with(|c| std::array::from_fn(|i| c[i].replace(0)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -102,6 +102,8 @@ impl<'a> ProduceWalker<'a> {
         if !(PRODUCE_MIN_VERSION..=PRODUCE_MAX_VERSION).contains(&version) {
             return Err(ProduceError::UnsupportedVersion(version));
         }
+        #[cfg(test)]
+        super::frame::counts::bump(super::frame::counts::Event::BodyWalk);
         let mut w = ProduceWalker {
             body,
             flexible: version >= 9,

@@ -76,6 +76,8 @@ fn encode_frame<M: Encodable>(
     version: i16,
     size_hint: usize,
 ) -> Result<Bytes, FrameError> {
+    #[cfg(test)]
+    super::frame::counts::bump(super::frame::counts::Event::ResponseEncode);
     let mut out = BytesMut::with_capacity(size_hint + 16);
     out.put_i32(0);
     header.encode(&mut out, header_version).map_err(bad)?;
@@ -117,6 +119,8 @@ pub fn rewrite_response(
         return Err(bad(format!("response of {} bytes", frame.len())));
     }
     let size = frame.len();
+    #[cfg(test)]
+    super::frame::counts::bump(super::frame::counts::Event::ResponseDecode);
     let mut body = frame.slice(4..);
     let hv = key.response_header_version(version);
     let header = ResponseHeader::decode(&mut body, hv).map_err(bad)?;

@@ -17,3 +17,6 @@ pub use listener::BoundPorts;
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+pub(crate) mod exchange_tests;

@@ -107,6 +107,8 @@ pub fn on_request(
 /// Apply the broker's answer (a whole Produce response frame, length prefix included) to the
 /// tracked batches of its request.
 pub fn on_response(registry: &PsmRegistry, version: i16, frame: &Bytes, pending: PendingProduce) {
+    #[cfg(test)]
+    crate::protocol::frame::counts::bump(crate::protocol::frame::counts::Event::ResponseDecode);
     let mut body = frame.slice(4..);
     let hv = ApiKey::Produce.response_header_version(version);
     let decoded = ResponseHeader::decode(&mut body, hv)

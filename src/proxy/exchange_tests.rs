@@ -1,0 +1,265 @@
+//! How often one Produce is walked, decoded and encoded on its way through the gateway
+//! (in-memory, no sockets), counted with the test-only counters of
+//! [`crate::protocol::frame::counts`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::produce_response::{
+    NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
+};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Encodable, StrBytes};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+
+use crate::cluster::{ClusterView, Snapshot, TopicInfo};
+use crate::metrics::{ListenerKind, Metrics};
+use crate::mirror::controller::MirrorController;
+use crate::protocol::frame::counts;
+use crate::protocol::frame::parse_request_header;
+use crate::protocol::rewrite::BrokerEndpoint;
+use crate::psm::registry::PsmRegistry;
+use crate::state::StateStore;
+
+use super::{ConnContext, ListenerAddressMap};
+
+/// The id of topic `orders` (a mirror topic) and `plain` (no mirror).
+pub const ORDERS_ID: uuid::Uuid = uuid::Uuid::from_bytes([1; 16]);
+pub const PLAIN_ID: uuid::Uuid = uuid::Uuid::from_bytes([2; 16]);
+
+/// Connection contexts of both listeners with mirror `first` (topic `orders`) and the PSM,
+/// over a cluster view filled by hand. The directory holds the state.
+pub struct Fixture {
+    pub mirror: Arc<ConnContext>,
+    pub client: Arc<ConnContext>,
+    _dir: tempfile::TempDir,
+}
+
+pub fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "destination:\n  bootstrap: [\"127.0.0.1:1\"]\nlisteners:\n  client:\n    port_base: 39092\n  mirror:\n    port_base: 39192\nadmin:\n  bind: 127.0.0.1:9180\nmirrors:\n  - name: first\n    topics: [orders]\nstate_dir: {}\n",
+        dir.path().display()
+    );
+    let cfg = crate::config::load_str(&yaml, "t.yaml").unwrap();
+    let store = StateStore::init(dir.path()).unwrap();
+    let metrics = Metrics::new();
+    let cluster = ClusterView::new(
+        cfg.destination.clone(),
+        crate::net::Connector::plain(),
+        metrics.clone(),
+    );
+    let partitions = vec![
+        (
+            "orders".to_string(),
+            TopicInfo {
+                id: ORDERS_ID,
+                leaders: vec![1; 4],
+            },
+        ),
+        (
+            "plain".to_string(),
+            TopicInfo {
+                id: PLAIN_ID,
+                leaders: vec![1; 4],
+            },
+        ),
+    ];
+    cluster.replace(Snapshot {
+        brokers: vec![BrokerEndpoint {
+            node_id: 1,
+            host: "127.0.0.1".into(),
+            port: 1,
+        }],
+        topics: partitions.iter().map(|(n, i)| (i.id, n.clone())).collect(),
+        partitions,
+        ..Snapshot::default()
+    });
+    let psm = PsmRegistry::new(&cfg, Some(store.clone()), &metrics);
+    let ctl = MirrorController::new(&cfg, store, &metrics, Some(psm.clone()), cluster.clone());
+    ctl.sync_partitions();
+    let ctx = |kind: ListenerKind, listener: &crate::config::ListenerConfig| {
+        Arc::new(ConnContext {
+            kind,
+            psm: Some(psm.clone()),
+            verify_crc: kind == ListenerKind::Client,
+            mirrors: Some(ctl.clone()),
+            address_map: ListenerAddressMap::new(listener),
+            cluster: cluster.clone(),
+            metrics: metrics.clone(),
+            handles: metrics.api_handles(kind),
+            limits: cfg.limits.clone(),
+            connect_timeout: Duration::from_secs(1),
+            acceptor: crate::net::Acceptor::default(),
+            principal_limits: None,
+        })
+    };
+    let mirror_listener = cfg.listeners.mirror.clone().unwrap();
+    Fixture {
+        mirror: ctx(ListenerKind::Mirror, &mirror_listener),
+        client: ctx(ListenerKind::Client, &cfg.listeners.client),
+        _dir: dir,
+    }
+}
+
+/// One idempotent batch of `records` records (producer id 4242).
+pub fn batch(records: i64) -> Bytes {
+    let recs: Vec<Record> = (0..records)
+        .map(|i| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: 4242,
+            producer_epoch: 0,
+            timestamp_type: TimestampType::Creation,
+            offset: i,
+            sequence: i as i32,
+            timestamp: 1_000 + i,
+            key: Some(Bytes::from_static(b"key")),
+            value: Some(Bytes::from(vec![b'v'; 48])),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    let opts = RecordEncodeOptions {
+        version: 2,
+        compression: Compression::None,
+    };
+    RecordBatchEncoder::encode(&mut buf, recs.iter(), &opts).unwrap();
+    buf.freeze()
+}
+
+/// A whole request frame of `req` at `version`.
+pub fn request_frame(req: &ProduceRequest, version: i16, correlation_id: i32) -> Bytes {
+    let mut out = BytesMut::new();
+    out.put_i32(0);
+    RequestHeader::default()
+        .with_request_api_key(ApiKey::Produce as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(StrBytes::from_static_str("t")))
+        .encode(&mut out, ApiKey::Produce.request_header_version(version))
+        .unwrap();
+    req.encode(&mut out, version).unwrap();
+    let len = (out.len() - 4) as i32;
+    out[0..4].copy_from_slice(&len.to_be_bytes());
+    out.freeze()
+}
+
+/// A whole response frame of `resp` at `version` for `api`.
+pub fn response_frame<M: Encodable>(api: ApiKey, resp: &M, version: i16, corr: i32) -> Bytes {
+    let mut out = BytesMut::new();
+    out.put_i32(0);
+    ResponseHeader::default()
+        .with_correlation_id(corr)
+        .encode(&mut out, api.response_header_version(version))
+        .unwrap();
+    resp.encode(&mut out, version).unwrap();
+    let len = (out.len() - 4) as i32;
+    out[0..4].copy_from_slice(&len.to_be_bytes());
+    out.freeze()
+}
+
+/// Produce v11 of one batch to each of 3 partitions of `topic`, and the broker's answer.
+fn produce(topic: &str, endpoints: bool) -> (Bytes, Bytes) {
+    let parts = (0..3)
+        .map(|p| {
+            PartitionProduceData::default()
+                .with_index(p)
+                .with_records(Some(batch(16)))
+        })
+        .collect();
+    let req = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partition_data(parts)]);
+    let parts = (0..3)
+        .map(|p| {
+            PartitionProduceResponse::default()
+                .with_index(p)
+                .with_base_offset(1000)
+                .with_log_append_time_ms(-1)
+        })
+        .collect();
+    let mut resp = ProduceResponse::default().with_responses(vec![TopicProduceResponse::default()
+        .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+        .with_partition_responses(parts)]);
+    if endpoints {
+        resp = resp.with_node_endpoints(vec![NodeEndpoint::default()
+            .with_node_id(BrokerId(1))
+            .with_host(StrBytes::from_static_str("10.0.0.1"))
+            .with_port(9092)]);
+    }
+    (
+        request_frame(&req, 11, 7),
+        response_frame(ApiKey::Produce, &resp, 11, 7),
+    )
+}
+
+/// The connection loop's in-memory steps for one request and its response: the frames
+/// forwarded and answered.
+pub fn handle(ctx: &ConnContext, request: Bytes, response: Bytes) -> (Option<Bytes>, Bytes) {
+    let h = parse_request_header(&request[4..]).unwrap();
+    let acks =
+        crate::protocol::produce::peek_acks(h.api_version, &request[4 + h.header_len..]).unwrap();
+    let plan = super::intercept::plan_request(ctx, &h, Some(acks), request).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let frame = rt
+        .block_on(super::intercept::on_response(
+            ctx,
+            "127.0.0.1:1",
+            h.api_key,
+            h.api_version,
+            h.correlation_id,
+            response,
+            plan.extras,
+        ))
+        .unwrap();
+    let out = if crate::protocol::rewrite::needs_rewrite(h.api_key, h.api_version) {
+        let r = crate::protocol::rewrite::rewrite_response(
+            h.api_key,
+            h.api_version,
+            &frame,
+            &ctx.address_map,
+        )
+        .unwrap();
+        r.frame.unwrap_or(frame)
+    } else {
+        frame
+    };
+    (plan.forward, out)
+}
+
+/// Counts of one Produce and its response: body walks, batch walks, request decodes, response
+/// decodes, response encodes.
+fn counted(ctx: &ConnContext, topic: &str, endpoints: bool) -> [u32; 5] {
+    let (request, response) = produce(topic, endpoints);
+    counts::take();
+    handle(ctx, request, response);
+    counts::take()
+}
+
+#[test]
+fn a_mirror_listener_produce_to_a_mirror_topic_is_walked_and_decoded_this_often() {
+    let f = fixture();
+    // [body walks, batch walks, request decodes, response decodes, response encodes]
+    assert_eq!(counted(&f.mirror, "orders", false), [3, 6, 0, 2, 0]);
+}
+
+#[test]
+fn a_client_listener_produce_to_a_plain_topic_is_walked_and_decoded_this_often() {
+    let f = fixture();
+    assert_eq!(counted(&f.client, "plain", false), [2, 0, 0, 1, 0]);
+    assert_eq!(counted(&f.client, "plain", true), [2, 0, 0, 1, 1]);
+}
