@@ -55,7 +55,7 @@ fn contexts(dir: &std::path::Path) -> (Arc<ConnContext>, Arc<ConnContext>) {
     let metrics = Metrics::new();
     let cluster = ClusterView::new(
         cfg.destination.clone(),
-        mirrorgate::net::Connector::plain(),
+        mirrorgate::client::Connector::plain(),
         metrics.clone(),
     );
     let topic = |name: &str| {
@@ -79,7 +79,14 @@ fn contexts(dir: &std::path::Path) -> (Arc<ConnContext>, Arc<ConnContext>) {
         ..Snapshot::default()
     });
     let psm = PsmRegistry::new(&cfg, Some(store.clone()), &metrics);
-    let ctl = MirrorController::new(&cfg, store, &metrics, Some(psm.clone()), cluster.clone());
+    let ctl = MirrorController::new(
+        &cfg,
+        store,
+        &metrics,
+        Some(psm.clone()),
+        cluster.clone(),
+        mirrorgate::mirror::fault_hooks::FaultHooks::default(),
+    );
     ctl.sync_partitions();
     let ctx = |kind: ListenerKind, listener: &mirrorgate::config::ListenerConfig| {
         Arc::new(ConnContext {
@@ -195,9 +202,8 @@ mod handling {
     use super::*;
     use mirrorgate::protocol::frame::parse_request_header;
     use mirrorgate::protocol::produce::peek_acks;
-    use mirrorgate::protocol::rewrite::{needs_rewrite, rewrite_response};
     use mirrorgate::protocol::versions;
-    use mirrorgate::proxy::intercept;
+    use mirrorgate::proxy::exchange::{self, Step};
 
     /// One request and its response; returns the bytes forwarded and the bytes answered.
     pub fn exchange(
@@ -209,26 +215,13 @@ mod handling {
         let h = parse_request_header(&request[4..]).expect("header");
         assert!(versions::accepts(h.api_key, h.api_version));
         let acks = peek_acks(h.api_version, &request[4 + h.header_len..]).expect("acks");
-        let plan = intercept::plan_request(ctx, &h, Some(acks), request).expect("plan");
-        let forwarded = plan.forward.expect("forwarded");
-        let frame = rt
-            .block_on(intercept::on_response(
-                ctx,
-                "127.0.0.1:1",
-                h.api_key,
-                h.api_version,
-                h.correlation_id,
-                response,
-                plan.extras,
-            ))
-            .expect("response");
-        let out = if needs_rewrite(h.api_key, h.api_version) {
-            let r = rewrite_response(h.api_key, h.api_version, &frame, &ctx.address_map)
-                .expect("rewrite");
-            r.frame.unwrap_or(frame)
-        } else {
-            frame
+        let (step, pending) = exchange::begin(ctx, &h, Some(acks), request).expect("begin");
+        let Step::Forward(forwarded) = step else {
+            panic!("not forwarded")
         };
+        let out = rt
+            .block_on(pending.finish(ctx, "127.0.0.1:1", response))
+            .expect("response");
         (forwarded, out)
     }
 }

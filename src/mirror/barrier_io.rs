@@ -348,7 +348,11 @@ impl FailoverIo for KafkaFailoverIo {
         self.psm
             .as_ref()
             .and_then(|r| r.existing(topic, partition))
-            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).applied_through())
+            .map(|s| {
+                s.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .applied_through()
+            })
             .unwrap_or(-1)
             .min(barrier - 1)
     }

@@ -33,7 +33,7 @@ pub const NO_PRODUCER_EPOCH: i16 = -1;
 pub const NO_SEQUENCE: i32 = -1;
 
 const CRC_OFFSET: usize = 17;
-const ATTRIBUTES_OFFSET: usize = 21;
+pub(crate) const ATTRIBUTES_OFFSET: usize = 21;
 
 const ATTR_CODEC_MASK: i16 = 0x07;
 const ATTR_TIMESTAMP_TYPE: i16 = 0x08;

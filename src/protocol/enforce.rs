@@ -17,20 +17,24 @@
 //! `base_offset` −1, `log_append_time_ms` −1 and `log_start_offset` −1, as Kafka's own error
 //! responses do. Topics are named by name up to v12 and by topic id from v13.
 //!
+//! The gateway's Produce exchange (`proxy::exchange::produce`) uses the pieces directly on its
+//! one [`super::produce::ProduceView`] and its one decoded response: [`rejected_partition`],
+//! [`trim_request`], [`all_rejected_response`], [`check_readback`], [`add_rejections`] and
+//! [`mark_partition_errors`]; [`filter_produce`], [`merge_rejections`] and
+//! [`rewrite_partition_errors`] are the same steps over whole frames.
+//!
 //! Owns: the bytes. Must not touch: which partitions are read-only (the caller's `decide`),
 //! metrics, connection state. Never panics on input.
 
 use std::collections::BTreeMap;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
-use kafka_protocol::messages::{
-    ApiKey, ProduceRequest, ProduceResponse, ResponseHeader, TopicName,
-};
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, TopicName};
+use kafka_protocol::protocol::{Decodable, StrBytes};
 use thiserror::Error;
 
-use super::frame::FrameError;
+use super::frame::{Decoded, FrameError};
 use super::produce::{
     ProduceError, ProducePartition, ProduceWalker, TopicRef, PRODUCE_MAX_VERSION,
     PRODUCE_MIN_VERSION,
@@ -124,13 +128,6 @@ fn decode_err(what: &'static str) -> impl FnOnce(anyhow::Error) -> EnforceError 
     }
 }
 
-fn encode_err(what: &'static str) -> impl FnOnce(anyhow::Error) -> EnforceError {
-    move |e| EnforceError::Encode {
-        what,
-        reason: e.to_string(),
-    }
-}
-
 fn check_version(version: i16) -> Result<(), EnforceError> {
     if (PRODUCE_MIN_VERSION..=PRODUCE_MAX_VERSION).contains(&version) {
         Ok(())
@@ -157,50 +154,59 @@ fn check_frame(frame: &[u8]) -> Result<(), EnforceError> {
     Ok(())
 }
 
-/// Encodes `header` (at `header_version`) and `msg` (at `version`) into a frame.
-fn encode_response<M: Encodable>(
-    header: &ResponseHeader,
-    header_version: i16,
-    msg: &M,
+fn codec_err(what: &'static str, decode: bool) -> impl FnOnce(FrameError) -> EnforceError {
+    move |e| {
+        let reason = match e {
+            FrameError::BadResponse(r) => r,
+            other => other.to_string(),
+        };
+        if decode {
+            EnforceError::Decode { what, reason }
+        } else {
+            EnforceError::Encode { what, reason }
+        }
+    }
+}
+
+/// Decodes a Produce response frame into its header and body, refusing what would not read
+/// back as received ([`check_readback`]).
+fn decode_response(frame: &Bytes, version: i16) -> Result<Decoded<ProduceResponse>, EnforceError> {
+    check_version(version)?;
+    check_frame(frame)?;
+    let hv = ApiKey::Produce.response_header_version(version);
+    let d = super::frame::decode_response::<ProduceResponse>(frame, hv, version)
+        .map_err(codec_err("produce response", true))?;
+    check_readback(frame, version, &d)?;
+    Ok(d)
+}
+
+/// Whether a decoded Produce response may be changed and encoded again: the version is one the
+/// gateway reads, the length prefix matches, no bytes followed the message and no unknown
+/// tagged field has a tag of 2^31 or more (kafka-protocol would not write those back).
+pub fn check_readback(
+    frame: &Bytes,
+    version: i16,
+    d: &Decoded<ProduceResponse>,
+) -> Result<(), EnforceError> {
+    check_version(version)?;
+    check_frame(frame)?;
+    if d.trailing > 0 {
+        return Err(trailing("produce response", d.trailing));
+    }
+    if negative(&d.header.unknown_tagged_fields) || response_has_negative_tag(&d.body) {
+        return Err(negative_tag("produce response"));
+    }
+    Ok(())
+}
+
+fn encode_decoded(
+    d: &Decoded<ProduceResponse>,
     version: i16,
     size_hint: usize,
 ) -> Result<Bytes, EnforceError> {
-    #[cfg(test)]
-    super::frame::counts::bump(super::frame::counts::Event::ResponseEncode);
-    let mut out = BytesMut::with_capacity(size_hint + 16);
-    out.put_i32(0);
-    header
-        .encode(&mut out, header_version)
-        .map_err(encode_err("produce response header"))?;
-    msg.encode(&mut out, version)
-        .map_err(encode_err("produce response"))?;
-    let len = i32::try_from(out.len() - 4)
-        .map_err(|_| EnforceError::BadFrame("response larger than 2 GiB".into()))?;
-    out[0..4].copy_from_slice(&len.to_be_bytes());
-    Ok(out.freeze())
-}
-
-/// Decodes a Produce response frame into its header and body.
-fn decode_response(
-    frame: &Bytes,
-    version: i16,
-) -> Result<(ResponseHeader, ProduceResponse), EnforceError> {
-    check_version(version)?;
-    check_frame(frame)?;
-    #[cfg(test)]
-    super::frame::counts::bump(super::frame::counts::Event::ResponseDecode);
-    let mut body = frame.slice(4..);
     let hv = ApiKey::Produce.response_header_version(version);
-    let header = ResponseHeader::decode(&mut body, hv).map_err(decode_err("response header"))?;
-    let resp =
-        ProduceResponse::decode(&mut body, version).map_err(decode_err("produce response"))?;
-    if !body.is_empty() {
-        return Err(trailing("produce response", body.len()));
-    }
-    if negative(&header.unknown_tagged_fields) || response_has_negative_tag(&resp) {
-        return Err(negative_tag("produce response"));
-    }
-    Ok((header, resp))
+    super::frame::encode_response(&d.header, hv, &d.body, version, size_hint)
+        .map_err(codec_err("produce response", false))
 }
 
 fn trailing(what: &'static str, n: usize) -> EnforceError {
@@ -273,7 +279,7 @@ fn error_partition(
 }
 
 /// Adds `rejected` to `resp`, into the existing entry of each topic when there is one.
-fn add_rejections(resp: &mut ProduceResponse, version: i16, rejected: &[RejectedPartition]) {
+pub fn add_rejections(resp: &mut ProduceResponse, version: i16, rejected: &[RejectedPartition]) {
     for r in rejected {
         let by_id = version >= 13;
         let existing = resp.responses.iter_mut().position(|t| {
@@ -307,23 +313,10 @@ fn add_rejections(resp: &mut ProduceResponse, version: i16, rejected: &[Rejected
     }
 }
 
-/// Applies `decide` to every partition of a Produce request and removes the rejected ones.
-///
-/// `frame` is the whole request frame (length prefix included), `header_len` the request header
-/// length from [`super::parse_request_header`] (relative to the frame body), `version` and
-/// `correlation_id` the header's. `decide` is called once per partition, in request order.
-///
-/// Nothing rejected → [`ProduceDecision::Forward`] without allocating. Otherwise the request is
-/// decoded, the rejected partitions (and topics they leave empty) are removed, and the rest is
-/// re-encoded behind the original header bytes → [`ProduceDecision::Rewritten`]. Every partition
-/// rejected → [`ProduceDecision::AllRejected`] with a synthesized response (none for acks=0).
-pub fn filter_produce(
-    frame: &Bytes,
-    header_len: usize,
-    version: i16,
-    correlation_id: i32,
-    decide: &mut dyn FnMut(&ProducePartition<'_>) -> Option<Rejection>,
-) -> Result<ProduceDecision, EnforceError> {
+/// Checks a whole Produce request frame before enforcement reads it: a version the gateway
+/// reads, a length prefix that matches, a header of `header_len` bytes (relative to the frame
+/// body) that names Produce at `version`. Returns where the body starts in `frame`.
+pub fn check_request(frame: &[u8], header_len: usize, version: i16) -> Result<usize, EnforceError> {
     check_version(version)?;
     check_frame(frame)?;
     let body_start = header_len
@@ -342,6 +335,27 @@ pub fn filter_produce(
             "request header says api key {key} version {frame_version}, expected Produce v{version}"
         )));
     }
+    Ok(body_start)
+}
+
+/// Applies `decide` to every partition of a Produce request and removes the rejected ones.
+///
+/// `frame` is the whole request frame (length prefix included), `header_len` the request header
+/// length from [`super::parse_request_header`] (relative to the frame body), `version` and
+/// `correlation_id` the header's. `decide` is called once per partition, in request order.
+///
+/// Nothing rejected → [`ProduceDecision::Forward`] without allocating. Otherwise the request is
+/// decoded, the rejected partitions (and topics they leave empty) are removed, and the rest is
+/// re-encoded behind the original header bytes → [`ProduceDecision::Rewritten`]. Every partition
+/// rejected → [`ProduceDecision::AllRejected`] with a synthesized response (none for acks=0).
+pub fn filter_produce(
+    frame: &Bytes,
+    header_len: usize,
+    version: i16,
+    correlation_id: i32,
+    decide: &mut dyn FnMut(&ProducePartition<'_>) -> Option<Rejection>,
+) -> Result<ProduceDecision, EnforceError> {
+    let body_start = check_request(frame, header_len, version)?;
     let body = &frame[body_start..];
 
     // Cheap pass: no allocation unless something is rejected.
@@ -353,18 +367,7 @@ pub fn filter_produce(
     for item in walker {
         let p = item?;
         if let Some(rej) = decide(&p) {
-            let (topic, topic_id) = match p.topic {
-                TopicRef::Name(n) => (n.to_owned(), uuid::Uuid::nil()),
-                TopicRef::Id(id) => (String::new(), id),
-            };
-            rejected.push(RejectedPartition {
-                topic,
-                topic_id,
-                partition: p.partition,
-                error_code: rej.error_code,
-                message: rej.message,
-                log_start_offset: rej.log_start_offset,
-            });
+            rejected.push(rejected_partition(p.topic, p.partition, rej));
             rejected_ordinals.push(total);
         }
         total += 1;
@@ -372,28 +375,67 @@ pub fn filter_produce(
     if rejected.is_empty() {
         return Ok(ProduceDecision::Forward);
     }
-
     if rejected.len() == total {
         let response = if acks == 0 {
             None
         } else {
-            let mut resp = ProduceResponse::default();
-            add_rejections(&mut resp, version, &rejected);
-            let mut header = ResponseHeader::default();
-            header.correlation_id = correlation_id;
-            let hv = ApiKey::Produce.response_header_version(version);
-            Some(encode_response(
-                &header,
-                hv,
-                &resp,
-                version,
-                64 + rejected.len() * 64,
-            )?)
+            Some(all_rejected_response(version, correlation_id, &rejected)?)
         };
         return Ok(ProduceDecision::AllRejected { response, rejected });
     }
+    let frame = trim_request(frame, body_start, version, &rejected_ordinals, total)?;
+    Ok(ProduceDecision::Rewritten { frame, rejected })
+}
 
-    // Decode (records stay slices of `frame`), drop the rejected partitions by position.
+/// The partition `partition` of `topic` refused with `rej`.
+pub fn rejected_partition(
+    topic: TopicRef<'_>,
+    partition: i32,
+    rej: Rejection,
+) -> RejectedPartition {
+    let (topic, topic_id) = match topic {
+        TopicRef::Name(n) => (n.to_owned(), uuid::Uuid::nil()),
+        TopicRef::Id(id) => (String::new(), id),
+    };
+    RejectedPartition {
+        topic,
+        topic_id,
+        partition,
+        error_code: rej.error_code,
+        message: rej.message,
+        log_start_offset: rej.log_start_offset,
+    }
+}
+
+/// The gateway's whole answer to a Produce request whose every partition it refused.
+pub fn all_rejected_response(
+    version: i16,
+    correlation_id: i32,
+    rejected: &[RejectedPartition],
+) -> Result<Bytes, EnforceError> {
+    let mut resp = ProduceResponse::default();
+    add_rejections(&mut resp, version, rejected);
+    super::frame::answer(
+        ApiKey::Produce,
+        version,
+        correlation_id,
+        &resp,
+        64 + rejected.len() * 64,
+    )
+    .map_err(codec_err("produce response", false))
+}
+
+/// The request `frame` without the partitions at `rejected_ordinals` (positions in request
+/// order, ascending; `total` partitions in all) and the topics they leave empty, re-encoded
+/// behind the original header bytes (`frame[4..body_start]`). Records stay slices of `frame`
+/// until the encode copies them.
+pub fn trim_request(
+    frame: &Bytes,
+    body_start: usize,
+    version: i16,
+    rejected_ordinals: &[usize],
+    total: usize,
+) -> Result<Bytes, EnforceError> {
     #[cfg(test)]
     super::frame::counts::bump(super::frame::counts::Event::RequestDecode);
     let mut body_bytes = frame.slice(body_start..);
@@ -429,19 +471,14 @@ pub fn filter_produce(
         });
         !topic.partition_data.is_empty()
     });
-
-    let mut out = BytesMut::with_capacity(frame.len());
-    out.put_i32(0);
-    out.extend_from_slice(&frame[4..body_start]);
-    req.encode(&mut out, version)
-        .map_err(encode_err("produce request"))?;
-    let len = i32::try_from(out.len() - 4)
-        .map_err(|_| EnforceError::BadFrame("request larger than 2 GiB".into()))?;
-    out[0..4].copy_from_slice(&len.to_be_bytes());
-    Ok(ProduceDecision::Rewritten {
-        frame: out.freeze(),
-        rejected,
-    })
+    super::frame::encode_request_behind(&frame[4..body_start], &req, version, frame.len()).map_err(
+        |e| match e {
+            FrameError::BadResponse(r) if r.contains("2 GiB") => {
+                EnforceError::BadFrame("request larger than 2 GiB".into())
+            }
+            other => codec_err("produce request", false)(other),
+        },
+    )
 }
 
 /// Adds the `rejected` partitions to the broker's Produce response (`response_frame`, length
@@ -452,16 +489,9 @@ pub fn merge_rejections(
     version: i16,
     rejected: &[RejectedPartition],
 ) -> Result<Bytes, EnforceError> {
-    let (header, mut resp) = decode_response(response_frame, version)?;
-    add_rejections(&mut resp, version, rejected);
-    let hv = ApiKey::Produce.response_header_version(version);
-    encode_response(
-        &header,
-        hv,
-        &resp,
-        version,
-        response_frame.len() + rejected.len() * 64,
-    )
+    let mut d = decode_response(response_frame, version)?;
+    add_rejections(&mut d.body, version, rejected);
+    encode_decoded(&d, version, response_frame.len() + rejected.len() * 64)
 }
 
 /// The callback of [`rewrite_partition_errors`]: `(topic name or "", topic id or nil, partition,
@@ -480,7 +510,20 @@ pub fn rewrite_partition_errors(
     version: i16,
     change: &mut PartitionErrorChange<'_>,
 ) -> Result<Option<Bytes>, EnforceError> {
-    let (header, mut resp) = decode_response(response_frame, version)?;
+    let mut d = decode_response(response_frame, version)?;
+    if !mark_partition_errors(&mut d.body, version, change) {
+        return Ok(None);
+    }
+    encode_decoded(&d, version, response_frame.len() + 64).map(Some)
+}
+
+/// The step of [`rewrite_partition_errors`] on a decoded response: whether `change` turned some
+/// partition result into an error.
+pub fn mark_partition_errors(
+    resp: &mut ProduceResponse,
+    version: i16,
+    change: &mut PartitionErrorChange<'_>,
+) -> bool {
     let mut changed = false;
     for t in resp.responses.iter_mut() {
         let name = if version >= 13 { "" } else { t.name.0.as_str() };
@@ -500,11 +543,7 @@ pub fn rewrite_partition_errors(
             }
         }
     }
-    if !changed {
-        return Ok(None);
-    }
-    let hv = ApiKey::Produce.response_header_version(version);
-    encode_response(&header, hv, &resp, version, response_frame.len() + 64).map(Some)
+    changed
 }
 
 #[cfg(test)]

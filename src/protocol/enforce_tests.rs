@@ -7,7 +7,11 @@ use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
 use uuid::Uuid;
 
-use crate::protocol::frame::parse_request_header;
+use bytes::{BufMut, BytesMut};
+use kafka_protocol::messages::ResponseHeader;
+use kafka_protocol::protocol::Encodable;
+
+use crate::protocol::frame::{encode_response, parse_request_header};
 
 const CORR: i32 = 4242;
 

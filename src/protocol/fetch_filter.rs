@@ -18,7 +18,7 @@
 
 use std::collections::BTreeMap;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, FetchResponse, ResponseHeader, ShareFetchResponse};
 use kafka_protocol::protocol::{Decodable, Encodable, Message};
 
@@ -122,13 +122,7 @@ fn reencode<M: Encodable>(
     if negative_tag {
         return Err(bad("tagged field number of 2^31 or more"));
     }
-    let mut out = BytesMut::with_capacity(size_hint + 64);
-    out.put_i32(0);
-    header.encode(&mut out, header_version).map_err(bad)?;
-    resp.encode(&mut out, version).map_err(bad)?;
-    let len = i32::try_from(out.len() - 4).map_err(|_| bad("larger than 2 GiB"))?;
-    out[0..4].copy_from_slice(&len.to_be_bytes());
-    Ok(out.freeze())
+    super::frame::encode_response(header, header_version, resp, version, size_hint + 48)
 }
 
 /// Replace the barriers in one partition's records; how many there were.

@@ -5,6 +5,7 @@ use crate::protocol::barrier::{
     encode_barrier_batch, hide_barriers, is_barrier_batch, BarrierValue, BARRIER_VALUE_VERSION,
 };
 use crate::protocol::batch::BatchWalker;
+use bytes::{BufMut, BytesMut};
 use kafka_protocol::messages::fetch_response::{
     AbortedTransaction, FetchableTopicResponse, NodeEndpoint, PartitionData,
 };

@@ -7,9 +7,18 @@
 //!
 //! Frames handed out by [`read_frame`] *include* their 4-byte length prefix so that forwarding
 //! is a single write of the same bytes.
+//!
+//! This is also the gateway's one codec of whole messages: [`decode_response`] and
+//! [`encode_response`] (length prefix + response header + body), [`encode_request_behind`] (a
+//! request body re-encoded behind the original header bytes), and [`Edited`], a response held
+//! raw, decoded at most once and encoded at most once, only when something changed it.
+//!
+//! Owns: frame boundaries, request-header peeks, message encode/decode. Must not touch: what a
+//! message means (the per-API code decides), sockets other than the one [`read_frame`] reads.
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::ApiKey;
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Why a frame or request header was refused.
@@ -204,6 +213,193 @@ pub fn frame_from_body(body: &[u8]) -> Bytes {
     out.extend_from_slice(&(body.len() as i32).to_be_bytes());
     out.extend_from_slice(body);
     out.freeze()
+}
+
+/// A response as decoded by [`decode_response`]: its header, its body, and how many bytes
+/// followed the body in the frame (re-encoding would drop them).
+#[derive(Debug, Clone)]
+pub struct Decoded<M> {
+    pub header: ResponseHeader,
+    pub body: M,
+    pub trailing: usize,
+}
+
+/// Decodes a whole response frame (length prefix included): header at `header_version`, body at
+/// `version`. Bytes after the body are counted, not refused (see [`Decoded::trailing`]).
+pub fn decode_response<M: Decodable>(
+    frame: &Bytes,
+    header_version: i16,
+    version: i16,
+) -> Result<Decoded<M>, FrameError> {
+    #[cfg(test)]
+    counts::bump(counts::Event::ResponseDecode);
+    if frame.len() < 8 {
+        return Err(FrameError::BadResponse(format!(
+            "response of {} bytes",
+            frame.len()
+        )));
+    }
+    let mut body = frame.slice(4..);
+    let header = ResponseHeader::decode(&mut body, header_version).map_err(bad_response)?;
+    let msg = M::decode(&mut body, version).map_err(bad_response)?;
+    Ok(Decoded {
+        header,
+        body: msg,
+        trailing: body.len(),
+    })
+}
+
+fn bad_response(e: impl std::fmt::Display) -> FrameError {
+    FrameError::BadResponse(e.to_string())
+}
+
+/// Encodes `header` (at `header_version`) and `msg` (at `version`) into a whole frame, length
+/// prefix included. `size_hint`: the expected size, to allocate once.
+pub fn encode_response<M: Encodable>(
+    header: &ResponseHeader,
+    header_version: i16,
+    msg: &M,
+    version: i16,
+    size_hint: usize,
+) -> Result<Bytes, FrameError> {
+    #[cfg(test)]
+    counts::bump(counts::Event::ResponseEncode);
+    let mut out = BytesMut::with_capacity(size_hint + 16);
+    out.put_i32(0);
+    header
+        .encode(&mut out, header_version)
+        .map_err(bad_response)?;
+    msg.encode(&mut out, version).map_err(bad_response)?;
+    let len = i32::try_from(out.len() - 4)
+        .map_err(|_| FrameError::BadResponse("larger than 2 GiB".into()))?;
+    out[0..4].copy_from_slice(&len.to_be_bytes());
+    Ok(out.freeze())
+}
+
+/// The gateway's own answer to request `api`/`version`/`correlation_id`: a whole frame.
+pub fn answer<M: Encodable>(
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    msg: &M,
+    size_hint: usize,
+) -> Result<Bytes, FrameError> {
+    let mut header = ResponseHeader::default();
+    header.correlation_id = correlation_id;
+    encode_response(
+        &header,
+        api.response_header_version(version),
+        msg,
+        version,
+        size_hint,
+    )
+}
+
+/// Encodes `msg` (at `version`) behind `header_bytes` (a request header exactly as the client
+/// sent it) into a whole request frame, length prefix included.
+pub fn encode_request_behind<M: Encodable>(
+    header_bytes: &[u8],
+    msg: &M,
+    version: i16,
+    size_hint: usize,
+) -> Result<Bytes, FrameError> {
+    let mut out = BytesMut::with_capacity(size_hint + 16);
+    out.put_i32(0);
+    out.extend_from_slice(header_bytes);
+    msg.encode(&mut out, version).map_err(bad_response)?;
+    let len = i32::try_from(out.len() - 4)
+        .map_err(|_| FrameError::BadResponse("request larger than 2 GiB".into()))?;
+    out[0..4].copy_from_slice(&len.to_be_bytes());
+    Ok(out.freeze())
+}
+
+/// A response on its way to the client: the bytes the broker sent, decoded at most once (on the
+/// first [`Edited::get`] or [`Edited::edit`]), encoded at most once (by [`Edited::into_frame`],
+/// only after an [`Edited::edit`]). Every step that reads or changes the response shares it.
+#[derive(Debug)]
+pub struct Edited<M> {
+    raw: Bytes,
+    header_version: i16,
+    version: i16,
+    decoded: Option<Result<Decoded<M>, String>>,
+    dirty: bool,
+}
+
+impl<M: Decodable + Encodable> Edited<M> {
+    /// The broker's frame (length prefix included) of a response at `version` whose header is at
+    /// `header_version`. Nothing is decoded yet.
+    pub fn new(raw: Bytes, header_version: i16, version: i16) -> Self {
+        Edited {
+            raw,
+            header_version,
+            version,
+            decoded: None,
+            dirty: false,
+        }
+    }
+
+    /// The bytes as the broker sent them.
+    pub fn raw(&self) -> &Bytes {
+        &self.raw
+    }
+
+    /// The decoded response (decoded now if this is the first look).
+    pub fn get(&mut self) -> Result<&Decoded<M>, FrameError> {
+        if self.decoded.is_none() {
+            let d = decode_response(&self.raw, self.header_version, self.version);
+            self.decoded = Some(d.map_err(|e| e.to_string()));
+        }
+        match &self.decoded {
+            Some(Ok(d)) => Ok(d),
+            Some(Err(e)) => Err(FrameError::BadResponse(e.clone())),
+            None => Err(FrameError::BadResponse("not decoded".into())),
+        }
+    }
+
+    /// The decoded body, to change: the response will be encoded again.
+    pub fn edit(&mut self) -> Result<&mut M, FrameError> {
+        self.get()?;
+        match &mut self.decoded {
+            Some(Ok(d)) => {
+                self.dirty = true;
+                Ok(&mut d.body)
+            }
+            _ => Err(FrameError::BadResponse("not decoded".into())),
+        }
+    }
+
+    /// Lets `f` change the decoded body; the response is encoded again only if `f` says it
+    /// changed something (returns true).
+    pub fn edit_with(&mut self, f: impl FnOnce(&mut M) -> bool) -> Result<bool, FrameError> {
+        self.get()?;
+        match &mut self.decoded {
+            Some(Ok(d)) => {
+                let changed = f(&mut d.body);
+                self.dirty |= changed;
+                Ok(changed)
+            }
+            _ => Err(FrameError::BadResponse("not decoded".into())),
+        }
+    }
+
+    /// Whether some step changed the response.
+    pub fn is_dirty(&self) -> bool {
+        self.dirty
+    }
+
+    /// The frame to send: the broker's bytes when nothing changed, else the one encode.
+    pub fn into_frame(self) -> Result<Bytes, FrameError> {
+        match (self.dirty, self.decoded) {
+            (true, Some(Ok(d))) => encode_response(
+                &d.header,
+                self.header_version,
+                &d.body,
+                self.version,
+                self.raw.len() + 64,
+            ),
+            _ => Ok(self.raw),
+        }
+    }
 }
 
 /// Test-only counters of how often one thread walked or decoded what (the walk counts of

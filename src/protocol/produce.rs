@@ -2,9 +2,18 @@
 //!
 //! [`peek_acks`] reads only `acks`. [`ProduceWalker`] walks a whole Produce body (v3..=13,
 //! after the request header) and yields each partition's topic, index and the position of its
-//! `records` bytes, without copying or allocating.
+//! `records` bytes, without copying or allocating. [`ProduceView`] is the one walk the gateway
+//! makes of a Produce request: every partition with its topic resolved once per topic (by the
+//! caller) and, where asked for, the facts of its record batches ([`BatchFacts`]), for the
+//! enforcement, the PSM tap and the barrier count to read.
+//!
+//! Owns: reading Produce request bodies. Must not touch: what the gateway decides about a
+//! partition (the caller's), the PSM, metrics.
 
+use std::borrow::Cow;
 use std::ops::Range;
+
+use super::batch::{BatchHeader, BatchWalker, ClientBatchError};
 
 use thiserror::Error;
 
@@ -312,6 +321,168 @@ impl<'a> Iterator for ProduceWalker<'a> {
             }
         }
     }
+}
+
+/// One topic of a [`ProduceView`], resolved once.
+#[derive(Debug, Clone)]
+pub struct TopicView<'a> {
+    /// The topic as the request names it.
+    pub topic: TopicRef<'a>,
+    /// Its name: the request's (up to v12) or the one the caller resolved the id to (v13);
+    /// `None` for a topic id the caller does not know.
+    pub name: Option<Cow<'a, str>>,
+    /// The caller's per-topic flag (the gateway: the topic belongs to a mirror).
+    pub mirror: bool,
+}
+
+/// What one walk over a partition's record batches found ([`scan_batches`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchFacts {
+    /// The single batch a Produce v3+ partition must carry, checked as
+    /// [`super::batch::single_client_batch`] checks it; `None` when not asked for.
+    pub single: Option<Result<BatchHeader, ClientBatchError>>,
+    /// Barrier batches among the readable batches (counted when asked for, else 0).
+    pub barriers: usize,
+}
+
+/// One partition of a [`ProduceView`].
+#[derive(Debug, Clone)]
+pub struct PartitionView<'a> {
+    /// Index of its topic in [`ProduceView::topics`].
+    pub topic: usize,
+    pub partition: i32,
+    /// The `records` field; `None` when it is null.
+    pub records: Option<&'a [u8]>,
+    /// Where `records` lies in the body.
+    pub records_range: Range<usize>,
+    /// Its batches, when the caller asked for them.
+    pub batches: BatchFacts,
+}
+
+/// A Produce request body read in one walk: `acks`, the transactional id, and every partition
+/// in request order with its topic resolved once per topic. A malformed partition ends the walk:
+/// the partitions before it are kept and [`ProduceView::error`] says why.
+#[derive(Debug, Clone)]
+pub struct ProduceView<'a> {
+    pub version: i16,
+    pub acks: i16,
+    pub transactional_id: Option<&'a str>,
+    pub topics: Vec<TopicView<'a>>,
+    pub partitions: Vec<PartitionView<'a>>,
+    pub error: Option<ProduceError>,
+}
+
+/// What the walk asks about each partition's batches.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BatchQuestions {
+    /// Check the single client batch (with a CRC-32C check when `verify_crc`).
+    pub single: bool,
+    pub verify_crc: bool,
+    /// Count barrier batches.
+    pub barriers: bool,
+}
+
+impl<'a> ProduceView<'a> {
+    /// Walks `body` (after the request header) once. `resolve` is called once per topic entry
+    /// and gives its name and flag; `questions` says, per partition of a resolved topic, what to
+    /// learn about its batches.
+    pub fn build(
+        version: i16,
+        body: &'a [u8],
+        resolve: &mut dyn FnMut(TopicRef<'a>) -> (Option<Cow<'a, str>>, bool),
+        questions: &dyn Fn(&TopicView<'a>) -> BatchQuestions,
+    ) -> Result<ProduceView<'a>, ProduceError> {
+        let walker = ProduceWalker::new(version, body)?;
+        let mut view = ProduceView {
+            version,
+            acks: walker.acks(),
+            transactional_id: walker.transactional_id(),
+            topics: Vec::new(),
+            partitions: Vec::new(),
+            error: None,
+        };
+        let mut asked = BatchQuestions::default();
+        for item in walker {
+            let p = match item {
+                Ok(p) => p,
+                Err(e) => {
+                    view.error = Some(e);
+                    break;
+                }
+            };
+            if view.topics.last().is_none_or(|t| t.topic != p.topic) {
+                let (name, mirror) = resolve(p.topic);
+                view.topics.push(TopicView {
+                    topic: p.topic,
+                    name,
+                    mirror,
+                });
+                asked = view.topics.last().map(questions).unwrap_or_default();
+            }
+            let batches = match p.records {
+                Some(records) if asked.single || asked.barriers => scan_batches(records, asked),
+                _ => BatchFacts {
+                    single: None,
+                    barriers: 0,
+                },
+            };
+            view.partitions.push(PartitionView {
+                topic: view.topics.len() - 1,
+                partition: p.partition,
+                records: p.records,
+                records_range: p.records_range,
+                batches,
+            });
+        }
+        Ok(view)
+    }
+
+    /// The topic of `p`.
+    pub fn topic_of(&self, p: &PartitionView<'a>) -> &TopicView<'a> {
+        &self.topics[p.topic]
+    }
+}
+
+/// One walk over the batches of `records`: the single client batch (as
+/// [`super::batch::single_client_batch`] reads it) and the number of barrier batches among the
+/// batches before the first unreadable one, as asked.
+pub fn scan_batches(records: &[u8], asked: BatchQuestions) -> BatchFacts {
+    let mut walker = BatchWalker::new(records, false);
+    let first = walker.next();
+    let single = asked.single.then(|| {
+        let (header, batch) = first.clone().ok_or(ClientBatchError::NoBatch)??;
+        if asked.verify_crc {
+            let computed = crc32c::crc32c(&batch[super::batch::ATTRIBUTES_OFFSET..]);
+            if computed != header.crc {
+                return Err(ClientBatchError::Batch(
+                    super::batch::BatchError::CrcMismatch {
+                        index: 0,
+                        pos: 0,
+                        stored: header.crc,
+                        computed,
+                    },
+                ));
+            }
+        }
+        if batch.len() < records.len() {
+            return Err(ClientBatchError::MoreThanOneBatch);
+        }
+        if header.base_offset != 0 {
+            return Err(ClientBatchError::NonZeroBaseOffset(header.base_offset));
+        }
+        Ok(header)
+    });
+    let barriers = if asked.barriers {
+        first
+            .into_iter()
+            .chain(walker)
+            .map_while(Result::ok)
+            .filter(|(_, b)| super::barrier::is_barrier_batch(b))
+            .count()
+    } else {
+        0
+    };
+    BatchFacts { single, barriers }
 }
 
 #[cfg(test)]

@@ -7,8 +7,15 @@
 //! [`AddressMap`] cannot serve is removed (Metadata, DescribeCluster, NodeEndpoints) or turned
 //! into a retriable COORDINATOR_NOT_AVAILABLE (FindCoordinator). Node ids are kept as they are,
 //! so leader ids, replica lists and endpoints stay consistent with each other.
+//!
+//! The gateway's Produce exchange rewrites the Produce response it already decoded with
+//! [`map_produce_endpoints`]; [`rewrite_response`] handles whole frames of every API.
+//!
+//! Owns: the address fields of responses. Must not touch: which addresses the gateway serves
+//! (the caller's [`AddressMap`]), metrics, the cluster view (the caller feeds it what
+//! [`Rewritten`] reports).
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsResponse, DescribeClusterResponse, FetchResponse, FindCoordinatorResponse,
     MetadataResponse, ProduceResponse, ResponseHeader, ShareAcknowledgeResponse,
@@ -76,15 +83,7 @@ fn encode_frame<M: Encodable>(
     version: i16,
     size_hint: usize,
 ) -> Result<Bytes, FrameError> {
-    #[cfg(test)]
-    super::frame::counts::bump(super::frame::counts::Event::ResponseEncode);
-    let mut out = BytesMut::with_capacity(size_hint + 16);
-    out.put_i32(0);
-    header.encode(&mut out, header_version).map_err(bad)?;
-    msg.encode(&mut out, version).map_err(bad)?;
-    let len = (out.len() - 4) as i32;
-    out[0..4].copy_from_slice(&len.to_be_bytes());
-    Ok(out.freeze())
+    super::frame::encode_response(header, header_version, msg, version, size_hint)
 }
 
 /// Rewrite the endpoints of `$list` in place (field `$id` is the node id), dropping the ones the
@@ -102,6 +101,12 @@ macro_rules! retain_mapped {
         });
         before - $list.len()
     }};
+}
+
+/// Rewrite the KIP-951 `node_endpoints` of a decoded Produce response in place; the number of
+/// endpoints removed (no gateway port for their node id).
+pub fn map_produce_endpoints(resp: &mut ProduceResponse, map: &dyn AddressMap) -> usize {
+    retain_mapped!(resp.node_endpoints, node_id, map)
 }
 
 /// Rewrite one response frame (length prefix included) of `key`/`version`.
@@ -211,7 +216,7 @@ pub fn rewrite_response(
         ApiKey::Produce => {
             let mut resp = ProduceResponse::decode(&mut body, version).map_err(bad)?;
             if !resp.node_endpoints.is_empty() {
-                out.unmapped = retain_mapped!(resp.node_endpoints, node_id, map);
+                out.unmapped = map_produce_endpoints(&mut resp, map);
                 out.frame = Some(encode_frame(&header, hv, &resp, version, size)?);
             }
         }

@@ -1,12 +1,15 @@
 //! One client connection and its upstream connection to one destination broker.
 //!
 //! Two halves run concurrently:
-//! - **requests** (client → broker): read a frame, validate the header, note the request in
-//!   the in-flight queue (unless it is an `acks=0` Produce, which gets no response), forward
-//!   the bytes unchanged;
+//! - **requests** (client → broker): read a frame, validate the header, begin its per-API
+//!   exchange ([`super::exchange::begin`]: forward, or answer locally), note the request in the
+//!   in-flight queue (unless it is an `acks=0` Produce, which gets no response), forward;
 //! - **responses** (broker → client): for each in-flight request in order, read the broker's
-//!   response, check its correlation id, rewrite it when it carries broker addresses or
-//!   versions, write it to the client.
+//!   response, check its correlation id, finish the exchange ([`super::exchange::Pending::finish`]:
+//!   PSM tap, enforcement merges, address rewrite), write the result to the client.
+//!
+//! Owns: the two halves, the in-flight queue, timeouts, connection-level errors. Must not touch:
+//! what an API's request or response means (the exchanges), the decisions.
 //!
 //! The in-flight queue is bounded (`limits.max_in_flight`): when it is full the gateway stops
 //! reading from the client, and when the client stops reading responses the gateway stops
@@ -34,8 +37,10 @@ use crate::protocol::frame::{
     parse_request_header, read_frame, response_correlation_id, FrameError,
 };
 use crate::protocol::produce::peek_acks;
-use crate::protocol::rewrite::{needs_rewrite, rewrite_response, AddressMap};
+use crate::protocol::rewrite::AddressMap;
 use crate::protocol::versions;
+
+use super::exchange::{self, ExchangeError, Step};
 
 use crate::cluster::ClusterView;
 
@@ -88,7 +93,7 @@ pub struct ConnContext {
 #[derive(Debug, thiserror::Error)]
 enum Refused {
     #[error("{0}")]
-    Intercept(#[from] super::intercept::InterceptError),
+    Exchange(ExchangeError),
     #[error("{0}")]
     Frame(#[from] FrameError),
     #[error("{api:?} v{version} is not supported by the gateway")]
@@ -112,6 +117,15 @@ enum Refused {
     ClientGone(std::io::Error),
 }
 
+impl From<ExchangeError> for Refused {
+    fn from(e: ExchangeError) -> Self {
+        match e {
+            ExchangeError::Rewrite(f) => Refused::Frame(f),
+            other => Refused::Exchange(other),
+        }
+    }
+}
+
 impl Refused {
     fn kind(&self) -> &'static str {
         match self {
@@ -126,10 +140,8 @@ impl Refused {
             Refused::UpstreamTimeout { .. } => "upstream_timeout",
             Refused::Correlation { .. } => "upstream_correlation",
             Refused::ClientGone(_) => "client_gone",
-            Refused::Intercept(super::intercept::InterceptError::MirrorAcksZero { .. }) => {
-                "mirror_acks_zero"
-            }
-            Refused::Intercept(_) => "unreadable_for_enforcement",
+            Refused::Exchange(ExchangeError::MirrorAcksZero { .. }) => "mirror_acks_zero",
+            Refused::Exchange(_) => "unreadable_for_enforcement",
         }
     }
 }
@@ -146,10 +158,9 @@ enum End {
 struct InFlight {
     correlation_id: i32,
     api: ApiKey,
-    version: i16,
     started: Instant,
-    /// What the response needs (PSM tap, refused partitions, guards, screening).
-    extras: super::intercept::Extras,
+    /// What the response needs (the per-API exchange's pending state).
+    pending: exchange::Pending,
     /// A response the gateway answers itself; nothing was sent upstream.
     local: Option<Bytes>,
 }
@@ -276,9 +287,8 @@ async fn run(
                             let answer = InFlight {
                                 correlation_id: h.correlation_id,
                                 api: h.api_key,
-                                version: h.api_version,
                                 started,
-                                extras: Default::default(),
+                                pending: exchange::Pending::plain(&h),
                                 local: Some(response),
                             };
                             let _ = tx.send(answer).await;
@@ -286,37 +296,24 @@ async fn run(
                         }
                     }
                 }
-                let plan = if ctx.psm.is_some() || ctx.mirrors.is_some() {
-                    super::intercept::plan_request(&ctx, &h, acks, frame)?
-                } else {
-                    super::intercept::Plan {
-                        forward: Some(frame),
-                        local_response: None,
-                        extras: Default::default(),
-                    }
+                let (step, pending_exchange) = exchange::begin(&ctx, &h, acks, frame)?;
+                let (forward, local) = match step {
+                    Step::Forward(f) => (Some(f), None),
+                    Step::Answer(a) => (None, Some(a)),
+                    Step::Nothing => (None, None),
                 };
-                let super::intercept::Plan {
-                    forward,
-                    local_response,
-                    extras,
-                } = plan;
-                if expects_response && (forward.is_some() || local_response.is_some()) {
+                if expects_response && (forward.is_some() || local.is_some()) {
                     pending.fetch_add(1, Ordering::AcqRel);
                     let entry = InFlight {
                         correlation_id: h.correlation_id,
                         api: h.api_key,
-                        version: h.api_version,
                         started,
-                        extras,
-                        local: if forward.is_some() {
-                            None
-                        } else {
-                            local_response
-                        },
+                        pending: pending_exchange,
+                        local,
                     };
                     if let Err(mpsc::error::SendError(entry)) = tx.send(entry).await {
                         // The response half has ended; it reports why. Nothing was sent.
-                        entry.extras.release_unsent();
+                        entry.pending.release_unsent();
                         return Ok(End::ClientClosed);
                     }
                 }
@@ -386,36 +383,7 @@ async fn run(
                         want: inf.correlation_id,
                     });
                 }
-                let frame = if ctx.psm.is_some() || ctx.mirrors.is_some() {
-                    super::intercept::on_response(
-                        &ctx,
-                        &addr,
-                        inf.api,
-                        inf.version,
-                        inf.correlation_id,
-                        frame,
-                        inf.extras,
-                    )
-                    .await?
-                } else {
-                    frame
-                };
-                let out = if needs_rewrite(inf.api, inf.version) {
-                    let r = rewrite_response(inf.api, inf.version, &frame, &ctx.address_map)?;
-                    if !r.brokers.is_empty() || !r.topics.is_empty() {
-                        ctx.cluster.observe(&r.brokers, &r.topics);
-                    }
-                    if r.unmapped > 0 {
-                        ctx.metrics.unmapped_endpoints.inc_by(r.unmapped as u64);
-                        tracing::warn!(
-                            unmapped = r.unmapped,
-                            "removed broker endpoints without a gateway port (raise max_brokers?)"
-                        );
-                    }
-                    r.frame.unwrap_or(frame)
-                } else {
-                    frame
-                };
+                let out = inf.pending.finish(&ctx, &addr, frame).await?;
                 if client_gone.is_none() {
                     if let Err(e) = write_out(&mut client_wr, &out).await {
                         client_gone = Some(e);

@@ -7,7 +7,7 @@
 //! configuration it is given and records what happens in [`crate::metrics`].
 
 pub mod connection;
-pub mod intercept;
+pub mod exchange;
 pub mod listener;
 pub mod sasl;
 pub mod screen;
@@ -17,6 +17,3 @@ pub use listener::BoundPorts;
 
 #[cfg(test)]
 mod tests;
-
-#[cfg(test)]
-pub(crate) mod exchange_tests;

@@ -19,11 +19,11 @@
 
 use std::collections::BTreeSet;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::{
-    ApiKey, ResponseHeader, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+    ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::{Decodable, StrBytes};
 
 use crate::config::PRINCIPAL_PREFIX;
 use crate::protocol::frame::RequestHeaderInfo;
@@ -247,19 +247,14 @@ fn refusal_response(h: &RequestHeaderInfo, refusal: &Refusal) -> Option<Bytes> {
         .with_error_message(Some(StrBytes::from_string(format!(
             "mirrorgate: {refusal}"
         ))));
-    let mut out = BytesMut::with_capacity(256);
-    out.put_i32(0);
-    ResponseHeader::default()
-        .with_correlation_id(h.correlation_id)
-        .encode(
-            &mut out,
-            ApiKey::SaslAuthenticate.response_header_version(h.api_version),
-        )
-        .ok()?;
-    resp.encode(&mut out, h.api_version).ok()?;
-    let len = i32::try_from(out.len() - 4).ok()?;
-    out[0..4].copy_from_slice(&len.to_be_bytes());
-    Some(out.freeze())
+    crate::protocol::frame::answer(
+        ApiKey::SaslAuthenticate,
+        h.api_version,
+        h.correlation_id,
+        &resp,
+        256,
+    )
+    .ok()
 }
 
 #[cfg(test)]

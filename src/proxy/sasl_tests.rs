@@ -2,7 +2,9 @@
 
 use super::*;
 use crate::protocol::frame::parse_request_header;
-use kafka_protocol::messages::RequestHeader;
+use bytes::{BufMut, BytesMut};
+use kafka_protocol::messages::{RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::Encodable;
 use kafka_protocol::protocol::HeaderVersion;
 use proptest::prelude::*;
 use std::sync::Arc;

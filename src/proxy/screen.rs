@@ -6,16 +6,14 @@
 
 use super::connection::ConnContext;
 
-use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{
-    ApiKey, InitProducerIdRequest, InitProducerIdResponse, ResponseHeader,
-};
-use kafka_protocol::protocol::{Decodable, Encodable};
+use bytes::Bytes;
+use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse};
+use kafka_protocol::protocol::Decodable;
 
 use crate::mirror::controller::{MirrorController, ScreenEntry};
 use crate::protocol::frame::FrameError;
 
-use super::intercept::InterceptError;
+use super::exchange::ExchangeError;
 
 /// Fresh producer ids asked for an idempotent producer before giving up.
 pub const MAX_FRESH_IDS: usize = 8;
@@ -53,29 +51,15 @@ fn encode(
     version: i16,
     resp: &InitProducerIdResponse,
 ) -> Result<Bytes, FrameError> {
-    let mut out = BytesMut::new();
-    out.put_i32(0);
-    ResponseHeader::default()
-        .with_correlation_id(correlation_id)
-        .encode(
-            &mut out,
-            ApiKey::InitProducerId.response_header_version(version),
-        )
-        .map_err(bad)?;
-    resp.encode(&mut out, version).map_err(bad)?;
-    let len = (out.len() - 4) as i32;
-    out[0..4].copy_from_slice(&len.to_be_bytes());
-    Ok(out.freeze())
+    crate::protocol::frame::answer(ApiKey::InitProducerId, version, correlation_id, resp, 64)
+        .map_err(bad)
 }
 
 fn decode(frame: &Bytes, version: i16) -> Result<InitProducerIdResponse, FrameError> {
-    let mut body = frame.slice(4.min(frame.len())..);
-    ResponseHeader::decode(
-        &mut body,
-        ApiKey::InitProducerId.response_header_version(version),
-    )
-    .map_err(bad)?;
-    InitProducerIdResponse::decode(&mut body, version).map_err(bad)
+    let hv = ApiKey::InitProducerId.response_header_version(version);
+    crate::protocol::frame::decode_response::<InitProducerIdResponse>(frame, hv, version)
+        .map(|d| d.body)
+        .map_err(bad)
 }
 
 /// Screen one InitProducerId answer (whole frame). Returns the frame to pass on.
@@ -87,7 +71,7 @@ pub async fn screen(
     frame: Bytes,
     init: &InitRequest,
     conn: &ConnContext,
-) -> Result<Bytes, InterceptError> {
+) -> Result<Bytes, ExchangeError> {
     let timeout = conn.connect_timeout;
     let mut resp = decode(&frame, version)?;
     if resp.error_code != 0 {

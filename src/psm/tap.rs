@@ -6,15 +6,22 @@
 //! [`PsmRegistry`](super::registry::PsmRegistry), in response order: the broker's log order for
 //! one connection. Connections are answered independently, so a partition's outcomes from
 //! different connections (different producers) reach the registry in any order.
+//!
+//! It reads the request's one [`ProduceView`] (built by `proxy::exchange::produce`, whose topics
+//! the view already marked as tracked, and whose tracked partitions' single batch it already
+//! checked) and the response's one decoded value: it walks and decodes nothing itself.
+//!
+//! Owns: pairing tracked batches with the broker's outcomes. Must not touch: the bytes (it
+//! reads views), what is tracked (the registry's router, asked once per topic by the view's
+//! builder), enforcement.
 
-use bytes::Bytes;
-use kafka_protocol::messages::ApiKey;
-use kafka_protocol::messages::{ProduceResponse, ResponseHeader};
-use kafka_protocol::protocol::Decodable;
+use kafka_protocol::messages::ProduceResponse;
+
+use std::borrow::Cow;
 
 use crate::cluster::ClusterView;
-use crate::protocol::batch::{single_client_batch, BatchHeader};
-use crate::protocol::produce::{ProduceWalker, TopicRef};
+use crate::protocol::batch::BatchHeader;
+use crate::protocol::produce::{BatchQuestions, ProduceView, TopicRef};
 
 use super::registry::{BatchResult, BrokerOutcome, PsmRegistry};
 
@@ -33,67 +40,49 @@ pub struct PendingProduce {
     pub batches: Vec<PendingBatch>,
 }
 
-fn topic_name(cluster: &ClusterView, t: TopicRef<'_>) -> Option<(String, Option<uuid::Uuid>)> {
-    match t {
-        TopicRef::Name(n) => Some((n.to_string(), None)),
-        TopicRef::Id(id) => cluster.topic_name(&id).map(|n| (n, Some(id))),
-    }
-}
-
-/// Note the tracked batches of a Produce request body (after the request header).
+/// Note the tracked batches of a Produce request from its view: the partitions of topics the
+/// view marks `mirror` (tracked) for which `forwarded(index)` holds (those sent to the broker).
 ///
 /// `acks=0` requests get no response, so the PSM cannot learn their offsets: their tracked
 /// partitions are marked for a rebuild from the log instead.
-pub fn on_request(
+pub fn on_view(
     registry: &PsmRegistry,
-    cluster: &ClusterView,
-    version: i16,
-    body: &[u8],
-    verify_crc: bool,
+    view: &ProduceView<'_>,
+    forwarded: &dyn Fn(usize) -> bool,
 ) -> Option<PendingProduce> {
-    let walker = match ProduceWalker::new(version, body) {
-        Ok(w) => w,
-        Err(e) => {
-            tracing::debug!(error = %e, "produce request not readable by the tap; the broker decides");
-            return None;
-        }
-    };
-    let acks = walker.acks();
+    if let Some(e) = &view.error {
+        tracing::debug!(error = %e, "produce request not readable by the tap; the broker decides");
+    }
     let mut pending: Option<PendingProduce> = None;
-    for part in walker {
-        let part = match part {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::debug!(error = %e, "produce request not readable by the tap; the broker decides");
-                break;
-            }
-        };
-        let tracked = match part.topic {
-            TopicRef::Name(n) => registry.tracks(n),
-            TopicRef::Id(id) => cluster.topic_name(&id).is_some_and(|n| registry.tracks(&n)),
-        };
-        if !tracked {
+    for (i, part) in view.partitions.iter().enumerate() {
+        let t = view.topic_of(part);
+        if !t.mirror || !forwarded(i) {
             continue;
         }
-        let Some((topic, topic_id)) = topic_name(cluster, part.topic) else {
+        let Some(name) = &t.name else {
             continue;
         };
-        if acks == 0 {
+        let topic = name.to_string();
+        let topic_id = match t.topic {
+            TopicRef::Name(_) => None,
+            TopicRef::Id(id) => Some(id),
+        };
+        if view.acks == 0 {
             registry.mark_outcome_unknown(&topic, part.partition);
             continue;
         }
-        let Some(records) = part.records else {
+        let Some(single) = &part.batches.single else {
             continue;
         };
-        match single_client_batch(records, verify_crc) {
-            Ok((header, _)) => pending
+        match single {
+            Ok(header) => pending
                 .get_or_insert_with(PendingProduce::default)
                 .batches
                 .push(PendingBatch {
                     topic,
                     topic_id,
                     partition: part.partition,
-                    header,
+                    header: *header,
                 }),
             Err(e) => {
                 tracing::debug!(topic, partition = part.partition, error = %e, "unreadable batch; the broker decides");
@@ -104,16 +93,56 @@ pub fn on_request(
     pending
 }
 
-/// Apply the broker's answer (a whole Produce response frame, length prefix included) to the
-/// tracked batches of its request.
-pub fn on_response(registry: &PsmRegistry, version: i16, frame: &Bytes, pending: PendingProduce) {
-    #[cfg(test)]
-    crate::protocol::frame::counts::bump(crate::protocol::frame::counts::Event::ResponseDecode);
-    let mut body = frame.slice(4..);
-    let hv = ApiKey::Produce.response_header_version(version);
-    let decoded = ResponseHeader::decode(&mut body, hv)
-        .and_then(|_| ProduceResponse::decode(&mut body, version));
-    let resp = match decoded {
+/// [`on_view`] for a caller that holds only the Produce request body (after the request header):
+/// builds the view (topic ids resolved through `cluster`) and notes every tracked partition.
+pub fn on_request(
+    registry: &PsmRegistry,
+    cluster: &ClusterView,
+    version: i16,
+    body: &[u8],
+    verify_crc: bool,
+) -> Option<PendingProduce> {
+    let view = match ProduceView::build(
+        version,
+        body,
+        &mut |t| resolve(registry, cluster, t),
+        &|t| BatchQuestions {
+            single: t.mirror,
+            verify_crc,
+            barriers: false,
+        },
+    ) {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::debug!(error = %e, "produce request not readable by the tap; the broker decides");
+            return None;
+        }
+    };
+    on_view(registry, &view, &|_| true)
+}
+
+/// A topic's name (a topic id resolved through `cluster`) and whether `registry` tracks it.
+pub fn resolve<'a>(
+    registry: &PsmRegistry,
+    cluster: &ClusterView,
+    t: TopicRef<'a>,
+) -> (Option<Cow<'a, str>>, bool) {
+    let name = match t {
+        TopicRef::Name(n) => Some(Cow::Borrowed(n)),
+        TopicRef::Id(id) => cluster.topic_name(&id).map(Cow::Owned),
+    };
+    let tracked = name.as_deref().is_some_and(|n| registry.tracks(n));
+    (name, tracked)
+}
+
+/// Apply the broker's answer (the response decoded once by the exchange; an error when it could
+/// not be decoded) to the tracked batches of its request.
+pub fn on_response(
+    registry: &PsmRegistry,
+    response: Result<&ProduceResponse, String>,
+    pending: PendingProduce,
+) {
+    let resp = match response {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(error = %e, "cannot read a produce response; rebuilding its tracked partitions");

@@ -156,10 +156,7 @@ impl KafkaFailoverIo {
                     return Vec::new();
                 }
                 for k in &keys {
-                    match c
-                        .list_offset(&k.0, k.1, crate::client::LATEST)
-                        .await
-                    {
+                    match c.list_offset(&k.0, k.1, crate::client::LATEST).await {
                         Ok(o) => {
                             before.insert(k.clone(), o);
                         }

@@ -1,0 +1,87 @@
+//! Admin and transaction requests on the client listener: the entries that name a mirror topic
+//! or partition that is not STOPPED are refused, the rest is forwarded (the original bytes when
+//! nothing is refused), and the refusals are merged into the broker's answer.
+//!
+//! A topic id the gateway does not know (DeleteTopics v6) is refused with UNKNOWN_TOPIC_ID
+//! (retriable) rather than forwarded: it may be a mirror topic created since the last metadata
+//! refresh, and for an id that really does not exist the broker would answer the same.
+//!
+//! Owns: asking the mirror controller about each entry. Must not touch: the bytes
+//! (`crate::protocol::admin_refusal`).
+
+use bytes::Bytes;
+
+use crate::protocol::admin_refusal::{self, AdminDecision, Target};
+use crate::protocol::enforce::Rejection;
+use crate::protocol::frame::RequestHeaderInfo;
+
+use super::{ConnContext, ExchangeError, Step, UNKNOWN_TOPIC_ID};
+
+/// Entries refused by the gateway, merged into the broker's response.
+pub struct Pending {
+    refused: Option<admin_refusal::Refused>,
+}
+
+pub fn begin(
+    ctx: &ConnContext,
+    h: &RequestHeaderInfo,
+    frame: Bytes,
+) -> Result<(Step, Pending), ExchangeError> {
+    let none = Pending { refused: None };
+    let Some(ctl) = &ctx.mirrors else {
+        return Ok((Step::Forward(frame), none));
+    };
+    let op = format!("{:?}", h.api_key);
+    let cluster = &ctx.cluster;
+    let refusal = |r: crate::mirror::controller::Refusal| Rejection::new(r.error_code, r.message);
+    let decision = admin_refusal::plan(
+        &frame,
+        h.api_key,
+        h.header_len,
+        h.api_version,
+        h.correlation_id,
+        &mut |target| match target {
+            Target::Topic(name) => ctl.refuse_admin(&op, name, None).map(refusal),
+            Target::Partition(name, p) => ctl.refuse_admin(&op, name, Some(p)).map(refusal),
+            Target::TopicId(id) => match cluster.topic_name(&id) {
+                Some(name) => ctl.refuse_admin(&op, &name, None).map(refusal),
+                None => Some(Rejection::new(
+                    UNKNOWN_TOPIC_ID,
+                    format!(
+                        "mirrorgate: topic id {id} is not known yet; refresh metadata and retry"
+                    ),
+                )),
+            },
+            Target::AllPartitions => ctl.refuse_admin_everywhere(&op).map(refusal),
+        },
+    )?;
+    match decision {
+        AdminDecision::Forward => Ok((Step::Forward(frame), none)),
+        AdminDecision::Rewritten { frame, refused } => {
+            for m in &refused.messages {
+                tracing::debug!(api = ?h.api_key, "{m}");
+            }
+            Ok((
+                Step::Forward(frame),
+                Pending {
+                    refused: Some(refused),
+                },
+            ))
+        }
+        AdminDecision::AllRefused { response, messages } => {
+            for m in &messages {
+                tracing::debug!(api = ?h.api_key, "{m}");
+            }
+            Ok((Step::Answer(response), none))
+        }
+    }
+}
+
+impl Pending {
+    pub fn finish(self, frame: Bytes) -> Result<Bytes, ExchangeError> {
+        match &self.refused {
+            Some(refused) => Ok(admin_refusal::merge(&frame, refused)?),
+            None => Ok(frame),
+        }
+    }
+}

@@ -1,0 +1,404 @@
+//! Produce: one walk of the request, one decode of the response.
+//!
+//! Request: a [`ProduceView`] is built in one walk of the body (only when mirrors or the PSM are
+//! configured): topics resolved once per topic (name, and the id's name from v13; whether the
+//! topic is tracked: the topic router, once per topic), and per partition the facts of its
+//! batches that the tap and the barrier count need. Then, in request order per partition:
+//! enforcement (unknown topic id, the duplicate-ack guard's producer-id check, admission by the
+//! mirror controller for mirror topics), the PSM tap (tracked partitions that are forwarded), and
+//! on the mirror listener the count of barriers arriving inside mirrored produce. Rejected
+//! partitions are cut out of the request (the one re-encode of a request, only then); every
+//! partition rejected → the gateway answers itself.
+//!
+//! Response: held as an [`Edited`] `ProduceResponse`, decoded at most once when the first step
+//! needs it; the tap reads it, the rejection merge and the duplicate-ack guard edit it, the
+//! address rewrite (v10+ `node_endpoints`) edits it; it is encoded once, only if something
+//! changed it.
+//!
+//! Owns: the per-request Produce state ([`Pending`]) and the order of the steps. Must not touch:
+//! the bytes' layout (`crate::protocol::{produce, enforce, rewrite}`), the decisions (the mirror
+//! controller's admission, the PSM registry).
+
+use std::borrow::Cow;
+
+use bytes::Bytes;
+use kafka_protocol::messages::{ApiKey, ProduceResponse};
+
+use crate::metrics::ListenerKind;
+use crate::mirror::controller::{InFlightGuard, MirrorController};
+use crate::protocol::enforce::{self, RejectedPartition, Rejection};
+use crate::protocol::frame::{Edited, FrameError, RequestHeaderInfo};
+use crate::protocol::produce::{BatchQuestions, ProduceView, TopicRef};
+use crate::psm::tap::{self, PendingProduce};
+
+use super::{ConnContext, ExchangeError, Step, UNKNOWN_TOPIC_ID};
+
+/// Error code UNKNOWN_PRODUCER_ID: what a local write with a mirrored producer id gets.
+const UNKNOWN_PRODUCER_ID: i16 = 59;
+/// Error code OUT_OF_ORDER_SEQUENCE_NUMBER: what the duplicate-ack guard answers.
+const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+
+/// What a Produce request leaves for its response.
+#[derive(Default)]
+pub struct Pending {
+    /// Tracked batches (PSM tap).
+    tracked: Option<PendingProduce>,
+    /// In-flight mirror produce counted per partition; released with the response.
+    guards: Vec<InFlightGuard>,
+    /// Partitions refused by the gateway, merged into the broker's response.
+    rejected: Vec<RejectedPartition>,
+    /// The request wrote to partitions that have a barrier: check the acknowledgements.
+    guard_check: bool,
+}
+
+/// A topic's name and whether it belongs to a mirror (tracked by the PSM): the topic router,
+/// asked once for the topic.
+fn resolve<'a>(ctx: &ConnContext, t: TopicRef<'a>) -> (Option<Cow<'a, str>>, bool) {
+    if let Some(psm) = &ctx.psm {
+        return tap::resolve(psm, &ctx.cluster, t);
+    }
+    let name = match t {
+        TopicRef::Name(n) => Some(Cow::Borrowed(n)),
+        TopicRef::Id(id) => ctx.cluster.topic_name(&id).map(Cow::Owned),
+    };
+    let mirror = match (&ctx.mirrors, name.as_deref()) {
+        (Some(ctl), Some(n)) => ctl.is_mirror_topic(n),
+        _ => false,
+    };
+    (name, mirror)
+}
+
+/// Begin a Produce exchange (`acks` read by the connection).
+pub fn begin(
+    ctx: &ConnContext,
+    h: &RequestHeaderInfo,
+    acks: i16,
+    frame: Bytes,
+) -> Result<(Step, Pending), ExchangeError> {
+    if ctx.psm.is_none() && ctx.mirrors.is_none() {
+        return Ok((Step::Forward(frame), Pending::default()));
+    }
+    let version = h.api_version;
+    let body_start = match &ctx.mirrors {
+        Some(_) => enforce::check_request(&frame, h.header_len, version)?,
+        None => 4 + h.header_len,
+    };
+    let kind = ctx.kind;
+    let tap_on = ctx.psm.is_some();
+    let count_barriers = tap_on && ctx.mirrors.is_some() && kind == ListenerKind::Mirror;
+    let verify_crc = ctx.verify_crc;
+    // The view borrows the bytes through a second handle, so the frame itself can move on.
+    let held = frame.clone();
+    let built = ProduceView::build(
+        version,
+        &held[body_start..],
+        &mut |t| resolve(ctx, t),
+        &|t| BatchQuestions {
+            single: tap_on && t.mirror && acks != 0,
+            verify_crc,
+            // Barriers inside mirrored produce are counted for topics named by name.
+            barriers: count_barriers && matches!(t.topic, TopicRef::Name(_)),
+        },
+    );
+    let Some(ctl) = &ctx.mirrors else {
+        // The PSM alone: the tap reads what it can; the broker decides the rest.
+        let tracked = match (&built, &ctx.psm) {
+            (Ok(view), Some(psm)) => tap::on_view(psm, view, &|_| true),
+            (Err(e), _) => {
+                tracing::debug!(error = %e, "produce request not readable by the tap; the broker decides");
+                None
+            }
+            _ => None,
+        };
+        let pending = Pending {
+            tracked,
+            ..Pending::default()
+        };
+        return Ok((Step::Forward(frame), pending));
+    };
+    let view = built.map_err(enforce::EnforceError::from)?;
+    let mut pending = Pending::default();
+    let mut rejected_at: Vec<usize> = Vec::new();
+    let mut acks_zero_refused: Option<(String, i32)> = None;
+    let acks_zero = kind == ListenerKind::Mirror && acks == 0;
+    for (i, p) in view.partitions.iter().enumerate() {
+        let t = view.topic_of(p);
+        let rejection = decide(
+            ctl,
+            kind,
+            t.topic,
+            t.name.as_deref(),
+            t.mirror,
+            p.partition,
+            p.records,
+            acks_zero,
+            &mut pending,
+            &mut acks_zero_refused,
+        );
+        if let Some(rej) = rejection {
+            pending
+                .rejected
+                .push(enforce::rejected_partition(t.topic, p.partition, rej));
+            rejected_at.push(i);
+        }
+    }
+    // A malformed partition refuses the whole request (admitted writes before it were never
+    // sent: their guards are dropped unanswered, as for any request that fails here).
+    if let Some(e) = &view.error {
+        return Err(enforce::EnforceError::from(e.clone()).into());
+    }
+    let total = view.partitions.len();
+    let all_rejected = !rejected_at.is_empty() && rejected_at.len() == total;
+    let step = if rejected_at.is_empty() {
+        Step::Forward(frame)
+    } else if all_rejected && acks == 0 {
+        Step::Nothing
+    } else if all_rejected {
+        Step::Answer(enforce::all_rejected_response(
+            version,
+            h.correlation_id,
+            &pending.rejected,
+        )?)
+    } else {
+        Step::Forward(enforce::trim_request(
+            &frame,
+            body_start,
+            version,
+            &rejected_at,
+            total,
+        )?)
+    };
+    if let Some((topic, partition)) = acks_zero_refused {
+        for g in pending.guards {
+            g.answered();
+        }
+        ctl.count_acks_zero_refused();
+        return Err(ExchangeError::MirrorAcksZero { topic, partition });
+    }
+    if all_rejected {
+        for r in &pending.rejected {
+            tracing::debug!(topic = %r.topic, partition = r.partition, "{}", r.message);
+        }
+        return Ok((step, Pending::default()));
+    }
+    let forwarded = |i: usize| rejected_at.binary_search(&i).is_err();
+    if let Some(psm) = &ctx.psm {
+        pending.tracked = tap::on_view(psm, &view, &forwarded);
+    }
+    if count_barriers {
+        // Barriers written by an upstream cluster's failover, arriving inside mirrored produce:
+        // passed on as they are; they do not touch the PSM (their producer id is -1).
+        for (i, p) in view.partitions.iter().enumerate() {
+            let n = p.batches.barriers;
+            if n > 0 && forwarded(i) {
+                if let TopicRef::Name(topic) = view.topic_of(p).topic {
+                    ctl.count_barriers_seen(topic, "mirrored", n as u64);
+                }
+            }
+        }
+    }
+    Ok((step, pending))
+}
+
+/// The enforcement decision for one partition: `Some` refuses it. Admitted mirror writes leave
+/// their in-flight guard in `pending`.
+#[allow(clippy::too_many_arguments)]
+fn decide(
+    ctl: &MirrorController,
+    kind: ListenerKind,
+    topic: TopicRef<'_>,
+    name: Option<&str>,
+    mirror: bool,
+    partition: i32,
+    records: Option<&[u8]>,
+    acks_zero: bool,
+    pending: &mut Pending,
+    acks_zero_refused: &mut Option<(String, i32)>,
+) -> Option<Rejection> {
+    let Some(name) = name else {
+        let id = match topic {
+            TopicRef::Id(id) => id,
+            TopicRef::Name(_) => uuid::Uuid::nil(),
+        };
+        return Some(Rejection::new(
+            UNKNOWN_TOPIC_ID,
+            format!("mirrorgate: topic id {id} is not known yet; refresh metadata and retry"),
+        ));
+    };
+    if kind == ListenerKind::Client && ctl.barrier_offset(name, partition).is_some() {
+        pending.guard_check = true;
+        if let Some(r) = refuse_mirrored_producer_id(ctl, name, partition, records) {
+            return Some(r);
+        }
+    }
+    if !mirror {
+        // Not a mirror topic: admission has nothing to say (the router was asked once).
+        return None;
+    }
+    match ctl.admit(kind, name, partition) {
+        Ok(Some(g)) if acks_zero => {
+            g.answered();
+            acks_zero_refused.get_or_insert((name.to_string(), partition));
+            None
+        }
+        Ok(Some(g)) => {
+            pending.guards.push(g);
+            None
+        }
+        Ok(None) => None,
+        Err(r) => Some(Rejection::new(r.error_code, r.message)),
+    }
+}
+
+/// The `log_start_offset` sent with [`refuse_mirrored_producer_id`]'s UNKNOWN_PRODUCER_ID: not
+/// −1, with which the Java producer retries the batch unchanged (Kafka's "offset not known
+/// yet"), and not a real offset, which kafka-python takes for "my records were removed by
+/// retention" and also retries unchanged. Any other value makes both bump their producer epoch.
+const REFUSAL_LOG_START_OFFSET: i64 = -2;
+
+/// Review F12: a local producer that got its producer id *before* the failover (so screening
+/// never saw it) and whose id mirrored traffic also used in the brokers. While its epoch is not
+/// above the mirrored one, whatever the broker would do with its batch is wrong: "duplicate" of
+/// a mirrored batch (nothing appended), "out of order", or — worst — appended in sequence after
+/// the mirrored records while its earlier batches fail, which librdkafka then reports as
+/// delivered without them ever being written. So the batch is refused before it reaches the
+/// broker, every time, with UNKNOWN_PRODUCER_ID: the Java producer and librdkafka bump their
+/// epoch and resend with nothing lost or reordered; kafka-python bumps its epoch and reports the
+/// batches it had in flight as failed. With a higher epoch the batch passes (the broker starts
+/// the producer's new epoch after the barrier).
+fn refuse_mirrored_producer_id(
+    ctl: &MirrorController,
+    topic: &str,
+    partition: i32,
+    records: Option<&[u8]>,
+) -> Option<Rejection> {
+    let header = crate::protocol::batch::BatchHeader::parse(records?)?;
+    if !header.has_producer_id() || header.is_control() {
+        return None;
+    }
+    let mirrored = ctl.mirrored_producer_collision(header.producer_id, header.producer_epoch)?;
+    tracing::warn!(
+        topic, partition, producer_id = header.producer_id, epoch = header.producer_epoch,
+        mirrored_epoch = mirrored.max_epoch,
+        "a local producer writes with a producer id mirrored traffic left in the brokers (it got the id before the failover): refused with UNKNOWN_PRODUCER_ID so that it bumps its epoch"
+    );
+    Some(Rejection {
+        error_code: UNKNOWN_PRODUCER_ID,
+        message: format!(
+            "mirrorgate: producer id {} epoch {} collides with mirrored data in {topic}-{partition} (epoch {}); bump the epoch or re-initialize the producer and resend",
+            header.producer_id, header.producer_epoch, mirrored.max_epoch
+        ),
+        log_start_offset: REFUSAL_LOG_START_OFFSET,
+    })
+}
+
+/// The decoded response, checked for the edits of enforcement (they must read back as
+/// received).
+fn for_enforcement(
+    resp: &mut Edited<ProduceResponse>,
+    version: i16,
+) -> Result<(), enforce::EnforceError> {
+    let raw = resp.raw().clone();
+    let d = resp.get().map_err(|e| enforce::EnforceError::Decode {
+        what: "produce response",
+        reason: match e {
+            FrameError::BadResponse(r) => r,
+            other => other.to_string(),
+        },
+    })?;
+    enforce::check_readback(&raw, version, d)
+}
+
+impl Pending {
+    /// The request was never sent upstream: its mirror writes are known not to be appended.
+    pub fn release_unsent(self) {
+        for g in self.guards {
+            g.answered();
+        }
+    }
+
+    /// The broker's response `frame` → the frame for the client.
+    pub fn finish(
+        self,
+        ctx: &ConnContext,
+        version: i16,
+        frame: Bytes,
+    ) -> Result<Bytes, ExchangeError> {
+        let hv = ApiKey::Produce.response_header_version(version);
+        let mut resp = Edited::<ProduceResponse>::new(frame, hv, version);
+        if let (Some(tracked), Some(psm)) = (self.tracked, &ctx.psm) {
+            let decoded = resp.get().map(|d| &d.body).map_err(|e| e.to_string());
+            tap::on_response(psm, decoded, tracked);
+        }
+        // The broker answered: the outcome of these mirror writes is known.
+        for g in self.guards {
+            g.answered();
+        }
+        if let Some(ctl) = &ctx.mirrors {
+            if !self.rejected.is_empty() {
+                for_enforcement(&mut resp, version)?;
+                let rejected = &self.rejected;
+                resp.edit_with(|r| {
+                    enforce::add_rejections(r, version, rejected);
+                    true
+                })?;
+            }
+            if self.guard_check {
+                for_enforcement(&mut resp, version)?;
+                resp.edit_with(|r| duplicate_ack_guard(ctl, &ctx.cluster, version, r))?;
+            }
+        }
+        if crate::protocol::rewrite::needs_rewrite(ApiKey::Produce, version) {
+            let d = resp.get().map_err(ExchangeError::Rewrite)?;
+            if !d.body.node_endpoints.is_empty() {
+                let mut unmapped = 0;
+                resp.edit_with(|r| {
+                    unmapped = crate::protocol::rewrite::map_produce_endpoints(r, &ctx.address_map);
+                    true
+                })
+                .map_err(ExchangeError::Rewrite)?;
+                super::metadata::endpoints_unmapped(ctx, unmapped);
+            }
+        }
+        resp.into_frame().map_err(ExchangeError::Rewrite)
+    }
+}
+
+/// Turn local acknowledgements below a partition's barrier into errors: the broker acknowledged
+/// a retry of a mirrored batch with its old offset and appended nothing. Whether it changed any.
+fn duplicate_ack_guard(
+    ctl: &MirrorController,
+    cluster: &crate::cluster::ClusterView,
+    version: i16,
+    resp: &mut ProduceResponse,
+) -> bool {
+    enforce::mark_partition_errors(
+        resp,
+        version,
+        &mut |name, id, partition, error, base_offset| {
+            if error != 0 {
+                return None;
+            }
+            let name = if name.is_empty() {
+                cluster.topic_name(&id)?
+            } else {
+                name.to_string()
+            };
+            let barrier = ctl.barrier_offset(&name, partition)?;
+            if base_offset >= barrier {
+                return None;
+            }
+            ctl.count_duplicate_ack();
+            tracing::warn!(
+                topic = %name, partition, base_offset, barrier,
+                "a local produce was acknowledged below the barrier (a producer-id collision with mirrored data): nothing was appended; answering an error"
+            );
+            Some((
+                OUT_OF_ORDER_SEQUENCE_NUMBER,
+                format!(
+                    "mirrorgate: {name}-{partition} acknowledged this batch at offset {base_offset}, before the failover barrier at {barrier}: it was NOT written (producer-id collision with mirrored data); re-initialize the producer and resend"
+                ),
+            ))
+        },
+    )
+}
