@@ -2,18 +2,24 @@
 //! request, 1 merge rejections into a response, 2 turn acknowledgements into errors); byte 1:
 //! version (3..=13 mostly); byte 2: which partitions are rejected; the rest is the request or
 //! response body. Never panics; a rewritten request keeps exactly the accepted partitions and
-//! the synthesized / merged responses decode.
+//! the synthesized / merged responses decode. The gateway's Produce exchange runs the same steps
+//! on one `ProduceView` and one `Edited` response: each mode also checks that those give the
+//! same bytes as the whole-frame functions.
 #![no_main]
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::ApiKey;
+use kafka_protocol::messages::ProduceResponse;
 use libfuzzer_sys::fuzz_target;
 use mirrorgate::protocol::enforce::{
-    filter_produce, merge_rejections, rewrite_partition_errors, ProduceDecision, RejectedPartition,
-    Rejection,
+    add_rejections, all_rejected_response, check_readback, check_request, filter_produce,
+    mark_partition_errors, merge_rejections, rejected_partition, rewrite_partition_errors,
+    trim_request, ProduceDecision, RejectedPartition, Rejection,
 };
-use mirrorgate::protocol::frame::parse_request_header;
-use mirrorgate::protocol::produce::{ProducePartition, ProduceWalker, TopicRef};
+use mirrorgate::protocol::frame::{parse_request_header, Edited};
+use mirrorgate::protocol::produce::{
+    BatchQuestions, ProducePartition, ProduceView, ProduceWalker, TopicRef,
+};
 use mirrorgate_fuzz::{framed, Choices};
 
 fn request_frame(version: i16, body: &[u8]) -> Bytes {
@@ -46,6 +52,66 @@ fn decoded(frame: &Bytes, version: i16) {
         matches!(r, Ok(None)),
         "synthesized response does not decode: {r:?}"
     );
+}
+
+/// The exchange's request steps: one view, the pieces of enforcement. Same result as
+/// `filter_produce` (None: the view or a step refused the request).
+fn by_view(frame: &Bytes, header_len: usize, version: i16, seed: u8) -> Option<ProduceDecision> {
+    let start = check_request(frame, header_len, version).ok()?;
+    let view = ProduceView::build(
+        version,
+        &frame[start..],
+        &mut |t| {
+            let name = match t {
+                TopicRef::Name(n) => Some(std::borrow::Cow::Borrowed(n)),
+                TopicRef::Id(_) => None,
+            };
+            (name, true)
+        },
+        &|_| BatchQuestions::default(),
+    )
+    .ok()?;
+    if view.error.is_some() {
+        return None;
+    }
+    let mut rejected = Vec::new();
+    let mut at = Vec::new();
+    for (i, p) in view.partitions.iter().enumerate() {
+        let topic = view.topic_of(p).topic;
+        if rejects(seed, topic, p.partition) {
+            let rej = Rejection::new(87, "mirror topic is read-only");
+            rejected.push(rejected_partition(topic, p.partition, rej));
+            at.push(i);
+        }
+    }
+    let total = view.partitions.len();
+    Some(if rejected.is_empty() {
+        ProduceDecision::Forward
+    } else if rejected.len() == total {
+        let response = if view.acks == 0 {
+            None
+        } else {
+            Some(all_rejected_response(version, 7, &rejected).ok()?)
+        };
+        ProduceDecision::AllRejected { response, rejected }
+    } else {
+        let frame = trim_request(frame, start, version, &at, total).ok()?;
+        ProduceDecision::Rewritten { frame, rejected }
+    })
+}
+
+/// The exchange's response: decoded once, checked, edited, encoded once.
+fn edited(
+    frame: &Bytes,
+    version: i16,
+    edit: impl FnOnce(&mut ProduceResponse) -> bool,
+) -> Option<Bytes> {
+    let hv = ApiKey::Produce.response_header_version(version);
+    let mut e = Edited::<ProduceResponse>::new(frame.clone(), hv, version);
+    let d = e.get().ok()?;
+    check_readback(frame, version, d).ok()?;
+    e.edit_with(edit).ok()?;
+    e.into_frame().ok()
 }
 
 fn rejected_list(seed: u8) -> Vec<RejectedPartition> {
@@ -81,8 +147,14 @@ fuzz_target!(|data: &[u8]| {
                 rejects(seed, pp.topic, pp.partition)
                     .then(|| Rejection::new(87, "mirror topic is read-only"))
             };
-            let Ok(decision) = filter_produce(&frame, info.header_len, version, 7, &mut decide)
-            else {
+            let filtered = filter_produce(&frame, info.header_len, version, 7, &mut decide);
+            let viewed = by_view(&frame, info.header_len, version, seed);
+            assert_eq!(
+                filtered.as_ref().ok(),
+                viewed.as_ref(),
+                "the view's steps and filter_produce disagree"
+            );
+            let Ok(decision) = filtered else {
                 return;
             };
             match decision {
@@ -131,7 +203,16 @@ fuzz_target!(|data: &[u8]| {
         1 => {
             let frame = framed(body);
             let rejected = rejected_list(seed);
-            if let Ok(merged) = merge_rejections(&frame, version, &rejected) {
+            let merged = merge_rejections(&frame, version, &rejected).ok();
+            let by_edit = edited(&frame, version, |r| {
+                add_rejections(r, version, &rejected);
+                true
+            });
+            assert_eq!(
+                merged, by_edit,
+                "Edited merge and merge_rejections disagree"
+            );
+            if let Some(merged) = merged {
                 decoded(&merged, version);
             }
         }
@@ -140,7 +221,16 @@ fuzz_target!(|data: &[u8]| {
             let mut change = |_: &str, _: uuid::Uuid, p: i32, code: i16, _: i64| {
                 (code == 0 && (p as u8 ^ seed) % 2 == 0).then(|| (45, "duplicate".to_string()))
             };
-            if let Ok(Some(new)) = rewrite_partition_errors(&frame, version, &mut change) {
+            let whole = rewrite_partition_errors(&frame, version, &mut change);
+            let by_edit = edited(&frame, version, |r| {
+                mark_partition_errors(r, version, &mut change)
+            });
+            match &whole {
+                Ok(Some(new)) => assert_eq!(Some(new), by_edit.as_ref()),
+                Ok(None) => assert_eq!(Some(&frame), by_edit.as_ref()),
+                Err(_) => assert_eq!(None, by_edit),
+            }
+            if let Ok(Some(new)) = whole {
                 let again = rewrite_partition_errors(&new, version, &mut change)
                     .expect("rewritten response decodes");
                 assert!(again.is_none(), "second pass changed the response");

@@ -1,9 +1,12 @@
-//! Produce request walker and acks peek over any body and version: never panic, every
-//! partition's records slice lies inside the body, and the walker agrees with `peek_acks`.
+//! Produce request walker, the gateway's one-walk `ProduceView` and the acks peek over any body
+//! and version: never panic, every partition's records slice lies inside the body, the walker
+//! agrees with `peek_acks`, and the view holds the walker's partitions (up to its first error)
+//! with the batch facts `single_client_batch` gives.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mirrorgate::protocol::produce::{peek_acks, ProduceWalker};
+use mirrorgate::protocol::batch::single_client_batch;
+use mirrorgate::protocol::produce::{peek_acks, BatchQuestions, ProduceView, ProduceWalker};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&v, body)) = data.split_first() else {
@@ -34,4 +37,28 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     assert!(walker.position() <= body.len());
+
+    let crc = v & 0x80 != 0;
+    let view = ProduceView::build(version, body, &mut |_| (None, true), &|_| BatchQuestions {
+        single: true,
+        verify_crc: crc,
+        barriers: true,
+    })
+    .expect("the walker was built");
+    let walked: Vec<_> = ProduceWalker::new(version, body)
+        .expect("built above")
+        .map_while(Result::ok)
+        .collect();
+    assert_eq!(view.partitions.len(), walked.len());
+    for (p, w) in view.partitions.iter().zip(&walked) {
+        assert_eq!(view.topic_of(p).topic, w.topic);
+        assert_eq!((p.partition, p.records), (w.partition, w.records));
+        match w.records {
+            Some(records) => {
+                let single = single_client_batch(records, crc).map(|(h, _)| h);
+                assert_eq!(p.batches.single.as_ref(), Some(&single));
+            }
+            None => assert_eq!(p.batches.single, None),
+        }
+    }
 });

@@ -2,6 +2,8 @@
 //! v10+, Fetch v16+) at every version it rewrites. The first two bytes choose key and version,
 //! the rest is the response body (after the length prefix). Never panics; a rewritten frame is
 //! well formed, rewriting it again changes nothing, and no unmapped broker address survives.
+//! A Produce response rewritten by the gateway's Produce exchange (one `Edited` decode,
+//! `map_produce_endpoints`, one encode) gives the same bytes as `rewrite_response`.
 #![no_main]
 
 use kafka_protocol::messages::{
@@ -10,7 +12,8 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::Decodable;
 use libfuzzer_sys::fuzz_target;
-use mirrorgate::protocol::rewrite::rewrite_response;
+use mirrorgate::protocol::frame::Edited;
+use mirrorgate::protocol::rewrite::{map_produce_endpoints, rewrite_response};
 use mirrorgate_fuzz::{choose_rewrite, framed, FixedMap};
 
 fn mapped(id: i32, host: &str, port: i32) -> bool {
@@ -81,7 +84,30 @@ fuzz_target!(|data: &[u8]| {
     }
     let (key, version) = choose_rewrite(data[0], data[1]);
     let frame = framed(&data[2..]);
-    let Ok(out) = rewrite_response(key, version, &frame, &FixedMap) else {
+    let whole = rewrite_response(key, version, &frame, &FixedMap);
+    if key == ApiKey::Produce {
+        let hv = key.response_header_version(version);
+        let mut e = Edited::<ProduceResponse>::new(frame.clone(), hv, version);
+        let by_edit = e
+            .get()
+            .map(|d| d.body.node_endpoints.is_empty())
+            .map(|empty| {
+                if !empty {
+                    e.edit_with(|r| {
+                        map_produce_endpoints(r, &FixedMap);
+                        true
+                    })
+                    .expect("decoded");
+                }
+                e.into_frame().expect("encodes")
+            });
+        match (&whole, by_edit) {
+            (Ok(out), Ok(f)) => assert_eq!(out.frame.as_ref().unwrap_or(&frame), &f),
+            (Err(_), Err(_)) => {}
+            (w, b) => panic!("Edited and rewrite_response disagree: {w:?} / {b:?}"),
+        }
+    }
+    let Ok(out) = whole else {
         return;
     };
     let Some(new) = out.frame else { return };
