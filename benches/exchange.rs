@@ -93,7 +93,7 @@ fn contexts(dir: &std::path::Path) -> (Arc<ConnContext>, Arc<ConnContext>) {
             kind,
             psm: Some(psm.clone()),
             verify_crc: kind == ListenerKind::Client,
-            mirrors: Some(ctl.clone()),
+            mirrors: Some(ctl.clone() as Arc<dyn mirrorgate::mirror::policy::MirrorPolicy>),
             address_map: ListenerAddressMap::new(listener),
             cluster: cluster.clone(),
             metrics: metrics.clone(),

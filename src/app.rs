@@ -265,7 +265,9 @@ impl Gateway {
             let ctx = Arc::new(ConnContext {
                 kind,
                 psm: psm.clone(),
-                mirrors: mirrors.clone(),
+                mirrors: mirrors
+                    .clone()
+                    .map(|m| m as Arc<dyn crate::mirror::policy::MirrorPolicy>),
                 verify_crc: match kind {
                     ListenerKind::Mirror => config.psm.verify_crc_mirror,
                     ListenerKind::Client => config.psm.verify_crc_client,

@@ -322,3 +322,123 @@ fn repository_paths_are_found_inside_prose_and_not_inside_other_words() {
         vec!["src/proxy/connection.rs", "integration/rig"]
     );
 }
+
+/// The module path of a source file under `root`: `a/b.rs` and `a/b/mod.rs` are `a::b`.
+fn module_path(root: &Path, file: &Path) -> String {
+    let rel = file.strip_prefix(root).unwrap_or(file).with_extension("");
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if parts
+        .last()
+        .is_some_and(|p| p == "mod" || p == "lib" || p == "main")
+    {
+        parts.pop();
+    }
+    parts.join("::")
+}
+
+/// The full paths of the tests in `root` (`#[test]` / `#[tokio::test]` functions), as `cargo
+/// test` prints them: integration tests by their file, unit tests (in `src/`) with the `tests`
+/// module they live in (a sibling `*_tests.rs`, or an inline `mod tests`).
+fn test_paths(root: &Path, unit: bool) -> BTreeSet<String> {
+    let mut files = Vec::new();
+    files_under(root, &mut files);
+    let mut out = BTreeSet::new();
+    for f in files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|x| x == "rs"))
+    {
+        let Ok(text) = std::fs::read_to_string(f) else {
+            continue;
+        };
+        let mut module = module_path(root, f);
+        if unit {
+            if let Some(parent) = module.strip_suffix("_tests") {
+                module = format!("{parent}::tests");
+            } else if module == "tests" || module.ends_with("::tests") {
+            } else {
+                module = format!("{module}::tests");
+            }
+        }
+        let mut armed = false;
+        for line in text.lines() {
+            let l = line.trim_start();
+            if l.starts_with("#[test]") || l.starts_with("#[tokio::test") {
+                armed = true;
+            } else if armed {
+                if let Some(rest) = l
+                    .strip_prefix("fn ")
+                    .or_else(|| l.strip_prefix("async fn "))
+                {
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    out.insert(format!("{module}::{name}"));
+                    armed = false;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `module::test` citations in a text whose first segment is one of `modules`.
+fn test_citations(text: &str, modules: &BTreeSet<String>) -> Vec<String> {
+    let token =
+        |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | ':' | '*');
+    let mut out = Vec::new();
+    for word in text.split(|c: char| !token(c)) {
+        let word = word.trim_start_matches(':');
+        let Some((first, _)) = word.split_once("::") else {
+            continue;
+        };
+        if modules.contains(first) {
+            out.push(word.trim_end_matches('*').to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn every_test_the_docs_cite_by_name_exists_at_that_path() {
+    let integration = repo().join("integration/tests");
+    let mut modules: BTreeSet<String> = std::fs::read_dir(&integration)
+        .expect("integration/tests")
+        .filter_map(|e| e.ok())
+        .map(|e| module_path(&integration, &e.path()))
+        .filter(|m| !matches!(m.as_str(), "main" | "harness"))
+        .collect();
+    modules.remove("");
+    let mut tests = test_paths(&integration, false);
+    tests.extend(test_paths(&repo().join("src"), true));
+    let mut missing = Vec::new();
+    for page in markdown_pages() {
+        let text = std::fs::read_to_string(&page).expect("page");
+        for cited in test_citations(&text, &modules) {
+            let found = tests
+                .iter()
+                .any(|t| t.starts_with(&cited) || t.contains(&format!("::{cited}")));
+            if !found {
+                missing.push(format!("{}: {cited}", page.display()));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "tests cited by a path that `cargo test` would not match:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn test_citations_keep_prefixes_and_skip_other_modules() {
+    let modules: BTreeSet<String> = ["failover".to_string()].into();
+    let text = "run `failover::disruptive_gateway_killed_*` or failover::x; not mirror::state::y";
+    assert_eq!(
+        test_citations(text, &modules),
+        vec!["failover::disruptive_gateway_killed_", "failover::x"]
+    );
+}

@@ -7,7 +7,7 @@
 //! persistence (memory never ahead of disk); [`screening`] — the PID screening set;
 //! [`failover`] — the failover step executor over the [`failover::FailoverIo`] seam, whose real
 //! implementation is [`barrier_io`] (barrier writes, the barrier's producer id, PSM clearing);
-//! [`fault_hooks`] — the fault-injection hooks, read once at start; [`mirror_metrics`] — the
+//! [`policy`] — [`policy::MirrorPolicy`], the one mirror interface the proxy holds (the controller implements it); [`fault_hooks`] — the fault-injection hooks, read once at start; [`mirror_metrics`] — the
 //! metrics; [`pid_allocator`] — the failover step that advances the destination brokers'
 //! producer-id allocators past the screened ids; [`barrier_check`] — the start-up check of
 //! recorded barriers against the logs; [`permissions`]; [`agent`] — the built-in mirror agent;
@@ -29,6 +29,7 @@ pub mod fault_hooks;
 pub mod mirror_metrics;
 pub mod permissions;
 pub mod pid_allocator;
+pub mod policy;
 pub mod records;
 pub mod screening;
 pub mod state;

@@ -9,6 +9,7 @@
 
 pub mod admin_refusal;
 pub mod barrier;
+pub mod barrier_value;
 pub mod batch;
 pub mod codec;
 pub mod enforce;
@@ -17,6 +18,7 @@ pub mod frame;
 pub mod produce;
 pub mod rewrite;
 pub mod txn_marker;
+mod varint;
 pub mod versions;
 
 pub use frame::{parse_request_header, read_frame, FrameError, RequestHeaderInfo};

@@ -76,7 +76,7 @@ pub struct ConnContext {
     pub verify_crc: bool,
     /// The mirror controller, when mirrors are configured (read-only enforcement, fencing,
     /// barriers, PID screening).
-    pub mirrors: Option<Arc<crate::mirror::controller::MirrorController>>,
+    pub mirrors: Option<Arc<dyn crate::mirror::policy::MirrorPolicy>>,
     pub address_map: ListenerAddressMap,
     pub cluster: Arc<ClusterView>,
     pub metrics: Arc<Metrics>,

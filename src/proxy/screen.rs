@@ -10,7 +10,8 @@ use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse};
 use kafka_protocol::protocol::Decodable;
 
-use crate::mirror::controller::{MirrorController, ScreenEntry};
+use crate::mirror::controller::ScreenEntry;
+use crate::mirror::policy::MirrorPolicy;
 use crate::protocol::frame::FrameError;
 
 use super::exchange::ExchangeError;
@@ -64,7 +65,7 @@ fn decode(frame: &Bytes, version: i16) -> Result<InitProducerIdResponse, FrameEr
 
 /// Screen one InitProducerId answer (whole frame). Returns the frame to pass on.
 pub async fn screen(
-    ctl: &MirrorController,
+    ctl: &dyn MirrorPolicy,
     upstream: &str,
     version: i16,
     correlation_id: i32,

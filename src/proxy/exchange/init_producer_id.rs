@@ -43,6 +43,15 @@ impl Pending {
         if !ctl.screening_active() {
             return Ok(frame);
         }
-        screen::screen(ctl, upstream, version, correlation_id, frame, &init, ctx).await
+        screen::screen(
+            ctl.as_ref(),
+            upstream,
+            version,
+            correlation_id,
+            frame,
+            &init,
+            ctx,
+        )
+        .await
     }
 }

@@ -12,7 +12,8 @@ use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 
 use crate::metrics::ListenerKind;
-use crate::mirror::controller::{InFlightGuard, MirrorController};
+use crate::mirror::controller::InFlightGuard;
+use crate::mirror::policy::MirrorPolicy;
 use crate::protocol::admin_refusal::AdminRefusalError;
 use crate::protocol::enforce::{self, ProduceDecision, RejectedPartition, Rejection};
 use crate::protocol::frame::{FrameError, RequestHeaderInfo};
@@ -133,7 +134,7 @@ fn plan_tap(ctx: &ConnContext, h: &RequestHeaderInfo, frame: Bytes) -> Plan {
 
 fn plan_produce(
     ctx: &ConnContext,
-    ctl: &Arc<MirrorController>,
+    ctl: &Arc<dyn MirrorPolicy>,
     h: &RequestHeaderInfo,
     acks: i16,
     frame: Bytes,
@@ -165,7 +166,7 @@ fn plan_produce(
             };
             if kind == ListenerKind::Client && ctl.barrier_offset(&name, p).is_some() {
                 guard_check = true;
-                if let Some(r) = refuse_mirrored_producer_id(ctl, &name, p, pp.records) {
+                if let Some(r) = refuse_mirrored_producer_id(ctl.as_ref(), &name, p, pp.records) {
                     return Some(r);
                 }
             }
@@ -214,7 +215,7 @@ fn plan_produce(
         plan.extras.tracked =
             tap_on_request(psm, &ctx.cluster, h.api_version, body, ctx.verify_crc);
         if kind == ListenerKind::Mirror {
-            count_inert_barriers(ctl, h.api_version, body);
+            count_inert_barriers(ctl.as_ref(), h.api_version, body);
         }
     }
     plan.extras.guards = guards;
@@ -224,7 +225,7 @@ fn plan_produce(
 
 /// Count barriers arriving inside mirrored produce (written by an upstream cluster's failover):
 /// they are passed on as they are and do not touch the PSM (their producer id is -1).
-fn count_inert_barriers(ctl: &MirrorController, version: i16, body: &[u8]) {
+fn count_inert_barriers(ctl: &dyn MirrorPolicy, version: i16, body: &[u8]) {
     let Ok(walker) = crate::protocol::produce::ProduceWalker::new(version, body) else {
         return;
     };
@@ -268,7 +269,7 @@ pub async fn on_response(
             frame = enforce::merge_rejections(&frame, version, &extras.rejected)?;
         }
         if extras.guard_check {
-            if let Some(f) = duplicate_ack_guard(ctl, &ctx.cluster, version, &frame)? {
+            if let Some(f) = duplicate_ack_guard(ctl.as_ref(), &ctx.cluster, version, &frame)? {
                 frame = f;
             }
         }
@@ -293,7 +294,7 @@ const REFUSAL_LOG_START_OFFSET: i64 = -2;
 /// batches it had in flight as failed. With a higher epoch the batch passes (the broker starts
 /// the producer's new epoch after the barrier).
 fn refuse_mirrored_producer_id(
-    ctl: &MirrorController,
+    ctl: &dyn MirrorPolicy,
     topic: &str,
     partition: i32,
     records: Option<&[u8]>,
@@ -321,7 +322,7 @@ fn refuse_mirrored_producer_id(
 /// Turn local acknowledgements below a partition's barrier into errors: the broker acknowledged
 /// a retry of a mirrored batch with its old offset and appended nothing.
 fn duplicate_ack_guard(
-    ctl: &MirrorController,
+    ctl: &dyn MirrorPolicy,
     cluster: &crate::cluster::ClusterView,
     version: i16,
     frame: &Bytes,

@@ -176,5 +176,9 @@ impl Pending {
 mod tests;
 
 #[cfg(test)]
+#[path = "policy_tests.rs"]
+mod policy_tests;
+
+#[cfg(test)]
 #[path = "legacy_tests.rs"]
 pub(crate) mod legacy;

@@ -25,7 +25,8 @@ use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, ProduceResponse};
 
 use crate::metrics::ListenerKind;
-use crate::mirror::controller::{InFlightGuard, MirrorController};
+use crate::mirror::controller::InFlightGuard;
+use crate::mirror::policy::MirrorPolicy;
 use crate::protocol::enforce::{self, RejectedPartition, Rejection};
 use crate::protocol::frame::{Edited, FrameError, RequestHeaderInfo};
 use crate::protocol::produce::{BatchQuestions, ProduceView, TopicRef};
@@ -124,7 +125,7 @@ pub fn begin(
     for (i, p) in view.partitions.iter().enumerate() {
         let t = view.topic_of(p);
         let rejection = decide(
-            ctl,
+            ctl.as_ref(),
             kind,
             t.topic,
             t.name.as_deref(),
@@ -204,7 +205,7 @@ pub fn begin(
 /// their in-flight guard in `pending`.
 #[allow(clippy::too_many_arguments)]
 fn decide(
-    ctl: &MirrorController,
+    ctl: &dyn MirrorPolicy,
     kind: ListenerKind,
     topic: TopicRef<'_>,
     name: Option<&str>,
@@ -267,7 +268,7 @@ const REFUSAL_LOG_START_OFFSET: i64 = -2;
 /// batches it had in flight as failed. With a higher epoch the batch passes (the broker starts
 /// the producer's new epoch after the barrier).
 fn refuse_mirrored_producer_id(
-    ctl: &MirrorController,
+    ctl: &dyn MirrorPolicy,
     topic: &str,
     partition: i32,
     records: Option<&[u8]>,
@@ -345,7 +346,7 @@ impl Pending {
             }
             if self.guard_check {
                 for_enforcement(&mut resp, version)?;
-                resp.edit_with(|r| duplicate_ack_guard(ctl, &ctx.cluster, version, r))?;
+                resp.edit_with(|r| duplicate_ack_guard(ctl.as_ref(), &ctx.cluster, version, r))?;
             }
         }
         if crate::protocol::rewrite::needs_rewrite(ApiKey::Produce, version) {
@@ -367,7 +368,7 @@ impl Pending {
 /// Turn local acknowledgements below a partition's barrier into errors: the broker acknowledged
 /// a retry of a mirrored batch with its old offset and appended nothing. Whether it changed any.
 fn duplicate_ack_guard(
-    ctl: &MirrorController,
+    ctl: &dyn MirrorPolicy,
     cluster: &crate::cluster::ClusterView,
     version: i16,
     resp: &mut ProduceResponse,

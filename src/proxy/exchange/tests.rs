@@ -42,6 +42,11 @@ pub struct Fixture {
 }
 
 pub fn fixture() -> Fixture {
+    fixture_with(None)
+}
+
+/// As [`fixture`], with `policy` instead of the mirror controller where one is given.
+pub fn fixture_with(policy: Option<Arc<dyn crate::mirror::policy::MirrorPolicy>>) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let yaml = format!(
         "destination:\n  bootstrap: [\"127.0.0.1:1\"]\nlisteners:\n  client:\n    port_base: 39092\n  mirror:\n    port_base: 39192\nadmin:\n  bind: 127.0.0.1:9180\nmirrors:\n  - name: first\n    topics: [orders]\nstate_dir: {}\n",
@@ -91,22 +96,25 @@ pub fn fixture() -> Fixture {
         crate::mirror::fault_hooks::FaultHooks::default(),
     );
     ctl.sync_partitions();
-    let ctx = |kind: ListenerKind, listener: &crate::config::ListenerConfig| {
-        Arc::new(ConnContext {
-            kind,
-            psm: Some(psm.clone()),
-            verify_crc: kind == ListenerKind::Client,
-            mirrors: Some(ctl.clone()),
-            address_map: ListenerAddressMap::new(listener),
-            cluster: cluster.clone(),
-            metrics: metrics.clone(),
-            handles: metrics.api_handles(kind),
-            limits: cfg.limits.clone(),
-            connect_timeout: Duration::from_secs(1),
-            acceptor: crate::net::Acceptor::default(),
-            principal_limits: None,
-        })
-    };
+    let ctx =
+        |kind: ListenerKind, listener: &crate::config::ListenerConfig| {
+            Arc::new(ConnContext {
+                kind,
+                psm: Some(psm.clone()),
+                verify_crc: kind == ListenerKind::Client,
+                mirrors: Some(policy.clone().unwrap_or_else(|| {
+                    ctl.clone() as Arc<dyn crate::mirror::policy::MirrorPolicy>
+                })),
+                address_map: ListenerAddressMap::new(listener),
+                cluster: cluster.clone(),
+                metrics: metrics.clone(),
+                handles: metrics.api_handles(kind),
+                limits: cfg.limits.clone(),
+                connect_timeout: Duration::from_secs(1),
+                acceptor: crate::net::Acceptor::default(),
+                principal_limits: None,
+            })
+        };
     let mirror_listener = cfg.listeners.mirror.clone().unwrap();
     Fixture {
         mirror: ctx(ListenerKind::Mirror, &mirror_listener),

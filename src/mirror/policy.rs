@@ -1,0 +1,106 @@
+//! The mirrors as a client connection sees them: [`MirrorPolicy`], the one mirror interface the
+//! proxy holds. A connection asks it whether a topic is mirrored, whether a write may pass (and
+//! holds the in-flight guard it gets), which admin requests to refuse, whether an
+//! InitProducerId answer must be screened, and tells it what it saw (barriers, refusals,
+//! duplicate acknowledgements) for the metrics.
+//!
+//! Owns: that interface, and its implementation by [`MirrorController`] (each method delegates
+//! to the controller's admission, screening set or metrics). Must not touch: the decisions
+//! themselves (`admission.rs`, `screening.rs`), failover, persistence.
+//!
+//! The proxy's tests can give a connection a fake policy; the real one is the controller.
+
+use crate::metrics::ListenerKind;
+
+use super::admission::{InFlightGuard, Refusal};
+use super::controller::MirrorController;
+use super::screening::ScreenEntry;
+
+/// What the proxy asks of the mirrors (see the module doc).
+pub trait MirrorPolicy: Send + Sync {
+    /// Whether `topic` belongs to a configured mirror.
+    fn is_mirror_topic(&self, topic: &str) -> bool;
+    /// May a Produce on `listener` write `topic`/`partition`? `Ok(Some(guard))` for a mirror
+    /// write, which counts as in flight until the guard is answered or dropped.
+    fn admit(
+        &self,
+        listener: ListenerKind,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Option<InFlightGuard>, Refusal>;
+    /// The partition's failover barrier offset, once one is recorded.
+    fn barrier_offset(&self, topic: &str, partition: i32) -> Option<i64>;
+    /// The refusal of admin or transaction request `op` naming `topic` (and `partition`).
+    fn refuse_admin(&self, op: &str, topic: &str, partition: Option<i32>) -> Option<Refusal>;
+    /// The refusal of `op` when it names no topic but acts on every partition.
+    fn refuse_admin_everywhere(&self, op: &str) -> Option<Refusal>;
+    /// Whether InitProducerId answers are screened (the screening set is not empty).
+    fn screening_active(&self) -> bool;
+    /// The screening entry of `producer_id`, if it is screened.
+    fn screened(&self, producer_id: i64) -> Option<ScreenEntry>;
+    /// The screened producer a local write with this id and epoch would collide with.
+    fn mirrored_producer_collision(&self, producer_id: i64, epoch: i16) -> Option<ScreenEntry>;
+    /// An InitProducerId answer was screened.
+    fn count_screened(&self);
+    /// An `acks=0` Produce was refused.
+    fn count_acks_zero_refused(&self);
+    /// The duplicate-acknowledgement guard changed an answer.
+    fn count_duplicate_ack(&self);
+    /// `n` barrier batches of `topic` seen, by `kind` ("mirrored", "hidden").
+    fn count_barriers_seen(&self, topic: &str, kind: &str, n: u64);
+}
+
+impl MirrorPolicy for MirrorController {
+    fn is_mirror_topic(&self, topic: &str) -> bool {
+        MirrorController::is_mirror_topic(self, topic)
+    }
+
+    fn admit(
+        &self,
+        listener: ListenerKind,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Option<InFlightGuard>, Refusal> {
+        MirrorController::admit(self, listener, topic, partition)
+    }
+
+    fn barrier_offset(&self, topic: &str, partition: i32) -> Option<i64> {
+        MirrorController::barrier_offset(self, topic, partition)
+    }
+
+    fn refuse_admin(&self, op: &str, topic: &str, partition: Option<i32>) -> Option<Refusal> {
+        MirrorController::refuse_admin(self, op, topic, partition)
+    }
+
+    fn refuse_admin_everywhere(&self, op: &str) -> Option<Refusal> {
+        MirrorController::refuse_admin_everywhere(self, op)
+    }
+
+    fn screening_active(&self) -> bool {
+        MirrorController::screening_active(self)
+    }
+
+    fn screened(&self, producer_id: i64) -> Option<ScreenEntry> {
+        MirrorController::screened(self, producer_id)
+    }
+
+    fn mirrored_producer_collision(&self, producer_id: i64, epoch: i16) -> Option<ScreenEntry> {
+        MirrorController::mirrored_producer_collision(self, producer_id, epoch)
+    }
+
+    fn count_screened(&self) {
+        MirrorController::count_screened(self)
+    }
+
+    fn count_acks_zero_refused(&self) {
+        MirrorController::count_acks_zero_refused(self)
+    }
+
+    fn count_duplicate_ack(&self) {
+        MirrorController::count_duplicate_ack(self)
+    }
+
+    fn count_barriers_seen(&self, topic: &str, kind: &str, n: u64) {
+        MirrorController::count_barriers_seen(self, topic, kind, n)
+    }
+}

@@ -1,0 +1,233 @@
+//! The Produce exchange against a fake [`MirrorPolicy`]: what the connection forwards and
+//! answers follows the policy's decisions alone, with no mirror controller, state or broker.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{
+    ApiKey, ProduceRequest, ProduceResponse, ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, StrBytes};
+
+use crate::metrics::ListenerKind;
+use crate::mirror::admission::{InFlightGuard, Refusal};
+use crate::mirror::policy::MirrorPolicy;
+use crate::mirror::screening::ScreenEntry;
+
+use super::tests::{batch, fixture_with, handle, request_frame, response_frame};
+
+/// A policy that mirrors `orders`, refuses partition `refuse` with its own message, knows a
+/// barrier everywhere when `barrier` is set, and reports producer 4242 as mirrored at epoch
+/// `mirrored_epoch`, if any.
+#[derive(Default)]
+struct FakePolicy {
+    refuse: Option<i32>,
+    barrier: bool,
+    mirrored_epoch: Option<i16>,
+    admitted: Mutex<Vec<(ListenerKind, String, i32)>>,
+    acks_zero_refused: AtomicUsize,
+}
+
+impl MirrorPolicy for FakePolicy {
+    fn is_mirror_topic(&self, topic: &str) -> bool {
+        topic == "orders"
+    }
+    fn admit(
+        &self,
+        listener: ListenerKind,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Option<InFlightGuard>, Refusal> {
+        self.admitted
+            .lock()
+            .unwrap()
+            .push((listener, topic.to_string(), partition));
+        if self.refuse == Some(partition) {
+            return Err(Refusal {
+                error_code: 44,
+                message: "refused by the fake policy".into(),
+                reason: "read_only",
+            });
+        }
+        Ok(None)
+    }
+    fn barrier_offset(&self, _: &str, _: i32) -> Option<i64> {
+        self.barrier.then_some(10)
+    }
+    fn refuse_admin(&self, _: &str, _: &str, _: Option<i32>) -> Option<Refusal> {
+        None
+    }
+    fn refuse_admin_everywhere(&self, _: &str) -> Option<Refusal> {
+        None
+    }
+    fn screening_active(&self) -> bool {
+        false
+    }
+    fn screened(&self, _: i64) -> Option<ScreenEntry> {
+        None
+    }
+    fn mirrored_producer_collision(&self, producer_id: i64, epoch: i16) -> Option<ScreenEntry> {
+        let max_epoch = self.mirrored_epoch?;
+        (producer_id == 4242 && epoch <= max_epoch).then_some(ScreenEntry {
+            max_epoch,
+            last_timestamp: 0,
+            added_ms: 0,
+        })
+    }
+    fn count_screened(&self) {}
+    fn count_acks_zero_refused(&self) {
+        self.acks_zero_refused.fetch_add(1, Ordering::SeqCst);
+    }
+    fn count_duplicate_ack(&self) {}
+    fn count_barriers_seen(&self, _: &str, _: &str, _: u64) {}
+}
+
+/// Produce v9 of one batch (producer 4242, epoch 0) to each of `partitions` of `orders`.
+fn request(partitions: &[i32]) -> Bytes {
+    let parts = partitions
+        .iter()
+        .map(|p| {
+            PartitionProduceData::default()
+                .with_index(*p)
+                .with_records(Some(batch(2)))
+        })
+        .collect();
+    let req = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_static_str("orders")))
+            .with_partition_data(parts)]);
+    request_frame(&req, 9, 7)
+}
+
+/// The broker's answer: every one of `partitions` appended at 1000.
+fn response(partitions: &[i32]) -> Bytes {
+    let parts = partitions
+        .iter()
+        .map(|p| {
+            PartitionProduceResponse::default()
+                .with_index(*p)
+                .with_base_offset(1000)
+        })
+        .collect();
+    let resp = ProduceResponse::default().with_responses(vec![TopicProduceResponse::default()
+        .with_name(TopicName(StrBytes::from_static_str("orders")))
+        .with_partition_responses(parts)]);
+    response_frame(ApiKey::Produce, &resp, 9, 7)
+}
+
+fn forwarded_partitions(frame: &Bytes) -> Vec<i32> {
+    let h = crate::protocol::frame::parse_request_header(&frame[4..]).unwrap();
+    let mut body = frame.slice(4 + h.header_len..);
+    let req = ProduceRequest::decode(&mut body, 9).unwrap();
+    req.topic_data
+        .iter()
+        .flat_map(|t| t.partition_data.iter().map(|p| p.index))
+        .collect()
+}
+
+/// (partition, error code, error message) of each partition of a Produce v9 response frame.
+fn answered(frame: &Bytes) -> Vec<(i32, i16, Option<String>)> {
+    let mut body = frame.slice(4..);
+    ResponseHeader::decode(&mut body, ApiKey::Produce.response_header_version(9)).unwrap();
+    let resp = ProduceResponse::decode(&mut body, 9).unwrap();
+    let mut out: Vec<_> = resp
+        .responses
+        .iter()
+        .flat_map(|t| {
+            t.partition_responses.iter().map(|p| {
+                (
+                    p.index,
+                    p.error_code,
+                    p.error_message.as_ref().map(|m| m.to_string()),
+                )
+            })
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn a_partition_the_policy_refuses_is_answered_by_the_gateway_and_the_others_forwarded() {
+    let policy = Arc::new(FakePolicy {
+        refuse: Some(1),
+        ..FakePolicy::default()
+    });
+    let f = fixture_with(Some(policy.clone()));
+    let out = handle(&f.mirror, request(&[0, 1, 2]), response(&[0, 2]));
+    assert_eq!(out.error, None);
+    assert_eq!(
+        forwarded_partitions(out.forwarded.as_ref().unwrap()),
+        vec![0, 2]
+    );
+    assert_eq!(
+        answered(out.response.as_ref().unwrap()),
+        vec![
+            (0, 0, None),
+            (1, 44, Some("refused by the fake policy".into())),
+            (2, 0, None)
+        ]
+    );
+    let admitted = policy.admitted.lock().unwrap().clone();
+    assert_eq!(admitted.len(), 3, "{admitted:?}");
+    assert!(admitted
+        .iter()
+        .all(|(k, t, _)| *k == ListenerKind::Mirror && t == "orders"));
+}
+
+#[test]
+fn a_request_whose_every_partition_the_policy_refuses_is_answered_without_the_broker() {
+    let policy = Arc::new(FakePolicy {
+        refuse: Some(0),
+        ..FakePolicy::default()
+    });
+    let f = fixture_with(Some(policy));
+    let out = handle(&f.client, request(&[0]), response(&[0]));
+    assert_eq!(out.forwarded, None);
+    let answer = out.answered.expect("the gateway answers");
+    assert_eq!(
+        answered(&answer),
+        vec![(0, 44, Some("refused by the fake policy".into()))]
+    );
+}
+
+#[test]
+fn after_a_barrier_a_local_batch_of_a_producer_the_policy_knows_as_mirrored_is_refused_with_unknown_producer_id(
+) {
+    let policy = Arc::new(FakePolicy {
+        barrier: true,
+        mirrored_epoch: Some(0),
+        ..FakePolicy::default()
+    });
+    let f = fixture_with(Some(policy.clone()));
+    let out = handle(&f.client, request(&[0]), response(&[0]));
+    let answer = out.answered.expect("refused by the gateway");
+    let parts = answered(&answer);
+    assert_eq!(parts.len(), 1);
+    assert_eq!((parts[0].0, parts[0].1), (0, 59), "{parts:?}");
+    assert!(
+        policy.admitted.lock().unwrap().is_empty(),
+        "refused before admission"
+    );
+}
+
+#[test]
+fn after_a_barrier_a_local_batch_above_the_mirrored_epoch_is_forwarded() {
+    let policy = Arc::new(FakePolicy {
+        barrier: true,
+        mirrored_epoch: Some(-1),
+        ..FakePolicy::default()
+    });
+    let f = fixture_with(Some(policy));
+    let out = handle(&f.client, request(&[0]), response(&[0]));
+    assert_eq!(out.answered, None);
+    assert_eq!(
+        forwarded_partitions(out.forwarded.as_ref().unwrap()),
+        vec![0]
+    );
+}
