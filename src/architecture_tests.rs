@@ -164,7 +164,6 @@ fn there_is_no_cycle_between_top_level_modules() {
 /// responsibility and is to be split by them.
 const MAX_NON_TEST_LINES: usize = 600;
 
-
 /// The lines of `text` before its unit-test module (a `#[cfg(test)]` followed by `mod` or a
 /// `#[path]` of one), all of them when it has none.
 fn non_test_lines(text: &str) -> usize {
