@@ -119,22 +119,9 @@ fn a_partition_never_rebuilt_is_rebuilt_at_once() {
     assert_eq!(r.wanting_rebuild(), vec![("t".to_string(), 1)]);
 }
 
+/// A single-record batch of producer `pid`, epoch 0, sequence 0 (the slot tests' batch).
 fn header(pid: i64) -> BatchHeader {
-    BatchHeader {
-        base_offset: 0,
-        batch_length: 49,
-        partition_leader_epoch: -1,
-        magic: 2,
-        crc: 0,
-        attributes: 0,
-        last_offset_delta: 0,
-        base_timestamp: 1_700_000_000_000,
-        max_timestamp: 1_700_000_000_000,
-        producer_id: pid,
-        producer_epoch: 0,
-        base_sequence: 0,
-        record_count: 1,
-    }
+    super::super::slot::tests::single(pid, 0)
 }
 
 #[test]

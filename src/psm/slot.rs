@@ -573,4 +573,4 @@ pub fn apply_buffered(
 
 #[cfg(test)]
 #[path = "slot_tests.rs"]
-mod tests;
+pub(super) mod tests;

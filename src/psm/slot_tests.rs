@@ -7,7 +7,8 @@ use std::time::Instant;
 
 use super::*;
 
-fn single(pid: i64, seq: i32) -> BatchHeader {
+/// A single-record batch header of producer `pid`, epoch 0, at sequence `seq`.
+pub(in crate::psm) fn single(pid: i64, seq: i32) -> BatchHeader {
     BatchHeader {
         base_offset: 0,
         batch_length: 49,
