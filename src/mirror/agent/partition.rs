@@ -483,41 +483,7 @@ impl Task {
                         self.next_src
                     )));
                 }
-                if h.is_transactional() || h.is_control() {
-                    return Err(Halt::Fail(format!(
-                        "the source batch at offset {} is {}: transactional/control batches are not mirrored in this version{}",
-                        h.base_offset,
-                        if h.is_control() { "a control batch" } else { "transactional" },
-                        if h.is_control() {
-                            " (a failover barrier of an upstream mirrorgate is one unless that gateway has failover.barrier: data)"
-                        } else {
-                            ""
-                        }
-                    )));
-                }
-                if h.record_count != h.last_offset_delta + 1 {
-                    return Err(Halt::Fail(format!(
-                        "the source batch at offset {} has offset gaps ({} records over {} offsets, compacted): not mirrored in this version",
-                        h.base_offset,
-                        h.record_count,
-                        h.last_offset_delta + 1
-                    )));
-                }
-                if self.stats.last_ts.load(Ordering::Relaxed) < 0 {
-                    self.stats
-                        .pending_ts
-                        .store(h.max_timestamp, Ordering::Relaxed);
-                }
-                // As-is, except the base offset (outside the CRC): the broker requires 0 in a
-                // produced batch and assigns the offsets itself.
-                let mut owned = bytes::BytesMut::from(b);
-                owned[..8].copy_from_slice(&0i64.to_be_bytes());
-                let bytes = owned.freeze();
-                let len = bytes.len();
-                let base = self.append(&h, bytes).await?;
-                self.record(h.base_offset, base, i64::from(h.last_offset_delta) + 1);
-                self.stats.last_ts.store(h.max_timestamp, Ordering::Relaxed);
-                self.m.count_append(len);
+                self.mirror_batch(&h, b).await?;
                 if self.stopped() {
                     return Err(Halt::Stop);
                 }
@@ -526,6 +492,77 @@ impl Task {
                 // One batch larger than the fetch size.
                 self.max_bytes = (self.max_bytes * 2).min(MAX_FETCH_BYTES);
             }
+        }
+    }
+
+    /// Mirror one source batch at or after `next_src`, by kind.
+    async fn mirror_batch(&mut self, h: &BatchHeader, b: &[u8]) -> Step<()> {
+        match SourceBatch::of(h) {
+            SourceBatch::Data => self.mirror_data(h, b).await,
+            SourceBatch::Gapped => Err(Halt::Fail(format!(
+                "the source batch at offset {} has offset gaps ({} records over {} offsets, compacted): not mirrored in this version",
+                h.base_offset,
+                h.record_count,
+                h.last_offset_delta + 1
+            ))),
+            SourceBatch::Transactional | SourceBatch::Control => Err(Halt::Fail(format!(
+                "the source batch at offset {} is {}: transactional/control batches are not mirrored in this version{}",
+                h.base_offset,
+                if h.is_control() { "a control batch" } else { "transactional" },
+                if h.is_control() {
+                    " (a failover barrier of an upstream mirrorgate is one unless that gateway has failover.barrier: data)"
+                } else {
+                    ""
+                }
+            ))),
+        }
+    }
+
+    /// A batch without gaps, neither transactional nor control: appended as-is except its base
+    /// offset.
+    async fn mirror_data(&mut self, h: &BatchHeader, b: &[u8]) -> Step<()> {
+        if self.stats.last_ts.load(Ordering::Relaxed) < 0 {
+            self.stats
+                .pending_ts
+                .store(h.max_timestamp, Ordering::Relaxed);
+        }
+        // As-is, except the base offset (outside the CRC): the broker requires 0 in a
+        // produced batch and assigns the offsets itself.
+        let mut owned = bytes::BytesMut::from(b);
+        owned[..8].copy_from_slice(&0i64.to_be_bytes());
+        let bytes = owned.freeze();
+        let len = bytes.len();
+        let base = self.append(h, bytes).await?;
+        self.record(h.base_offset, base, i64::from(h.last_offset_delta) + 1);
+        self.stats.last_ts.store(h.max_timestamp, Ordering::Relaxed);
+        self.m.count_append(len);
+        Ok(())
+    }
+}
+
+/// What kind of source batch the agent mirrors, and so how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SourceBatch {
+    /// Contiguous offsets, neither transactional nor control.
+    Data,
+    /// Fewer records than offsets (compaction removed some): not a control batch.
+    Gapped,
+    /// A transactional data batch without gaps.
+    Transactional,
+    /// A control batch (a transaction marker).
+    Control,
+}
+
+impl SourceBatch {
+    fn of(h: &BatchHeader) -> Self {
+        if h.is_control() {
+            SourceBatch::Control
+        } else if h.record_count != h.last_offset_delta + 1 {
+            SourceBatch::Gapped
+        } else if h.is_transactional() {
+            SourceBatch::Transactional
+        } else {
+            SourceBatch::Data
         }
     }
 }
