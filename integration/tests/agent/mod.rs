@@ -28,6 +28,7 @@ use crate::harness;
 use crate::psm_differential::{broker_producers, gateway_producers, RawConn};
 
 mod basics;
+mod compacted;
 mod divergence;
 mod faults;
 mod topologies;

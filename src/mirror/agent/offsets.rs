@@ -3,8 +3,20 @@
 //!
 //! Every mirrored batch adds `(source base offset, destination base offset, record count)`;
 //! consecutive batches whose source and destination offsets both continue are merged into one
-//! range, so a partition mirrored without gaps is one range. A range of count 0 marks where
-//! mirroring starts (source log start ↔ destination offset 0) before anything was appended.
+//! range, so a partition mirrored without gaps is one range. A range of count 0 marks a source
+//! position without a record: where mirroring starts (source log start ↔ destination offset 0)
+//! and where the agent continues after source offsets compaction removed (the tail of a gapped
+//! or empty batch, [`PartitionMap::skip_to`]).
+//!
+//! Gaps (compacted sources): the destination assigns contiguous offsets, so a gapped source
+//! batch becomes runs of consecutive source offsets, each its own range; the source offsets
+//! between ranges hold no record. [`PartitionMap::to_destination`] of such an offset is the
+//! destination offset of the next mirrored record (consumer-offset semantics: "the next record
+//! at or after"); [`PartitionMap::to_source`] is exact (every destination offset is a record).
+//!
+//! Tainted producers: the `(producer id, epoch)` pairs whose batches the agent writes without
+//! their producer id in this partition (see `partition/gapped.rs`), persisted with the map so a
+//! restart treats the same batches the same way. Files without them (older files) read as none.
 //!
 //! Owns: the map and its JSON format. Must not touch: sockets, the controller.
 
@@ -25,10 +37,20 @@ pub struct Range {
     pub count: i64,
 }
 
+/// A producer id and epoch of the source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Producer {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+}
+
 /// The offset map of one partition.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionMap {
     pub ranges: Vec<Range>,
+    /// Source producers whose batches are written without producer id (module doc).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tainted: Vec<Producer>,
 }
 
 impl PartitionMap {
@@ -40,17 +62,23 @@ impl PartitionMap {
                 destination,
                 count: 0,
             }],
+            tainted: Vec::new(),
         }
     }
 
-    /// Record one mirrored batch.
+    /// Record `count` mirrored records: source offsets `source..` are destination `destination..`.
+    /// A count-0 marker at the same position is filled; a skip marker
+    /// ([`PartitionMap::skip_to`]) before it is replaced (the offsets between ranges hold no
+    /// record); the start marker is kept when the first record comes after it (a gap at the
+    /// source log start), so the log start still translates.
     pub fn record(&mut self, source: i64, destination: i64, count: i64) {
+        let only = self.ranges.len() == 1;
         if let Some(last) = self.ranges.last_mut() {
             if last.source + last.count == source && last.destination + last.count == destination {
                 last.count += count;
                 return;
             }
-            if last.count == 0 {
+            if last.count == 0 && !only {
                 *last = Range {
                     source,
                     destination,
@@ -66,6 +94,48 @@ impl PartitionMap {
         });
     }
 
+    /// The source offsets up to `next_source` (exclusive) after the last mirrored record hold no
+    /// record (removed by compaction, or an empty batch): mirroring continues at `next_source`,
+    /// still into the next destination offset.
+    pub fn skip_to(&mut self, next_source: i64) {
+        let Some((next_src, next_dst)) = self.next() else {
+            return;
+        };
+        if next_source <= next_src {
+            return;
+        }
+        let only = self.ranges.len() == 1;
+        match self.ranges.last_mut() {
+            Some(last) if last.count == 0 && !only => last.source = next_source,
+            _ => self.ranges.push(Range {
+                source: next_source,
+                destination: next_dst,
+                count: 0,
+            }),
+        }
+    }
+
+    /// Whether batches of this producer are written without their producer id.
+    pub fn is_tainted(&self, producer_id: i64, producer_epoch: i16) -> bool {
+        self.tainted
+            .iter()
+            .any(|p| p.producer_id == producer_id && p.producer_epoch == producer_epoch)
+    }
+
+    /// From now on, write this producer's batches without their producer id. Older epochs of
+    /// the same producer id are forgotten (a new epoch starts at sequence 0, which the
+    /// destination accepts again, so only the newest tainted epoch can still come).
+    pub fn taint(&mut self, producer_id: i64, producer_epoch: i16) {
+        if self.is_tainted(producer_id, producer_epoch) {
+            return;
+        }
+        self.tainted.retain(|p| p.producer_id != producer_id);
+        self.tainted.push(Producer {
+            producer_id,
+            producer_epoch,
+        });
+    }
+
     /// (next source offset, next destination offset) after the last mirrored batch.
     pub fn next(&self) -> Option<(i64, i64)> {
         self.ranges
@@ -73,12 +143,29 @@ impl PartitionMap {
             .map(|r| (r.source + r.count, r.destination + r.count))
     }
 
-    /// The destination offset of a mirrored source offset.
+    /// The destination offset of a mirrored source offset; for a source offset without a record
+    /// (compacted away, between ranges) the destination offset of the next mirrored record, or
+    /// the next destination offset when none is mirrored yet. `None` outside what was mirrored:
+    /// before the first range, at or after [`PartitionMap::next`].
     pub fn to_destination(&self, source: i64) -> Option<i64> {
-        self.ranges
+        let first = self.ranges.first()?;
+        let (next_src, next_dst) = self.next()?;
+        if source < first.source || source >= next_src {
+            return None;
+        }
+        if let Some(r) = self
+            .ranges
             .iter()
             .find(|r| source >= r.source && source < r.source + r.count)
-            .map(|r| r.destination + (source - r.source))
+        {
+            return Some(r.destination + (source - r.source));
+        }
+        Some(
+            self.ranges
+                .iter()
+                .find(|r| r.source > source && r.count > 0)
+                .map_or(next_dst, |r| r.destination),
+        )
     }
 
     /// The source offset of a mirrored destination offset.
@@ -199,22 +286,116 @@ mod tests {
     }
 
     #[test]
-    fn a_gap_starts_a_new_range_and_the_start_marker_is_replaced() {
+    fn a_gap_starts_a_new_range_and_the_start_marker_is_kept() {
         let mut m = PartitionMap::starting_at(10, 0);
         m.record(12, 0, 2); // source gap before the first batch
         assert_eq!(
             m.ranges,
-            vec![Range {
-                source: 12,
-                destination: 0,
-                count: 2
-            }]
+            vec![
+                Range {
+                    source: 10,
+                    destination: 0,
+                    count: 0
+                },
+                Range {
+                    source: 12,
+                    destination: 0,
+                    count: 2
+                }
+            ]
         );
+        assert_eq!(m.to_destination(10), Some(0), "the log start translates");
         m.record(20, 2, 1);
-        assert_eq!(m.ranges.len(), 2);
+        assert_eq!(m.ranges.len(), 3);
         assert_eq!(m.to_source(2), Some(20));
         assert_eq!(m.to_destination(13), Some(1));
         assert_eq!(m.next(), Some((21, 3)));
+    }
+
+    /// A compacted batch 100..=110 with records at 103, 107, 108 into destination 0..3, then
+    /// an empty batch 111..=115, then a full batch 116..=117.
+    fn compacted() -> PartitionMap {
+        let mut m = PartitionMap::starting_at(100, 0);
+        m.record(103, 0, 1);
+        m.record(107, 1, 2);
+        m.skip_to(111);
+        m.skip_to(116);
+        m.record(116, 3, 2);
+        m
+    }
+
+    #[test]
+    fn a_source_offset_compaction_removed_translates_to_the_next_mirrored_record() {
+        let m = compacted();
+        let dst: Vec<_> = (99..119).map(|s| m.to_destination(s)).collect();
+        let mut want = vec![None];
+        want.extend([0, 0, 0, 0, 1, 1, 1, 1, 2].map(Some)); // 100..=108
+        want.extend([3; 7].map(Some)); // 109..=115: removed, then the empty batch
+        want.extend([Some(3), Some(4), None]); // 116, 117, then past the end
+        assert_eq!(dst, want);
+        assert_eq!(m.next(), Some((118, 5)));
+    }
+
+    #[test]
+    fn every_destination_offset_of_a_compacted_source_translates_back_exactly() {
+        let m = compacted();
+        let src: Vec<_> = (0..6).map(|d| m.to_source(d)).collect();
+        assert_eq!(
+            src,
+            vec![Some(103), Some(107), Some(108), Some(116), Some(117), None]
+        );
+        for d in 0..5 {
+            let s = m.to_source(d).unwrap();
+            assert_eq!(m.to_destination(s), Some(d), "round trip of {d}");
+        }
+    }
+
+    #[test]
+    fn a_skipped_tail_moves_the_next_source_offset_but_not_the_destination() {
+        let mut m = PartitionMap::starting_at(0, 0);
+        m.record(0, 0, 3);
+        m.skip_to(10);
+        assert_eq!(m.next(), Some((10, 3)));
+        assert_eq!(
+            m.to_destination(5),
+            Some(3),
+            "the next record is not mirrored yet"
+        );
+        m.skip_to(12);
+        assert_eq!(m.ranges.len(), 2, "consecutive skips share one marker");
+        m.skip_to(11);
+        assert_eq!(m.next(), Some((12, 3)), "a skip never goes back");
+        m.record(12, 3, 1);
+        assert_eq!(m.ranges.len(), 2, "the marker is filled in place");
+        assert_eq!(m.next(), Some((13, 4)));
+    }
+
+    #[test]
+    fn tainted_producers_persist_and_a_new_taint_replaces_older_epochs_of_the_producer() {
+        let mut o = MirrorOffsets::new("m");
+        let e = o.entry("t", 0);
+        e.record(0, 0, 4);
+        e.taint(7, 0);
+        e.taint(7, 0);
+        e.taint(8, 2);
+        e.taint(7, 1);
+        let back = MirrorOffsets::decode(&o.encode()).unwrap();
+        let p = back.get("t", 0).unwrap();
+        assert!(p.is_tainted(7, 1) && p.is_tainted(8, 2));
+        assert!(!p.is_tainted(7, 0), "the older epoch is forgotten");
+        assert_eq!(p.tainted.len(), 2);
+    }
+
+    #[test]
+    fn a_map_file_without_taints_or_skips_reads_as_before() {
+        let old = br#"{"version":1,"mirror":"m","partitions":{"t":{"0":{"ranges":[{"source":5,"destination":0,"count":3}]}}}}"#;
+        let o = MirrorOffsets::decode(old).unwrap();
+        let p = o.get("t", 0).unwrap();
+        assert!(p.tainted.is_empty());
+        assert_eq!(p.next(), Some((8, 3)));
+        assert_eq!(p.to_destination(6), Some(1));
+        let untainted = String::from_utf8(o.encode()).unwrap();
+        assert!(!untainted.contains("tainted"), "{untainted}");
     }
 
     #[test]

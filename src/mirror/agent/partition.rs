@@ -9,8 +9,9 @@
 //!   start. Anything else: FAILED with what to do.
 //! - A batch is sent exactly as fetched except its base offset, set to 0 (outside the CRC; the
 //!   broker refuses a produced batch with another base offset and assigns offsets itself).
-//! - Transactional and control batches, and batches with offset gaps (compaction), FAIL the
-//!   partition: nothing is appended for them.
+//! - Transactional and control batches FAIL the partition: nothing is appended for them.
+//! - Batches with offset gaps (compaction), empty batches and batches of a producer "tainted" by
+//!   them are the child module `gapped` (rewritten, written without producer id, or skipped).
 //! - Every append must be acknowledged at the next destination offset of the map
 //!   ([`check_ack`]); any other offset FAILS the partition and is not recorded.
 //! - Retries never duplicate: an idempotent batch (producer id ≥ 0) is resent as-is and the
@@ -18,7 +19,7 @@
 //!   compared with the offset map (and the batch found there is matched) before resending.
 //!
 //! Owns: the per-partition loop; its reads of the destination and source logs are the child
-//! module `logs`. Must not touch: the controller beyond reading states.
+//! module `logs`, compacted/gapped batches and batch comparison the child module `gapped`. Must not touch: the controller beyond reading states.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -31,6 +32,7 @@ use crate::client::{KafkaClient, EARLIEST};
 use crate::mirror::PartitionState;
 use crate::protocol::batch::{BatchHeader, BatchWalker};
 
+mod gapped;
 mod logs;
 mod txn;
 
@@ -49,6 +51,9 @@ enum Halt {
     Stop,
     Fail(String),
     Retry(String),
+    /// The destination refused a data batch with OUT_OF_ORDER_SEQUENCE: not appended (the
+    /// caller writes it without producer id, `gapped`).
+    Sequence,
 }
 
 type Step<T> = Result<T, Halt>;
@@ -99,20 +104,6 @@ pub fn check_ack(expected: i64, acked: i64) -> Result<(), String> {
     ))
 }
 
-/// Whether destination batch `d` is the agent's copy of source batch `s`: the same bytes (the
-/// CRC-32C covers everything the agent copies) and offset span; for a marker, which the broker
-/// writes itself with its own timestamp, a control batch of the same producer id and epoch.
-fn mirrored_as(s: &BatchHeader, d: &BatchHeader) -> bool {
-    if s.is_control() {
-        d.is_control()
-            && d.producer_id == s.producer_id
-            && d.producer_epoch == s.producer_epoch
-            && d.last_offset_delta == s.last_offset_delta
-    } else {
-        s.crc == d.crc && s.last_offset_delta == d.last_offset_delta
-    }
-}
-
 pub struct Task {
     m: Arc<MirrorAgent>,
     topic: String,
@@ -153,6 +144,7 @@ impl Task {
             Ok(()) | Err(Halt::Stop) => Exit::Stopped,
             Err(Halt::Fail(r)) => Exit::Failed(r),
             Err(Halt::Retry(r)) => Exit::Failed(r),
+            Err(Halt::Sequence) => Exit::Failed("a batch was refused as out of sequence".into()),
         }
     }
 
@@ -280,22 +272,16 @@ impl Task {
             .dest_batch_at(self.next_dst)
             .await?
             .ok_or_else(|| Halt::Retry(format!("no destination batch at {} yet", self.next_dst)))?;
+        // Compared with what the agent appends for the source batch (`gapped::same_batch`: as-is,
+        // rewritten or without producer id; LogAppendTime restamping allowed). A compacted
+        // source may have no batch at `next_src` itself (removed): the next one is compared.
         let s = self.source_batch_at(self.next_src).await?;
         match s {
-            Some(s)
-                if mirrored_as(&s, &d)
-                    && s.base_offset == self.next_src
-                    && d.base_offset == self.next_dst =>
+            Some((s, b))
+                if s.base_offset >= self.next_src
+                    && d.base_offset == self.next_dst
+                    && self.reconcile_with(&s, &b, &d)? =>
             {
-                tracing::info!(
-                    topic = %self.topic, partition = self.partition, source = s.base_offset,
-                    destination = d.base_offset, "recovered a mirrored batch missing from the offset map"
-                );
-                self.record(
-                    s.base_offset,
-                    d.base_offset,
-                    i64::from(s.last_offset_delta) + 1,
-                );
                 Ok(())
             }
             _ => Err(Halt::Fail(format!(
@@ -354,6 +340,9 @@ impl Task {
                     self.verification_off(verification_refusals, msg).await?;
                     false
                 }
+                Ok((45, _, _)) if h.has_producer_id() && !h.is_transactional() && !h.is_control() => {
+                    return Err(Halt::Sequence);
+                }
                 Ok((code, _, _)) if not_appended(code) => {
                     self.dst = None;
                     let _ = self.m.cluster.refresh().await;
@@ -383,7 +372,7 @@ impl Task {
             if unknown {
                 // No producer id: the broker cannot deduplicate; look before resending.
                 if h.producer_id < 0 {
-                    if let Some(base) = self.appended_already(h).await? {
+                    if let Some(base) = self.appended_already(&batch).await? {
                         tracing::info!(topic = %self.topic, partition = self.partition, offset = base, "an append whose answer was lost is in the destination log: not resent");
                         self.m.count_unknown_outcome("already_appended");
                         return Ok(base);
@@ -422,8 +411,9 @@ impl Task {
     }
 
     /// After an unknown outcome: whether the batch is already in the destination (its base
-    /// offset), by comparing the destination log end with the offset map.
-    async fn appended_already(&mut self, h: &BatchHeader) -> Step<Option<i64>> {
+    /// offset), by comparing the destination log end with the offset map, and the batch found
+    /// there with the one appended (`gapped::same_batch`: LogAppendTime restamping allowed).
+    async fn appended_already(&mut self, batch: &[u8]) -> Step<Option<i64>> {
         let mut attempt = 0;
         let end = loop {
             match self.dest_end().await {
@@ -446,8 +436,7 @@ impl Task {
             )));
         }
         match self.dest_batch_at(self.next_dst).await? {
-            Some(d) if mirrored_as(h, &d) && d.base_offset == self.next_dst =>
-            {
+            Some(d) if gapped::same_batch(&d, batch) && d.base_offset == self.next_dst => {
                 Ok(Some(d.base_offset))
             }
             _ => Err(Halt::Fail(format!(
@@ -534,16 +523,20 @@ impl Task {
 
     /// Mirror one source batch at or after `next_src`, by kind.
     async fn mirror_batch(&mut self, h: &BatchHeader, b: &[u8]) -> Step<()> {
-        match SourceBatch::of(h) {
+        let kind = SourceBatch::of(h);
+        if matches!(kind, SourceBatch::Data | SourceBatch::Transactional) && self.tainted(h) {
+            return self.mirror_stripped(h, b, false).await;
+        }
+        match kind {
+            SourceBatch::Data => match self.mirror_data(h, b).await {
+                Err(Halt::Sequence) => self.mirror_stripped(h, b, true).await,
+                r => r,
+            },
             // A transactional batch is appended as-is too, with a transactional id (`append`).
-            SourceBatch::Data | SourceBatch::Transactional => self.mirror_data(h, b).await,
+            SourceBatch::Transactional => self.mirror_data(h, b).await,
             SourceBatch::Control => self.mirror_marker(h, b).await,
-            SourceBatch::Gapped => Err(Halt::Fail(format!(
-                "the source batch at offset {} has offset gaps ({} records over {} offsets, compacted): not mirrored in this version",
-                h.base_offset,
-                h.record_count,
-                h.last_offset_delta + 1
-            ))),
+            SourceBatch::Gapped => self.mirror_gapped(h, b).await,
+            SourceBatch::Empty => self.mirror_empty(h),
         }
     }
 
@@ -559,6 +552,8 @@ impl Task {
         // produced batch and assigns the offsets itself.
         let mut owned = bytes::BytesMut::from(b);
         owned[..8].copy_from_slice(&0i64.to_be_bytes());
+        // A LogAppendTime batch is sent as CreateTime (`gapped`): the destination restamps it.
+        gapped::clear_log_append_time(&mut owned);
         let bytes = owned.freeze();
         let len = bytes.len();
         let base = self.append(h, bytes).await?;
@@ -574,7 +569,9 @@ impl Task {
 enum SourceBatch {
     /// Contiguous offsets, neither transactional nor control.
     Data,
-    /// Fewer records than offsets (compaction removed some): not a control batch.
+    /// No record at all (compaction left it for the producer state), control or not.
+    Empty,
+    /// Fewer records than offsets (compaction removed some), at least one: not a control batch.
     Gapped,
     /// A transactional data batch without gaps.
     Transactional,
@@ -584,7 +581,9 @@ enum SourceBatch {
 
 impl SourceBatch {
     fn of(h: &BatchHeader) -> Self {
-        if h.is_control() {
+        if h.record_count == 0 {
+            SourceBatch::Empty
+        } else if h.is_control() {
             SourceBatch::Control
         } else if h.record_count != h.last_offset_delta + 1 {
             SourceBatch::Gapped

@@ -172,13 +172,16 @@ impl Task {
         }
     }
 
-    /// The first source batch at `offset`, waiting for it.
-    pub(super) async fn source_batch_at(&mut self, offset: i64) -> Step<Option<BatchHeader>> {
+    /// The first source batch at `offset` with its bytes, waiting for it.
+    pub(super) async fn source_batch_at(
+        &mut self,
+        offset: i64,
+    ) -> Step<Option<(BatchHeader, bytes::Bytes)>> {
         let f = self.source_fetch(offset).await?;
         for item in BatchWalker::fetched(&f.records) {
-            let (h, _) = item.map_err(|e| Halt::Fail(format!("corrupt source batch: {e}")))?;
+            let (h, b) = item.map_err(|e| Halt::Fail(format!("corrupt source batch: {e}")))?;
             if h.last_offset() >= offset {
-                return Ok(Some(h));
+                return Ok(Some((h, f.records.slice_ref(b))));
             }
         }
         Ok(None)

@@ -70,7 +70,7 @@ impl Task {
             coordinator_epoch: marker.coordinator_epoch.unwrap_or(0),
         };
         let at = self.next_dst;
-        self.write_marker(h, spec).await?;
+        self.write_marker(h, b, spec).await?;
         self.record(h.base_offset, at, 1);
         self.m.count_marker(commit);
         self.m.controller.psm_marker(
@@ -93,7 +93,7 @@ impl Task {
     }
 
     /// Write the marker at `next_dst`, retrying without ever writing it twice.
-    async fn write_marker(&mut self, h: &BatchHeader, spec: MarkerSpec) -> Step<()> {
+    async fn write_marker(&mut self, h: &BatchHeader, b: &[u8], spec: MarkerSpec) -> Step<()> {
         let mut attempt = 0u32;
         loop {
             if attempt > 0 {
@@ -150,7 +150,7 @@ impl Task {
                 }
             };
             if unknown {
-                if self.appended_already(h).await?.is_some() {
+                if self.appended_already(b).await?.is_some() {
                     tracing::info!(topic = %self.topic, partition = self.partition, offset = self.next_dst, "a marker whose answer was lost is in the destination log: not written again");
                     self.m.count_unknown_outcome("already_appended");
                     return Ok(());
