@@ -229,6 +229,7 @@ fn partition_json(
         "barrier_producer_epoch": p.barrier_producer.map(|b| b.producer_epoch),
         "last_mirrored_offset": p.last_mirrored_offset,
         "producers_expired": p.producers_expired,
+        "transactions_aborted": p.transactions_aborted,
         "last_error": p.last_error,
         "updated_ms": p.updated_ms,
     })

@@ -265,20 +265,6 @@ impl MirrorController {
         self.admission.state_of(topic, partition)
     }
 
-    /// The built-in agent appended a transaction marker at `offset` of a mirror partition (the
-    /// produce tap never sees WriteTxnMarkers): the PSM applies it.
-    pub fn psm_marker(
-        &self,
-        topic: &str,
-        partition: i32,
-        offset: i64,
-        marker: crate::psm::registry::AppendedMarker,
-    ) {
-        if let Some(psm) = &self.psm {
-            psm.apply_marker(topic, partition, offset, marker);
-        }
-    }
-
     /// Mark a partition FAILED by the built-in agent (`Some(reason)`) or clear that (`None`).
     pub fn set_agent_failed(&self, topic: &str, partition: i32, reason: Option<String>) {
         self.admission.set_agent_failed(topic, partition, reason)
@@ -587,6 +573,8 @@ impl MirrorController {
         }
     }
 }
+
+mod psm_link;
 
 #[cfg(test)]
 #[path = "controller_tests.rs"]

@@ -786,6 +786,21 @@ async fn a_transaction_left_open_is_aborted_before_the_partition_barrier() {
         "both markers, then the barrier"
     );
     assert_eq!(aborts_and_barriers(&rig, 0), (vec![], vec![3]));
+    let aborted: Vec<(i32, i64)> = rig
+        .on_disk()
+        .partitions
+        .iter()
+        .flat_map(|p| {
+            p.transactions_aborted
+                .iter()
+                .map(|a| (p.partition, a.producer_id))
+        })
+        .collect();
+    assert_eq!(
+        aborted,
+        vec![(1, 9), (1, 11)],
+        "recorded in the mirror state"
+    );
 }
 
 #[tokio::test]

@@ -171,6 +171,18 @@ impl prometheus::core::Collector for PartitionStateGauge {
             g.with_label_values(&[&m, s]).set(n as i64);
         }
         let mut out = prometheus::core::Collector::collect(&g);
+        if let Ok(open) = prometheus::IntGaugeVec::new(
+            Opts::new(
+                "mirrorgate_mirror_open_transactions",
+                "Transactions open in each mirror's partitions, as the PSM holds them (mirrored transactions whose marker is not mirrored yet; a failover aborts those still open).",
+            ),
+            &["mirror"],
+        ) {
+            for (m, n) in self.0.open_transactions() {
+                open.with_label_values(&[&m]).set(n as i64);
+            }
+            out.extend(prometheus::core::Collector::collect(&open));
+        }
         if let Ok(until) = prometheus::Gauge::new(
             "mirrorgate_protection_needed_until_seconds",
             "Until when (Unix time) producers of failed-over topics must stay behind the gateway: the latest time a mirrored producer id can still be live in the brokers (0: none screened; +Inf: the screening set is unreadable).",

@@ -59,6 +59,7 @@
 //! corrupt JSON, a missing or unknown version, and impossible combinations (e.g. STOPPED without
 //! a barrier offset) — it never guesses and never panics.
 
+mod barrier_record;
 mod mirror_record;
 
 use std::fmt;
@@ -66,6 +67,7 @@ use std::fmt;
 use serde::{Deserialize, Deserializer, Serialize};
 use thiserror::Error;
 
+pub use barrier_record::{AbortedTransaction, BarrierKind, BarrierProducer};
 pub use mirror_record::{MirrorRecord, StateDecodeError};
 
 /// The persistence format version written by [`MirrorRecord::encode`].
@@ -338,35 +340,10 @@ pub struct PartitionRecord {
     /// mirrored offset; -1: none). The data barrier's value carries it too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_mirrored_offset: Option<i64>,
-}
-
-/// The form of a partition's failover barrier.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BarrierKind {
-    /// A genuine control batch: an ABORT transaction marker (WriteTxnMarkers) of
-    /// [`PartitionRecord::barrier_producer`]; every consumer skips it natively.
-    Control,
-    /// A single-record data batch with the reserved key, hidden by the gateway.
-    Data,
-}
-
-impl BarrierKind {
-    /// The name used in JSON, metrics and logs.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            BarrierKind::Control => "control",
-            BarrierKind::Data => "data",
-        }
-    }
-}
-
-/// The producer id and epoch of a control-batch barrier (from an idempotent InitProducerId).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BarrierProducer {
-    pub producer_id: i64,
-    pub producer_epoch: i16,
+    /// The mirrored transactions the failover found open in the partition and aborted before
+    /// its barrier (absent in files of older versions).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub transactions_aborted: Vec<AbortedTransaction>,
 }
 
 impl PartitionRecord {
@@ -386,6 +363,7 @@ impl PartitionRecord {
             barrier_kind: None,
             barrier_producer: None,
             last_mirrored_offset: None,
+            transactions_aborted: Vec::new(),
         }
     }
 
@@ -430,6 +408,7 @@ impl PartitionRecord {
         self.barrier_kind = None;
         self.barrier_producer = None;
         self.last_mirrored_offset = None;
+        self.transactions_aborted.clear();
         self.producers_expired = 0;
         self.last_error = None;
         self.updated_ms = now_ms;
@@ -515,6 +494,7 @@ impl PartitionRecord {
         self.barrier_kind = None;
         self.barrier_producer = None;
         self.last_mirrored_offset = None;
+        self.transactions_aborted.clear();
         self.producers_expired = 0;
         self.last_error = None;
         self.updated_ms = now_ms;

@@ -302,8 +302,15 @@ fn a_transaction_left_open_at_failover_is_aborted_before_the_barrier() {
         );
         assert_eq!(log.control_batches.len(), 1, "only the COMMIT marker");
     }
+    let open = r#"mirrorgate_mirror_open_transactions{mirror="open"}"#;
+    wait_for(
+        "the PSM to hold both open transactions",
+        Duration::from_secs(30),
+        || gw.metric(open) == 2.0,
+    );
     failover(&gw.admin(), "open");
     wait_stopped(&gw.admin(), "open");
+    assert_eq!(gw.metric(open), 0.0, "the state is cleared at the barrier");
     assert_eq!(
         gw.metric("mirrorgate_failover_transactions_aborted_total{mirror=\"open\"}"),
         2.0,
@@ -327,6 +334,18 @@ fn a_transaction_left_open_at_failover_is_aborted_before_the_barrier() {
             log.control_batches.iter().any(|c| c.offset > 6) || !log.barriers.is_empty(),
             "partition {p}: the barrier after the abort"
         );
+    }
+    for p in partitions_json(&gw.admin(), "open") {
+        let aborted = p["transactions_aborted"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            aborted.len(),
+            1,
+            "the partition's record lists its aborted transaction: {p}"
+        );
+        assert_eq!(aborted[0]["first_offset"], 3, "{p}");
     }
     // A record written after the failover is visible to read_committed consumers at once: the
     // open transaction holds nothing up, and its records stay hidden.
@@ -363,4 +382,63 @@ fn a_transaction_left_open_at_failover_is_aborted_before_the_barrier() {
         values.iter().all(|v| !v.ends_with("-o")),
         "no open record: {values:?}"
     );
+}
+
+#[test]
+fn after_failover_local_transactional_producers_reusing_mirrored_transactional_ids_lose_nothing() {
+    let source = harness::cluster("source");
+    let topic = harness::unique_topic("agent-txn-local");
+    harness::create_topic(&source, &topic, 2, None);
+    let gw = TestGateway::start(agent_config("local", &[&topic], &source));
+    let (mirrored_id, other_id) = (format!("{topic}-tx"), format!("{topic}-tx2"));
+    txn_produce(&source, &topic, 2, &mirrored_id, "c3,a2,c3");
+    txn_produce(&source, &topic, 2, &other_id, "c2");
+    wait_same_log_end(&source, &topic, 2);
+    failover(&gw.admin(), "local");
+    wait_stopped(&gw.admin(), "local");
+    // Through the gateway: the transactional id the source used (its producer state and epochs
+    // are in the destination's partitions), and a new one.
+    txn_produce(&gw.bootstrap(), &topic, 2, &mirrored_id, "c4,a2,c1");
+    txn_produce(&gw.bootstrap(), &topic, 2, &format!("{topic}-tx3"), "c2,a1");
+    let mirrored_committed = 2 * (3 + 3 + 2);
+    let local_committed = 2 * (4 + 1 + 2);
+    let seen = java_consume(
+        &gw.bootstrap(),
+        &topic,
+        &format!("{topic}-all"),
+        mirrored_committed + local_committed,
+        "read_committed",
+    );
+    let mut values: Vec<String> = seen.into_iter().map(|(_, _, v)| v).collect();
+    values.sort();
+    let mut expected: Vec<String> = [
+        (mirrored_id.as_str(), "c3,a2,c3"),
+        (other_id.as_str(), "c2"),
+        (mirrored_id.as_str(), "c4,a2,c1"),
+        (&format!("{topic}-tx3"), "c2,a1"),
+    ]
+    .iter()
+    .flat_map(|(id, plan)| committed_values(id, plan, 2))
+    .collect();
+    expected.sort();
+    assert_eq!(
+        values, expected,
+        "every committed record, mirrored and local, once"
+    );
+}
+
+/// The values TxnProducer.java writes and commits for `plan`.
+fn committed_values(id: &str, plan: &str, partitions: i32) -> Vec<String> {
+    let mut v = Vec::new();
+    for (t, txn) in plan.split(',').enumerate() {
+        let n: usize = txn[1..].parse().expect("count");
+        if txn.starts_with('c') {
+            for r in 0..n {
+                for p in 0..partitions {
+                    v.push(format!("{id}-t{t}-p{p}-r{r}-c"));
+                }
+            }
+        }
+    }
+    v
 }

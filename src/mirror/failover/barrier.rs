@@ -13,7 +13,9 @@ use crate::config::BarrierMode;
 
 use super::super::fault_hooks::CrashPoint;
 use super::super::screening::{now_ms, ScreenEntry};
-use super::super::state::{BarrierKind, BarrierProducer, FailoverStep, PartitionRecord};
+use super::super::state::{
+    AbortedTransaction, BarrierKind, BarrierProducer, FailoverStep, PartitionRecord,
+};
 use super::{key, Failover, FailoverIo, Found, NewProducer, PartitionKey, ProducerIdError, Stall};
 
 /// New barriers a failover writes after mirror writes that landed late, per partition, before
@@ -53,6 +55,26 @@ impl<Io: FailoverIo> Failover<Io> {
         // (nothing is open any more where it was).
         if !to_write.is_empty() {
             let aborts = self.io.abort_open_transactions(name, &to_write).await;
+            if !aborts.aborted.is_empty() {
+                self.records
+                    .update_stopping(name, |p| {
+                        p.transactions_aborted.extend(
+                            aborts
+                                .aborted
+                                .iter()
+                                .filter(|a| {
+                                    a.partition.0 == p.topic && a.partition.1 == p.partition
+                                })
+                                .map(|a| AbortedTransaction {
+                                    producer_id: a.producer_id,
+                                    producer_epoch: a.epoch,
+                                    first_offset: a.first_offset,
+                                }),
+                        );
+                        Ok(())
+                    })
+                    .map_err(Stall::NotRecorded)?;
+            }
             if !aborts.failed.is_empty() {
                 to_write.retain(|k| !aborts.failed.contains(k));
                 self.fail_partitions(name, &aborts.failed, &aborts.reason)

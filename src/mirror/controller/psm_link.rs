@@ -1,0 +1,38 @@
+//! The controller's link to the PSM for transactions: the markers the built-in agent writes
+//! (the produce tap never sees WriteTxnMarkers) and the open transactions per mirror.
+//!
+//! Owns: those two calls. Must not touch: admission, failover.
+
+use super::MirrorController;
+
+impl MirrorController {
+    /// Per mirror, the transactions open in its partitions as the PSM holds them (0 without a
+    /// PSM or nothing open).
+    pub fn open_transactions(&self) -> Vec<(String, usize)> {
+        let mut counts: Vec<(String, usize)> = self.names.iter().map(|n| (n.clone(), 0)).collect();
+        if let Some(psm) = &self.psm {
+            for ((topic, _), open) in psm.open_transactions() {
+                if let Some(i) = self.router.mirror_index(&topic) {
+                    if let Some(c) = counts.get_mut(i) {
+                        c.1 += open.len();
+                    }
+                }
+            }
+        }
+        counts
+    }
+
+    /// The built-in agent appended a transaction marker at `offset` of a mirror partition (the
+    /// produce tap never sees WriteTxnMarkers): the PSM applies it.
+    pub fn psm_marker(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        marker: crate::psm::registry::AppendedMarker,
+    ) {
+        if let Some(psm) = &self.psm {
+            psm.apply_marker(topic, partition, offset, marker);
+        }
+    }
+}
