@@ -344,6 +344,7 @@ fn disruptive_after_a_failover_overlapping_ten_thousand_mirrored_ids_new_produce
         name: "f15".into(),
         topics: vec![topic.clone()],
         source: None,
+        transactions: Default::default(),
     });
     let gw = TestGateway::start(cfg);
     wait_mirroring(&gw.admin(), "f15base", 2);

@@ -429,6 +429,7 @@ fn mirror_from(source: &str, topic: &str, sasl: Option<SaslConfig>) -> MirrorCon
             tls: None,
             sasl,
         }),
+        transactions: Default::default(),
     }
 }
 
@@ -628,6 +629,7 @@ fn as_mirror_user(sasl: &str, name: &str, topics: &[&str]) -> (TestGateway, Vec<
         name: name.into(),
         topics: topics.iter().map(|t| t.to_string()).collect(),
         source: None,
+        transactions: Default::default(),
     }];
     let gw = TestGateway::start(cfg);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);

@@ -351,6 +351,31 @@ pub struct MirrorConfig {
     /// Source cluster, used by the built-in mirror agent.
     #[serde(default)]
     pub source: Option<ClusterConfig>,
+    /// How the built-in agent mirrors transactional data.
+    #[serde(default)]
+    pub transactions: MirrorTransactionsConfig,
+}
+
+/// `mirrors[].transactions`: mirroring transactional data as-is (docs/agent.md#transactions).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MirrorTransactionsConfig {
+    /// What the agent does when the destination verifies transactional batches against its own
+    /// coordinator (`transaction.partition.verification.enable=true`).
+    #[serde(default)]
+    pub verification: VerificationPolicy,
+}
+
+/// `mirrors[].transactions.verification`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VerificationPolicy {
+    /// Set the destination's cluster-wide default to false when a transactional batch is
+    /// refused for it (logged, counted).
+    #[default]
+    Manage,
+    /// Only read it: the partition fails with the command that switches it off.
+    Check,
 }
 
 fn default_state_dir() -> PathBuf {

@@ -28,6 +28,7 @@ mod discovery;
 mod lag;
 pub mod offsets;
 mod partition;
+mod transactions;
 pub mod wire;
 
 pub use lag::PartStats;
@@ -76,6 +77,8 @@ struct AgentMetrics {
     /// they were resolved: `already_appended` (found in the destination log, not resent) or
     /// `resent`.
     unknown_outcomes: IntCounterVec,
+    /// Transaction markers reproduced on the destination, by result (commit, abort).
+    markers: IntCounterVec,
 }
 
 /// The agent of one mirror.
@@ -113,6 +116,8 @@ pub struct MirrorAgent {
     /// nothing is created (until the configuration is fixed and the gateway restarted).
     refused: Mutex<Option<String>>,
     metrics: AgentMetrics,
+    /// The transactional id and the destination's verification setting.
+    transactions: transactions::AgentTransactions,
     /// Test hook: answers of appends still to drop (see `MIRRORGATE_TEST_LOSE_AGENT_APPEND_ANSWERS`).
     lose_append_answers: AtomicI64,
 }
@@ -184,6 +189,30 @@ pub fn start(
         &["mirror", "resolution"],
     )
     .map_err(|e| e.to_string())?;
+    let markers = IntCounterVec::new(
+        Opts::new(
+            "mirrorgate_agent_markers_total",
+            "Transaction markers of the source the built-in mirror agent reproduced on the \
+             destination (WriteTxnMarkers), by result: commit or abort.",
+        ),
+        &["mirror", "result"],
+    )
+    .map_err(|e| e.to_string())?;
+    let verification_disabled = IntCounterVec::new(
+        Opts::new(
+            "mirrorgate_agent_transaction_verification_disabled_total",
+            "Times the built-in mirror agent set the destination's cluster-wide \
+             transaction.partition.verification.enable to false to mirror transactional batches.",
+        ),
+        &["mirror"],
+    )
+    .map_err(|e| e.to_string())?;
+    // Registration fails only for a second gateway in the same process (tests): its series are
+    // then the first one's.
+    let _ = metrics.registry().register(Box::new(markers.clone()));
+    let _ = metrics
+        .registry()
+        .register(Box::new(verification_disabled.clone()));
     let _ = metrics.registry().register(Box::new(batches.clone()));
     let _ = metrics.registry().register(Box::new(bytes.clone()));
     let _ = metrics
@@ -247,7 +276,13 @@ pub fn start(
                 batches: batches.clone(),
                 bytes: bytes.clone(),
                 unknown_outcomes: unknown_outcomes.clone(),
+                markers: markers.clone(),
             },
+            transactions: transactions::AgentTransactions::new(
+                &m.name,
+                m.transactions.verification,
+                verification_disabled.clone(),
+            ),
             lose_append_answers: AtomicI64::new(lose_append_answers),
         }));
     }
@@ -494,6 +529,13 @@ impl MirrorAgent {
                 (n > 0).then(|| n - 1)
             })
             .is_ok()
+    }
+
+    fn count_marker(&self, commit: bool) {
+        self.metrics
+            .markers
+            .with_label_values(&[self.name.as_str(), if commit { "commit" } else { "abort" }])
+            .inc();
     }
 
     fn count_append(&self, bytes: usize) {

@@ -12,6 +12,7 @@
 //! a failover reads and clears of the PSM ([`KafkaFailoverIo::clear_psm`]). Must not touch: the
 //! mirror records and the order of the steps (`mirror/failover.rs`), the PSM's rules.
 
+mod abort;
 mod producer_id;
 mod write;
 
@@ -28,8 +29,8 @@ use crate::psm::registry::PsmRegistry;
 
 use super::admission::Admission;
 use super::failover::{
-    BarrierWrites, FailoverIo, FoundBarrier, InUse, NewProducer, PartitionKey, ProducerIdError,
-    TailBatch, WriteCounts,
+    BarrierWrites, FailoverIo, FoundBarrier, InUse, NewProducer, OpenTxnAborts, PartitionKey,
+    ProducerIdError, TailBatch, WriteCounts,
 };
 use super::fault_hooks::FaultHooks;
 use super::mirror_metrics::MirrorMetrics;
@@ -315,6 +316,10 @@ impl FailoverIo for KafkaFailoverIo {
 
     async fn producer_ids_in_use(&self, parts: &[PartitionKey]) -> Result<InUse, ProducerIdError> {
         KafkaFailoverIo::producer_ids_in_use(self, parts).await
+    }
+
+    async fn abort_open_transactions(&self, mirror: &str, parts: &[PartitionKey]) -> OpenTxnAborts {
+        self.abort_open(mirror, parts).await
     }
 
     async fn new_barrier_producer(

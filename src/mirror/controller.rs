@@ -71,6 +71,8 @@ pub struct MirrorController {
     overlaps_reported: Mutex<std::collections::HashSet<String>>,
     /// `failover.refuse_mirrored_producer_ids` (review F12).
     refuse_mirrored_ids: bool,
+    /// The PSM, told of the transaction markers the built-in agent writes.
+    psm: Option<Arc<PsmRegistry>>,
 }
 
 impl MirrorController {
@@ -111,7 +113,7 @@ impl MirrorController {
         let io = KafkaFailoverIo::new(
             cluster.clone(),
             timeout,
-            psm,
+            psm.clone(),
             screening.clone(),
             admission.clone(),
             mirror_metrics.clone(),
@@ -156,6 +158,7 @@ impl MirrorController {
             barriers_checked: AtomicBool::new(false),
             overlaps_reported: Mutex::new(std::collections::HashSet::new()),
             refuse_mirrored_ids: config.failover.refuse_mirrored_producer_ids,
+            psm: psm.clone(),
         })
     }
 
@@ -260,6 +263,20 @@ impl MirrorController {
     /// The state of a partition (FAILED when the built-in agent failed a MIRRORING partition).
     pub fn state_of(&self, topic: &str, partition: i32) -> Option<PartitionState> {
         self.admission.state_of(topic, partition)
+    }
+
+    /// The built-in agent appended a transaction marker at `offset` of a mirror partition (the
+    /// produce tap never sees WriteTxnMarkers): the PSM applies it.
+    pub fn psm_marker(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        marker: crate::psm::registry::AppendedMarker,
+    ) {
+        if let Some(psm) = &self.psm {
+            psm.apply_marker(topic, partition, offset, marker);
+        }
     }
 
     /// Mark a partition FAILED by the built-in agent (`Some(reason)`) or clear that (`None`).

@@ -41,8 +41,8 @@ use crate::config::BarrierMode;
 use super::fault_hooks::{CrashPoint, FaultHooks};
 use super::mirror_metrics::MirrorMetrics;
 pub use io::{
-    BarrierWrites, FailoverIo, Found, FoundBarrier, InUse, NewProducer, PartitionKey,
-    ProducerIdError, TailBatch, WriteCounts,
+    AbortedTxn, BarrierWrites, FailoverIo, Found, FoundBarrier, InUse, NewProducer, OpenTxnAborts,
+    PartitionKey, ProducerIdError, TailBatch, WriteCounts,
 };
 
 use super::records::{usable_slot, FailoverError, Records, UpdateError};

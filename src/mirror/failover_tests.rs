@@ -39,6 +39,8 @@ struct Batch {
     producer_id: i64,
     /// A barrier: its form, the failover id it carries (data) or nothing (control).
     barrier: Option<(BarrierKind, String)>,
+    /// An ABORT marker ending an open transaction of `producer_id`.
+    abort: bool,
 }
 
 #[derive(Default)]
@@ -50,6 +52,10 @@ struct FakeState {
     /// At this call, the state directory loses its identity file (every write is refused).
     break_store_at: Option<Call>,
     cleared: Vec<PartitionKey>,
+    /// Producers with a transaction open in a partition.
+    open_txns: HashMap<PartitionKey, Vec<i64>>,
+    /// Aborting open transactions in these partitions fails.
+    refuse_aborts: HashSet<PartitionKey>,
 }
 
 /// The fake I/O: partition logs in memory, shared by the executors of one test (a restarted
@@ -70,6 +76,7 @@ impl Fake {
                     offset,
                     producer_id: 7,
                     barrier: None,
+                    abort: false,
                 })
                 .collect();
             s.logs.insert(("orders".to_string(), p), log);
@@ -197,6 +204,41 @@ impl FailoverIo for Fake {
         })
     }
 
+    async fn abort_open_transactions(
+        &self,
+        _mirror: &str,
+        parts: &[PartitionKey],
+    ) -> OpenTxnAborts {
+        let mut s = self.state();
+        let mut out = OpenTxnAborts::default();
+        for k in parts {
+            if s.refuse_aborts.contains(k) {
+                out.failed.push(k.clone());
+                out.reason = "DescribeProducers: error code 6".into();
+                continue;
+            }
+            let open = s.open_txns.remove(k).unwrap_or_default();
+            let log = s.logs.get_mut(k).unwrap();
+            for producer_id in open {
+                let offset = log.last().map(|b| b.offset + 1).unwrap_or(0);
+                log.push(Batch {
+                    offset,
+                    producer_id,
+                    barrier: None,
+                    abort: true,
+                });
+                out.aborted.push(AbortedTxn {
+                    partition: k.clone(),
+                    producer_id,
+                    epoch: 0,
+                    coordinator_epoch: 0,
+                    first_offset: 0,
+                });
+            }
+        }
+        out
+    }
+
     async fn write_barriers(
         &self,
         _mirror: &str,
@@ -221,6 +263,7 @@ impl FailoverIo for Fake {
             log.push(Batch {
                 offset,
                 producer_id,
+                abort: false,
                 barrier: Some((kind, fid.to_string())),
             });
             let producer_id = producer.map(|p| p.producer_id);
@@ -705,4 +748,83 @@ fn an_illegal_step_is_refused_counted_and_nothing_is_recorded() {
     assert_eq!(rig.on_disk(), before);
     assert_memory_is_disk(&rig, &exec);
     assert_eq!(exec.metrics.illegal_transitions.get(), 1);
+}
+
+/// (offset, producer id) of the ABORT markers and the barrier offsets in a partition's log.
+fn aborts_and_barriers(rig: &Rig, partition: i32) -> (Vec<(i64, i64)>, Vec<i64>) {
+    let s = rig.fake.state();
+    let log = &s.logs[&("orders".to_string(), partition)];
+    (
+        log.iter()
+            .filter(|b| b.abort)
+            .map(|b| (b.offset, b.producer_id))
+            .collect(),
+        log.iter()
+            .filter(|b| b.barrier.is_some())
+            .map(|b| b.offset)
+            .collect(),
+    )
+}
+
+#[tokio::test]
+async fn a_transaction_left_open_is_aborted_before_the_partition_barrier() {
+    let rig = rig("auto");
+    rig.fake
+        .state()
+        .open_txns
+        .insert(("orders".to_string(), 1), vec![9, 11]);
+    let exec = rig.executor(FaultHooks::default());
+    exec.begin(MIRROR).unwrap();
+    assert_eq!(
+        exec.run_pass(MIRROR, false).await.unwrap(),
+        PassOutcome::Complete
+    );
+    rig.assert_stopped_with_one_barrier_each();
+    assert_eq!(
+        aborts_and_barriers(&rig, 1),
+        (vec![(3, 9), (4, 11)], vec![5]),
+        "both markers, then the barrier"
+    );
+    assert_eq!(aborts_and_barriers(&rig, 0), (vec![], vec![3]));
+}
+
+#[tokio::test]
+async fn a_partition_whose_open_transactions_cannot_be_aborted_fails_without_a_barrier() {
+    let rig = rig("auto");
+    let refused = ("orders".to_string(), 2);
+    {
+        let mut s = rig.fake.state();
+        s.open_txns.insert(refused.clone(), vec![9]);
+        s.refuse_aborts.insert(refused.clone());
+    }
+    let exec = rig.executor(FaultHooks::default());
+    exec.begin(MIRROR).unwrap();
+    assert_eq!(
+        exec.run_pass(MIRROR, false).await.unwrap(),
+        PassOutcome::Unfinished {
+            stopping: 0,
+            failed: 1
+        }
+    );
+    for p in &rig.on_disk().partitions {
+        if (p.topic.clone(), p.partition) == refused {
+            assert_eq!(p.state, PartitionState::Failed);
+            assert_eq!(p.step, Some(FailoverStep::Drained), "retried from its step");
+            assert!(p
+                .last_error
+                .as_deref()
+                .unwrap()
+                .contains("DescribeProducers"));
+        } else {
+            assert_eq!(p.state, PartitionState::Stopped);
+        }
+    }
+    assert_eq!(aborts_and_barriers(&rig, 2), (vec![], vec![]));
+    rig.fake.state().refuse_aborts.clear();
+    exec.retry_failed(MIRROR);
+    assert_eq!(
+        exec.run_pass(MIRROR, true).await.unwrap(),
+        PassOutcome::Complete
+    );
+    assert_eq!(aborts_and_barriers(&rig, 2), (vec![(3, 9)], vec![4]));
 }

@@ -27,6 +27,8 @@ pub struct MirrorMetrics {
     pub unknown_writes: IntCounter,
     pub late_writes: IntCounterVec,
     pub illegal_transitions: IntCounter,
+    /// Mirrored transactions aborted by failovers before their barrier.
+    pub txns_aborted: IntCounterVec,
 }
 
 impl MirrorMetrics {
@@ -105,8 +107,17 @@ impl MirrorMetrics {
             "Partition transitions or failover steps the state machine refused where the gateway expected them to pass (a bug: the change is not applied, and the failover is retried).",
         )
         .expect("valid metric");
+        let txns_aborted = IntCounterVec::new(
+            Opts::new(
+                "mirrorgate_failover_transactions_aborted_total",
+                "Mirrored transactions still open in a partition at failover (the source never finished them), aborted with an ABORT marker before the partition's barrier.",
+            ),
+            &["mirror"],
+        )
+        .expect("valid metric");
         for c in [
             Box::new(illegal_transitions.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(txns_aborted.clone()),
             Box::new(unknown_writes.clone()),
             Box::new(late_writes.clone()),
             Box::new(topic_overlaps.clone()),
@@ -134,6 +145,7 @@ impl MirrorMetrics {
             unknown_writes,
             late_writes,
             illegal_transitions,
+            txns_aborted,
         }
     }
 }

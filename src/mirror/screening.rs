@@ -24,7 +24,7 @@ use crate::state::{StateError, StateStore};
 pub const SCREEN_AREA: &str = "screen";
 pub(super) const SCREEN_FILE: &str = "pids.json";
 
-pub(super) fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)

@@ -35,6 +35,57 @@ pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
 /// broker stamps the marker with (a data barrier carries no timestamp: review F13).
 pub const INVALID_TIMESTAMP: i16 = 32;
 
+/// One transaction marker to write: the producer, its result and the coordinator epoch it
+/// carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MarkerSpec {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    /// COMMIT (`true`) or ABORT (`false`).
+    pub commit: bool,
+    pub coordinator_epoch: i32,
+}
+
+impl MarkerSpec {
+    /// The ABORT marker of a failover barrier (module doc).
+    pub fn barrier(producer_id: i64, producer_epoch: i16) -> Self {
+        MarkerSpec {
+            producer_id,
+            producer_epoch,
+            commit: false,
+            coordinator_epoch: BARRIER_COORDINATOR_EPOCH,
+        }
+    }
+}
+
+/// The WriteTxnMarkers request that appends each marker of `markers` to its partitions (all
+/// led by the broker it is sent to).
+pub fn markers_request(markers: &[(MarkerSpec, Vec<(String, i32)>)]) -> WriteTxnMarkersRequest {
+    let markers = markers
+        .iter()
+        .map(|(spec, partitions)| {
+            let mut topics: Vec<WritableTxnMarkerTopic> = Vec::new();
+            for (topic, partition) in partitions {
+                match topics.iter_mut().find(|t| t.name.0.as_str() == topic) {
+                    Some(t) => t.partition_indexes.push(*partition),
+                    None => topics.push(
+                        WritableTxnMarkerTopic::default()
+                            .with_name(StrBytes::from_string(topic.clone()).into())
+                            .with_partition_indexes(vec![*partition]),
+                    ),
+                }
+            }
+            WritableTxnMarker::default()
+                .with_producer_id(spec.producer_id.into())
+                .with_producer_epoch(spec.producer_epoch)
+                .with_transaction_result(spec.commit)
+                .with_topics(topics)
+                .with_coordinator_epoch(spec.coordinator_epoch)
+        })
+        .collect();
+    WriteTxnMarkersRequest::default().with_markers(markers)
+}
+
 /// The WriteTxnMarkers request that appends one ABORT marker of `producer_id`/`epoch` to each
 /// of `partitions` (all led by the broker it is sent to).
 pub fn barrier_markers_request(
@@ -42,24 +93,10 @@ pub fn barrier_markers_request(
     producer_epoch: i16,
     partitions: &[(String, i32)],
 ) -> WriteTxnMarkersRequest {
-    let mut topics: Vec<WritableTxnMarkerTopic> = Vec::new();
-    for (topic, partition) in partitions {
-        match topics.iter_mut().find(|t| t.name.0.as_str() == topic) {
-            Some(t) => t.partition_indexes.push(*partition),
-            None => topics.push(
-                WritableTxnMarkerTopic::default()
-                    .with_name(StrBytes::from_string(topic.clone()).into())
-                    .with_partition_indexes(vec![*partition]),
-            ),
-        }
-    }
-    WriteTxnMarkersRequest::default().with_markers(vec![WritableTxnMarker::default()
-        .with_producer_id(producer_id.into())
-        .with_producer_epoch(producer_epoch)
-        // false: ABORT.
-        .with_transaction_result(false)
-        .with_topics(topics)
-        .with_coordinator_epoch(BARRIER_COORDINATOR_EPOCH)])
+    markers_request(&[(
+        MarkerSpec::barrier(producer_id, producer_epoch),
+        partitions.to_vec(),
+    )])
 }
 
 /// What the broker answered for one partition of a barrier marker.

@@ -26,7 +26,7 @@ use crate::state::StateStore;
 
 pub use super::metrics::{BatchResult, ProducerGauge, PsmCounters};
 pub use super::slot::{
-    BrokerOutcome, ClearedProducer, OpenTxn, PartitionSlot, SlotView, StaleReason,
+    AppendedMarker, BrokerOutcome, ClearedProducer, OpenTxn, PartitionSlot, SlotView, StaleReason,
     MIN_REBUILD_INTERVAL,
 };
 use super::{PartitionPsm, ProducerEntry};
@@ -274,6 +274,29 @@ impl PsmRegistry {
             );
         }
         drop(s);
+        self.counters.batch(result);
+        result
+    }
+
+    /// A transaction marker appended at `offset` of a tracked partition (the mirror agent's
+    /// copy of a source marker; the produce tap never sees WriteTxnMarkers).
+    pub fn apply_marker(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        marker: AppendedMarker,
+    ) -> BatchResult {
+        let Some(slot) = self.slot(topic, partition) else {
+            return BatchResult::OtherError;
+        };
+        let result = lock(&slot).apply_marker(offset, marker);
+        if result == BatchResult::Diverged {
+            tracing::warn!(
+                topic, partition, producer_id = marker.producer_id, epoch = marker.epoch, offset,
+                "PSM refused a transaction marker the broker appended; the partition will be rebuilt from the log"
+            );
+        }
         self.counters.batch(result);
         result
     }

@@ -50,6 +50,10 @@
 //! | 18 | REBUILDING              | outcome Unknown, `mark_outcome_unknown`        | REBUILDING, missed | `finish_rebuild` installs as STALE{OutcomeUnknown}; `Buffered` |
 //! | 19 | REBUILDING              | outcome Appended, buffer full                  | REBUILDING, missed | buffer dropped, as row 18 |
 //! | 20 | REBUILDING, missed      | `begin_rebuild` (retry)                        | REBUILDING        | a new read of the log: missed forgotten |
+//! | 21 | UNBUILT, REBUILDING     | [`apply_marker`](PartitionSlot::apply_marker) (a marker the agent wrote at a known offset) | (same) | buffered with the appends (buffer full: as row 8); `Buffered` |
+//! | 22 | READY, STALE            | `apply_marker` at or below what the state reflects | (same)        | nothing applied; `Accepted` |
+//! | 23 | READY                   | `apply_marker` the state accepts               | READY             | transaction closed; `Accepted` |
+//! | 24 | READY                   | `apply_marker` the state refuses (the broker appended it) | STALE{Diverged} | state follows the broker; `Diverged` |
 //!
 //! How a partition becomes ready again after a diverged verdict: row 12 makes it STALE, the
 //! registry's maintenance picks it once [`MIN_REBUILD_INTERVAL`] has passed since its last
@@ -67,6 +71,11 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::protocol::batch::BatchHeader;
+
+mod buffered;
+
+use buffered::Buffered;
+pub use buffered::{apply_buffered, Appended, AppendedMarker};
 
 use super::metrics::BatchResult;
 use super::partition::BrokerTxnState;
@@ -114,9 +123,6 @@ pub enum SlotError {
     )]
     NotRebuilding { phase: &'static str },
 }
-
-/// (first offset, header) of an append answered while the partition was not rebuilt.
-type Buffered = Vec<(i64, BatchHeader)>;
 
 /// Where the partition's state stands (the table in the module doc).
 #[derive(Debug)]
@@ -373,7 +379,7 @@ impl PartitionSlot {
                         buffered.clear();
                         true
                     } else {
-                        buffered.push((base_offset, *header));
+                        buffered.push((base_offset, Appended::Batch(*header)));
                         false
                     }
                 }
@@ -454,6 +460,47 @@ impl PartitionSlot {
                 }
             }
             (_, BrokerOutcome::Unknown { .. }) => BatchResult::UnknownOutcome,
+        }
+    }
+
+    /// Rows 21–24: a transaction marker appended at `offset` (known to the mirror agent).
+    pub fn apply_marker(&mut self, offset: i64, m: AppendedMarker) -> BatchResult {
+        if let Phase::Unbuilt { buffered } | Phase::Rebuilding { buffered, .. } = &mut self.phase {
+            if buffered.len() >= MAX_BUFFERED_WHILE_REBUILDING {
+                buffered.clear();
+                self.missed_by_rebuild();
+            } else {
+                buffered.push((offset, Appended::Marker(m)));
+            }
+            return BatchResult::Buffered;
+        }
+        if offset <= self.reflected_through() {
+            return BatchResult::Accepted;
+        }
+        let applied = self.psm.apply_control(
+            m.producer_id,
+            m.epoch,
+            m.marker,
+            m.coordinator_epoch,
+            offset,
+            m.timestamp,
+        );
+        self.applied_through = self.applied_through.max(offset);
+        self.dirty = true;
+        match applied {
+            Ok(_) => BatchResult::Accepted,
+            Err(_) => {
+                self.psm.replay_control(
+                    m.producer_id,
+                    m.epoch,
+                    m.marker,
+                    m.coordinator_epoch,
+                    offset,
+                    m.timestamp,
+                );
+                self.go_stale(StaleReason::Diverged);
+                BatchResult::Diverged
+            }
         }
     }
 
@@ -549,26 +596,6 @@ impl PartitionSlot {
     pub fn producers(&self) -> Vec<ProducerEntry> {
         self.psm.iter().cloned().collect()
     }
-}
-
-/// Install the outcomes that arrived while a partition was being rebuilt (first offset, batch)
-/// onto the rebuilt `psm`, in offset order (they were answered on several connections, in any
-/// order), skipping those the rebuild read from the log already (at or below `read_through`).
-/// Returns the highest offset the state reflects.
-pub fn apply_buffered(
-    psm: &mut PartitionPsm,
-    mut buffered: Vec<(i64, BatchHeader)>,
-    read_through: i64,
-) -> i64 {
-    buffered.sort_by_key(|(offset, _)| *offset);
-    let mut through = read_through;
-    for (offset, header) in buffered {
-        if offset > through {
-            let _ = psm.replay(&header, offset);
-            through = offset + i64::from(header.last_offset_delta);
-        }
-    }
-    through
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 use std::time::Instant;
 
 use super::*;
+use crate::psm::Marker;
 
 /// A single-record batch header of producer `pid`, epoch 0, at sequence `seq`.
 pub(in crate::psm) fn single(pid: i64, seq: i32) -> BatchHeader {
@@ -50,11 +51,26 @@ fn phase(s: &PartitionSlot) -> &'static str {
     s.phase.name()
 }
 
-fn buffered(s: &PartitionSlot) -> &[(i64, BatchHeader)] {
+/// The buffered items: (offset, batch header), or (offset, None) for a marker.
+fn buffered_items(s: &PartitionSlot) -> Vec<(i64, Option<BatchHeader>)> {
     match &s.phase {
-        Phase::Unbuilt { buffered } | Phase::Rebuilding { buffered, .. } => buffered,
-        Phase::Ready | Phase::Stale { .. } => &[],
+        Phase::Unbuilt { buffered } | Phase::Rebuilding { buffered, .. } => buffered
+            .iter()
+            .map(|(o, a)| match a {
+                Appended::Batch(h) => (*o, Some(*h)),
+                Appended::Marker(_) => (*o, None),
+            })
+            .collect(),
+        Phase::Ready | Phase::Stale { .. } => Vec::new(),
     }
+}
+
+/// The buffered batches (markers left out).
+fn buffered(s: &PartitionSlot) -> Vec<(i64, BatchHeader)> {
+    buffered_items(s)
+        .into_iter()
+        .filter_map(|(o, h)| Some((o, h?)))
+        .collect()
 }
 
 /// The rebuild under way missed an outcome (it will install as STALE).
@@ -403,6 +419,112 @@ fn row_20_a_new_rebuild_forgets_what_the_failed_one_missed() {
         Ok(0)
     );
     assert_eq!(phase(&s), "READY");
+}
+
+/// A transactional single-record batch of producer `pid` at `epoch`, sequence `seq`.
+fn txn_batch(pid: i64, epoch: i16, seq: i32) -> BatchHeader {
+    BatchHeader {
+        attributes: 0x10,
+        producer_epoch: epoch,
+        ..single(pid, seq)
+    }
+}
+
+fn marker(pid: i64, epoch: i16, m: Marker) -> AppendedMarker {
+    AppendedMarker {
+        producer_id: pid,
+        epoch,
+        marker: m,
+        coordinator_epoch: 0,
+        timestamp: 1_700_000_000_500,
+    }
+}
+
+fn open_txn_first_offset(s: &PartitionSlot, pid: i64) -> Option<i64> {
+    s.psm.get(pid).and_then(|e| e.current_txn_first_offset())
+}
+
+#[test]
+fn row_21_not_rebuilt_marker_is_buffered_and_installed_in_offset_order() {
+    let mut s = rebuilding_slot();
+    let data = s.apply(
+        &txn_batch(1, 0, 0),
+        BrokerOutcome::Appended { base_offset: 4 },
+    );
+    assert_eq!(data, BatchResult::Buffered);
+    assert_eq!(
+        s.apply_marker(5, marker(1, 1, Marker::Commit)),
+        BatchResult::Buffered
+    );
+    assert_eq!(
+        buffered_items(&s)
+            .iter()
+            .map(|(o, _)| *o)
+            .collect::<Vec<_>>(),
+        vec![4, 5]
+    );
+    s.finish_rebuild(rebuilt(PartitionPsm::new(), 3), Instant::now())
+        .unwrap();
+    assert_eq!(phase(&s), "READY");
+    assert_eq!(open_txn_first_offset(&s, 1), None, "the marker closed it");
+    assert_eq!(s.view().applied_through, 5);
+}
+
+#[test]
+fn row_22_ready_or_stale_marker_already_reflected_is_not_applied() {
+    for mut s in [ready_slot(), stale_slot(StaleReason::Diverged)] {
+        let name = phase(&s);
+        s.apply(
+            &txn_batch(1, 0, 0),
+            BrokerOutcome::Appended { base_offset: 0 },
+        );
+        s.log_read_through = 5;
+        assert_eq!(
+            s.apply_marker(5, marker(1, 1, Marker::Abort)),
+            BatchResult::Accepted
+        );
+        assert_eq!(open_txn_first_offset(&s, 1), Some(0), "{name}");
+        assert_eq!(phase(&s), name);
+    }
+}
+
+#[test]
+fn row_23_ready_marker_closes_the_open_transaction() {
+    let mut s = ready_slot();
+    s.apply(
+        &txn_batch(1, 0, 0),
+        BrokerOutcome::Appended { base_offset: 0 },
+    );
+    assert_eq!(open_txn_first_offset(&s, 1), Some(0));
+    assert_eq!(
+        s.apply_marker(1, marker(1, 1, Marker::Commit)),
+        BatchResult::Accepted
+    );
+    assert_eq!(open_txn_first_offset(&s, 1), None);
+    assert_eq!(s.psm.get(1).map(|e| e.epoch()), Some(1), "the TV2 bump");
+    assert_eq!(phase(&s), "READY");
+    // The next transaction (bumped epoch, sequence 0) is in sequence: no divergence.
+    let next = s.apply(
+        &txn_batch(1, 1, 0),
+        BrokerOutcome::Appended { base_offset: 2 },
+    );
+    assert_eq!(next, BatchResult::Accepted);
+    assert!(!s.view().wants_rebuild);
+}
+
+#[test]
+fn row_24_ready_marker_the_state_refuses_is_stale_diverged_and_the_state_follows() {
+    let mut s = ready_slot();
+    s.apply(
+        &txn_batch(1, 3, 0),
+        BrokerOutcome::Appended { base_offset: 0 },
+    );
+    assert_eq!(
+        s.apply_marker(1, marker(1, 2, Marker::Abort)),
+        BatchResult::Diverged
+    );
+    assert_eq!(s.view().stale, Some(StaleReason::Diverged));
+    assert_eq!(open_txn_first_offset(&s, 1), None, "the broker appended it");
 }
 
 #[test]

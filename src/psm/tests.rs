@@ -1081,9 +1081,9 @@ fn outcomes_buffered_during_a_rebuild_are_installed_in_offset_order_after_what_t
     let mut psm = PartitionPsm::new();
     let _ = psm.replay(&batch(2, 0, 0, 1), 3);
     let buffered = vec![
-        (7, batch(1, 0, 2, 2)),
-        (3, batch(2, 0, 0, 1)),
-        (5, batch(1, 0, 0, 2)),
+        (7, slot::Appended::Batch(batch(1, 0, 2, 2))),
+        (3, slot::Appended::Batch(batch(2, 0, 0, 1))),
+        (5, slot::Appended::Batch(batch(1, 0, 0, 2))),
     ];
     let through = slot::apply_buffered(&mut psm, buffered, 4);
     assert_eq!(through, 8);

@@ -1,5 +1,5 @@
-//! The built-in agent mirrors as-is and fails over while the source is written; what it refuses
-//! (transactional batches, a destination that does not match, a mirror without its listener),
+//! The built-in agent mirrors as-is and fails over while the source is written, a transaction's
+//! marker included; what it refuses (a destination that does not match, a mirror without its listener),
 //! and resuming from its offset map after a restart.
 
 use super::*;
@@ -90,7 +90,7 @@ fn active_passive_mirrors_as_is_and_fails_over_while_the_source_is_written() {
 }
 
 #[test]
-fn a_transactional_batch_fails_the_partition_with_a_clear_reason() {
+fn a_librdkafka_transaction_after_plain_records_is_mirrored_with_its_marker() {
     let source = harness::cluster("source");
     let topic = harness::unique_topic("agent-txn");
     harness::create_topic(&source, &topic, 1, None);
@@ -115,24 +115,33 @@ fn a_transactional_batch_fails_the_partition_with_a_clear_reason() {
         .commit_transaction(Duration::from_secs(30))
         .expect("commit");
     let gw = TestGateway::start(agent_config("txn", &[&topic], &source));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let part = loop {
-        let parts = partitions_json(&gw.admin(), "txn");
-        if let Some(p) = parts.iter().find(|p| p["state"] == "FAILED") {
-            break p.clone();
-        }
-        assert!(Instant::now() < deadline, "partition not FAILED: {parts:?}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    let reason = part["last_error"].as_str().unwrap_or_default();
-    assert!(
-        reason.contains("transactional/control batches are not mirrored in this version"),
-        "{reason}"
+    let destination = harness::cluster("destination");
+    wait_for(
+        "the transaction's marker on the destination",
+        Duration::from_secs(60),
+        || {
+            !crate::failover::read_log(&destination, &topic, 0)
+                .control_batches
+                .is_empty()
+        },
     );
-    // The plain records before the transaction were mirrored; nothing of the transaction.
-    let d = read_log(&harness::cluster("destination"), &topic, 0);
-    assert_eq!(d.records.len(), 10, "only the plain records");
-    // A failover still completes.
+    let d = read_log(&destination, &topic, 0);
+    assert_eq!(
+        d.records.len(),
+        11,
+        "the plain records and the transaction's"
+    );
+    let markers = crate::failover::read_log(&destination, &topic, 0).control_batches;
+    assert_eq!(markers.len(), 1);
+    assert!(
+        !markers[0].abort,
+        "a COMMIT marker at offset {}",
+        markers[0].offset
+    );
+    assert_eq!(markers[0].offset, 11, "at the source's offset");
+    assert!(partitions_json(&gw.admin(), "txn")
+        .iter()
+        .all(|p| p["state"] == "MIRRORING"));
     failover(&gw.admin(), "txn");
     wait_stopped(&gw.admin(), "txn");
 }

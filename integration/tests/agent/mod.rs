@@ -1,10 +1,11 @@
 //! The built-in mirror agent (issue 6) on real clusters: active-passive A→B with a failover while
-//! a producer writes to A, the source killed before the failover, a transactional batch, and the
+//! a producer writes to A, the source killed before the failover, transactional sources, and the
 //! configuration it requires.
 //!
 //! The tests, by behaviour: `basics.rs`, `faults.rs` (kills during mirroring and failover),
 //! `topologies.rs` (fan-out, chain, fan-in, failback), `divergence.rs` (a source or destination
-//! changed behind the agent). This file holds the shared helpers: reading logs, a source writer,
+//! changed behind the agent), `transactions.rs` (transactional sources, open transactions at
+//! failover). This file holds the shared helpers: reading logs, a source writer,
 //! agent configs and the waits and checks the tests share.
 
 use std::collections::BTreeMap;
@@ -30,6 +31,7 @@ mod basics;
 mod divergence;
 mod faults;
 mod topologies;
+mod transactions;
 
 /// (offset, key, value) of the data records of a partition, and the barrier offsets.
 struct Log {
@@ -207,6 +209,7 @@ fn agent_config(name: &str, topics: &[&str], source: &str) -> Config {
             tls: None,
             sasl: None,
         }),
+        transactions: Default::default(),
     }];
     cfg.psm.snapshot_interval_ms = 200;
     cfg

@@ -91,8 +91,7 @@ fn chain_a_to_b_to_c_carries_b_s_barrier_inert_and_c_writes_its_own() {
     harness::create_topic(&source, &topic, 1, None);
     harness::produce_keyed(&source, &topic, 200, &[]);
     // A → B through B's gateway; B → C through C's gateway, whose agent reads B directly.
-    // Data barriers (the fallback form): the built-in agent copies data batches as-is, but a
-    // control batch cannot be produced, so it fails a partition at one (docs/guarantees.md).
+    // Data barriers (the fallback form); the control form is in the next test.
     let gb = TestGateway::start(data_barrier(agent_config("chainb", &[&topic], &source)));
     wait_equal(&gb.admin(), "chainb", &source, &b, &topic, 1);
     let mut cfg_c = data_barrier(agent_config("chainc", &[&topic], &b));
@@ -160,6 +159,52 @@ fn chain_a_to_b_to_c_carries_b_s_barrier_inert_and_c_writes_its_own() {
 }
 
 #[test]
+fn chain_with_control_barriers_carries_b_s_marker_to_c_and_c_fails_over_after_it() {
+    let source = harness::cluster("source");
+    let b = harness::cluster("destination");
+    let c = harness::cluster("third");
+    let topic = harness::unique_topic("chainctl");
+    harness::create_topic(&source, &topic, 1, None);
+    harness::produce_keyed(&source, &topic, 100, &[]);
+    // Control barriers (the default): C's agent reproduces B's barrier as an ABORT marker.
+    let gb = TestGateway::start(agent_config("ctlb", &[&topic], &source));
+    wait_equal(&gb.admin(), "ctlb", &source, &b, &topic, 1);
+    let mut cfg_c = agent_config("ctlc", &[&topic], &b);
+    cfg_c.destination.bootstrap = c.split(',').map(|s| s.trim().to_string()).collect();
+    let gc = TestGateway::start(cfg_c);
+    wait_equal(&gc.admin(), "ctlc", &b, &c, &topic, 1);
+    crate::failover::failover(&gb.admin(), "ctlb");
+    crate::failover::wait_stopped(&gb.admin(), "ctlb");
+    let on_b = crate::failover::read_log(&b, &topic, 0).control_batches;
+    assert_eq!(on_b.len(), 1, "B's control barrier: {on_b:?}");
+    wait_for("B's barrier marker on C", Duration::from_secs(60), || {
+        crate::failover::read_log(&c, &topic, 0)
+            .control_batches
+            .len()
+            == 1
+    });
+    let on_c = crate::failover::read_log(&c, &topic, 0).control_batches;
+    assert_eq!(
+        (on_c[0].offset, on_c[0].producer_id, on_c[0].abort),
+        (on_b[0].offset, on_b[0].producer_id, true),
+        "the same ABORT marker at the same offset"
+    );
+    // B's local writes still reach C after the marker, and C fails over after them.
+    let local_b = harness::produce_keyed(&gb.bootstrap(), &topic, 20, &[]);
+    assert_eq!(local_b.len(), 20);
+    wait_equal(&gc.admin(), "ctlc", &b, &c, &topic, 1);
+    crate::failover::failover(&gc.admin(), "ctlc");
+    crate::failover::wait_stopped(&gc.admin(), "ctlc");
+    let after = crate::failover::read_log(&c, &topic, 0);
+    assert_eq!(
+        after.control_batches.len(),
+        2,
+        "B's marker then C's own barrier"
+    );
+    assert!(after.control_batches[1].offset > on_c[0].offset + 20);
+}
+
+#[test]
 fn fan_in_a_to_c_and_b_to_c_on_different_topics_are_independent() {
     let a = harness::cluster("source");
     let b = harness::cluster("destination");
@@ -210,8 +255,7 @@ fn failback_a_mirrors_from_b_after_b_s_failover_and_fails_over_in_turn() {
     harness::create_topic(&a, &topic, 1, None);
     harness::produce_keyed(&a, &topic, 100, &[]);
     // A → B, then B fails over and takes local writes.
-    // Data barriers (the fallback form): the built-in agent copies data batches as-is, but a
-    // control batch cannot be produced, so it fails a partition at one (docs/guarantees.md).
+    // Data barriers (the fallback form); the control form is in the next test.
     let gb = TestGateway::start(data_barrier(agent_config("toB", &[&topic], &a)));
     wait_equal(&gb.admin(), "toB", &a, &b, &topic, 1);
     crate::failover::failover(&gb.admin(), "toB");

@@ -155,6 +155,7 @@ pub fn mirror_config(name: &str, topics: &[&str]) -> Config {
         name: name.into(),
         topics: topics.iter().map(|t| t.to_string()).collect(),
         source: None,
+        transactions: Default::default(),
     }];
     cfg.psm.snapshot_interval_ms = 200;
     cfg

@@ -32,6 +32,7 @@ use crate::mirror::PartitionState;
 use crate::protocol::batch::{BatchHeader, BatchWalker};
 
 mod logs;
+mod txn;
 
 use super::offsets::PartitionMap;
 use super::{wire, MirrorAgent, PartStats};
@@ -59,6 +60,9 @@ const PRODUCE_TIMEOUT: Duration = Duration::from_secs(45);
 fn backoff(attempt: u32) -> Duration {
     Duration::from_millis((100u64 << attempt.min(6)).min(5000))
 }
+
+/// The destination refused a transactional batch: its coordinator does not know the producer.
+const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
 
 /// Broker error codes after which the batch was certainly not appended (resend as-is).
 fn not_appended(code: i16) -> bool {
@@ -93,6 +97,20 @@ pub fn check_ack(expected: i64, acked: i64) -> Result<(), String> {
             "records the agent did not write are in the destination"
         }
     ))
+}
+
+/// Whether destination batch `d` is the agent's copy of source batch `s`: the same bytes (the
+/// CRC-32C covers everything the agent copies) and offset span; for a marker, which the broker
+/// writes itself with its own timestamp, a control batch of the same producer id and epoch.
+fn mirrored_as(s: &BatchHeader, d: &BatchHeader) -> bool {
+    if s.is_control() {
+        d.is_control()
+            && d.producer_id == s.producer_id
+            && d.producer_epoch == s.producer_epoch
+            && d.last_offset_delta == s.last_offset_delta
+    } else {
+        s.crc == d.crc && s.last_offset_delta == d.last_offset_delta
+    }
 }
 
 pub struct Task {
@@ -265,8 +283,7 @@ impl Task {
         let s = self.source_batch_at(self.next_src).await?;
         match s {
             Some(s)
-                if s.crc == d.crc
-                    && s.last_offset_delta == d.last_offset_delta
+                if mirrored_as(&s, &d)
                     && s.base_offset == self.next_src
                     && d.base_offset == self.next_dst =>
             {
@@ -294,33 +311,22 @@ impl Task {
     /// Append one batch as-is; returns the destination base offset.
     async fn append(&mut self, h: &BatchHeader, batch: Bytes) -> Step<i64> {
         let mut attempt = 0u32;
+        let mut verification_refusals = 0u32;
         loop {
             if attempt > 0 {
                 self.sleep(backoff(attempt)).await?;
             }
             attempt += 1;
-            if self.dst.is_none() {
-                let addr = match self.gateway_addr() {
-                    Ok(a) => a,
-                    Err(Halt::Retry(e)) => {
-                        tracing::debug!(topic = %self.topic, partition = self.partition, error = %e, "append waits");
-                        let _ = self.m.cluster.refresh().await;
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                };
-                match KafkaClient::connect_with(&self.m.mirror_connector, &addr, PRODUCE_TIMEOUT)
-                    .await
-                {
-                    Ok(c) => self.dst = Some(c),
-                    Err(e) => {
-                        tracing::warn!(topic = %self.topic, partition = self.partition, error = %e, "cannot reach the gateway's mirror listener");
-                        continue;
-                    }
-                }
+            if !self.connect_mirror().await? {
+                continue;
             }
             let Some(c) = self.dst.as_mut() else { continue };
-            let unknown = match wire::produce_one(c, &self.topic, self.partition, batch.clone()).await
+            let m = self.m.clone();
+            let txid = h
+                .is_transactional()
+                .then_some(m.transactions.transactional_id.as_str());
+            let unknown = match wire::produce_one(c, &self.topic, self.partition, batch.clone(), txid)
+                .await
             {
                 Ok((0, _, _)) if self.m.lose_append_answer() => {
                     tracing::warn!(topic = %self.topic, partition = self.partition, "test hook: the append's answer is dropped");
@@ -339,6 +345,13 @@ impl Task {
                         return Err(Halt::Stop);
                     }
                     tracing::warn!(topic = %self.topic, partition = self.partition, message = ?msg, "append refused by the gateway; retrying");
+                    false
+                }
+                Ok((INVALID_PRODUCER_ID_MAPPING, _, msg)) if h.is_transactional() => {
+                    // The destination verifies transactional batches against its own
+                    // coordinator, which does not know the source's producers.
+                    verification_refusals += 1;
+                    self.verification_off(verification_refusals, msg).await?;
                     false
                 }
                 Ok((code, _, _)) if not_appended(code) => {
@@ -381,6 +394,33 @@ impl Task {
         }
     }
 
+    /// Connect to the gateway's mirror-listener port of the partition's leader when not
+    /// connected; `false` when it cannot yet (retry after a back-off).
+    async fn connect_mirror(&mut self) -> Step<bool> {
+        if self.dst.is_some() {
+            return Ok(true);
+        }
+        let addr = match self.gateway_addr() {
+            Ok(a) => a,
+            Err(Halt::Retry(e)) => {
+                tracing::debug!(topic = %self.topic, partition = self.partition, error = %e, "append waits");
+                let _ = self.m.cluster.refresh().await;
+                return Ok(false);
+            }
+            Err(e) => return Err(e),
+        };
+        match KafkaClient::connect_with(&self.m.mirror_connector, &addr, PRODUCE_TIMEOUT).await {
+            Ok(c) => {
+                self.dst = Some(c);
+                Ok(true)
+            }
+            Err(e) => {
+                tracing::warn!(topic = %self.topic, partition = self.partition, error = %e, "cannot reach the gateway's mirror listener");
+                Ok(false)
+            }
+        }
+    }
+
     /// After an unknown outcome: whether the batch is already in the destination (its base
     /// offset), by comparing the destination log end with the offset map.
     async fn appended_already(&mut self, h: &BatchHeader) -> Step<Option<i64>> {
@@ -406,10 +446,7 @@ impl Task {
             )));
         }
         match self.dest_batch_at(self.next_dst).await? {
-            Some(d)
-                if d.crc == h.crc
-                    && d.last_offset_delta == h.last_offset_delta
-                    && d.base_offset == self.next_dst =>
+            Some(d) if mirrored_as(h, &d) && d.base_offset == self.next_dst =>
             {
                 Ok(Some(d.base_offset))
             }
@@ -498,22 +535,14 @@ impl Task {
     /// Mirror one source batch at or after `next_src`, by kind.
     async fn mirror_batch(&mut self, h: &BatchHeader, b: &[u8]) -> Step<()> {
         match SourceBatch::of(h) {
-            SourceBatch::Data => self.mirror_data(h, b).await,
+            // A transactional batch is appended as-is too, with a transactional id (`append`).
+            SourceBatch::Data | SourceBatch::Transactional => self.mirror_data(h, b).await,
+            SourceBatch::Control => self.mirror_marker(h, b).await,
             SourceBatch::Gapped => Err(Halt::Fail(format!(
                 "the source batch at offset {} has offset gaps ({} records over {} offsets, compacted): not mirrored in this version",
                 h.base_offset,
                 h.record_count,
                 h.last_offset_delta + 1
-            ))),
-            SourceBatch::Transactional | SourceBatch::Control => Err(Halt::Fail(format!(
-                "the source batch at offset {} is {}: transactional/control batches are not mirrored in this version{}",
-                h.base_offset,
-                if h.is_control() { "a control batch" } else { "transactional" },
-                if h.is_control() {
-                    " (a failover barrier of an upstream mirrorgate is one unless that gateway has failover.barrier: data)"
-                } else {
-                    ""
-                }
             ))),
         }
     }

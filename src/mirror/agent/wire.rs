@@ -22,6 +22,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use crate::client::Connector;
 use crate::client::{ClientError, FetchedPartition, KafkaClient, RequestError};
+use crate::protocol::txn_marker::{markers_request, MarkerSpec, WRITE_TXN_MARKERS_VERSION};
 
 /// Topic configs copied from the source when the agent creates a destination topic.
 pub const COPIED_CONFIGS: [&str; 4] = [
@@ -292,14 +293,25 @@ pub async fn fetch(
     })
 }
 
+/// The Produce version of the agent's appends: at most 11, the last version with which a
+/// broker whose `transaction.partition.verification.enable` is false appends a transactional
+/// batch without asking its own transaction coordinator (from 12 on it always asks, and the
+/// coordinator does not know the source's producer ids).
+pub const PRODUCE_VERSION: i16 = 9;
+
 /// Produce one batch as-is with acks=all; returns (error code, base offset, error message).
+/// `transactional_id`: set for a transactional batch (a broker refuses one without it).
 pub async fn produce_one(
     c: &mut KafkaClient,
     topic: &str,
     partition: i32,
     batch: Bytes,
+    transactional_id: Option<&str>,
 ) -> Result<(i16, i64, Option<String>), ClientError> {
     let req = ProduceRequest::default()
+        .with_transactional_id(
+            transactional_id.map(|t| StrBytes::from_string(t.to_string()).into()),
+        )
         .with_acks(-1)
         .with_timeout_ms(30_000)
         .with_topic_data(vec![TopicProduceData::default()
@@ -307,7 +319,7 @@ pub async fn produce_one(
             .with_partition_data(vec![PartitionProduceData::default()
                 .with_index(partition)
                 .with_records(Some(batch))])]);
-    let resp = c.send(&req, 9).await?;
+    let resp = c.send(&req, PRODUCE_VERSION).await?;
     let p = resp
         .responses
         .iter()
@@ -322,4 +334,113 @@ pub async fn produce_one(
         ),
         None => (3, -1, Some("no answer for the partition".into())),
     })
+}
+
+/// Write one transaction marker to `topic`/`partition` (WriteTxnMarkers v1); returns the
+/// partition's error code (the broker answers no offset).
+pub async fn write_marker(
+    c: &mut KafkaClient,
+    topic: &str,
+    partition: i32,
+    spec: MarkerSpec,
+) -> Result<i16, ClientError> {
+    let req = markers_request(&[(spec, vec![(topic.to_string(), partition)])]);
+    let resp = c.send(&req, WRITE_TXN_MARKERS_VERSION).await?;
+    Ok(resp
+        .markers
+        .iter()
+        .filter(|m| m.producer_id.0 == spec.producer_id)
+        .flat_map(|m| m.topics.iter())
+        .filter(|t| t.name.0.as_str() == topic)
+        .flat_map(|t| t.partitions.iter())
+        .find(|p| p.partition_index == partition)
+        // UNKNOWN_TOPIC_OR_PARTITION: no answer for the partition.
+        .map_or(3, |p| p.error_code))
+}
+
+/// The destination broker setting that decides whether a transactional batch produced with
+/// version ≤ 11 must belong to a transaction its own coordinator knows.
+pub const VERIFICATION_CONFIG: &str = "transaction.partition.verification.enable";
+
+/// A broker config's value and where it comes from (DescribeConfigs `config_source`:
+/// 1 per-broker dynamic, 2 cluster-wide dynamic default, 4 static, 5 default).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerSetting {
+    pub value: Option<String>,
+    pub source: i8,
+}
+
+/// `name` as broker `broker_id` has it.
+pub async fn broker_setting(
+    c: &mut KafkaClient,
+    broker_id: i32,
+    name: &str,
+) -> Result<BrokerSetting, String> {
+    let req =
+        DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+            // BROKER.
+            .with_resource_type(4)
+            .with_resource_name(StrBytes::from_string(broker_id.to_string()))
+            .with_configuration_keys(Some(vec![StrBytes::from_string(name.to_string())]))]);
+    let resp = c.send(&req, 4).await.map_err(|e| e.to_string())?;
+    let r = resp
+        .results
+        .first()
+        .ok_or_else(|| "DescribeConfigs: empty answer".to_string())?;
+    if r.error_code != 0 {
+        return Err(format!(
+            "DescribeConfigs broker {broker_id}: error code {}{}",
+            r.error_code,
+            r.error_message
+                .as_ref()
+                .map(|m| format!(" ({})", m.as_str()))
+                .unwrap_or_default()
+        ));
+    }
+    let c = r
+        .configs
+        .iter()
+        .find(|c| c.name.as_str() == name)
+        .ok_or_else(|| format!("broker {broker_id} does not describe {name}"))?;
+    Ok(BrokerSetting {
+        value: c.value.as_ref().map(|v| v.to_string()),
+        source: c.config_source,
+    })
+}
+
+/// Set `name` to `value` as the cluster-wide dynamic broker default (IncrementalAlterConfigs
+/// on the BROKER resource ""), which every broker applies without a restart.
+pub async fn set_cluster_default(
+    c: &mut KafkaClient,
+    name: &str,
+    value: &str,
+) -> Result<(), String> {
+    use kafka_protocol::messages::incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig,
+    };
+    use kafka_protocol::messages::IncrementalAlterConfigsRequest;
+    let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        AlterConfigsResource::default()
+            .with_resource_type(4)
+            .with_resource_name(StrBytes::from_static_str(""))
+            .with_configs(vec![AlterableConfig::default()
+                .with_name(StrBytes::from_string(name.to_string()))
+                // SET.
+                .with_config_operation(0)
+                .with_value(Some(StrBytes::from_string(value.to_string())))]),
+    ]);
+    let resp = c.send(&req, 1).await.map_err(|e| e.to_string())?;
+    for r in &resp.responses {
+        if r.error_code != 0 {
+            return Err(format!(
+                "IncrementalAlterConfigs {name}={value}: error code {}{}",
+                r.error_code,
+                r.error_message
+                    .as_ref()
+                    .map(|m| format!(" ({})", m.as_str()))
+                    .unwrap_or_default()
+            ));
+        }
+    }
+    Ok(())
 }

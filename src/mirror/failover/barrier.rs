@@ -48,6 +48,17 @@ impl<Io: FailoverIo> Failover<Io> {
             .map(key)
             .filter(|k| !found.contains_key(k))
             .collect();
+        // Transactions the source never finished would hold the destination's last stable
+        // offset below the barrier forever (H14): aborted first. Done again when resuming
+        // (nothing is open any more where it was).
+        if !to_write.is_empty() {
+            let aborts = self.io.abort_open_transactions(name, &to_write).await;
+            if !aborts.failed.is_empty() {
+                to_write.retain(|k| !aborts.failed.contains(k));
+                self.fail_partitions(name, &aborts.failed, &aborts.reason)
+                    .ok_if_failed()?;
+            }
+        }
         let producer = self.barrier_form(name, &mut to_write).await?;
         // Partitions whose barrier could not be written (e.g. their leader is down) fail and
         // are retried; the others go on, so one dead broker holds up only its partitions.

@@ -56,6 +56,27 @@ pub struct BarrierWrites {
     pub reason: String,
 }
 
+/// A mirrored transaction a failover aborted before the partition's barrier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AbortedTxn {
+    pub partition: PartitionKey,
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub coordinator_epoch: i32,
+    /// The transaction's first offset in the destination partition.
+    pub first_offset: i64,
+}
+
+/// The outcome of aborting the open transactions of partitions: those aborted, and the
+/// partitions where it could not be done (with why).
+#[derive(Debug, Default)]
+pub struct OpenTxnAborts {
+    pub aborted: Vec<AbortedTxn>,
+    pub failed: Vec<PartitionKey>,
+    /// Why (the last failure).
+    pub reason: String,
+}
+
 /// The producer ids a control barrier's id must differ from, and the partitions whose leader
 /// could not be asked (with why).
 #[derive(Debug, Default)]
@@ -124,6 +145,13 @@ pub trait FailoverIo: Send + Sync + 'static {
         fid: &str,
         producer_id: Option<i64>,
     ) -> impl Future<Output = Result<Vec<TailBatch>, String>> + Send;
+    /// Abort every transaction still open in `parts` (an ABORT marker for each producer the
+    /// leader describes with one): mirrored transactions the source never finished (H14).
+    fn abort_open_transactions(
+        &self,
+        mirror: &str,
+        parts: &[PartitionKey],
+    ) -> impl Future<Output = OpenTxnAborts> + Send;
     /// The producer ids a barrier producer id must differ from in `parts`.
     fn producer_ids_in_use(
         &self,

@@ -14,6 +14,8 @@
 //! - [`fetch`]: barriers hidden from ordinary consumers (Fetch, ShareFetch; client listener).
 //! - [`init_producer_id`]: PID screening of InitProducerId answers (client listener).
 //! - [`admin`]: admin and transaction requests naming mirror topics refused (client listener).
+//! - [`markers`]: WriteTxnMarkers admitted per mirror partition like a mirror write (mirror
+//!   listener: the agent's copies of the source's transaction markers).
 //! - [`metadata`]: broker addresses in responses rewritten to the gateway's (every API that
 //!   carries them; the cluster view learns brokers and topic ids from Metadata).
 //!
@@ -27,6 +29,7 @@
 pub mod admin;
 pub mod fetch;
 pub mod init_producer_id;
+pub mod markers;
 pub mod metadata;
 pub mod produce;
 
@@ -68,6 +71,7 @@ enum Kind {
     Fetch(fetch::Pending),
     InitProducerId(init_producer_id::Pending),
     Admin(admin::Pending),
+    Markers(markers::Pending),
 }
 
 /// A request or response the gateway refuses to handle (the connection is closed).
@@ -77,6 +81,8 @@ pub enum ExchangeError {
     Enforce(#[from] enforce::EnforceError),
     #[error("admin request not readable for read-only enforcement: {0}")]
     Admin(#[from] AdminRefusalError),
+    #[error("WriteTxnMarkers request not readable for mirror admission: {0}")]
+    Markers(String),
     #[error(transparent)]
     Frame(#[from] FrameError),
     /// The address rewrite could not read the response (the connection reports a bad response).
@@ -121,6 +127,10 @@ pub fn begin(
         ApiKey::InitProducerId if client => {
             let (step, p) = init_producer_id::begin(ctx, h, frame);
             (step, Kind::InitProducerId(p))
+        }
+        ApiKey::WriteTxnMarkers if !client => {
+            let (step, p) = markers::begin(ctx, h, frame)?;
+            (step, Kind::Markers(p))
         }
         api if client && admin_refusal::is_guarded(api) => {
             let (step, p) = admin::begin(ctx, h, frame)?;
@@ -167,6 +177,10 @@ impl Pending {
                     .await?
             }
             Kind::Admin(p) => p.finish(frame)?,
+            Kind::Markers(p) => {
+                p.finish();
+                frame
+            }
         };
         metadata::rewrite(ctx, api, version, frame).map_err(ExchangeError::Rewrite)
     }

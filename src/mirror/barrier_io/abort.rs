@@ -1,0 +1,143 @@
+//! Aborting the transactions still open in mirror partitions before their barrier (hazard H14:
+//! a mirrored transaction the source never finished would hold the destination's last stable
+//! offset forever, and `read_committed` consumers with it — nothing on the destination ends it,
+//! its coordinator never heard of it). Per leader: DescribeProducers names the producers with an
+//! open transaction, then one WriteTxnMarkers request writes an ABORT marker for each, with the
+//! producer's own epoch and coordinator epoch (never above them: feasibility notes §A.4).
+//!
+//! Idempotent: a second pass finds nothing open. Owns: those two requests. Must not touch:
+//! the failover's records (the executor decides what a failure means).
+
+use std::collections::HashMap;
+
+use kafka_protocol::messages::describe_producers_request::TopicRequest;
+use kafka_protocol::messages::DescribeProducersRequest;
+use kafka_protocol::protocol::StrBytes;
+
+use crate::protocol::txn_marker::{markers_request, MarkerSpec, WRITE_TXN_MARKERS_VERSION};
+
+use super::super::failover::{AbortedTxn, OpenTxnAborts, PartitionKey};
+use super::KafkaFailoverIo;
+
+impl KafkaFailoverIo {
+    pub(super) async fn abort_open(&self, mirror: &str, parts: &[PartitionKey]) -> OpenTxnAborts {
+        let mut out = OpenTxnAborts::default();
+        let (by_leader, leaderless) = self.by_leader(parts);
+        if !leaderless.is_empty() {
+            out.reason = "no leader known to abort open transactions on".into();
+            out.failed.extend(leaderless);
+        }
+        for (addr, ps) in by_leader {
+            if let Err(e) = self.abort_on_leader(&addr, &ps, &mut out.aborted).await {
+                out.reason = format!("aborting open transactions on {addr}: {e}");
+                out.failed.extend(ps);
+            }
+        }
+        for a in &out.aborted {
+            tracing::warn!(
+                mirror, topic = %a.partition.0, partition = a.partition.1, producer_id = a.producer_id,
+                epoch = a.epoch, first_offset = a.first_offset,
+                "a mirrored transaction the source never finished was aborted before the barrier"
+            );
+        }
+        self.metrics
+            .txns_aborted
+            .with_label_values(&[mirror])
+            .inc_by(out.aborted.len() as u64);
+        out
+    }
+
+    async fn abort_on_leader(
+        &self,
+        addr: &str,
+        parts: &[PartitionKey],
+        aborted: &mut Vec<AbortedTxn>,
+    ) -> Result<(), String> {
+        let mut c = self
+            .cluster
+            .client(addr, self.timeout)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut topics: Vec<TopicRequest> = Vec::new();
+        for (t, p) in parts {
+            match topics.iter_mut().find(|r| r.name.0.as_str() == t) {
+                Some(r) => r.partition_indexes.push(*p),
+                None => topics.push(
+                    TopicRequest::default()
+                        .with_name(StrBytes::from_string(t.clone()).into())
+                        .with_partition_indexes(vec![*p]),
+                ),
+            }
+        }
+        let resp = c
+            .send(&DescribeProducersRequest::default().with_topics(topics), 0)
+            .await
+            .map_err(|e| format!("DescribeProducers: {e}"))?;
+        let mut open: Vec<AbortedTxn> = Vec::new();
+        for t in &resp.topics {
+            for p in &t.partitions {
+                let key = (t.name.0.to_string(), p.partition_index);
+                if !parts.contains(&key) {
+                    continue;
+                }
+                if p.error_code != 0 {
+                    return Err(format!(
+                        "DescribeProducers {}-{}: error code {}",
+                        key.0, key.1, p.error_code
+                    ));
+                }
+                for a in p
+                    .active_producers
+                    .iter()
+                    .filter(|a| a.current_txn_start_offset >= 0)
+                {
+                    open.push(AbortedTxn {
+                        partition: key.clone(),
+                        producer_id: a.producer_id.0,
+                        epoch: a.producer_epoch as i16,
+                        coordinator_epoch: a.coordinator_epoch,
+                        first_offset: a.current_txn_start_offset,
+                    });
+                }
+            }
+        }
+        if open.is_empty() {
+            return Ok(());
+        }
+        // One marker per (producer, epoch, coordinator epoch), naming its partitions.
+        let mut markers: HashMap<MarkerSpec, Vec<PartitionKey>> = HashMap::new();
+        for o in &open {
+            markers
+                .entry(MarkerSpec {
+                    producer_id: o.producer_id,
+                    producer_epoch: o.epoch,
+                    commit: false,
+                    coordinator_epoch: o.coordinator_epoch,
+                })
+                .or_default()
+                .push(o.partition.clone());
+        }
+        let markers: Vec<(MarkerSpec, Vec<PartitionKey>)> = markers.into_iter().collect();
+        let resp = c
+            .send(&markers_request(&markers), WRITE_TXN_MARKERS_VERSION)
+            .await
+            .map_err(|e| format!("WriteTxnMarkers: {e}"))?;
+        for m in &resp.markers {
+            for t in &m.topics {
+                for p in &t.partitions {
+                    if p.error_code != 0 {
+                        return Err(format!(
+                            "the ABORT marker of producer {} in {}-{} was refused with error code {}",
+                            m.producer_id.0,
+                            t.name.0.as_str(),
+                            p.partition_index,
+                            p.error_code
+                        ));
+                    }
+                }
+            }
+        }
+        aborted.extend(open);
+        Ok(())
+    }
+}
