@@ -286,6 +286,7 @@ pub fn run(quick: bool) -> Result<serde_json::Value, String> {
         .map(|(m, g)| (m.stop(), g.stop()))
         .unwrap_or((mm2_total_cpu_s, 0.0));
     drop(mm2);
+    let _ = std::fs::remove_dir_all(&dir);
     eprintln!(
         "MirrorMaker 2: {mb:.1} MB in {mm2_s:.2} s, {mm2_cpu_s:.2} s CPU from its first record ({mm2_total_cpu_s:.2} s with its start; + {mm2_gateway_cpu_s:.2} s in the gateway)"
     );
