@@ -7,6 +7,8 @@
 //!   saturation throughput, latency at fixed rates, CPU per MiB and memory of each proxy.
 //! - `relay` (internal): the byte-relay floor that `proxy` starts as a process of its own.
 //! - `psm`: producer-state update cost, batch-header walk throughput, memory per producer.
+//! - `mirror` (`--transactional`): the built-in agent against MirrorMaker 2 (in exactly-once mode
+//!   for transactional data), through the gateway, in one run.
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -14,10 +16,12 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 mod batch;
+mod committed_view;
 mod failover;
 mod latency;
 mod load;
 mod mirror;
+mod mirror_txn;
 mod peer;
 mod process;
 mod profile;
@@ -93,6 +97,11 @@ enum Bench {
         /// A short run (under 5 minutes).
         #[arg(long)]
         quick: bool,
+        /// Transactional data instead (committed and aborted transactions over 3 partitions),
+        /// MirrorMaker 2 in exactly-once mode, and the destination's `read_committed` view
+        /// compared with the source's.
+        #[arg(long)]
+        transactional: bool,
     },
     /// Failover of a mirror with many partitions: time from the call to every partition STOPPED.
     Failover {
@@ -289,7 +298,14 @@ fn main() -> ExitCode {
             relay::parse_brokers(&brokers).and_then(|b| relay::serve(port_base, &b))
         }
         Bench::Psm { quick } => psm::run(quick),
-        Bench::Mirror { quick } => mirror::run(quick),
+        Bench::Mirror {
+            quick,
+            transactional: false,
+        } => mirror::run(quick),
+        Bench::Mirror {
+            quick,
+            transactional: true,
+        } => mirror_txn::run(quick),
         Bench::Failover {
             topics,
             partitions,

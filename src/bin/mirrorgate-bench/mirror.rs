@@ -19,11 +19,57 @@ use crate::process::CpuMeter;
 use crate::{java, median, repo, Clusters};
 
 /// MirrorMaker 2, stopped when dropped.
-struct Mm2(Child);
+pub(crate) struct Mm2(Child);
 impl Drop for Mm2 {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+impl Mm2 {
+    /// Starts MirrorMaker 2 (dedicated mode, only the `src->dst` flow, identity topic names) for
+    /// `topic` from `source` to `target`, with `extra` properties appended; its properties and
+    /// log (`mm2.log`) are in `dir`.
+    pub(crate) fn start(
+        dir: &std::path::Path,
+        source: &str,
+        target: &str,
+        topic: &str,
+        extra: &str,
+    ) -> Result<Mm2, String> {
+        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        let props = dir.join("mm2.properties");
+        std::fs::write(
+            &props,
+            format!(
+                "clusters = src, dst\nsrc.bootstrap.servers = {source}\ndst.bootstrap.servers = {target}\n\
+                 src->dst.enabled = true\nsrc->dst.topics = {topic}\ndst->src.enabled = false\n\
+                 replication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy\n\
+                 replication.factor = 1\ncheckpoints.topic.replication.factor = 1\nheartbeats.topic.replication.factor = 1\n\
+                 offset-syncs.topic.replication.factor = 1\noffset.storage.replication.factor = 1\n\
+                 status.storage.replication.factor = 1\nconfig.storage.replication.factor = 1\n\
+                 sync.topic.acls.enabled = false\nsync.topic.configs.enabled = false\nemit.checkpoints.enabled = false\n\
+                 sync.group.offsets.enabled = false\nrefresh.topics.interval.seconds = 5\n{extra}"
+            ),
+        )
+        .map_err(|e| e.to_string())?;
+        let log = std::fs::File::create(dir.join("mm2.log")).map_err(|e| e.to_string())?;
+        let log2 = log.try_clone().map_err(|e| e.to_string())?;
+        let child =
+            crate::process::die_with_parent(&mut Command::new(repo().join("integration/rig")))
+                .args(["java", "org.apache.kafka.connect.mirror.MirrorMaker"])
+                .arg(&props)
+                .args(["--clusters", "dst"])
+                .stdout(Stdio::from(log))
+                .stderr(Stdio::from(log2))
+                .spawn()
+                .map_err(|e| format!("cannot start MirrorMaker 2: {e}"))?;
+        Ok(Mm2(child))
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.0.id()
     }
 }
 
@@ -51,7 +97,7 @@ fn produce(bootstrap: &str, topic: &str, records: u64, throughput: i64) -> Resul
     .map(|_| ())
 }
 
-fn create(bootstrap: &str, topic: &str, assignment: &str) -> Result<(), String> {
+pub(crate) fn create(bootstrap: &str, topic: &str, assignment: &str) -> Result<(), String> {
     java(
         "org.apache.kafka.tools.TopicCommand",
         &[
@@ -66,6 +112,23 @@ fn create(bootstrap: &str, topic: &str, assignment: &str) -> Result<(), String> 
         Duration::from_secs(60),
     )
     .map(|_| ())
+}
+
+/// What a timed mirroring run waits on: how many records have arrived on the destination.
+pub(crate) trait Progress {
+    async fn arrived(&mut self) -> Result<i64, String>;
+}
+
+/// Progress as the sum of the destination topic's log end offsets (see [`count`]).
+struct LogEnd<'a> {
+    destination: &'a str,
+    topic: &'a str,
+}
+
+impl Progress for LogEnd<'_> {
+    async fn arrived(&mut self) -> Result<i64, String> {
+        Ok(count(self.destination, self.topic).await)
+    }
 }
 
 /// Records in `topic` on the destination (sum of log end offsets), asked of the destination
@@ -98,11 +161,11 @@ async fn count(destination: &str, topic: &str) -> i64 {
     total
 }
 
-/// Seconds from the first record on the destination to `n` records there; `on_first` runs when
-/// the first record is seen.
-async fn time_until(
-    destination: &str,
-    topic: &str,
+/// Seconds from the first record arriving (as `progress` counts them) to `n` records; `on_first`
+/// runs when the first record is seen. `what` names the run in the error after `limit`.
+pub(crate) async fn time_until(
+    progress: &mut impl Progress,
+    what: &str,
     n: i64,
     limit: Duration,
     on_first: &mut dyn FnMut(),
@@ -110,7 +173,7 @@ async fn time_until(
     let deadline = Instant::now() + limit;
     let mut first: Option<Instant> = None;
     loop {
-        let c = count(destination, topic).await;
+        let c = progress.arrived().await?;
         if c > 0 && first.is_none() {
             first = Some(Instant::now());
             on_first();
@@ -123,7 +186,7 @@ async fn time_until(
         }
         if Instant::now() > deadline {
             return Err(format!(
-                "{topic}: {c} of {n} records mirrored within {limit:?}"
+                "{what}: {c} of {n} records mirrored within {limit:?}"
             ));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -181,7 +244,10 @@ pub fn run(quick: bool) -> Result<serde_json::Value, String> {
         .map_err(|e| e.to_string())?;
     // 1. The agent (it starts on its own: the mirror has a source).
     let agent_s = rt.block_on(time_until(
-        &destination[0],
+        &mut LogEnd {
+            destination: &destination[0],
+            topic: &t_agent,
+        },
         &t_agent,
         records as i64,
         Duration::from_secs(600),
@@ -193,38 +259,23 @@ pub fn run(quick: bool) -> Result<serde_json::Value, String> {
         .map_err(|r| r.reasons.join("; "))?;
     // 2. MirrorMaker 2 into the mirror listener.
     let dir = std::env::temp_dir().join(format!("mirrorgate-bench-mm2-{stamp}"));
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let props = dir.join("mm2.properties");
-    std::fs::write(
-        &props,
-        format!(
-            "clusters = src, dst\nsrc.bootstrap.servers = {source}\ndst.bootstrap.servers = 127.0.0.1:{}\n\
-             src->dst.enabled = true\nsrc->dst.topics = {t_mm2}\ndst->src.enabled = false\n\
-             replication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy\n\
-             replication.factor = 1\ncheckpoints.topic.replication.factor = 1\nheartbeats.topic.replication.factor = 1\n\
-             offset-syncs.topic.replication.factor = 1\noffset.storage.replication.factor = 1\n\
-             status.storage.replication.factor = 1\nconfig.storage.replication.factor = 1\n\
-             sync.topic.acls.enabled = false\nsync.topic.configs.enabled = false\nemit.checkpoints.enabled = false\n\
-             sync.group.offsets.enabled = false\nrefresh.topics.interval.seconds = 5\n",
-            base + 10
-        ),
-    )
-    .map_err(|e| e.to_string())?;
-    let mm2 = Mm2(Command::new(repo().join("integration/rig"))
-        .args(["java", "org.apache.kafka.connect.mirror.MirrorMaker"])
-        .arg(&props)
-        .args(["--clusters", "dst"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot start MirrorMaker 2: {e}"))?);
+    let mm2 = Mm2::start(
+        &dir,
+        &source,
+        &format!("127.0.0.1:{}", base + 10),
+        &t_mm2,
+        "",
+    )?;
     // MirrorMaker 2's CPU: in total (JVM and Connect start included) and from its first record
     // on the destination to its last (the work itself).
-    let mm2_pid = mm2.0.id();
+    let mm2_pid = mm2.pid();
     let mm2_cpu = CpuMeter::start(mm2_pid);
     let mut at_first: Option<(CpuMeter, CpuMeter)> = None;
     let mm2_s = rt.block_on(time_until(
-        &destination[0],
+        &mut LogEnd {
+            destination: &destination[0],
+            topic: &t_mm2,
+        },
         &t_mm2,
         records as i64,
         Duration::from_secs(900),
@@ -235,6 +286,7 @@ pub fn run(quick: bool) -> Result<serde_json::Value, String> {
         .map(|(m, g)| (m.stop(), g.stop()))
         .unwrap_or((mm2_total_cpu_s, 0.0));
     drop(mm2);
+    let _ = std::fs::remove_dir_all(&dir);
     eprintln!(
         "MirrorMaker 2: {mb:.1} MB in {mm2_s:.2} s, {mm2_cpu_s:.2} s CPU from its first record ({mm2_total_cpu_s:.2} s with its start; + {mm2_gateway_cpu_s:.2} s in the gateway)"
     );
