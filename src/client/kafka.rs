@@ -344,25 +344,7 @@ impl KafkaClient {
         offset: i64,
         max_bytes: i32,
     ) -> Result<FetchedPartition, PartitionRequestError> {
-        use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-        use kafka_protocol::messages::FetchRequest;
-        let req = FetchRequest::default()
-            .with_replica_id((-1).into())
-            .with_max_wait_ms(0)
-            .with_min_bytes(0)
-            .with_max_bytes(max_bytes)
-            .with_isolation_level(0)
-            .with_session_id(0)
-            .with_session_epoch(-1)
-            .with_topics(vec![FetchTopic::default()
-                .with_topic(StrBytes::from_string(topic.to_string()).into())
-                .with_partitions(vec![FetchPartition::default()
-                    .with_partition(partition)
-                    .with_current_leader_epoch(-1)
-                    .with_fetch_offset(offset)
-                    .with_last_fetched_epoch(-1)
-                    .with_log_start_offset(-1)
-                    .with_partition_max_bytes(max_bytes)])]);
+        let req = single_partition_fetch(topic, partition, offset, max_bytes, 0);
         let resp = self.send(&req, 12).await?;
         let p = resp
             .responses
@@ -378,4 +360,34 @@ impl KafkaClient {
             records: p.records.unwrap_or_default(),
         })
     }
+}
+
+/// A Fetch (version 12 and below: by topic name) of one partition from `offset` that answers at
+/// once (no wait), as a replica-less consumer at `isolation_level` (0 READ_UNCOMMITTED,
+/// 1 READ_COMMITTED).
+pub fn single_partition_fetch(
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    max_bytes: i32,
+    isolation_level: i8,
+) -> kafka_protocol::messages::FetchRequest {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    kafka_protocol::messages::FetchRequest::default()
+        .with_replica_id((-1).into())
+        .with_max_wait_ms(0)
+        .with_min_bytes(0)
+        .with_max_bytes(max_bytes)
+        .with_isolation_level(isolation_level)
+        .with_session_id(0)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(StrBytes::from_string(topic.to_string()).into())
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(partition)
+                .with_current_leader_epoch(-1)
+                .with_fetch_offset(offset)
+                .with_last_fetched_epoch(-1)
+                .with_log_start_offset(-1)
+                .with_partition_max_bytes(max_bytes)])])
 }

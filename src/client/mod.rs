@@ -14,6 +14,6 @@ pub mod scram;
 
 pub use connector::{ConnectError, Connector, SetupError};
 pub use kafka::{
-    ClientError, FetchedPartition, KafkaClient, PartitionError, PartitionRequestError,
-    RequestError, EARLIEST, LATEST,
+    single_partition_fetch, ClientError, FetchedPartition, KafkaClient, PartitionError,
+    PartitionRequestError, RequestError, EARLIEST, LATEST,
 };

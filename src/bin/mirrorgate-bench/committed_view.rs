@@ -10,12 +10,11 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::{FetchRequest, MetadataRequest, TopicName};
+use kafka_protocol::messages::{MetadataRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{Record, RecordBatchDecoder};
-use mirrorgate::client::KafkaClient;
+use mirrorgate::client::{single_partition_fetch, KafkaClient};
 use mirrorgate::protocol::batch::{control_marker, BatchWalker, ControlType};
 use sha2::{Digest, Sha256};
 
@@ -213,23 +212,7 @@ async fn read_partition(
     p: &mut Partition,
 ) -> Result<(), String> {
     loop {
-        let req = FetchRequest::default()
-            .with_replica_id((-1).into())
-            .with_max_wait_ms(0)
-            .with_min_bytes(0)
-            .with_max_bytes(FETCH_BYTES)
-            .with_isolation_level(1)
-            .with_session_id(0)
-            .with_session_epoch(-1)
-            .with_topics(vec![FetchTopic::default()
-                .with_topic(StrBytes::from_string(topic.to_string()).into())
-                .with_partitions(vec![FetchPartition::default()
-                    .with_partition(p.index)
-                    .with_current_leader_epoch(-1)
-                    .with_fetch_offset(p.next_offset)
-                    .with_last_fetched_epoch(-1)
-                    .with_log_start_offset(-1)
-                    .with_partition_max_bytes(FETCH_BYTES)])]);
+        let req = single_partition_fetch(topic, p.index, p.next_offset, FETCH_BYTES, 1);
         let resp = client.send(&req, 12).await.map_err(|e| e.to_string())?;
         let Some(fp) = resp
             .responses
