@@ -183,16 +183,28 @@ fn librdkafka_consume(
     v
 }
 
+/// A source topic of `partitions` mirrored by mirror `name` through a new gateway, written by
+/// TxnProducer.java (transactional id `<topic>-tx`, `plan`) while mirrored, and caught up.
+fn mirrored_txn_topic(
+    prefix: &str,
+    name: &str,
+    partitions: i32,
+    plan: &str,
+) -> (String, TestGateway) {
+    let source = harness::cluster("source");
+    let topic = harness::unique_topic(prefix);
+    harness::create_topic(&source, &topic, partitions, None);
+    let gw = TestGateway::start(agent_config(name, &[&topic], &source));
+    txn_produce(&source, &topic, partitions, &format!("{topic}-tx"), plan);
+    wait_same_log_end(&source, &topic, partitions);
+    (topic, gw)
+}
+
 #[test]
 fn a_transactional_source_is_mirrored_with_its_commits_and_aborts() {
-    let source = harness::cluster("source");
-    let destination = harness::cluster("destination");
-    let topic = harness::unique_topic("agent-txn");
-    harness::create_topic(&source, &topic, 3, None);
-    let gw = TestGateway::start(agent_config("txn", &[&topic], &source));
+    let (source, destination) = (harness::cluster("source"), harness::cluster("destination"));
     // Mirrored while the producer runs: committed and aborted transactions interleaved.
-    txn_produce(&source, &topic, 3, &format!("{topic}-tx"), "c5,a3,c4,a2,c3");
-    wait_same_log_end(&source, &topic, 3);
+    let (topic, gw) = mirrored_txn_topic("agent-txn", "txn", 3, "c5,a3,c4,a2,c3");
     for p in 0..3 {
         let (src, dst) = (
             raw_log(&source, &topic, p),
@@ -285,14 +297,9 @@ fn a_transactional_source_is_mirrored_with_its_commits_and_aborts() {
 
 #[test]
 fn a_transaction_left_open_at_failover_is_aborted_before_the_barrier() {
-    let source = harness::cluster("source");
     let destination = harness::cluster("destination");
-    let topic = harness::unique_topic("agent-txn-open");
-    harness::create_topic(&source, &topic, 2, None);
-    let gw = TestGateway::start(agent_config("open", &[&topic], &source));
     // Two committed records per partition, then a transaction left open (the producer halts).
-    txn_produce(&source, &topic, 2, &format!("{topic}-tx"), "c2,o3");
-    wait_same_log_end(&source, &topic, 2);
+    let (topic, gw) = mirrored_txn_topic("agent-txn-open", "open", 2, "c2,o3");
     for p in 0..2 {
         let log = raw_log(&destination, &topic, p);
         assert_eq!(

@@ -299,11 +299,7 @@ impl Task {
         let mut attempt = 0u32;
         let mut verification_refusals = 0u32;
         loop {
-            if attempt > 0 {
-                self.sleep(backoff(attempt)).await?;
-            }
-            attempt += 1;
-            if !self.connect_mirror().await? {
+            if !self.next_attempt(&mut attempt).await? {
                 continue;
             }
             let Some(c) = self.dst.as_mut() else { continue };
@@ -381,6 +377,16 @@ impl Task {
                 self.m.count_unknown_outcome("resent");
             }
         }
+    }
+
+    /// Before each attempt of a request to the mirror listener: back off (after the first),
+    /// then connect; `false` when not connected yet.
+    async fn next_attempt(&mut self, attempt: &mut u32) -> Step<bool> {
+        if *attempt > 0 {
+            self.sleep(backoff(*attempt)).await?;
+        }
+        *attempt += 1;
+        self.connect_mirror().await
     }
 
     /// Connect to the gateway's mirror-listener port of the partition's leader when not

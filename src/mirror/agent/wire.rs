@@ -11,12 +11,11 @@ use bytes::Bytes;
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    CreatePartitionsRequest, CreateTopicsRequest, DescribeConfigsRequest, FetchRequest,
-    MetadataRequest, ProduceRequest,
+    CreatePartitionsRequest, CreateTopicsRequest, DescribeConfigsRequest, MetadataRequest,
+    ProduceRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -252,23 +251,9 @@ pub async fn fetch(
     max_bytes: i32,
     max_wait: Duration,
 ) -> Result<FetchedPartition, ClientError> {
-    let req = FetchRequest::default()
-        .with_replica_id((-1).into())
+    let req = crate::client::single_partition_fetch(topic, partition, offset, max_bytes, 0)
         .with_max_wait_ms(max_wait.as_millis() as i32)
-        .with_min_bytes(1)
-        .with_max_bytes(max_bytes)
-        .with_isolation_level(0)
-        .with_session_id(0)
-        .with_session_epoch(-1)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(StrBytes::from_string(topic.to_string()).into())
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(partition)
-                .with_current_leader_epoch(-1)
-                .with_fetch_offset(offset)
-                .with_last_fetched_epoch(-1)
-                .with_log_start_offset(-1)
-                .with_partition_max_bytes(max_bytes)])]);
+        .with_min_bytes(1);
     let resp = c.send(&req, 12).await?;
     let p = resp
         .responses

@@ -25,7 +25,7 @@ use crate::protocol::txn_marker::MarkerSpec;
 use crate::psm::Marker;
 
 use super::super::wire;
-use super::{backoff, not_appended, unknown_outcome, Halt, Step, Task};
+use super::{not_appended, unknown_outcome, Halt, Step, Task};
 
 /// Refusals of a transactional batch for verification after which the partition fails even
 /// though the destination's verification is off (the setting reaches every broker in
@@ -96,11 +96,7 @@ impl Task {
     async fn write_marker(&mut self, h: &BatchHeader, b: &[u8], spec: MarkerSpec) -> Step<()> {
         let mut attempt = 0u32;
         loop {
-            if attempt > 0 {
-                self.sleep(backoff(attempt)).await?;
-            }
-            attempt += 1;
-            if !self.connect_mirror().await? {
+            if !self.next_attempt(&mut attempt).await? {
                 continue;
             }
             let Some(c) = self.dst.as_mut() else { continue };
