@@ -114,6 +114,20 @@ impl crate::admin::AdminBackend for Gateway {
     fn agent_lag(&self, mirror: &str, topic: &str, partition: i32) -> Option<(i64, f64)> {
         Gateway::agent_lag(self, mirror, topic, partition)
     }
+    fn agent_source_end_moved_ms(&self, mirror: &str, topic: &str, partition: i32) -> Option<i64> {
+        self.agent
+            .as_ref()?
+            .source_end_moved_ms(mirror, topic, partition)
+    }
+    fn agent_source(&self, mirror: &str) -> Option<crate::mirror::preflight::SourceFacts> {
+        self.agent.as_ref()?.source_facts(mirror)
+    }
+    fn permissions_missing(&self) -> Vec<String> {
+        self.permissions
+            .as_ref()
+            .map(|p| p.missing())
+            .unwrap_or_default()
+    }
 }
 
 impl Gateway {

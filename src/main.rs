@@ -67,6 +67,22 @@ enum Command {
         /// Give up waiting after this many seconds.
         #[arg(long, default_value_t = 300)]
         timeout: u64,
+        /// Change nothing: print the preflight (verdict go / no-go, its reasons and the checks);
+        /// exit 0 for go, 2 for no-go.
+        #[arg(long)]
+        dry_run: bool,
+        /// Refuse the failover when a partition is more records behind the source than this.
+        #[arg(long)]
+        max_lag_records: Option<i64>,
+        /// Refuse the failover when a partition is more seconds behind the source than this.
+        #[arg(long)]
+        max_lag_seconds: Option<f64>,
+        /// Fail over even when a guard is exceeded.
+        #[arg(long)]
+        force: bool,
+        /// Print the preflight as JSON instead of a table (with --dry-run).
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -192,15 +208,30 @@ fn main() -> ExitCode {
             token_env,
             no_wait,
             timeout,
+            dry_run,
+            max_lag_records,
+            max_lag_seconds,
+            force,
+            json,
         } => {
             init_logging(None);
             let token = std::env::var(&token_env).ok();
+            let options = serde_json::json!({
+                "dry_run": dry_run,
+                "force": force,
+                "max_lag_records": max_lag_records,
+                "max_lag_seconds": max_lag_seconds,
+            });
             runtime().block_on(failover(
                 &admin,
                 &name,
                 token.as_deref(),
-                no_wait,
-                Duration::from_secs(timeout),
+                FailoverCall {
+                    options,
+                    no_wait,
+                    timeout: Duration::from_secs(timeout),
+                    json,
+                },
             ))
         }
     }
@@ -471,25 +502,64 @@ async fn status(admin: &str) -> ExitCode {
     }
 }
 
+/// How the CLI calls a failover.
+struct FailoverCall {
+    /// The JSON body: dry_run, force, guards.
+    options: serde_json::Value,
+    no_wait: bool,
+    timeout: Duration,
+    /// Print a dry run's answer as JSON.
+    json: bool,
+}
+
 async fn failover(
     admin: &str,
     name: &str,
     token: Option<&str>,
-    no_wait: bool,
-    timeout: Duration,
+    call_opts: FailoverCall,
 ) -> ExitCode {
     use hyper::Method;
     use mirrorgate::admin::client::call;
+    let FailoverCall {
+        options,
+        no_wait,
+        timeout,
+        json,
+    } = call_opts;
+    let dry_run = options["dry_run"] == true;
     let path = format!("/v1/mirrors/{name}/failover");
-    let (status, body) = match call(admin, Method::POST, &path, token, None).await {
+    let body = options.to_string();
+    let (status, body) = match call(admin, Method::POST, &path, token, Some(body)).await {
         Ok(r) => r,
         Err(e) => {
             eprintln!("{e}");
             return ExitCode::from(1);
         }
     };
+    if dry_run && status == 200 {
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        if json {
+            println!("{}", body.trim());
+        } else {
+            print!("{}", mirrorgate::admin::render::preflight_table(&v));
+        }
+        return if v["verdict"] == "go" {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(2)
+        };
+    }
     if status != 202 {
         eprintln!("failover of {name} refused ({status}): {}", body.trim());
+        if status == 409 {
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+            if v["preflight"].is_object() {
+                eprint!(
+                    "{}",
+                    mirrorgate::admin::render::preflight_table(&v["preflight"])
+                );
+            }
+        }
         return ExitCode::from(2);
     }
     println!("failover accepted: {}", body.trim());

@@ -8,6 +8,8 @@
 //! shows.
 
 pub mod client;
+mod preflight;
+pub mod render;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -61,6 +63,12 @@ pub trait AdminBackend: Send + Sync + 'static {
     fn psm(&self) -> Option<&Arc<PsmRegistry>>;
     /// (records, seconds) of lag of a partition the built-in agent mirrors.
     fn agent_lag(&self, mirror: &str, topic: &str, partition: i32) -> Option<(i64, f64)>;
+    /// When the source's log end of a partition last moved (built-in agent).
+    fn agent_source_end_moved_ms(&self, mirror: &str, topic: &str, partition: i32) -> Option<i64>;
+    /// The built-in agent's view of a mirror's source cluster; `None` without an agent.
+    fn agent_source(&self, mirror: &str) -> Option<crate::mirror::preflight::SourceFacts>;
+    /// Permissions the gateway's own principal lacks for its protection work.
+    fn permissions_missing(&self) -> Vec<String>;
 }
 
 /// Serve the admin API on `listener` until `shutdown` fires.
@@ -296,6 +304,7 @@ async fn mirrors(
             if let Some(denied) = check_token(gw, req.headers()) {
                 return denied;
             }
+            let query = req.uri().query().map(str::to_string);
             let body = match http_body_util::Limited::new(req.into_body(), 64 * 1024)
                 .collect()
                 .await
@@ -308,26 +317,36 @@ async fn mirrors(
                     )
                 }
             };
-            if !body.iter().all(|b| b.is_ascii_whitespace()) {
-                match serde_json::from_slice::<serde_json::Value>(&body) {
-                    Ok(v) if v.is_object() => {}
-                    Ok(_) => {
-                        return error_reply(
-                            StatusCode::BAD_REQUEST,
-                            "the body must be a JSON object (or empty)",
-                        )
-                    }
-                    Err(e) => {
-                        return error_reply(
-                            StatusCode::BAD_REQUEST,
-                            &format!("malformed JSON body: {e}"),
-                        )
-                    }
+            let options = match preflight::FailoverOptions::read(query.as_deref(), &body) {
+                Ok(o) => o,
+                Err(e) => return error_reply(StatusCode::BAD_REQUEST, &e),
+            };
+            let guarded = options.max_lag_records.is_some() || options.max_lag_seconds.is_some();
+            if options.dry_run || guarded {
+                let Some(facts) = preflight::facts(gw, ctl, name) else {
+                    return error_reply(
+                        StatusCode::NOT_FOUND,
+                        &format!("no mirror named {name:?}"),
+                    );
+                };
+                let assessment = crate::mirror::preflight::assess(facts, options.guards());
+                if options.dry_run {
+                    return json_reply(StatusCode::OK, &assessment);
+                }
+                if assessment.guard_exceeded && !options.force {
+                    tracing::warn!(mirror = %name, reasons = ?assessment.reasons, "failover refused by its guards (force overrides)");
+                    return json_reply(
+                        StatusCode::CONFLICT,
+                        &json!({
+                            "error": "the failover exceeds its guards (max_lag_records / max_lag_seconds); nothing was changed; add force to fail over anyway",
+                            "preflight": assessment,
+                        }),
+                    );
                 }
             }
             match ctl.failover(name) {
                 Ok(started) => {
-                    tracing::info!(mirror = %started.mirror, failover_id = %started.failover_id, already_running = started.already_running, "failover requested");
+                    tracing::info!(mirror = %started.mirror, failover_id = %started.failover_id, already_running = started.already_running, forced = options.force, "failover requested");
                     json_reply(StatusCode::ACCEPTED, &started)
                 }
                 Err(e @ FailoverError::UnknownMirror(_)) => {

@@ -103,6 +103,8 @@ pub struct MirrorAgent {
     offsets_error: Option<String>,
     source_meta: RwLock<Option<ClusterMeta>>,
     source_ok: AtomicBool,
+    /// When `source_ok` last changed (ms since the epoch; 0: never since start).
+    source_since_ms: AtomicI64,
     /// A discovery pass has run every identity check (source cluster, topics, destination):
     /// no partition task starts before, so nothing is appended from a source that a check
     /// would refuse.
@@ -267,6 +269,7 @@ pub fn start(
             offsets_error,
             source_meta: RwLock::new(None),
             source_ok: AtomicBool::new(true),
+            source_since_ms: AtomicI64::new(0),
             checked: AtomicBool::new(false),
             refresh: Notify::new(),
             tasks: Mutex::new(HashMap::new()),
@@ -321,10 +324,27 @@ impl Agent {
         let m = self.mirror(mirror)?;
         let tasks = lock(&m.tasks);
         let slot = tasks.get(&(topic.to_string(), partition))?;
-        if slot.handle.as_ref().is_none_or(|h| h.is_finished()) {
-            return None;
-        }
+        // FAILED partitions included: what they last knew.
         slot.stats.lag()
+    }
+
+    /// When the source's log end of a partition last moved, as the agent saw it.
+    pub fn source_end_moved_ms(&self, mirror: &str, topic: &str, partition: i32) -> Option<i64> {
+        let m = self.mirror(mirror)?;
+        let tasks = lock(&m.tasks);
+        tasks
+            .get(&(topic.to_string(), partition))?
+            .stats
+            .source_end_moved_ms()
+    }
+
+    /// Whether the mirror's source cluster is reachable, and since when.
+    pub fn source_facts(&self, mirror: &str) -> Option<crate::mirror::preflight::SourceFacts> {
+        let m = self.mirror(mirror)?;
+        Some(crate::mirror::preflight::SourceFacts {
+            reachable: m.source_ok.load(Ordering::Relaxed),
+            since_ms: m.source_since_ms.load(Ordering::Relaxed),
+        })
     }
 
     /// The exact offset map of a partition (source → destination), if the agent mirrored it.

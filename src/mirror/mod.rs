@@ -30,6 +30,7 @@ pub mod mirror_metrics;
 pub mod permissions;
 pub mod pid_allocator;
 pub mod policy;
+pub mod preflight;
 pub mod records;
 pub mod screening;
 pub mod state;

@@ -31,6 +31,7 @@ mod basics;
 mod compacted;
 mod divergence;
 mod faults;
+mod preflight;
 mod topologies;
 mod transactions;
 

@@ -33,12 +33,16 @@ impl MirrorAgent {
             Ok(m) => m,
             Err(e) => {
                 if self.source_ok.swap(false, Ordering::Relaxed) {
+                    self.source_since_ms
+                        .store(crate::mirror::screening::now_ms(), Ordering::Relaxed);
                     tracing::warn!(mirror = %self.name, error = %e, "source cluster unreachable; mirroring waits (failover does not)");
                 }
                 return;
             }
         };
         if !self.source_ok.swap(true, Ordering::Relaxed) {
+            self.source_since_ms
+                .store(crate::mirror::screening::now_ms(), Ordering::Relaxed);
             tracing::info!(mirror = %self.name, "source cluster reachable again");
         }
         let topics: Vec<(String, wire::TopicMeta)> = meta

@@ -29,6 +29,8 @@ pub struct PartStats {
     pub(super) last_ts: AtomicI64,
     /// Max timestamp of the first batch not mirrored yet (used before anything was mirrored).
     pub(super) pending_ts: AtomicI64,
+    /// When the source high watermark last changed (ms since the epoch; -1: never seen).
+    pub(super) hw_moved_ms: AtomicI64,
 }
 
 impl Default for PartStats {
@@ -38,11 +40,24 @@ impl Default for PartStats {
             high_watermark: AtomicI64::new(-1),
             last_ts: AtomicI64::new(-1),
             pending_ts: AtomicI64::new(-1),
+            hw_moved_ms: AtomicI64::new(-1),
         }
     }
 }
 
 impl PartStats {
+    /// The source high watermark just read; notes when it moved.
+    pub(super) fn set_high_watermark(&self, hw: i64) {
+        if self.high_watermark.swap(hw, Ordering::Relaxed) != hw {
+            self.hw_moved_ms.store(now_ms(), Ordering::Relaxed);
+        }
+    }
+
+    /// When the source's log end last moved, as far as the agent saw.
+    pub fn source_end_moved_ms(&self) -> Option<i64> {
+        Some(self.hw_moved_ms.load(Ordering::Relaxed)).filter(|t| *t >= 0)
+    }
+
     /// (records, seconds) behind the source, when known.
     pub fn lag(&self) -> Option<(i64, f64)> {
         let next = self.next_source.load(Ordering::Relaxed);
@@ -69,7 +84,8 @@ impl PartStats {
 
 /// Scrape-time collector of `mirrorgate_mirror_lag_records` and `mirrorgate_mirror_lag_seconds`:
 /// per partition, or (with `metrics.per_partition: false`) the largest lag of each topic. Built
-/// from the running partition tasks at each scrape, so series of stopped or deleted partitions
+/// from the partition tasks at each scrape — FAILED ones included, with what they last knew (a
+/// failed partition is the one whose lag matters) — so series of stopped or deleted partitions
 /// disappear.
 pub(super) struct LagCollector {
     agent: Weak<Agent>,
@@ -119,9 +135,6 @@ impl prometheus::core::Collector for LagCollector {
             for m in &agent.mirrors {
                 let tasks = lock(&m.tasks);
                 for ((t, p), slot) in tasks.iter() {
-                    if slot.handle.as_ref().is_none_or(|h| h.is_finished()) {
-                        continue;
-                    }
                     if let Some((r, s)) = slot.stats.lag() {
                         if self.per_partition {
                             let ps = p.to_string();

@@ -140,11 +140,31 @@ impl Task {
     }
 
     pub async fn run(mut self) -> Exit {
-        match self.run_inner().await {
-            Ok(()) | Err(Halt::Stop) => Exit::Stopped,
-            Err(Halt::Fail(r)) => Exit::Failed(r),
-            Err(Halt::Retry(r)) => Exit::Failed(r),
+        let exit = match self.run_inner().await {
+            Ok(()) | Err(Halt::Stop) => return Exit::Stopped,
+            Err(Halt::Fail(r) | Halt::Retry(r)) => Exit::Failed(r),
             Err(Halt::Sequence) => Exit::Failed("a batch was refused as out of sequence".into()),
+        };
+        // A FAILED partition keeps exporting its lag: what the source has that the destination
+        // does not (bounded; best effort).
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.note_failed_lag()).await;
+        exit
+    }
+
+    /// The lag figures of a partition that failed: the next source offset (the map's, else
+    /// the source log start) and the source log end.
+    async fn note_failed_lag(&mut self) {
+        if self.stats.next_source.load(Ordering::Relaxed) < 0 {
+            let next = match self.map().and_then(|m| m.next()) {
+                Some((s, _)) => Some(s),
+                None => self.source_offset(EARLIEST).await.ok(),
+            };
+            if let Some(n) = next {
+                self.stats.next_source.store(n, Ordering::Relaxed);
+            }
+        }
+        if let Ok(end) = self.source_offset(crate::client::LATEST).await {
+            self.stats.set_high_watermark(end);
         }
     }
 
@@ -492,9 +512,7 @@ impl Task {
                 }
                 Err(e) => return Err(e),
             };
-            self.stats
-                .high_watermark
-                .store(f.high_watermark, Ordering::Relaxed);
+            self.stats.set_high_watermark(f.high_watermark);
             let mut complete = 0;
             for item in BatchWalker::fetched(&f.records) {
                 let (h, b) = item.map_err(|e| {

@@ -1,0 +1,152 @@
+//! The failover preflight (dry run) and guards: a dry run changes nothing and says go on a
+//! healthy mirror; a FAILED partition makes it no-go, named, with the lag it exports; a guard
+//! refuses a failover (409 with the preflight) unless it is forced.
+
+use super::*;
+
+use crate::gw::admin_call_body;
+
+fn post_failover(admin: &str, name: &str, query: &str, body: &str) -> (u16, serde_json::Value) {
+    let (status, text) = admin_call_body(
+        admin,
+        Method::POST,
+        &format!("/v1/mirrors/{name}/failover{query}"),
+        None,
+        body,
+    );
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or_else(|_| panic!("json: {text}")),
+    )
+}
+
+/// The mirror's state as the admin API shows it, without the lag figures (they move).
+fn mirror_state(admin: &str, name: &str) -> (String, Vec<serde_json::Value>) {
+    let (_, m) = admin_call(admin, Method::GET, &format!("/v1/mirrors/{name}"), None);
+    let parts = partitions_json(admin, name)
+        .into_iter()
+        .map(|mut p| {
+            if let Some(o) = p.as_object_mut() {
+                o.remove("lag_records");
+                o.remove("lag_seconds");
+            }
+            p
+        })
+        .collect();
+    (m, parts)
+}
+
+#[test]
+fn a_dry_run_on_a_healthy_mirror_says_go_and_changes_nothing() {
+    let source = harness::cluster("source");
+    let topic = harness::unique_topic("preflight-go");
+    harness::create_topic(&source, &topic, 2, None);
+    SourceWriter::start(&source, &topic, "pre", 50, 5000).finish(false);
+    let gw = TestGateway::start(agent_config("go", &[&topic], &source));
+    wait_caught_up(&gw.admin(), "go", &source, &topic, 2);
+    let before = mirror_state(&gw.admin(), "go");
+    let barriers = gw.metric(r#"mirrorgate_barriers_written_total{mirror="go"}"#);
+    let (status, v) = post_failover(&gw.admin(), "go", "?dry_run=true", "");
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["verdict"], "go", "{v}");
+    assert_eq!(v["reasons"], serde_json::json!([]), "{v}");
+    assert_eq!(v["totals"]["partitions"], 2);
+    assert_eq!(v["totals"]["lag_records"], 0);
+    assert_eq!(v["source"]["reachable"], true);
+    for p in v["partitions"].as_array().unwrap() {
+        assert_eq!(p["state"], "MIRRORING");
+        assert_eq!(p["psm_ready"], true, "{p}");
+        assert!(p["leader"].is_i64(), "{p}");
+    }
+    // The same through the command line: a table, exit 0.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mirrorgate"))
+        .args(["failover", "go", "--dry-run", "--admin", &gw.admin()])
+        .output()
+        .expect("mirrorgate failover --dry-run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("mirror go: GO"), "{text}");
+    assert!(text.contains(&format!("{topic}-1")), "{text}");
+    // Nothing changed: states, records, barriers.
+    assert_eq!(mirror_state(&gw.admin(), "go"), before);
+    assert_eq!(
+        gw.metric(r#"mirrorgate_barriers_written_total{mirror="go"}"#),
+        barriers
+    );
+    let (status, v) = post_failover(&gw.admin(), "go", "?dry_run=maybe", "");
+    assert_eq!(status, 400, "{v}");
+}
+
+#[test]
+fn a_failed_partition_is_no_go_and_a_guard_refuses_until_forced() {
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("preflight-failed");
+    harness::create_topic(&source, &topic, 1, None);
+    SourceWriter::start(&source, &topic, "src", 30, 5000).finish(false);
+    // The destination topic exists with a record the source does not have: not aligned, so the
+    // agent fails the partition.
+    harness::create_topic(&destination, &topic, 1, None);
+    SourceWriter::start(&destination, &topic, "stray", 1, 5000).finish(false);
+    let gw = TestGateway::start(agent_config("nogo", &[&topic], &source));
+    wait_for(
+        "the partition FAILED with its lag",
+        Duration::from_secs(60),
+        || {
+            partitions_json(&gw.admin(), "nogo")
+                .iter()
+                .any(|p| p["state"] == "FAILED" && p["lag_records"] == 30)
+        },
+    );
+    assert_eq!(
+        gw.metric(&format!(
+            "mirrorgate_mirror_lag_records{{mirror=\"nogo\",partition=\"0\",topic=\"{topic}\"}}"
+        )),
+        30.0,
+        "a FAILED partition exports its lag"
+    );
+    let (status, v) = post_failover(&gw.admin(), "nogo", "", r#"{"dry_run": true}"#);
+    assert_eq!(status, 200);
+    assert_eq!(v["verdict"], "no-go", "{v}");
+    let reasons = v["reasons"].to_string();
+    assert!(
+        reasons.contains(&format!("{topic}-0 is FAILED")) && reasons.contains("30 source records"),
+        "{reasons}"
+    );
+    assert_eq!(v["guard_exceeded"], false);
+    // A guard the lag exceeds: refused with the preflight, nothing changed.
+    let (status, v) = post_failover(&gw.admin(), "nogo", "?max_lag_records=5", "");
+    assert_eq!(status, 409, "{v}");
+    assert_eq!(v["preflight"]["guard_exceeded"], true, "{v}");
+    assert!(
+        v["preflight"]["reasons"]
+            .to_string()
+            .contains("above max_lag_records 5"),
+        "{v}"
+    );
+    assert!(partitions_json(&gw.admin(), "nogo")
+        .iter()
+        .all(|p| p["state"] == "FAILED"));
+    // The command line shows the refusal and exits 2.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mirrorgate"))
+        .args([
+            "failover",
+            "nogo",
+            "--max-lag-records",
+            "5",
+            "--admin",
+            &gw.admin(),
+        ])
+        .output()
+        .expect("mirrorgate failover");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    // Forced: the failover goes through.
+    let (status, v) = post_failover(
+        &gw.admin(),
+        "nogo",
+        "",
+        r#"{"max_lag_records": 5, "force": true}"#,
+    );
+    assert_eq!(status, 202, "{v}");
+    wait_stopped(&gw.admin(), "nogo");
+}

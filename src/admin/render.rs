@@ -1,0 +1,68 @@
+//! Readable text of admin API answers, for the command line (`mirrorgate failover --dry-run`).
+//!
+//! Owns: the layout. Must not touch: the answers' content (the admin API's JSON).
+
+/// A preflight answer (JSON) as a readable table.
+pub fn preflight_table(v: &serde_json::Value) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "mirror {}: {}",
+        v["mirror"].as_str().unwrap_or("?"),
+        v["verdict"].as_str().unwrap_or("?").to_uppercase()
+    );
+    for r in v["reasons"].as_array().into_iter().flatten() {
+        let _ = writeln!(out, "  no-go: {}", r.as_str().unwrap_or_default());
+    }
+    for w in v["warnings"].as_array().into_iter().flatten() {
+        let _ = writeln!(out, "  note:  {}", w.as_str().unwrap_or_default());
+    }
+    let _ = writeln!(
+        out,
+        "{:<40} {:<10} {:>10} {:>9} {:>7} {:>9} {:>5}",
+        "partition", "state", "lag_rec", "lag_s", "leader", "producers", "txns"
+    );
+    let opt = |x: &serde_json::Value| {
+        if x.is_null() {
+            "-".to_string()
+        } else {
+            x.to_string()
+        }
+    };
+    for p in v["partitions"].as_array().into_iter().flatten() {
+        let lag_s = p["lag_seconds"]
+            .as_f64()
+            .map_or("-".to_string(), |s| format!("{s:.1}"));
+        let _ = writeln!(
+            out,
+            "{:<40} {:<10} {:>10} {:>9} {:>7} {:>9} {:>5}",
+            format!("{}-{}", p["topic"].as_str().unwrap_or("?"), p["partition"]),
+            p["state"].as_str().unwrap_or("?"),
+            opt(&p["lag_records"]),
+            lag_s,
+            opt(&p["leader"]),
+            format!(
+                "{}{}",
+                p["psm_producers"],
+                if p["psm_ready"] == true {
+                    ""
+                } else {
+                    " (not rebuilt)"
+                }
+            ),
+            p["open_transactions"]
+        );
+    }
+    let t = &v["totals"];
+    let _ = writeln!(
+        out,
+        "total: {} partitions, {} FAILED, {} records behind, max {:.1} s behind, {} open transactions",
+        t["partitions"],
+        t["failed"],
+        t["lag_records"],
+        t["max_lag_seconds"].as_f64().unwrap_or(0.0),
+        t["open_transactions"]
+    );
+    out
+}
