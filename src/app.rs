@@ -20,6 +20,8 @@ use crate::proxy::{BoundPorts, ConnContext, ListenerAddressMap};
 use crate::psm::registry::{ProducerGauge, PsmRegistry};
 use crate::state::{StateError, StateStore};
 
+mod admin_backend;
+
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -68,6 +70,8 @@ pub struct Gateway {
     pub permissions: Option<Arc<PermissionCheck>>,
     /// The built-in mirror agent; `None` without a mirror with a `source:`.
     pub agent: Option<Arc<crate::mirror::agent::Agent>>,
+    /// The failover reports; `None` without mirrors.
+    reports: Option<crate::mirror::report::ReportStore>,
     admin_addr: SocketAddr,
     /// The admin token required by mutating calls (`None`: loopback without a token).
     pub admin_token: Option<String>,
@@ -76,59 +80,6 @@ pub struct Gateway {
 }
 
 pub use crate::admin::Readiness;
-
-impl crate::admin::AdminBackend for Gateway {
-    fn admin_addr(&self) -> SocketAddr {
-        self.admin_addr
-    }
-    fn readiness(&self) -> Readiness {
-        Gateway::readiness(self)
-    }
-    fn metrics_text(&self) -> String {
-        self.metrics.render()
-    }
-    fn cluster(&self) -> &ClusterView {
-        &self.cluster
-    }
-    fn gateway_ports(&self, node_id: i32) -> Vec<(&'static str, String)> {
-        self.listeners
-            .iter()
-            .filter_map(|l| {
-                l.bound
-                    .snapshot()
-                    .into_iter()
-                    .find(|(n, _)| *n == node_id)
-                    .map(|(_, a)| (l.kind.as_str(), a.to_string()))
-            })
-            .collect()
-    }
-    fn admin_token(&self) -> Option<&str> {
-        self.admin_token.as_deref()
-    }
-    fn mirrors(&self) -> Option<&Arc<MirrorController>> {
-        self.mirrors.as_ref()
-    }
-    fn psm(&self) -> Option<&Arc<PsmRegistry>> {
-        self.psm.as_ref()
-    }
-    fn agent_lag(&self, mirror: &str, topic: &str, partition: i32) -> Option<(i64, f64)> {
-        Gateway::agent_lag(self, mirror, topic, partition)
-    }
-    fn agent_source_end_moved_ms(&self, mirror: &str, topic: &str, partition: i32) -> Option<i64> {
-        self.agent
-            .as_ref()?
-            .source_end_moved_ms(mirror, topic, partition)
-    }
-    fn agent_source(&self, mirror: &str) -> Option<crate::mirror::preflight::SourceFacts> {
-        self.agent.as_ref()?.source_facts(mirror)
-    }
-    fn permissions_missing(&self) -> Vec<String> {
-        self.permissions
-            .as_ref()
-            .map(|p| p.missing())
-            .unwrap_or_default()
-    }
-}
 
 impl Gateway {
     /// Lag of a partition mirrored by the built-in agent (admin API).
@@ -274,6 +225,16 @@ impl Gateway {
             mirror_connector,
         )
         .map_err(StartError::Agent)?;
+        let reports = match &mirrors {
+            Some(ctl) => {
+                let store =
+                    crate::mirror::report::ReportStore::new(StateStore::open(&config.state_dir)?);
+                let names: Vec<String> = config.mirrors.iter().map(|m| m.name.clone()).collect();
+                crate::mirror::report_follow::resume(&store, ctl, agent.as_ref(), &names);
+                Some(store)
+            }
+            None => None,
+        };
         let mut listeners = Vec::new();
         for ((kind, lcfg), acceptor) in specs.into_iter().zip(acceptors) {
             let ctx = Arc::new(ConnContext {
@@ -332,6 +293,7 @@ impl Gateway {
             mirrors,
             permissions,
             agent,
+            reports,
             admin_addr,
             admin_token,
             shutdown,

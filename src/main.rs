@@ -222,11 +222,11 @@ fn main() -> ExitCode {
                 "max_lag_records": max_lag_records,
                 "max_lag_seconds": max_lag_seconds,
             });
-            runtime().block_on(failover(
+            runtime().block_on(mirrorgate::admin::cli::failover(
                 &admin,
                 &name,
                 token.as_deref(),
-                FailoverCall {
+                mirrorgate::admin::cli::FailoverCall {
                     options,
                     no_wait,
                     timeout: Duration::from_secs(timeout),
@@ -499,98 +499,5 @@ async fn status(admin: &str) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(3)
-    }
-}
-
-/// How the CLI calls a failover.
-struct FailoverCall {
-    /// The JSON body: dry_run, force, guards.
-    options: serde_json::Value,
-    no_wait: bool,
-    timeout: Duration,
-    /// Print a dry run's answer as JSON.
-    json: bool,
-}
-
-async fn failover(
-    admin: &str,
-    name: &str,
-    token: Option<&str>,
-    call_opts: FailoverCall,
-) -> ExitCode {
-    use hyper::Method;
-    use mirrorgate::admin::client::call;
-    let FailoverCall {
-        options,
-        no_wait,
-        timeout,
-        json,
-    } = call_opts;
-    let dry_run = options["dry_run"] == true;
-    let path = format!("/v1/mirrors/{name}/failover");
-    let body = options.to_string();
-    let (status, body) = match call(admin, Method::POST, &path, token, Some(body)).await {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(1);
-        }
-    };
-    if dry_run && status == 200 {
-        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-        if json {
-            println!("{}", body.trim());
-        } else {
-            print!("{}", mirrorgate::admin::render::preflight_table(&v));
-        }
-        return if v["verdict"] == "go" {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::from(2)
-        };
-    }
-    if status != 202 {
-        eprintln!("failover of {name} refused ({status}): {}", body.trim());
-        if status == 409 {
-            let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-            if v["preflight"].is_object() {
-                eprint!(
-                    "{}",
-                    mirrorgate::admin::render::preflight_table(&v["preflight"])
-                );
-            }
-        }
-        return ExitCode::from(2);
-    }
-    println!("failover accepted: {}", body.trim());
-    if no_wait {
-        return ExitCode::SUCCESS;
-    }
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Ok((200, body)) = call(
-            admin,
-            Method::GET,
-            &format!("/v1/mirrors/{name}"),
-            None,
-            None,
-        )
-        .await
-        {
-            let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-            let total = v["partitions"].as_u64().unwrap_or(0);
-            let stopped = v["states"]["STOPPED"].as_u64().unwrap_or(0);
-            let failed = v["states"]["FAILED"].as_u64().unwrap_or(0);
-            if total > 0 && stopped == total {
-                println!("mirror {name}: all {total} partitions STOPPED; the topics are writable");
-                return ExitCode::SUCCESS;
-            }
-            eprintln!("mirror {name}: {stopped}/{total} STOPPED, {failed} FAILED (retried)");
-        }
-        if tokio::time::Instant::now() >= deadline {
-            eprintln!("mirror {name}: failover not complete after {timeout:?}; see GET /v1/mirrors/{name}/partitions");
-            return ExitCode::from(3);
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }

@@ -7,6 +7,7 @@
 //! Must not touch: Kafka sockets or gateway state directly; it asks the backend for what it
 //! shows.
 
+pub mod cli;
 pub mod client;
 mod preflight;
 pub mod render;
@@ -69,6 +70,13 @@ pub trait AdminBackend: Send + Sync + 'static {
     fn agent_source(&self, mirror: &str) -> Option<crate::mirror::preflight::SourceFacts>;
     /// Permissions the gateway's own principal lacks for its protection work.
     fn permissions_missing(&self) -> Vec<String>;
+    /// A failover was called: store its report and complete it when the failover completes.
+    fn failover_called(&self, report: crate::mirror::report::FailoverReport);
+    /// The stored failover reports of `mirror`, oldest first.
+    fn failover_reports(
+        &self,
+        mirror: &str,
+    ) -> Result<Vec<crate::mirror::report::FailoverReport>, String>;
 }
 
 /// Serve the admin API on `listener` until `shutdown` fires.
@@ -81,10 +89,10 @@ pub async fn serve(
     loop {
         tokio::select! {
             r = listener.accept() => match r {
-                Ok((stream, _peer)) => {
+                Ok((stream, peer)) => {
                     let gw = gw.clone();
                     tokio::spawn(async move {
-                        let svc = service_fn(move |req| handle(gw.clone(), req));
+                        let svc = service_fn(move |req| handle(gw.clone(), peer, req));
                         let conn = http1::Builder::new()
                             .timer(TokioTimer::new())
                             .header_read_timeout(std::time::Duration::from_secs(10))
@@ -249,6 +257,7 @@ async fn mirrors(
     method: &Method,
     path: &str,
     req: Request<Incoming>,
+    caller: &str,
 ) -> Response<Full<Bytes>> {
     let Some(ctl) = gw.mirrors() else {
         return match (method, path) {
@@ -344,9 +353,19 @@ async fn mirrors(
                     );
                 }
             }
+            let at_call = preflight::facts(gw, ctl, name);
             match ctl.failover(name) {
                 Ok(started) => {
                     tracing::info!(mirror = %started.mirror, failover_id = %started.failover_id, already_running = started.already_running, forced = options.force, "failover requested");
+                    if !started.already_running {
+                        gw.failover_called(preflight::open_report(
+                            name,
+                            &started.failover_id,
+                            caller,
+                            &options,
+                            at_call,
+                        ));
+                    }
                     json_reply(StatusCode::ACCEPTED, &started)
                 }
                 Err(e @ FailoverError::UnknownMirror(_)) => {
@@ -363,6 +382,24 @@ async fn mirrors(
                 }
             }
         }
+        (&Method::GET, [name, "failovers"]) => match gw.failover_reports(name) {
+            Ok(list) if find(name).is_some() => json_reply(
+                StatusCode::OK,
+                &json!({ "mirror": name, "failovers": list }),
+            ),
+            Ok(_) => error_reply(StatusCode::NOT_FOUND, &format!("no mirror named {name:?}")),
+            Err(e) => error_reply(StatusCode::INTERNAL_SERVER_ERROR, &e),
+        },
+        (&Method::GET, [name, "failovers", id]) => match gw.failover_reports(name) {
+            Ok(list) => match list.into_iter().find(|r| r.failover_id == *id) {
+                Some(r) => json_reply(StatusCode::OK, &r),
+                None => error_reply(
+                    StatusCode::NOT_FOUND,
+                    &format!("no failover {id:?} of mirror {name:?}"),
+                ),
+            },
+            Err(e) => error_reply(StatusCode::INTERNAL_SERVER_ERROR, &e),
+        },
         (&Method::POST, [name, "start"]) => {
             if let Some(denied) = check_token(gw, req.headers()) {
                 return denied;
@@ -410,6 +447,22 @@ async fn mirrors(
             &format!("no such endpoint: {method} {path}"),
         ),
     }
+}
+
+/// The audit trail: one structured event (target `mirrorgate::audit`) per state-changing admin
+/// call — failover, start, pause, resume — with its caller and outcome.
+fn audit(path: &str, caller: &str, status: StatusCode) {
+    let parts: Vec<&str> = path.trim_start_matches("/v1/mirrors/").split('/').collect();
+    let (mirror, action) = match parts.as_slice() {
+        [m, a] => (*m, *a),
+        _ => ("", path),
+    };
+    tracing::info!(
+        target: "mirrorgate::audit",
+        action, mirror, caller, status = status.as_u16(),
+        outcome = if status.is_success() { "accepted" } else { "refused" },
+        "admin call"
+    );
 }
 
 /// `GET /v1/partitions/{topic}/{partition}/producers`: the PSM entries of a tracked partition.
@@ -473,6 +526,7 @@ fn producers(gw: &dyn AdminBackend, topic: &str, partition: &str) -> Response<Fu
 
 async fn handle(
     gw: Arc<dyn AdminBackend>,
+    peer: std::net::SocketAddr,
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let path = req.uri().path().trim_end_matches('/').to_string();
@@ -508,7 +562,15 @@ async fn handle(
             r
         }
         (m, p) if p == "/v1/mirrors" || p.starts_with("/v1/mirrors/") => {
-            mirrors(gw.as_ref(), &m, p, req).await
+            let caller = match gw.admin_token() {
+                Some(_) => format!("token@{peer}"),
+                None => peer.to_string(),
+            };
+            let resp = mirrors(gw.as_ref(), &m, p, req, &caller).await;
+            if m == Method::POST {
+                audit(p, &caller, resp.status());
+            }
+            resp
         }
         (m, p) if p.starts_with("/v1/partitions/") => {
             let parts: Vec<&str> = p.trim_start_matches("/v1/partitions/").split('/').collect();

@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use crate::mirror::controller::MirrorController;
 use crate::mirror::preflight::{Guards, MirrorFacts, PartitionFacts};
+use crate::mirror::report::{FailedAtCall, FailoverReport, PartitionLag};
 use crate::mirror::screening::now_ms;
 
 use super::AdminBackend;
@@ -136,6 +137,57 @@ pub fn facts(gw: &dyn AdminBackend, ctl: &MirrorController, name: &str) -> Optio
         barrier_permission: (!missing.is_empty()).then(|| missing.join("; ")),
         now_ms: now_ms(),
     })
+}
+
+/// The report of a failover just called by `caller` with `options`, with the lag the agent
+/// knew at the call (`at_call`: the facts read just before).
+pub fn open_report(
+    name: &str,
+    failover_id: &str,
+    caller: &str,
+    options: &FailoverOptions,
+    at_call: Option<MirrorFacts>,
+) -> FailoverReport {
+    let failed: Vec<FailedAtCall> = at_call
+        .iter()
+        .flat_map(|f| f.partitions.iter())
+        .filter(|p| p.state == "FAILED")
+        .map(|p| FailedAtCall {
+            topic: p.topic.clone(),
+            partition: p.partition,
+            error: p.last_error.clone(),
+        })
+        .collect();
+    let (lag, reachable) = match at_call {
+        Some(f) => (
+            f.partitions
+                .iter()
+                .map(|p| PartitionLag {
+                    topic: p.topic.clone(),
+                    partition: p.partition,
+                    lag_records: p.lag_records,
+                    lag_seconds: p.lag_seconds,
+                })
+                .collect(),
+            f.source.map(|s| s.reachable),
+        ),
+        None => (Vec::new(), None),
+    };
+    let mut report = FailoverReport::open(
+        name,
+        failover_id,
+        caller.to_string(),
+        now_ms(),
+        (
+            options.max_lag_records,
+            options.max_lag_seconds,
+            options.force,
+        ),
+        lag,
+        reachable,
+    );
+    report.failed_at_call = failed;
+    report
 }
 
 #[cfg(test)]

@@ -66,3 +66,52 @@ pub fn preflight_table(v: &serde_json::Value) -> String {
     );
     out
 }
+
+/// A failover report (JSON) as readable text.
+pub fn report_text(v: &serde_json::Value) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let num = |x: &serde_json::Value| {
+        if x.is_null() {
+            "unknown".to_string()
+        } else {
+            x.to_string()
+        }
+    };
+    let t = &v["totals"];
+    let _ = writeln!(
+        out,
+        "failover {} of mirror {}: RTO {} s, RPO {} records (max {} s behind), called by {}{}",
+        v["failover_id"].as_str().unwrap_or("?"),
+        v["mirror"].as_str().unwrap_or("?"),
+        num(&v["rto_seconds"]),
+        num(&t["rpo_records"]),
+        num(&t["max_rpo_seconds"]),
+        v["called_by"].as_str().unwrap_or("?"),
+        if v["forced"] == true { " (forced)" } else { "" }
+    );
+    let _ = writeln!(
+        out,
+        "{:<40} {:>12} {:>12} {:>10} {:>10} {:>9} {:>8} {:>6}",
+        "partition", "last_src", "last_dst", "barrier", "rpo_rec", "rpo_s", "expired", "txns"
+    );
+    for p in v["partitions"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "{:<40} {:>12} {:>12} {:>10} {:>10} {:>9} {:>8} {:>6}{}",
+            format!("{}-{}", p["topic"].as_str().unwrap_or("?"), p["partition"]),
+            num(&p["last_mirrored_source_offset"]),
+            num(&p["last_mirrored_destination_offset"]),
+            num(&p["barrier_offset"]),
+            num(&p["rpo_records"]),
+            num(&p["rpo_seconds"]),
+            p["producers_expired"],
+            p["transactions_aborted"].as_array().map_or(0, |a| a.len()),
+            match p["last_error"].as_str() {
+                Some(e) => format!("  FAILED before: {e}"),
+                None => String::new(),
+            }
+        );
+    }
+    out
+}

@@ -24,6 +24,7 @@
 //! maps. Must not touch: partition states beyond marking
 //! a partition FAILED through the controller, the PSM (the produce tap feeds it).
 
+mod completion;
 mod discovery;
 mod lag;
 pub mod offsets;

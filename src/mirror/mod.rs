@@ -32,6 +32,8 @@ pub mod pid_allocator;
 pub mod policy;
 pub mod preflight;
 pub mod records;
+pub mod report;
+pub mod report_follow;
 pub mod screening;
 pub mod state;
 

@@ -150,3 +150,82 @@ fn a_failed_partition_is_no_go_and_a_guard_refuses_until_forced() {
     assert_eq!(status, 202, "{v}");
     wait_stopped(&gw.admin(), "nogo");
 }
+
+#[test]
+fn a_failover_report_accounts_for_what_the_destination_lacks_and_survives_a_restart() {
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("report");
+    harness::create_topic(&source, &topic, 2, None);
+    SourceWriter::start(&source, &topic, "pre", 100, 5000).finish(false);
+    let cfg = agent_config("rep", &[&topic], &source);
+    let gw = TestGateway::start(cfg.clone());
+    wait_caught_up(&gw.admin(), "rep", &source, &topic, 2);
+    // The destination falls behind: paused, then 30 more records on the source.
+    let (status, body) = admin_call(&gw.admin(), Method::POST, "/v1/mirrors/rep/pause", None);
+    assert_eq!(status, 200, "{body}");
+    SourceWriter::start(&source, &topic, "late", 30, 5000).finish(false);
+    let called = Instant::now();
+    let (status, v) = post_failover(&gw.admin(), "rep", "", "");
+    assert_eq!(status, 202, "{v}");
+    let id = v["failover_id"].as_str().expect("id").to_string();
+    wait_stopped(&gw.admin(), "rep");
+    let wall = called.elapsed().as_secs_f64();
+    let path = format!("/v1/mirrors/rep/failovers/{id}");
+    let mut report = serde_json::Value::Null;
+    wait_for("the failover report", Duration::from_secs(30), || {
+        let (_, body) = admin_call(&gw.admin(), Method::GET, &path, None);
+        report = serde_json::from_str(&body).unwrap_or_default();
+        report["status"] == "complete"
+    });
+    let rto = report["rto_seconds"].as_f64().expect("rto");
+    assert!(
+        rto > 0.0 && rto <= wall + 0.5,
+        "rto {rto} s, measured {wall} s"
+    );
+    assert!(
+        report["called_by"].as_str().unwrap().contains("127.0.0.1"),
+        "{report}"
+    );
+    let mut total_rpo = 0;
+    for p in 0..2 {
+        let part = report["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["partition"] == p)
+            .expect("partition in the report")
+            .clone();
+        let src = read_log(&source, &topic, p);
+        let dst = read_log(&destination, &topic, p);
+        // Aligned logs: what the destination holds before its barrier is the source's prefix.
+        let mirrored = dst.records.len() as i64;
+        assert_eq!(
+            part["last_mirrored_destination_offset"],
+            mirrored - 1,
+            "{part}"
+        );
+        assert_eq!(part["last_mirrored_source_offset"], mirrored - 1, "{part}");
+        assert_eq!(part["barrier_offset"], dst.barriers[0], "{part}");
+        let missing = src.records.len() as i64 - mirrored;
+        assert_eq!(part["rpo_records"], missing, "{part}");
+        if missing > 0 {
+            assert!(part["rpo_seconds"].as_f64().unwrap() > 0.0, "{part}");
+        }
+        total_rpo += missing;
+    }
+    assert_eq!(total_rpo, 30, "the records written while paused");
+    assert_eq!(report["totals"]["rpo_records"], 30, "{report}");
+    // The list, and the same report after a restart.
+    drop(gw);
+    let gw = TestGateway::start(cfg);
+    let (status, body) = admin_call(&gw.admin(), Method::GET, "/v1/mirrors/rep/failovers", None);
+    assert_eq!(status, 200, "{body}");
+    let list: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        list["failovers"].as_array().map(Vec::len),
+        Some(1),
+        "{list}"
+    );
+    assert_eq!(list["failovers"][0], report, "the stored report, unchanged");
+}

@@ -1,0 +1,79 @@
+//! The gateway as the admin API sees it: [`crate::admin::AdminBackend`] for [`Gateway`].
+//!
+//! Owns: that mapping. Must not touch: the admin API's routes, the parts' own logic.
+
+use std::sync::Arc;
+
+use crate::cluster::ClusterView;
+use crate::mirror::controller::MirrorController;
+use crate::psm::registry::PsmRegistry;
+
+use super::{Gateway, Readiness};
+use std::net::SocketAddr;
+
+impl crate::admin::AdminBackend for Gateway {
+    fn admin_addr(&self) -> SocketAddr {
+        self.admin_addr
+    }
+    fn readiness(&self) -> Readiness {
+        Gateway::readiness(self)
+    }
+    fn metrics_text(&self) -> String {
+        self.metrics.render()
+    }
+    fn cluster(&self) -> &ClusterView {
+        &self.cluster
+    }
+    fn gateway_ports(&self, node_id: i32) -> Vec<(&'static str, String)> {
+        self.listeners
+            .iter()
+            .filter_map(|l| {
+                l.bound
+                    .snapshot()
+                    .into_iter()
+                    .find(|(n, _)| *n == node_id)
+                    .map(|(_, a)| (l.kind.as_str(), a.to_string()))
+            })
+            .collect()
+    }
+    fn admin_token(&self) -> Option<&str> {
+        self.admin_token.as_deref()
+    }
+    fn mirrors(&self) -> Option<&Arc<MirrorController>> {
+        self.mirrors.as_ref()
+    }
+    fn psm(&self) -> Option<&Arc<PsmRegistry>> {
+        self.psm.as_ref()
+    }
+    fn agent_lag(&self, mirror: &str, topic: &str, partition: i32) -> Option<(i64, f64)> {
+        Gateway::agent_lag(self, mirror, topic, partition)
+    }
+    fn agent_source_end_moved_ms(&self, mirror: &str, topic: &str, partition: i32) -> Option<i64> {
+        self.agent
+            .as_ref()?
+            .source_end_moved_ms(mirror, topic, partition)
+    }
+    fn agent_source(&self, mirror: &str) -> Option<crate::mirror::preflight::SourceFacts> {
+        self.agent.as_ref()?.source_facts(mirror)
+    }
+    fn failover_called(&self, report: crate::mirror::report::FailoverReport) {
+        if let (Some(store), Some(ctl)) = (&self.reports, &self.mirrors) {
+            crate::mirror::report_follow::open(store, ctl.clone(), self.agent.clone(), report);
+        }
+    }
+    fn failover_reports(
+        &self,
+        mirror: &str,
+    ) -> Result<Vec<crate::mirror::report::FailoverReport>, String> {
+        match &self.reports {
+            Some(store) => store.list(mirror),
+            None => Ok(Vec::new()),
+        }
+    }
+    fn permissions_missing(&self) -> Vec<String> {
+        self.permissions
+            .as_ref()
+            .map(|p| p.missing())
+            .unwrap_or_default()
+    }
+}

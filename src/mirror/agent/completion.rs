@@ -1,0 +1,104 @@
+//! What a failover report reads from the agent and the source once a failover completed: per
+//! partition the offset map's next offsets, the source's log end and the timestamp of its first
+//! record not mirrored (read from the source leader now, bounded in time), and the agent's last
+//! known lag when the source cannot be read.
+//!
+//! Owns: those reads. Must not touch: the partition tasks (stopped by then), the report's shape.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::client::{KafkaClient, LATEST};
+use crate::mirror::report::SourceAtCompletion;
+use crate::protocol::batch::BatchWalker;
+
+use super::{lock, Agent};
+
+impl Agent {
+    /// The figures of `parts` of `mirror` a completed failover's report needs (see the module
+    /// doc); each source read is bounded by `timeout`.
+    pub async fn at_completion(
+        &self,
+        mirror: &str,
+        parts: &[(String, i32)],
+        timeout: Duration,
+    ) -> HashMap<(String, i32), SourceAtCompletion> {
+        let mut out = HashMap::new();
+        let Some(m) = self.mirror(mirror) else {
+            return out;
+        };
+        for (topic, partition) in parts {
+            let next = lock(&m.offsets)
+                .get(topic, *partition)
+                .and_then(|map| map.next());
+            let last_known = {
+                let tasks = lock(&m.tasks);
+                tasks.get(&(topic.clone(), *partition)).and_then(|slot| {
+                    slot.stats
+                        .lag()
+                        .map(|(records, _)| (records, slot.stats.source_end_moved_ms()))
+                })
+            };
+            let leader = m
+                .source_meta
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .and_then(|meta| meta.leader_addr(topic, *partition));
+            let source = match (leader, next) {
+                (Some(addr), Some((next_src, _))) => tokio::time::timeout(
+                    timeout,
+                    read_source(
+                        &m.source_connector,
+                        &addr,
+                        topic,
+                        *partition,
+                        next_src,
+                        timeout,
+                    ),
+                )
+                .await
+                .ok()
+                .flatten(),
+                _ => None,
+            };
+            out.insert(
+                (topic.clone(), *partition),
+                SourceAtCompletion {
+                    next,
+                    source,
+                    last_known,
+                },
+            );
+        }
+        out
+    }
+}
+
+/// The source's log end of a partition and the timestamp of its first record at or after
+/// `next` (-1 when there is none); `None` when the source cannot be read.
+async fn read_source(
+    connector: &crate::client::Connector,
+    addr: &str,
+    topic: &str,
+    partition: i32,
+    next: i64,
+    timeout: Duration,
+) -> Option<(i64, i64)> {
+    let mut c = KafkaClient::connect_with(connector, addr, timeout)
+        .await
+        .ok()?;
+    let end = c.list_offset(topic, partition, LATEST).await.ok()?;
+    if end <= next {
+        return Some((end, -1));
+    }
+    let f = c
+        .fetch_partition(topic, partition, next, 1 << 20)
+        .await
+        .ok()?;
+    let first_ts = BatchWalker::fetched(&f.records)
+        .filter_map(Result::ok)
+        .find(|(h, _)| h.last_offset() >= next)
+        .map_or(-1, |(h, _)| h.base_timestamp);
+    Some((end, first_ts))
+}

@@ -1,0 +1,132 @@
+//! Unit tests of `report.rs`.
+
+use super::*;
+
+fn record() -> MirrorRecord {
+    let mut r = MirrorRecord::new(
+        "m",
+        [("orders".to_string(), 0), ("orders".to_string(), 1)],
+        1,
+    );
+    r.failover_id = Some("f1".into());
+    r.started_ms = Some(10_000);
+    r.completed_ms = Some(12_500);
+    for p in &mut r.partitions {
+        p.state = PartitionState::Stopped;
+        p.barrier_offset = Some(100 + i64::from(p.partition));
+        p.producers_expired = 2;
+    }
+    r.partitions[1]
+        .transactions_aborted
+        .push(AbortedTransaction {
+            producer_id: 7,
+            producer_epoch: 1,
+            first_offset: 90,
+        });
+    r
+}
+
+fn opened() -> FailoverReport {
+    FailoverReport::open(
+        "m",
+        "f1",
+        "token".into(),
+        10_000,
+        (Some(5), None, true),
+        vec![],
+        Some(true),
+    )
+}
+
+#[test]
+fn a_completed_failover_reports_rto_rpo_and_offsets_per_partition() {
+    let read = HashMap::from([
+        (
+            ("orders".to_string(), 0),
+            SourceAtCompletion {
+                next: Some((100, 100)),
+                source: Some((103, 11_000)),
+                last_known: Some((0, None)),
+            },
+        ),
+        (
+            ("orders".to_string(), 1),
+            SourceAtCompletion {
+                next: Some((80, 81)),
+                source: Some((80, -1)),
+                last_known: Some((0, None)),
+            },
+        ),
+    ]);
+    let r = complete(opened(), &record(), &read, 20_000);
+    assert!(r.is_complete());
+    assert_eq!(r.rto_seconds, Some(2.5));
+    let p0 = &r.partitions[0];
+    assert_eq!(
+        (
+            p0.last_mirrored_source_offset,
+            p0.last_mirrored_destination_offset
+        ),
+        (Some(99), Some(99))
+    );
+    assert_eq!((p0.rpo_records, p0.rpo_seconds), (Some(3), Some(1.5)));
+    assert_eq!(p0.barrier_offset, Some(100));
+    let p1 = &r.partitions[1];
+    assert_eq!((p1.rpo_records, p1.rpo_seconds), (Some(0), Some(0.0)));
+    assert_eq!(p1.last_mirrored_destination_offset, Some(80));
+    let t = r.totals.unwrap();
+    assert_eq!((t.rpo_records, t.max_rpo_seconds), (Some(3), Some(1.5)));
+    assert_eq!((t.producers_expired, t.transactions_aborted), (4, 1));
+}
+
+#[test]
+fn an_unreadable_source_leaves_the_rpo_unknown_with_the_last_known_lag_and_its_age() {
+    let read = HashMap::from([(
+        ("orders".to_string(), 0),
+        SourceAtCompletion {
+            next: Some((100, 100)),
+            source: None,
+            last_known: Some((12, Some(15_000))),
+        },
+    )]);
+    let r = complete(opened(), &record(), &read, 20_000);
+    let p0 = &r.partitions[0];
+    assert_eq!(p0.rpo_records, None);
+    assert_eq!(
+        (p0.last_known_lag_records, p0.last_known_age_seconds),
+        (Some(12), Some(5.0))
+    );
+    assert_eq!(r.totals.unwrap().rpo_records, None, "unknown in total too");
+}
+
+#[test]
+fn completion_needs_every_partition_stopped_by_this_failover() {
+    let mut r = record();
+    assert!(completed(&r, "f1"));
+    assert!(!completed(&r, "f2"));
+    r.partitions[0].state = PartitionState::Failed;
+    assert!(!completed(&r, "f1"));
+}
+
+#[test]
+fn reports_are_kept_in_the_state_store_and_listed_per_mirror() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ReportStore::new(StateStore::init(dir.path()).unwrap());
+    let mut a = opened();
+    store.save(&a).unwrap();
+    a.failover_id = "f0".into();
+    a.called_ms = 5_000;
+    store.save(&a).unwrap();
+    let mut other = opened();
+    other.mirror = "m--x".into();
+    store.save(&other).unwrap();
+    let listed: Vec<String> = store
+        .list("m")
+        .unwrap()
+        .into_iter()
+        .map(|r| r.failover_id)
+        .collect();
+    assert_eq!(listed, vec!["f0", "f1"], "oldest first, only this mirror's");
+    assert_eq!(store.load("m", "f1").unwrap().unwrap(), opened());
+    assert_eq!(store.load("m", "nope").unwrap(), None);
+}
