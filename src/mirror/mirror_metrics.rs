@@ -29,6 +29,9 @@ pub struct MirrorMetrics {
     pub illegal_transitions: IntCounter,
     /// Mirrored transactions aborted by failovers before their barrier.
     pub txns_aborted: IntCounterVec,
+    /// The last completed failover's report, per mirror: `rto_seconds`, `rpo_records`,
+    /// `rpo_seconds` (label `figure`).
+    pub last_failover: prometheus::GaugeVec,
 }
 
 impl MirrorMetrics {
@@ -115,9 +118,18 @@ impl MirrorMetrics {
             &["mirror"],
         )
         .expect("valid metric");
+        let last_failover = prometheus::GaugeVec::new(
+            Opts::new(
+                "mirrorgate_failover_last_report",
+                "The last completed failover of each mirror, from its report: figure=rto_seconds (call to the last partition STOPPED), rpo_records (source records the destination lacks; absent when unknown), rpo_seconds.",
+            ),
+            &["mirror", "figure"],
+        )
+        .expect("valid metric");
         for c in [
             Box::new(illegal_transitions.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(txns_aborted.clone()),
+            Box::new(last_failover.clone()),
             Box::new(unknown_writes.clone()),
             Box::new(late_writes.clone()),
             Box::new(topic_overlaps.clone()),
@@ -146,6 +158,7 @@ impl MirrorMetrics {
             late_writes,
             illegal_transitions,
             txns_aborted,
+            last_failover,
         }
     }
 }

@@ -40,6 +40,9 @@ pub fn resume(
 ) {
     for m in mirrors {
         let Ok(reports) = store.list(m) else { continue };
+        if let Some(last) = reports.iter().rev().find(|r| r.is_complete()) {
+            ctl.note_failover_report(last);
+        }
         for r in reports.into_iter().filter(|r| !r.is_complete()) {
             tokio::spawn(follow(store.clone(), ctl.clone(), agent.cloned(), r));
         }
@@ -79,6 +82,7 @@ async fn follow(
                 rpo_records = ?done.totals.and_then(|t| t.rpo_records),
                 "failover report complete"
             );
+            ctl.note_failover_report(&done);
             if let Err(e) = store.save(&done) {
                 tracing::error!(mirror = %done.mirror, error = %e, "the failover report cannot be stored");
             }

@@ -216,6 +216,10 @@ fn a_failover_report_accounts_for_what_the_destination_lacks_and_survives_a_rest
     }
     assert_eq!(total_rpo, 30, "the records written while paused");
     assert_eq!(report["totals"]["rpo_records"], 30, "{report}");
+    assert_eq!(
+        gw.metric(r#"mirrorgate_failover_last_report{figure="rpo_records",mirror="rep"}"#),
+        30.0
+    );
     // The list, and the same report after a restart.
     drop(gw);
     let gw = TestGateway::start(cfg);
@@ -228,4 +232,9 @@ fn a_failover_report_accounts_for_what_the_destination_lacks_and_survives_a_rest
         "{list}"
     );
     assert_eq!(list["failovers"][0], report, "the stored report, unchanged");
+    assert_eq!(
+        gw.metric(r#"mirrorgate_failover_last_report{figure="rto_seconds",mirror="rep"}"#),
+        rto,
+        "the gauges are set again at start"
+    );
 }

@@ -1,5 +1,6 @@
-//! The controller's link to the PSM for transactions: the markers the built-in agent writes
-//! (the produce tap never sees WriteTxnMarkers) and the open transactions per mirror.
+//! The controller's links to the PSM for transactions (the markers the built-in agent writes —
+//! the produce tap never sees WriteTxnMarkers — and the open transactions per mirror) and to the
+//! failover reports' gauges.
 //!
 //! Owns: those two calls. Must not touch: admission, failover.
 
@@ -34,5 +35,23 @@ impl MirrorController {
         if let Some(psm) = &self.psm {
             psm.apply_marker(topic, partition, offset, marker);
         }
+    }
+
+    /// A failover report completed (or read at start): its figures become the
+    /// `mirrorgate_failover_last_report` gauges of the mirror.
+    pub fn note_failover_report(&self, r: &crate::mirror::report::FailoverReport) {
+        let g = &self.metrics.last_failover;
+        let set = |figure: &str, v: Option<f64>| match v {
+            Some(v) => g.with_label_values(&[r.mirror.as_str(), figure]).set(v),
+            None => {
+                let _ = g.remove_label_values(&[r.mirror.as_str(), figure]);
+            }
+        };
+        set("rto_seconds", r.rto_seconds);
+        set(
+            "rpo_records",
+            r.totals.and_then(|t| t.rpo_records).map(|n| n as f64),
+        );
+        set("rpo_seconds", r.totals.and_then(|t| t.max_rpo_seconds));
     }
 }
