@@ -238,3 +238,56 @@ fn a_failover_report_accounts_for_what_the_destination_lacks_and_survives_a_rest
         "the gauges are set again at start"
     );
 }
+
+#[test]
+fn disruptive_a_dry_run_reports_an_unreachable_source_and_names_a_leaderless_partition() {
+    let third = harness::cluster("third");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("preflight-down");
+    harness::create_topic(&third, &topic, 2, None);
+    // Both destination partitions on broker 2 only, so that stopping it leaves them leaderless.
+    harness::create_topic(&destination, &topic, 2, Some(&[2, 2]));
+    SourceWriter::start(&third, &topic, "pre", 40, 5000).finish(false);
+    let gw = TestGateway::start(agent_config("down", &[&topic], &third));
+    wait_caught_up(&gw.admin(), "down", &third, &topic, 2);
+    let dry_run = |gw: &TestGateway| post_failover(&gw.admin(), "down", "?dry_run=true", "").1;
+    {
+        let _source = harness::StoppedNode::kill("third", "1");
+        let mut v = serde_json::Value::Null;
+        wait_for(
+            "the source reported unreachable",
+            Duration::from_secs(60),
+            || {
+                v = dry_run(&gw);
+                v["source"]["reachable"] == false
+            },
+        );
+        assert_eq!(
+            v["verdict"], "go",
+            "an unreachable source is no reason: {v}"
+        );
+        assert!(v["warnings"].to_string().contains("unreachable"), "{v}");
+        assert_eq!(v["totals"]["lag_records"], 0, "the last known lag: {v}");
+    }
+    {
+        let _broker = harness::StoppedNode::kill("destination", "2");
+        let mut v = serde_json::Value::Null;
+        wait_for(
+            "a leaderless partition named",
+            Duration::from_secs(90),
+            || {
+                v = dry_run(&gw);
+                v["reasons"]
+                    .to_string()
+                    .contains(&format!("{topic}-0 has no destination leader"))
+            },
+        );
+        assert_eq!(v["verdict"], "no-go", "{v}");
+    }
+    // Nothing changed: the mirror still mirrors once the broker is back.
+    wait_for("mirroring again", Duration::from_secs(90), || {
+        partitions_json(&gw.admin(), "down")
+            .iter()
+            .all(|p| p["state"] == "MIRRORING")
+    });
+}
