@@ -114,6 +114,9 @@ impl crate::admin::AdminBackend for Gateway {
     fn agent_lag(&self, mirror: &str, topic: &str, partition: i32) -> Option<(i64, f64)> {
         Gateway::agent_lag(self, mirror, topic, partition)
     }
+    fn mirror_sync(&self, mirror: &str) -> Option<serde_json::Value> {
+        self.agent.as_ref()?.sync_status(mirror)
+    }
 }
 
 impl Gateway {

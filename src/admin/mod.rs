@@ -61,6 +61,10 @@ pub trait AdminBackend: Send + Sync + 'static {
     fn psm(&self) -> Option<&Arc<PsmRegistry>>;
     /// (records, seconds) of lag of a partition the built-in agent mirrors.
     fn agent_lag(&self, mirror: &str, topic: &str, partition: i32) -> Option<(i64, f64)>;
+    /// `{config_sync, acl_sync}` of a mirror the built-in agent runs (docs/configs-and-acls.md).
+    fn mirror_sync(&self, _mirror: &str) -> Option<serde_json::Value> {
+        None
+    }
 }
 
 /// Serve the admin API on `listener` until `shutdown` fires.
@@ -266,10 +270,17 @@ async fn mirrors(
             json_reply(StatusCode::OK, &json!({ "mirrors": list }))
         }
         (&Method::GET, [name]) => match find(name) {
-            Some((r, u)) => json_reply(
-                StatusCode::OK,
-                &mirror_summary(&r, &u, ctl.pid_allocator_outcome(name), until),
-            ),
+            Some((r, u)) => {
+                let mut v = mirror_summary(&r, &u, ctl.pid_allocator_outcome(name), until);
+                let sync = gw.mirror_sync(name);
+                if let Some(o) = v.as_object_mut() {
+                    for key in ["config_sync", "acl_sync"] {
+                        let part = sync.as_ref().and_then(|s| s.get(key)).cloned();
+                        o.insert(key.into(), part.unwrap_or(serde_json::Value::Null));
+                    }
+                }
+                json_reply(StatusCode::OK, &v)
+            }
             None => error_reply(StatusCode::NOT_FOUND, &format!("no mirror named {name:?}")),
         },
         (&Method::GET, [name, "partitions"]) => match find(name) {
