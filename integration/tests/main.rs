@@ -21,5 +21,6 @@ mod psm_differential;
 mod read_only_apis;
 mod rig_tests;
 mod sasl;
+mod sync;
 mod tls;
 mod wire;

@@ -70,6 +70,9 @@ impl crate::admin::AdminBackend for Gateway {
             None => Ok(Vec::new()),
         }
     }
+    fn mirror_sync(&self, mirror: &str) -> Option<serde_json::Value> {
+        self.agent.as_ref()?.sync_status(mirror)
+    }
     fn permissions_missing(&self) -> Vec<String> {
         self.permissions
             .as_ref()

@@ -13,6 +13,7 @@ mod load;
 mod positions;
 mod sasl;
 mod secret;
+mod sync;
 mod tls;
 mod topics;
 mod validate;
@@ -24,6 +25,10 @@ pub use error::{ConfigError, ConfigIssue};
 pub use load::{load_file, load_str, render_effective, validate};
 pub use sasl::{SaslConfig, SaslMechanism, PRINCIPAL_PREFIX};
 pub use secret::{SecretError, REDACTED};
+pub use sync::{
+    AclResourceKind, AclSelector, AclSyncConfig, ConfigSyncConfig, NamePattern,
+    PrincipalFilterConfig, ResourcePattern, LOCAL_TOPIC_CONFIGS,
+};
 pub use tls::{ClusterTlsConfig, ListenerTlsConfig, MIN_RELOAD_INTERVAL_MS};
 pub use topics::{
     compile_topic_regex, is_valid_topic_name, TopicEntry, TopicMatcher, TopicRouter, REGEX_PREFIX,
@@ -354,6 +359,12 @@ pub struct MirrorConfig {
     /// How the built-in agent mirrors transactional data.
     #[serde(default)]
     pub transactions: MirrorTransactionsConfig,
+    /// Topic config sync (built-in agent; docs/configs-and-acls.md).
+    #[serde(default)]
+    pub configs: ConfigSyncConfig,
+    /// ACL sync (built-in agent, opt-in; docs/configs-and-acls.md).
+    #[serde(default)]
+    pub acls: AclSyncConfig,
 }
 
 /// `mirrors[].transactions`: mirroring transactional data as-is (docs/agent.md#transactions).

@@ -383,6 +383,9 @@ fn check_mirrors(out: &mut Issues, cfg: &Config) {
 
     for (mi, m) in cfg.mirrors.iter().enumerate() {
         let mpath = format!("mirrors[{mi}]");
+        for (at, msg) in super::sync::check(&mpath, m) {
+            out.push(at, msg);
+        }
         if m.name.is_empty() {
             out.push(format!("{mpath}.name"), "must not be empty");
         } else if !is_valid_mirror_name(&m.name) {

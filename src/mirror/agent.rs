@@ -15,8 +15,10 @@
 //! - One task per MIRRORING partition ([`partition`]): exact offset map ([`offsets`], persisted
 //!   in the state store area `agent`), per-partition order, one request in flight, retries that
 //!   never duplicate, FAILED with a reason on what it cannot mirror.
-//! - Failover: the controller calls the stop hook first; the agent stops its tasks of that
-//!   mirror and waits (bounded) for their appends in flight. An unreachable source never blocks.
+//! - Config and ACL sync ([`crate::mirror::sync`]) started with the agent, for the same mirrors.
+//! - Failover: the controller calls the stop hook first; it stops config/ACL sync of that
+//!   mirror, then the agent stops its tasks of that mirror and waits (bounded) for their
+//!   appends in flight. An unreachable source never blocks.
 //! - Lag per partition (records and seconds, [`lag`]): `mirrorgate_mirror_lag_records` /
 //!   `mirrorgate_mirror_lag_seconds` and the admin API.
 //!
@@ -128,6 +130,8 @@ pub struct MirrorAgent {
 /// Every mirror agent of the gateway.
 pub struct Agent {
     mirrors: Vec<Arc<MirrorAgent>>,
+    /// Topic config and ACL sync of the same mirrors (stopped by the same hook).
+    sync: crate::mirror::sync::Syncs,
 }
 
 /// Start an agent for every mirror with a `source:`; `mirror_connector` opens its connections to
@@ -290,12 +294,16 @@ pub fn start(
             lose_append_answers: AtomicI64::new(lose_append_answers),
         }));
     }
-    let agent = Arc::new(Agent { mirrors });
+    let sync = crate::mirror::sync::start(config, controller, cluster, metrics, shutdown)?;
+    let agent = Arc::new(Agent { mirrors, sync });
     let weak: Weak<Agent> = Arc::downgrade(&agent);
     controller.set_agent_stop_hook(Arc::new(move |name: &str| {
         let agent = weak.upgrade();
         let name = name.to_string();
         Box::pin(async move {
+            if let Some(a) = agent.as_ref() {
+                a.sync.stop(&name).await;
+            }
             if let Some(m) = agent.as_ref().and_then(|a| a.mirror(&name)) {
                 m.stop_and_drain().await;
             }
@@ -346,6 +354,11 @@ impl Agent {
             reachable: m.source_ok.load(Ordering::Relaxed),
             since_ms: m.source_since_ms.load(Ordering::Relaxed),
         })
+    }
+
+    /// Config and ACL sync status of a mirror (admin API).
+    pub fn sync_status(&self, mirror: &str) -> Option<serde_json::Value> {
+        self.sync.status(mirror)
     }
 
     /// The exact offset map of a partition (source → destination), if the agent mirrored it.

@@ -11,6 +11,7 @@
 //! metrics; [`pid_allocator`] — the failover step that advances the destination brokers'
 //! producer-id allocators past the screened ids; [`barrier_check`] — the start-up check of
 //! recorded barriers against the logs; [`permissions`]; [`agent`] — the built-in mirror agent;
+//! [`sync`] — the agent's topic config and ACL sync (stopped by the failover);
 //! and [`state`] — the per-partition state machine of a mirror (MIRRORING, PAUSED, STOPPING,
 //! STOPPED, FAILED), the per-partition failover progress that lets a restarted gateway resume a
 //! failover from its last persisted step, and the versioned JSON persistence format of both.
@@ -36,6 +37,7 @@ pub mod report;
 pub mod report_follow;
 pub mod screening;
 pub mod state;
+pub mod sync;
 
 pub use state::{
     FailoverStep, MirrorRecord, PartitionRecord, PartitionState, StateDecodeError, StepError,

@@ -212,6 +212,8 @@ fn agent_config(name: &str, topics: &[&str], source: &str) -> Config {
             sasl: None,
         }),
         transactions: Default::default(),
+        configs: Default::default(),
+        acls: Default::default(),
     }];
     cfg.psm.snapshot_interval_ms = 200;
     cfg

@@ -156,6 +156,8 @@ pub fn mirror_config(name: &str, topics: &[&str]) -> Config {
         topics: topics.iter().map(|t| t.to_string()).collect(),
         source: None,
         transactions: Default::default(),
+        configs: Default::default(),
+        acls: Default::default(),
     }];
     cfg.psm.snapshot_interval_ms = 200;
     cfg

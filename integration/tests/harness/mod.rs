@@ -2,11 +2,12 @@
 //! topics, Kafka tools and rdkafka producer/consumer helpers.
 //!
 //! # Clusters
-//! - [`cluster`]`("source" | "destination" | "third" | "secure")` returns the bootstrap string of a
+//! - [`cluster`]`("source" | "destination" | "third" | "secure" | "authz")` returns the bootstrap string of a
 //!   running cluster (comma-separated when it has several brokers, e.g.
 //!   `"127.0.0.1:29092,127.0.0.1:29094"`; take the first entry if a single address is needed).
 //!   For `secure` this is its PLAINTEXT listener; its SSL / SASL listeners, CA and SCRAM users
-//!   are printed by `integration/rig secure-info` (`KEY=VALUE` lines).
+//!   are printed by `integration/rig secure-info` (`KEY=VALUE` lines). `authz` is a second
+//!   authorizer-enabled cluster (PLAINTEXT: a super user), the source of the ACL sync tests.
 //!   The first call per process and cluster uses, in order:
 //!   1. `MIRRORGATE_TEST_SOURCE` / `MIRRORGATE_TEST_DESTINATION` / `MIRRORGATE_TEST_THIRD` /
 //!      `MIRRORGATE_TEST_SECURE` (point the tests at an existing cluster),
@@ -186,11 +187,14 @@ fn slot(name: &str) -> Arc<OnceLock<String>> {
     map.entry(name.to_string()).or_default().clone()
 }
 
-/// Bootstrap string of a running cluster (`source`, `destination`, `third` or `secure`); see
+/// Bootstrap string of a running cluster (`source`, `destination`, `third`, `secure` or `authz`); see
 /// module doc.
 pub fn cluster(name: &str) -> String {
     assert!(
-        matches!(name, "source" | "destination" | "third" | "secure"),
+        matches!(
+            name,
+            "source" | "destination" | "third" | "secure" | "authz"
+        ),
         "unknown cluster {name:?}"
     );
     let slot = slot(name);

@@ -30,6 +30,8 @@ fn the_agent_mirrors_from_a_tls_source_through_a_tls_mirror_listener() {
             sasl: None,
         }),
         transactions: Default::default(),
+        configs: Default::default(),
+        acls: Default::default(),
     }];
     cfg.psm.snapshot_interval_ms = 200;
     let gw = TestGateway::start(cfg);
@@ -157,6 +159,8 @@ fn agent_gateway(topic: &str, tls: ListenerTlsConfig) -> TestGateway {
             sasl: None,
         }),
         transactions: Default::default(),
+        configs: Default::default(),
+        acls: Default::default(),
     }];
     TestGateway::start(cfg)
 }

@@ -1,0 +1,292 @@
+//! `/v1/mirrors`: the mirrors' states and partitions, failover (with its preflight, guards and
+//! report), pause, resume, start, failover reports; the audit event of each state-changing call.
+//!
+//! Owns: these routes. Must not touch: the decisions (the mirror controller), the facts
+//! (`preflight.rs`).
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::json;
+
+use crate::mirror::controller::{FailoverError, StartError};
+use crate::mirror::state::{MirrorRecord, PartitionRecord, PartitionState};
+
+use super::{check_token, error_reply, json_reply, preflight, AdminBackend};
+
+/// `pid_allocator`: the outcome of the failover step that advanced the producer-id allocators
+/// (review F15), when one ran in this process.
+fn mirror_summary(
+    record: &MirrorRecord,
+    unreadable: &Option<String>,
+    pid_allocator: Option<crate::mirror::pid_allocator::Outcome>,
+    protection_until: Option<i64>,
+) -> serde_json::Value {
+    let mut counts = serde_json::Map::new();
+    for st in PartitionState::ALL {
+        let n = record.partitions.iter().filter(|p| p.state == st).count();
+        counts.insert(st.as_str().to_string(), json!(n));
+    }
+    json!({
+        "name": record.name,
+        "partitions": record.partitions.len(),
+        "states": counts,
+        "failover_id": record.failover_id,
+        "failover_started_ms": record.started_ms,
+        "failover_completed_ms": record.completed_ms,
+        "pid_allocator": pid_allocator,
+        "state_error": unreadable,
+        // Until when producers of this mirror's topics must stay behind the gateway (the
+        // screening set is shared by every mirror); null before any failover.
+        "protection_needed_until_ms": record.failover_id.as_ref().and(protection_until),
+    })
+}
+
+/// `barrier_missing`: why the log no longer holds the partition's barrier (checked at start),
+/// so that it guards nothing.
+fn partition_json(
+    p: &PartitionRecord,
+    lag: Option<(i64, f64)>,
+    barrier_missing: Option<String>,
+) -> serde_json::Value {
+    json!({
+        "barrier_missing": barrier_missing,
+        "lag_records": lag.map(|l| l.0),
+        "lag_seconds": lag.map(|l| l.1),
+        "topic": p.topic,
+        "partition": p.partition,
+        "state": p.state.as_str(),
+        "failover_id": p.failover_id,
+        "step": p.step.map(|s| s.as_str()),
+        "barrier_offset": p.barrier_offset,
+        "barrier_kind": p.barrier_kind.map(|k| k.as_str()),
+        "barrier_producer_id": p.barrier_producer.map(|b| b.producer_id),
+        "barrier_producer_epoch": p.barrier_producer.map(|b| b.producer_epoch),
+        "last_mirrored_offset": p.last_mirrored_offset,
+        "producers_expired": p.producers_expired,
+        "transactions_aborted": p.transactions_aborted,
+        "last_error": p.last_error,
+        "updated_ms": p.updated_ms,
+    })
+}
+
+/// Everything under `/v1/mirrors`.
+pub(super) async fn mirrors(
+    gw: &dyn AdminBackend,
+    method: &Method,
+    path: &str,
+    req: Request<Incoming>,
+    caller: &str,
+) -> Response<Full<Bytes>> {
+    let Some(ctl) = gw.mirrors() else {
+        return match (method, path) {
+            (&Method::GET, "/v1/mirrors") => json_reply(StatusCode::OK, &json!({ "mirrors": [] })),
+            _ => error_reply(StatusCode::NOT_FOUND, "no mirrors are configured"),
+        };
+    };
+    let rest: Vec<&str> = path
+        .trim_start_matches("/v1/mirrors")
+        .trim_start_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let find = |name: &str| ctl.records().into_iter().find(|(r, _)| r.name == name);
+    let until = ctl.protection_needed_until_ms();
+    match (method, rest.as_slice()) {
+        (&Method::GET, []) => {
+            let list: Vec<serde_json::Value> = ctl
+                .records()
+                .iter()
+                .map(|(r, u)| mirror_summary(r, u, ctl.pid_allocator_outcome(&r.name), until))
+                .collect();
+            json_reply(StatusCode::OK, &json!({ "mirrors": list }))
+        }
+        (&Method::GET, [name]) => match find(name) {
+            Some((r, u)) => {
+                let mut v = mirror_summary(&r, &u, ctl.pid_allocator_outcome(name), until);
+                let sync = gw.mirror_sync(name);
+                if let Some(o) = v.as_object_mut() {
+                    for key in ["config_sync", "acl_sync"] {
+                        let part = sync.as_ref().and_then(|s| s.get(key)).cloned();
+                        o.insert(key.into(), part.unwrap_or(serde_json::Value::Null));
+                    }
+                }
+                json_reply(StatusCode::OK, &v)
+            }
+            None => error_reply(StatusCode::NOT_FOUND, &format!("no mirror named {name:?}")),
+        },
+        (&Method::GET, [name, "partitions"]) => match find(name) {
+            Some((r, _)) => {
+                let parts: Vec<serde_json::Value> = r
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        partition_json(
+                            p,
+                            gw.agent_lag(&r.name, &p.topic, p.partition),
+                            ctl.barrier_missing(&p.topic, p.partition),
+                        )
+                    })
+                    .collect();
+                json_reply(
+                    StatusCode::OK,
+                    &json!({ "mirror": r.name, "partitions": parts }),
+                )
+            }
+            None => error_reply(StatusCode::NOT_FOUND, &format!("no mirror named {name:?}")),
+        },
+        (&Method::POST, [name, "failover"]) => {
+            if let Some(denied) = check_token(gw, req.headers()) {
+                return denied;
+            }
+            let query = req.uri().query().map(str::to_string);
+            let body = match http_body_util::Limited::new(req.into_body(), 64 * 1024)
+                .collect()
+                .await
+            {
+                Ok(b) => b.to_bytes(),
+                Err(e) => {
+                    return error_reply(
+                        StatusCode::BAD_REQUEST,
+                        &format!("cannot read the request body: {e}"),
+                    )
+                }
+            };
+            let options = match preflight::FailoverOptions::read(query.as_deref(), &body) {
+                Ok(o) => o,
+                Err(e) => return error_reply(StatusCode::BAD_REQUEST, &e),
+            };
+            let guarded = options.max_lag_records.is_some() || options.max_lag_seconds.is_some();
+            if options.dry_run || guarded {
+                let Some(facts) = preflight::facts(gw, ctl, name) else {
+                    return error_reply(
+                        StatusCode::NOT_FOUND,
+                        &format!("no mirror named {name:?}"),
+                    );
+                };
+                let assessment = crate::mirror::preflight::assess(facts, options.guards());
+                if options.dry_run {
+                    return json_reply(StatusCode::OK, &assessment);
+                }
+                if assessment.guard_exceeded && !options.force {
+                    tracing::warn!(mirror = %name, reasons = ?assessment.reasons, "failover refused by its guards (force overrides)");
+                    return json_reply(
+                        StatusCode::CONFLICT,
+                        &json!({
+                            "error": "the failover exceeds its guards (max_lag_records / max_lag_seconds); nothing was changed; add force to fail over anyway",
+                            "preflight": assessment,
+                        }),
+                    );
+                }
+            }
+            let at_call = preflight::facts(gw, ctl, name);
+            match ctl.failover(name) {
+                Ok(started) => {
+                    tracing::info!(mirror = %started.mirror, failover_id = %started.failover_id, already_running = started.already_running, forced = options.force, "failover requested");
+                    if !started.already_running {
+                        gw.failover_called(preflight::open_report(
+                            name,
+                            &started.failover_id,
+                            caller,
+                            &options,
+                            at_call,
+                        ));
+                    }
+                    json_reply(StatusCode::ACCEPTED, &started)
+                }
+                Err(e @ FailoverError::UnknownMirror(_)) => {
+                    error_reply(StatusCode::NOT_FOUND, &e.to_string())
+                }
+                Err(
+                    e @ (FailoverError::AlreadyStopped { .. }
+                    | FailoverError::NoPartitions { .. }
+                    | FailoverError::StateUnreadable { .. }
+                    | FailoverError::ScreenUnreadable(_)),
+                ) => error_reply(StatusCode::CONFLICT, &e.to_string()),
+                Err(e @ FailoverError::Persist { .. }) => {
+                    error_reply(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string())
+                }
+            }
+        }
+        (&Method::GET, [name, "failovers"]) => match gw.failover_reports(name) {
+            Ok(list) if find(name).is_some() => json_reply(
+                StatusCode::OK,
+                &json!({ "mirror": name, "failovers": list }),
+            ),
+            Ok(_) => error_reply(StatusCode::NOT_FOUND, &format!("no mirror named {name:?}")),
+            Err(e) => error_reply(StatusCode::INTERNAL_SERVER_ERROR, &e),
+        },
+        (&Method::GET, [name, "failovers", id]) => match gw.failover_reports(name) {
+            Ok(list) => match list.into_iter().find(|r| r.failover_id == *id) {
+                Some(r) => json_reply(StatusCode::OK, &r),
+                None => error_reply(
+                    StatusCode::NOT_FOUND,
+                    &format!("no failover {id:?} of mirror {name:?}"),
+                ),
+            },
+            Err(e) => error_reply(StatusCode::INTERNAL_SERVER_ERROR, &e),
+        },
+        (&Method::POST, [name, "start"]) => {
+            if let Some(denied) = check_token(gw, req.headers()) {
+                return denied;
+            }
+            match ctl.start_mirroring(name) {
+                Ok(moved) => json_reply(
+                    StatusCode::ACCEPTED,
+                    &json!({ "mirror": name, "partitions_started": moved,
+                             "note": "the agent verifies each partition is empty or aligned with the source before mirroring; a partition that is not goes FAILED with the reason" }),
+                ),
+                Err(StartError::Failover(e @ FailoverError::UnknownMirror(_))) => {
+                    error_reply(StatusCode::NOT_FOUND, &e.to_string())
+                }
+                Err(e) => error_reply(StatusCode::CONFLICT, &e.to_string()),
+            }
+        }
+        (&Method::POST, [name, action @ ("pause" | "resume")]) => {
+            if let Some(denied) = check_token(gw, req.headers()) {
+                return denied;
+            }
+            match ctl.set_paused(name, *action == "pause") {
+                Ok(moved) => json_reply(
+                    StatusCode::OK,
+                    &json!({ "mirror": name, "action": action, "partitions_moved": moved }),
+                ),
+                Err(e @ FailoverError::UnknownMirror(_)) => {
+                    error_reply(StatusCode::NOT_FOUND, &e.to_string())
+                }
+                Err(e @ FailoverError::Persist { .. }) => {
+                    error_reply(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string())
+                }
+                Err(e) => error_reply(StatusCode::CONFLICT, &e.to_string()),
+            }
+        }
+        (_, [_, "failover"]) => error_reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &format!("{method} is not allowed on {path}; use POST"),
+        ),
+        (_, [] | [_] | [_, "partitions"]) => error_reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &format!("{method} is not allowed on {path}"),
+        ),
+        _ => error_reply(
+            StatusCode::NOT_FOUND,
+            &format!("no such endpoint: {method} {path}"),
+        ),
+    }
+}
+
+/// The audit trail: one structured event (target `mirrorgate::audit`) per state-changing admin
+/// call — failover, start, pause, resume — with its caller and outcome.
+pub(super) fn audit(path: &str, caller: &str, status: StatusCode) {
+    let parts: Vec<&str> = path.trim_start_matches("/v1/mirrors/").split('/').collect();
+    let (mirror, action) = match parts.as_slice() {
+        [m, a] => (*m, *a),
+        _ => ("", path),
+    };
+    tracing::info!(
+        target: "mirrorgate::audit",
+        action, mirror, caller, status = status.as_u16(),
+        outcome = if status.is_success() { "accepted" } else { "refused" },
+        "admin call"
+    );
+}
