@@ -114,6 +114,17 @@ impl crate::admin::AdminBackend for Gateway {
     fn agent_lag(&self, mirror: &str, topic: &str, partition: i32) -> Option<(i64, f64)> {
         Gateway::agent_lag(self, mirror, topic, partition)
     }
+    fn group_sync(&self, mirror: &str) -> Option<crate::mirror::groups::SyncStatus> {
+        Some(self.agent.as_ref()?.group_sync(mirror)?.status())
+    }
+    fn offset_map(
+        &self,
+        mirror: &str,
+        topic: &str,
+        partition: i32,
+    ) -> Option<crate::mirror::agent::offsets::PartitionMap> {
+        self.agent.as_ref()?.offset_map(mirror, topic, partition)
+    }
 }
 
 impl Gateway {

@@ -430,6 +430,7 @@ fn mirror_from(source: &str, topic: &str, sasl: Option<SaslConfig>) -> MirrorCon
             sasl,
         }),
         transactions: Default::default(),
+        groups: Default::default(),
     }
 }
 
@@ -630,6 +631,7 @@ fn as_mirror_user(sasl: &str, name: &str, topics: &[&str]) -> (TestGateway, Vec<
         topics: topics.iter().map(|t| t.to_string()).collect(),
         source: None,
         transactions: Default::default(),
+        groups: Default::default(),
     }];
     let gw = TestGateway::start(cfg);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);

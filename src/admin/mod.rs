@@ -1,5 +1,5 @@
 //! The admin HTTP server (hyper 1.x, HTTP/1.1): `/metrics`, `/healthz`, `/readyz`, and the
-//! JSON API under `/v1/`.
+//! JSON API under `/v1/` (the group offset sync's endpoints in [`groups`]).
 //!
 //! Owns: HTTP routing, request parsing and JSON rendering of gateway state, and the
 //! [`AdminBackend`] seam through which it reaches the gateway (implemented by `app::Gateway`, so
@@ -8,6 +8,7 @@
 //! shows.
 
 pub mod client;
+mod groups;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -61,6 +62,19 @@ pub trait AdminBackend: Send + Sync + 'static {
     fn psm(&self) -> Option<&Arc<PsmRegistry>>;
     /// (records, seconds) of lag of a partition the built-in agent mirrors.
     fn agent_lag(&self, mirror: &str, topic: &str, partition: i32) -> Option<(i64, f64)>;
+    /// The group offset sync of mirror `mirror`; `None` when it has none.
+    fn group_sync(&self, _mirror: &str) -> Option<crate::mirror::groups::SyncStatus> {
+        None
+    }
+    /// The built-in agent's offset map of a partition of mirror `mirror`.
+    fn offset_map(
+        &self,
+        _mirror: &str,
+        _topic: &str,
+        _partition: i32,
+    ) -> Option<crate::mirror::agent::offsets::PartitionMap> {
+        None
+    }
 }
 
 /// Serve the admin API on `listener` until `shutdown` fires.
@@ -292,6 +306,14 @@ async fn mirrors(
             }
             None => error_reply(StatusCode::NOT_FOUND, &format!("no mirror named {name:?}")),
         },
+        (&Method::GET, [name, "groups"]) => groups::groups(gw, ctl, name),
+        (&Method::GET, [name, "offsets", "translate"]) => {
+            groups::translate_offset(gw, ctl, name, req.uri().query())
+        }
+        (_, [_, "groups"] | [_, "offsets", "translate"]) => error_reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &format!("{method} is not allowed on {path}; use GET"),
+        ),
         (&Method::POST, [name, "failover"]) => {
             if let Some(denied) = check_token(gw, req.headers()) {
                 return denied;

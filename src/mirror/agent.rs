@@ -16,7 +16,9 @@
 //!   in the state store area `agent`), per-partition order, one request in flight, retries that
 //!   never duplicate, FAILED with a reason on what it cannot mirror.
 //! - Failover: the controller calls the stop hook first; the agent stops its tasks of that
-//!   mirror and waits (bounded) for their appends in flight. An unreachable source never blocks.
+//!   mirror and waits (bounded) for their appends in flight, then the mirror's group offset
+//!   sync ([`crate::mirror::groups`], started here) makes its final round (bounded) and stops
+//!   writing for good. An unreachable source never blocks.
 //! - Lag per partition (records and seconds, [`lag`]): `mirrorgate_mirror_lag_records` /
 //!   `mirrorgate_mirror_lag_seconds` and the admin API.
 //!
@@ -25,6 +27,7 @@
 //! a partition FAILED through the controller, the PSM (the produce tap feeds it).
 
 mod discovery;
+mod group_link;
 mod lag;
 pub mod offsets;
 mod partition;
@@ -47,6 +50,8 @@ use crate::cluster::ClusterView;
 use crate::config::{ClusterConfig, Config, ListenerConfig, TopicRouter};
 use crate::metrics::Metrics;
 use crate::mirror::controller::MirrorController;
+use crate::mirror::groups::kafka_io::KafkaGroupIo;
+use crate::mirror::groups::{GroupSync, FINAL_SYNC_BUDGET};
 use crate::mirror::PartitionState;
 use crate::state::StateStore;
 
@@ -122,9 +127,14 @@ pub struct MirrorAgent {
     lose_append_answers: AtomicI64,
 }
 
+/// The group offset sync of one mirror, over the clusters.
+pub type MirrorGroupSync = GroupSync<KafkaGroupIo>;
+
 /// Every mirror agent of the gateway.
 pub struct Agent {
     mirrors: Vec<Arc<MirrorAgent>>,
+    /// The group offset sync of each mirror that has it on.
+    groups: Vec<Arc<MirrorGroupSync>>,
 }
 
 /// Start an agent for every mirror with a `source:`; `mirror_connector` opens its connections to
@@ -286,7 +296,8 @@ pub fn start(
             lose_append_answers: AtomicI64::new(lose_append_answers),
         }));
     }
-    let agent = Arc::new(Agent { mirrors });
+    let groups = group_link::start_group_syncs(config, &mirrors, metrics)?;
+    let agent = Arc::new(Agent { mirrors, groups });
     let weak: Weak<Agent> = Arc::downgrade(&agent);
     controller.set_agent_stop_hook(Arc::new(move |name: &str| {
         let agent = weak.upgrade();
@@ -294,6 +305,9 @@ pub fn start(
         Box::pin(async move {
             if let Some(m) = agent.as_ref().and_then(|a| a.mirror(&name)) {
                 m.stop_and_drain().await;
+            }
+            if let Some(g) = agent.as_ref().and_then(|a| a.group_sync(&name)) {
+                g.final_sync(FINAL_SYNC_BUDGET).await;
             }
         })
     }));
@@ -308,12 +322,20 @@ pub fn start(
     for m in &agent.mirrors {
         tokio::spawn(m.clone().run(shutdown.clone()));
     }
+    for g in &agent.groups {
+        tokio::spawn(g.clone().run(shutdown.clone()));
+    }
     Ok(Some(agent))
 }
 
 impl Agent {
     fn mirror(&self, name: &str) -> Option<Arc<MirrorAgent>> {
         self.mirrors.iter().find(|m| m.name == name).cloned()
+    }
+
+    /// The group offset sync of mirror `name` (none when it is off).
+    pub fn group_sync(&self, name: &str) -> Option<Arc<MirrorGroupSync>> {
+        self.groups.iter().find(|g| g.mirror() == name).cloned()
     }
 
     /// (records, seconds) behind the source of a partition mirrored by the agent.

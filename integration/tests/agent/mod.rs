@@ -211,6 +211,7 @@ fn agent_config(name: &str, topics: &[&str], source: &str) -> Config {
             sasl: None,
         }),
         transactions: Default::default(),
+        groups: Default::default(),
     }];
     cfg.psm.snapshot_interval_ms = 200;
     cfg

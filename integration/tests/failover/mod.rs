@@ -156,6 +156,7 @@ pub fn mirror_config(name: &str, topics: &[&str]) -> Config {
         topics: topics.iter().map(|t| t.to_string()).collect(),
         source: None,
         transactions: Default::default(),
+        groups: Default::default(),
     }];
     cfg.psm.snapshot_interval_ms = 200;
     cfg

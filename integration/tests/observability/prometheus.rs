@@ -318,6 +318,7 @@ fn a_real_prometheus_evaluates_every_dashboard_query_and_alert_rule() {
             sasl: None,
         }),
         transactions: Default::default(),
+        groups: Default::default(),
     });
     // The guard alone below: without the refusal of colliding local writes before the broker.
     cfg.failover.refuse_mirrored_producer_ids = false;

@@ -30,6 +30,7 @@ fn the_agent_mirrors_from_a_tls_source_through_a_tls_mirror_listener() {
             sasl: None,
         }),
         transactions: Default::default(),
+        groups: Default::default(),
     }];
     cfg.psm.snapshot_interval_ms = 200;
     let gw = TestGateway::start(cfg);
@@ -157,6 +158,7 @@ fn agent_gateway(topic: &str, tls: ListenerTlsConfig) -> TestGateway {
             sasl: None,
         }),
         transactions: Default::default(),
+        groups: Default::default(),
     }];
     TestGateway::start(cfg)
 }
