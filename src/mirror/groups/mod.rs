@@ -18,10 +18,14 @@
 //! | `Final`   | `Stopped` | the final round ended (done, failed or out of time)         |
 //!
 //! Periodic rounds write only in `Syncing`, the final round only in `Final`; `Stopped` writes
-//! nothing. Partitions: a periodic round syncs MIRRORING partitions (and PAUSED ones: no
-//! failover has begun, the clamp keeps the offsets within what was mirrored); the final round
-//! also the partitions the failover has not fenced yet (STOPPING without a step), so a gateway
-//! restarted in the middle of a failover never syncs a fenced, STOPPED or FAILED partition.
+//! nothing. The phase is checked before every commit, and the final sync waits (bounded) for a
+//! periodic round still running; the one exception is a commit already sent when the final
+//! round's time runs out (answered within the request timeout).
+//!
+//! Partitions: a periodic round syncs MIRRORING partitions (and PAUSED ones: no failover has
+//! begun, the clamp keeps the offsets within what was mirrored); the final round also the
+//! partitions the failover has not fenced yet (STOPPING without a step), so a gateway restarted
+//! in the middle of a failover never syncs a fenced, STOPPED or FAILED partition.
 //!
 //! Owns: the sync's rounds, phase, reports and metrics.
 //! Must not touch: partition states (it reads them), the offset map (it reads it), the agent's
@@ -45,6 +49,10 @@ use policy::{run_round, GroupIo, GroupOutcome, GroupReport, RoundKind};
 
 /// How long the final round may take: an unreachable source never holds a failover longer.
 pub const FINAL_SYNC_BUDGET: Duration = Duration::from_secs(5);
+
+/// How long the final sync waits for a periodic round still running (its commits go to the
+/// destination, which answers quickly; a round stuck on the source has decided nothing yet).
+const ROUND_DRAIN: Duration = Duration::from_secs(2);
 
 /// The sync's phase (transition table in the module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -200,6 +208,14 @@ impl<I: GroupIo + 'static> GroupSync<I> {
             return;
         }
         let done = tokio::time::timeout(budget, self.round(RoundKind::Final)).await;
+        // A periodic round still running decided its commits before the phase changed: wait
+        // (bounded) until its last request is answered, so none lands after the failover goes on.
+        if tokio::time::timeout(ROUND_DRAIN, self.round.lock())
+            .await
+            .is_err()
+        {
+            tracing::warn!(mirror = %self.mirror, "a group sync round is still waiting for a cluster; it writes nothing more");
+        }
         if let Err(e) = self.advance(Phase::Stopped) {
             tracing::error!(mirror = %self.mirror, error = %e, "group sync phase");
         }
@@ -236,6 +252,9 @@ impl<I: GroupIo + 'static> GroupSync<I> {
         st.last_error = report.error.clone();
         if complete {
             st.last_complete = Some((Instant::now(), now));
+            // A complete round saw every group that still has offsets for this mirror.
+            st.groups
+                .retain(|g, _| report.groups.iter().any(|r| &r.group == g));
         }
         for g in report.groups {
             st.groups.insert(
