@@ -84,6 +84,34 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Offsets of a mirror's partitions (via the admin API).
+    Offsets {
+        #[command(subcommand)]
+        action: OffsetsAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum OffsetsAction {
+    /// Translate a source offset into the destination offset the built-in agent wrote it at
+    /// (or back, with --to-source), through the agent's exact offset map.
+    Translate {
+        /// The mirror's name.
+        #[arg(long)]
+        mirror: String,
+        #[arg(long)]
+        topic: String,
+        #[arg(long)]
+        partition: i32,
+        #[arg(long)]
+        offset: i64,
+        /// Translate a destination offset into the source offset instead.
+        #[arg(long)]
+        to_source: bool,
+        /// Admin API address.
+        #[arg(long, default_value = "127.0.0.1:9180")]
+        admin: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -233,6 +261,45 @@ fn main() -> ExitCode {
                     json,
                 },
             ))
+        }
+        Command::Offsets {
+            action:
+                OffsetsAction::Translate {
+                    mirror,
+                    topic,
+                    partition,
+                    offset,
+                    to_source,
+                    admin,
+                },
+        } => {
+            init_logging(None);
+            if !config::is_valid_topic_name(&topic) || partition < 0 || offset < 0 {
+                eprintln!(
+                    "mirrorgate: give a valid topic name, a partition >= 0 and an offset >= 0"
+                );
+                return ExitCode::from(2);
+            }
+            let direction = if to_source {
+                "to_source"
+            } else {
+                "to_destination"
+            };
+            let query = format!(
+                "topic={topic}&partition={partition}&offset={offset}&direction={direction}"
+            );
+            match runtime().block_on(mirrorgate::admin::client::translate(
+                &admin, &mirror, &query,
+            )) {
+                Ok(body) => {
+                    println!("{body}");
+                    ExitCode::SUCCESS
+                }
+                Err((code, msg)) => {
+                    eprintln!("mirrorgate: {msg}");
+                    ExitCode::from(code)
+                }
+            }
         }
     }
 }

@@ -8,6 +8,7 @@ mod control_barrier;
 mod drain;
 mod failover;
 mod faults;
+mod groups;
 mod guard_clients;
 mod gw;
 mod harness;

@@ -432,6 +432,7 @@ fn mirror_from(source: &str, topic: &str, sasl: Option<SaslConfig>) -> MirrorCon
         transactions: Default::default(),
         configs: Default::default(),
         acls: Default::default(),
+        groups: Default::default(),
     }
 }
 
@@ -634,6 +635,7 @@ fn as_mirror_user(sasl: &str, name: &str, topics: &[&str]) -> (TestGateway, Vec<
         transactions: Default::default(),
         configs: Default::default(),
         acls: Default::default(),
+        groups: Default::default(),
     }];
     let gw = TestGateway::start(cfg);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);

@@ -1,4 +1,4 @@
-//! A tiny HTTP/1.1 client for the CLI's admin commands (`mirrorgate status`).
+//! A tiny HTTP/1.1 client for the CLI's admin commands (`mirrorgate status`, `offsets translate`).
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -62,4 +62,20 @@ pub async fn call(
         .map_err(|e| http(&e))?
         .to_bytes();
     Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
+}
+
+/// `GET /v1/mirrors/{mirror}/offsets/translate?{query}` (the CLI's `offsets translate`): the
+/// answer's body, or `Err((exit code, message))` — 2 when the API refused it, 1 when it could
+/// not be reached.
+pub async fn translate(addr: &str, mirror: &str, query: &str) -> Result<String, (u8, String)> {
+    let path = format!("/v1/mirrors/{mirror}/offsets/translate?{query}");
+    match call(addr, Method::GET, &path, None, None).await {
+        Ok((200, body)) => Ok(body.trim().to_string()),
+        Ok((status, body)) => {
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+            let msg = v["error"].as_str().unwrap_or(body.trim()).to_string();
+            Err((2, format!("translation refused ({status}): {msg}")))
+        }
+        Err(e) => Err((1, e.to_string())),
+    }
 }

@@ -135,6 +135,14 @@ pub(super) async fn mirrors(
             }
             None => error_reply(StatusCode::NOT_FOUND, &format!("no mirror named {name:?}")),
         },
+        (&Method::GET, [name, "groups"]) => super::groups::groups(gw, ctl, name),
+        (&Method::GET, [name, "offsets", "translate"]) => {
+            super::groups::translate_offset(gw, ctl, name, req.uri().query())
+        }
+        (_, [_, "groups"] | [_, "offsets", "translate"]) => error_reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &format!("{method} is not allowed on {path}; use GET"),
+        ),
         (&Method::POST, [name, "failover"]) => {
             if let Some(denied) = check_token(gw, req.headers()) {
                 return denied;

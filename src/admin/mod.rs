@@ -1,5 +1,5 @@
 //! The admin HTTP server (hyper 1.x, HTTP/1.1): `/metrics`, `/healthz`, `/readyz`, and the
-//! JSON API under `/v1/`.
+//! JSON API under `/v1/` (the group offset sync's endpoints in [`groups`]).
 //!
 //! Owns: HTTP routing, request parsing and JSON rendering of gateway state, and the
 //! [`AdminBackend`] seam through which it reaches the gateway (implemented by `app::Gateway`, so
@@ -9,6 +9,7 @@
 
 pub mod cli;
 pub mod client;
+mod groups;
 mod mirrors;
 mod preflight;
 pub mod render;
@@ -63,6 +64,19 @@ pub trait AdminBackend: Send + Sync + 'static {
     fn psm(&self) -> Option<&Arc<PsmRegistry>>;
     /// (records, seconds) of lag of a partition the built-in agent mirrors.
     fn agent_lag(&self, mirror: &str, topic: &str, partition: i32) -> Option<(i64, f64)>;
+    /// The group offset sync of mirror `mirror`; `None` when it has none.
+    fn group_sync(&self, _mirror: &str) -> Option<crate::mirror::groups::SyncStatus> {
+        None
+    }
+    /// The built-in agent's offset map of a partition of mirror `mirror`.
+    fn offset_map(
+        &self,
+        _mirror: &str,
+        _topic: &str,
+        _partition: i32,
+    ) -> Option<crate::mirror::agent::offsets::PartitionMap> {
+        None
+    }
     /// When the source's log end of a partition last moved (built-in agent).
     fn agent_source_end_moved_ms(&self, mirror: &str, topic: &str, partition: i32) -> Option<i64>;
     /// The built-in agent's view of a mirror's source cluster; `None` without an agent.

@@ -73,6 +73,17 @@ impl crate::admin::AdminBackend for Gateway {
     fn mirror_sync(&self, mirror: &str) -> Option<serde_json::Value> {
         self.agent.as_ref()?.sync_status(mirror)
     }
+    fn group_sync(&self, mirror: &str) -> Option<crate::mirror::groups::SyncStatus> {
+        Some(self.agent.as_ref()?.group_sync(mirror)?.status())
+    }
+    fn offset_map(
+        &self,
+        mirror: &str,
+        topic: &str,
+        partition: i32,
+    ) -> Option<crate::mirror::agent::offsets::PartitionMap> {
+        self.agent.as_ref()?.offset_map(mirror, topic, partition)
+    }
     fn permissions_missing(&self) -> Vec<String> {
         self.permissions
             .as_ref()

@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 mod error;
+mod groups;
 mod load;
 mod positions;
 mod sasl;
@@ -22,6 +23,7 @@ mod validate;
 mod tests;
 
 pub use error::{ConfigError, ConfigIssue};
+pub use groups::{GroupFilter, GroupSyncConfig, DEFAULT_GROUP_SYNC_INTERVAL_MS};
 pub use load::{load_file, load_str, render_effective, validate};
 pub use sasl::{SaslConfig, SaslMechanism, PRINCIPAL_PREFIX};
 pub use secret::{SecretError, REDACTED};
@@ -365,6 +367,9 @@ pub struct MirrorConfig {
     /// ACL sync (built-in agent, opt-in; docs/configs-and-acls.md).
     #[serde(default)]
     pub acls: AclSyncConfig,
+    /// Which consumer groups' committed offsets follow the data (docs/moving-applications.md).
+    #[serde(default)]
+    pub groups: GroupSyncConfig,
 }
 
 /// `mirrors[].transactions`: mirroring transactional data as-is (docs/agent.md#transactions).

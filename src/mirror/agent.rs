@@ -18,7 +18,9 @@
 //! - Config and ACL sync ([`crate::mirror::sync`]) started with the agent, for the same mirrors.
 //! - Failover: the controller calls the stop hook first; it stops config/ACL sync of that
 //!   mirror, then the agent stops its tasks of that mirror and waits (bounded) for their
-//!   appends in flight. An unreachable source never blocks.
+//!   appends in flight, then the mirror's group offset sync ([`crate::mirror::groups`], started
+//!   here) makes its final round (bounded) and stops writing for good. An unreachable source
+//!   never blocks.
 //! - Lag per partition (records and seconds, [`lag`]): `mirrorgate_mirror_lag_records` /
 //!   `mirrorgate_mirror_lag_seconds` and the admin API.
 //!
@@ -28,7 +30,9 @@
 
 mod completion;
 mod discovery;
+mod group_link;
 mod lag;
+mod metrics;
 pub mod offsets;
 mod partition;
 mod transactions;
@@ -41,7 +45,6 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
-use prometheus::{IntCounterVec, Opts};
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
@@ -50,10 +53,13 @@ use crate::cluster::ClusterView;
 use crate::config::{ClusterConfig, Config, ListenerConfig, TopicRouter};
 use crate::metrics::Metrics;
 use crate::mirror::controller::MirrorController;
+use crate::mirror::groups::kafka_io::KafkaGroupIo;
+use crate::mirror::groups::{GroupSync, FINAL_SYNC_BUDGET};
 use crate::mirror::PartitionState;
 use crate::state::StateStore;
 
 use lag::LagCollector;
+use metrics::AgentMetrics;
 use offsets::{MirrorOffsets, AGENT_AREA};
 use wire::ClusterMeta;
 
@@ -71,17 +77,6 @@ struct TaskSlot {
     stop: watch::Sender<bool>,
     handle: Option<JoinHandle<()>>,
     failed_at: Arc<Mutex<Option<Instant>>>,
-}
-
-struct AgentMetrics {
-    batches: IntCounterVec,
-    bytes: IntCounterVec,
-    /// Appends whose outcome was unknown (answer lost, connection closed, timed out), by how
-    /// they were resolved: `already_appended` (found in the destination log, not resent) or
-    /// `resent`.
-    unknown_outcomes: IntCounterVec,
-    /// Transaction markers reproduced on the destination, by result (commit, abort).
-    markers: IntCounterVec,
 }
 
 /// The agent of one mirror.
@@ -127,11 +122,16 @@ pub struct MirrorAgent {
     lose_append_answers: AtomicI64,
 }
 
+/// The group offset sync of one mirror, over the clusters.
+pub type MirrorGroupSync = GroupSync<KafkaGroupIo>;
+
 /// Every mirror agent of the gateway.
 pub struct Agent {
     mirrors: Vec<Arc<MirrorAgent>>,
     /// Topic config and ACL sync of the same mirrors (stopped by the same hook).
     sync: crate::mirror::sync::Syncs,
+    /// The group offset sync of each mirror that has it on.
+    groups: Vec<Arc<MirrorGroupSync>>,
 }
 
 /// Start an agent for every mirror with a `source:`; `mirror_connector` opens its connections to
@@ -171,60 +171,7 @@ pub fn start(
         h if h.contains(':') => format!("[{h}]"),
         h => h.to_string(),
     };
-    let batches = IntCounterVec::new(
-        Opts::new(
-            "mirrorgate_agent_batches_total",
-            "Batches the built-in mirror agent appended.",
-        ),
-        &["mirror"],
-    )
-    .map_err(|e| e.to_string())?;
-    let bytes = IntCounterVec::new(
-        Opts::new(
-            "mirrorgate_agent_bytes_total",
-            "Batch bytes the built-in mirror agent appended.",
-        ),
-        &["mirror"],
-    )
-    .map_err(|e| e.to_string())?;
-    let unknown_outcomes = IntCounterVec::new(
-        Opts::new(
-            "mirrorgate_agent_unknown_outcomes_total",
-            "Appends of the built-in mirror agent whose outcome was unknown (answer lost), by \
-             resolution: already_appended (found in the destination log) or resent.",
-        ),
-        &["mirror", "resolution"],
-    )
-    .map_err(|e| e.to_string())?;
-    let markers = IntCounterVec::new(
-        Opts::new(
-            "mirrorgate_agent_markers_total",
-            "Transaction markers of the source the built-in mirror agent reproduced on the \
-             destination (WriteTxnMarkers), by result: commit or abort.",
-        ),
-        &["mirror", "result"],
-    )
-    .map_err(|e| e.to_string())?;
-    let verification_disabled = IntCounterVec::new(
-        Opts::new(
-            "mirrorgate_agent_transaction_verification_disabled_total",
-            "Times the built-in mirror agent set the destination's cluster-wide \
-             transaction.partition.verification.enable to false to mirror transactional batches.",
-        ),
-        &["mirror"],
-    )
-    .map_err(|e| e.to_string())?;
-    // Registration fails only for a second gateway in the same process (tests): its series are
-    // then the first one's.
-    let _ = metrics.registry().register(Box::new(markers.clone()));
-    let _ = metrics
-        .registry()
-        .register(Box::new(verification_disabled.clone()));
-    let _ = metrics.registry().register(Box::new(batches.clone()));
-    let _ = metrics.registry().register(Box::new(bytes.clone()));
-    let _ = metrics
-        .registry()
-        .register(Box::new(unknown_outcomes.clone()));
+    let (agent_metrics, verification_disabled) = AgentMetrics::register(metrics)?;
     // Test hook (environment, read once): `MIRRORGATE_TEST_LOSE_AGENT_APPEND_ANSWERS=N` drops
     // the answers of the first N appends each mirror's agent makes after the broker gave them,
     // as a connection lost after the batch was appended.
@@ -280,12 +227,7 @@ pub fn start(
             tasks: Mutex::new(HashMap::new()),
             marked: Mutex::new(HashSet::new()),
             refused: Mutex::new(None),
-            metrics: AgentMetrics {
-                batches: batches.clone(),
-                bytes: bytes.clone(),
-                unknown_outcomes: unknown_outcomes.clone(),
-                markers: markers.clone(),
-            },
+            metrics: agent_metrics.clone(),
             transactions: transactions::AgentTransactions::new(
                 &m.name,
                 m.transactions.verification,
@@ -295,7 +237,12 @@ pub fn start(
         }));
     }
     let sync = crate::mirror::sync::start(config, controller, cluster, metrics, shutdown)?;
-    let agent = Arc::new(Agent { mirrors, sync });
+    let groups = group_link::start_group_syncs(config, &mirrors, metrics)?;
+    let agent = Arc::new(Agent {
+        mirrors,
+        sync,
+        groups,
+    });
     let weak: Weak<Agent> = Arc::downgrade(&agent);
     controller.set_agent_stop_hook(Arc::new(move |name: &str| {
         let agent = weak.upgrade();
@@ -306,6 +253,9 @@ pub fn start(
             }
             if let Some(m) = agent.as_ref().and_then(|a| a.mirror(&name)) {
                 m.stop_and_drain().await;
+            }
+            if let Some(g) = agent.as_ref().and_then(|a| a.group_sync(&name)) {
+                g.final_sync(FINAL_SYNC_BUDGET).await;
             }
         })
     }));
@@ -320,12 +270,20 @@ pub fn start(
     for m in &agent.mirrors {
         tokio::spawn(m.clone().run(shutdown.clone()));
     }
+    for g in &agent.groups {
+        tokio::spawn(g.clone().run(shutdown.clone()));
+    }
     Ok(Some(agent))
 }
 
 impl Agent {
     fn mirror(&self, name: &str) -> Option<Arc<MirrorAgent>> {
         self.mirrors.iter().find(|m| m.name == name).cloned()
+    }
+
+    /// The group offset sync of mirror `name` (none when it is off).
+    pub fn group_sync(&self, name: &str) -> Option<Arc<MirrorGroupSync>> {
+        self.groups.iter().find(|g| g.mirror() == name).cloned()
     }
 
     /// (records, seconds) behind the source of a partition mirrored by the agent.

@@ -214,6 +214,7 @@ fn agent_config(name: &str, topics: &[&str], source: &str) -> Config {
         transactions: Default::default(),
         configs: Default::default(),
         acls: Default::default(),
+        groups: Default::default(),
     }];
     cfg.psm.snapshot_interval_ms = 200;
     cfg

@@ -158,6 +158,7 @@ pub fn mirror_config(name: &str, topics: &[&str]) -> Config {
         transactions: Default::default(),
         configs: Default::default(),
         acls: Default::default(),
+        groups: Default::default(),
     }];
     cfg.psm.snapshot_interval_ms = 200;
     cfg

@@ -320,6 +320,7 @@ fn a_real_prometheus_evaluates_every_dashboard_query_and_alert_rule() {
         transactions: Default::default(),
         configs: Default::default(),
         acls: Default::default(),
+        groups: Default::default(),
     });
     // The guard alone below: without the refusal of colliding local writes before the broker.
     cfg.failover.refuse_mirrored_producer_ids = false;

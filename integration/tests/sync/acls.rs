@@ -157,6 +157,7 @@ fn gateway(topic: &str, include: &[String]) -> TestGateway {
             sasl: None,
         }),
         transactions: Default::default(),
+        groups: Default::default(),
         configs: ConfigSyncConfig::default(),
         acls: AclSyncConfig {
             enabled: true,

@@ -25,6 +25,7 @@ fn gateway(topic: &str, configs: ConfigSyncConfig) -> (TestGateway, String, Stri
             sasl: None,
         }),
         transactions: Default::default(),
+        groups: Default::default(),
         configs,
         acls: Default::default(),
     }];

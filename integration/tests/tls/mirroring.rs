@@ -32,6 +32,7 @@ fn the_agent_mirrors_from_a_tls_source_through_a_tls_mirror_listener() {
         transactions: Default::default(),
         configs: Default::default(),
         acls: Default::default(),
+        groups: Default::default(),
     }];
     cfg.psm.snapshot_interval_ms = 200;
     let gw = TestGateway::start(cfg);
@@ -161,6 +162,7 @@ fn agent_gateway(topic: &str, tls: ListenerTlsConfig) -> TestGateway {
         transactions: Default::default(),
         configs: Default::default(),
         acls: Default::default(),
+        groups: Default::default(),
     }];
     TestGateway::start(cfg)
 }

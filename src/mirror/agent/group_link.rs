@@ -1,0 +1,57 @@
+//! The link between the agent and its mirrors' group offset syncs ([`crate::mirror::groups`]):
+//! each sync is built here over the agent's source connection settings and reads the agent's
+//! offset map of its mirror.
+//!
+//! Owns: creating the syncs and registering their metrics. Must not touch: the syncs' rules,
+//! the agent's tasks.
+
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::mirror::groups::kafka_io::{KafkaGroupIo, MapLookup};
+use crate::mirror::groups::{metrics as group_metrics, GroupSync};
+
+use super::{lock, MirrorAgent, MirrorGroupSync};
+
+/// The group offset sync of every mirror that has it on, reading the agent's offset maps.
+pub(super) fn start_group_syncs(
+    config: &Config,
+    mirrors: &[Arc<MirrorAgent>],
+    metrics: &Metrics,
+) -> Result<Vec<Arc<MirrorGroupSync>>, String> {
+    let counters = group_metrics::GroupMetrics::new().map_err(|e| e.to_string())?;
+    counters.register(metrics.registry());
+    let gauges = group_metrics::GaugeCollector::new().map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    for m in mirrors {
+        let cfg = &config.mirrors[m.idx].groups;
+        if !cfg.enabled {
+            continue;
+        }
+        let weak = Arc::downgrade(m);
+        let maps: MapLookup = Arc::new(move |t, p| {
+            let m = weak.upgrade()?;
+            let o = lock(&m.offsets);
+            o.get(t, p).cloned()
+        });
+        let io = KafkaGroupIo::new(
+            &m.name,
+            m.idx,
+            m.source.clone(),
+            m.source_connector.clone(),
+            m.cluster.clone(),
+            m.dest_timeout,
+            m.router.clone(),
+            m.controller.clone(),
+            maps,
+        );
+        let sync = GroupSync::new(&m.name, cfg, io, counters.clone())
+            .map_err(|e| format!("mirror {:?}: groups: {e}", m.name))?;
+        let sync = Arc::new(sync);
+        gauges.add(&(sync.clone() as Arc<dyn group_metrics::SyncGauges>));
+        out.push(sync);
+    }
+    let _ = metrics.registry().register(Box::new(gauges));
+    Ok(out)
+}
