@@ -174,7 +174,10 @@ pub(super) async fn mirrors(
                 };
                 let assessment = crate::mirror::preflight::assess(facts, options.guards());
                 if options.dry_run {
-                    return json_reply(StatusCode::OK, &assessment);
+                    // With the groups the failover's final round of the group sync will sync.
+                    let mut v = serde_json::to_value(&assessment).unwrap_or_default();
+                    v["groups"] = serde_json::to_value(gw.group_sync(name)).unwrap_or_default();
+                    return json_reply(StatusCode::OK, &v);
                 }
                 if assessment.guard_exceeded && !options.force {
                     tracing::warn!(mirror = %name, reasons = ?assessment.reasons, "failover refused by its guards (force overrides)");

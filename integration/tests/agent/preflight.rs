@@ -53,6 +53,10 @@ fn a_dry_run_on_a_healthy_mirror_says_go_and_changes_nothing() {
     assert_eq!(v["totals"]["partitions"], 2);
     assert_eq!(v["totals"]["lag_records"], 0);
     assert_eq!(v["source"]["reachable"], true);
+    assert_eq!(
+        v["groups"]["phase"], "syncing",
+        "the group sync's status: {v}"
+    );
     for p in v["partitions"].as_array().unwrap() {
         assert_eq!(p["state"], "MIRRORING");
         assert_eq!(p["psm_ready"], true, "{p}");
