@@ -284,21 +284,14 @@ impl AclIo for SyncIo {
         self.gated(async {
             let mut c = self.destination().await?;
             let resp = c.send(&req, 3).await.map_err(|e| e.to_string())?;
-            if resp.results.len() != acls.len() {
-                return Err(format!(
-                    "CreateAcls answered {} results for {} creations",
-                    resp.results.len(),
-                    acls.len()
-                ));
-            }
-            Ok(resp
-                .results
-                .iter()
-                .map(|r| match r.error_code {
-                    0 => Ok(()),
-                    e => Err(err_text(e, r.error_message.as_ref())),
-                })
-                .collect())
+            outcomes(
+                resp.results
+                    .iter()
+                    .map(|r| (r.error_code, r.error_message.as_ref()))
+                    .collect(),
+                acls.len(),
+                "CreateAcls",
+            )
         })
         .await
     }
@@ -325,22 +318,36 @@ impl AclIo for SyncIo {
         self.gated(async {
             let mut c = self.destination().await?;
             let resp = c.send(&req, 3).await.map_err(|e| e.to_string())?;
-            if resp.filter_results.len() != acls.len() {
-                return Err(format!(
-                    "DeleteAcls answered {} results for {} filters",
-                    resp.filter_results.len(),
-                    acls.len()
-                ));
-            }
-            Ok(resp
-                .filter_results
-                .iter()
-                .map(|r| match r.error_code {
-                    0 => Ok(()),
-                    e => Err(err_text(e, r.error_message.as_ref())),
-                })
-                .collect())
+            outcomes(
+                resp.filter_results
+                    .iter()
+                    .map(|r| (r.error_code, r.error_message.as_ref()))
+                    .collect(),
+                acls.len(),
+                "DeleteAcls",
+            )
         })
         .await
     }
+}
+
+/// One outcome per entry of a batched ACL request, in the order asked; `what` names the request.
+fn outcomes(
+    answers: Vec<(i16, Option<&StrBytes>)>,
+    asked: usize,
+    what: &str,
+) -> Result<Vec<Result<(), String>>, String> {
+    if answers.len() != asked {
+        return Err(format!(
+            "{what} answered {} results for {asked} entries",
+            answers.len()
+        ));
+    }
+    Ok(answers
+        .into_iter()
+        .map(|(code, message)| match code {
+            0 => Ok(()),
+            e => Err(err_text(e, message)),
+        })
+        .collect())
 }
