@@ -32,6 +32,8 @@ pub struct AgentTransactions {
     policy: VerificationPolicy,
     /// Serialises the partitions' checks of the setting.
     check: tokio::sync::Mutex<()>,
+    /// The setting was seen false (or set so): transactional batches need no check first.
+    off: std::sync::atomic::AtomicBool,
     disabled: prometheus::IntCounterVec,
 }
 
@@ -45,12 +47,22 @@ impl AgentTransactions {
             transactional_id: format!("mirrorgate-mirror-{mirror}"),
             policy,
             check: tokio::sync::Mutex::new(()),
+            off: std::sync::atomic::AtomicBool::new(false),
             disabled,
         }
     }
 
-    /// After a transactional batch was refused for verification: make sure the destination's
-    /// verification is off (module doc); `Err`: why the partition cannot be mirrored.
+    /// Whether the destination's verification was seen off: a transactional batch is then
+    /// appended without checking the setting first.
+    pub fn known_off(&self) -> bool {
+        self.off.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Before the first transactional batch, and after one was refused for verification: make
+    /// sure the destination's verification is off (module doc); `Err`: why the partition cannot
+    /// be mirrored. (A destination whose verification is on may not answer
+    /// INVALID_PRODUCER_ID_MAPPING at all: its own transaction coordinator may not be available,
+    /// and the refusal is then a retriable one, for ever.)
     pub async fn verification_off(
         &self,
         mirror: &str,
@@ -82,6 +94,7 @@ impl AgentTransactions {
             }
         };
         if setting.value.as_deref() == Some("false") {
+            self.off.store(true, std::sync::atomic::Ordering::Relaxed);
             return Ok(());
         }
         let how = format!(
@@ -110,6 +123,7 @@ impl AgentTransactions {
                         )
                     })?;
                 self.disabled.with_label_values(&[mirror]).inc();
+                self.off.store(true, std::sync::atomic::Ordering::Relaxed);
                 tracing::warn!(
                     mirror, broker, setting = VERIFICATION_CONFIG,
                     "the destination verified transactional batches against its own coordinator: set {VERIFICATION_CONFIG}=false as the cluster-wide \

@@ -22,6 +22,10 @@ impl Task {
     pub(super) async fn append(&mut self, h: &BatchHeader, batch: Bytes) -> Step<i64> {
         let mut attempt = 0u32;
         let mut verification_refusals = 0u32;
+        if h.is_transactional() && !self.m.transactions.known_off() {
+            // Checked before the first transactional batch (not only on its refusal).
+            self.verification_off(0, None).await?;
+        }
         loop {
             if !self.next_attempt(&mut attempt).await? {
                 continue;
