@@ -21,6 +21,7 @@ use crate::psm::registry::{ProducerGauge, PsmRegistry};
 use crate::state::{StateError, StateStore};
 
 mod admin_backend;
+pub mod demo;
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +43,8 @@ pub enum StartError {
     StateMismatch(String),
     #[error("destination: {0}")]
     Transport(crate::client::SetupError),
+    #[error("metrics: {0}")]
+    Metrics(String),
     #[error("listeners.{listener}: {source}")]
     ListenerTransport {
         listener: &'static str,
@@ -72,6 +75,8 @@ pub struct Gateway {
     pub agent: Option<Arc<crate::mirror::agent::Agent>>,
     /// The failover reports; `None` without mirrors.
     reports: Option<crate::mirror::report::ReportStore>,
+    /// The audit trail of state-changing admin calls.
+    audit: crate::audit::AuditTrail,
     admin_addr: SocketAddr,
     /// The admin token required by mutating calls (`None`: loopback without a token).
     pub admin_token: Option<String>,
@@ -283,6 +288,7 @@ impl Gateway {
         }
         drop(drain_tx);
         tokio::spawn(cluster.clone().refresh_loop(shutdown_rx.clone()));
+        let audit = start_audit(&config, &metrics, &cluster, &shutdown_rx)?;
 
         let gw = Arc::new(Gateway {
             config,
@@ -294,6 +300,7 @@ impl Gateway {
             permissions,
             agent,
             reports,
+            audit,
             admin_addr,
             admin_token,
             shutdown,
@@ -370,6 +377,11 @@ impl Gateway {
                 .map(|p| p.missing())
                 .unwrap_or_default(),
         }
+    }
+
+    /// Record an audit event (the admin API's state-changing calls).
+    pub fn audit(&self, event: crate::audit::AuditEvent) {
+        self.audit.record(event);
     }
 
     /// Stop accepting, let in-flight requests finish (up to `limits.shutdown_grace_ms`), stop.
@@ -545,4 +557,35 @@ async fn log_startup_summary(gw: Arc<Gateway>) {
             "mirrorgate not ready after 60 s"
         ),
     }
+}
+
+/// The audit trail: log only, or also `admin.audit_topic` on the destination (its writer runs
+/// until shutdown, then flushes what is queued for a bounded time).
+fn start_audit(
+    config: &Config,
+    metrics: &Arc<Metrics>,
+    cluster: &Arc<ClusterView>,
+    shutdown: &watch::Receiver<bool>,
+) -> Result<crate::audit::AuditTrail, StartError> {
+    let am = Arc::new(
+        crate::audit::AuditMetrics::new().map_err(|e| StartError::Metrics(e.to_string()))?,
+    );
+    am.register(metrics.registry());
+    let Some(topic) = config.admin.audit_topic.clone() else {
+        return Ok(crate::audit::AuditTrail::log_only(am));
+    };
+    let (trail, rx) = crate::audit::AuditTrail::with_topic(am.clone());
+    let sink = crate::audit::topic::TopicSink::new(
+        cluster.clone(),
+        topic,
+        Duration::from_millis(config.destination.connect_timeout_ms.max(10_000)),
+    );
+    tokio::spawn(crate::audit::topic::run(
+        rx,
+        sink,
+        am,
+        shutdown.clone(),
+        crate::audit::topic::SHUTDOWN_FLUSH,
+    ));
+    Ok(trail)
 }

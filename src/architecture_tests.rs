@@ -25,6 +25,8 @@ const LAYERS: &[(&str, u8)] = &[
     ("cluster", 3),
     // Producer state.
     ("psm", 4),
+    // The audit trail of admin calls, with its writer to a Kafka topic.
+    ("audit", 4),
     // Mirrors: states, failover, the agent.
     ("mirror", 5),
     // Client-facing connections (ask the mirror controller and the PSM for decisions).

@@ -16,6 +16,7 @@
 
 pub mod admin;
 pub mod app;
+pub mod audit;
 pub mod client;
 pub mod cluster;
 pub mod config;

@@ -1,6 +1,7 @@
 //! integration tests
 mod admin_api;
 mod agent;
+mod audit;
 mod barrier_visibility;
 mod cli;
 mod compose;

@@ -1,5 +1,6 @@
 //! `/v1/mirrors`: the mirrors' states and partitions, failover (with its preflight, guards and
-//! report), pause, resume, start, failover reports; the audit event of each state-changing call.
+//! report), pause, resume, start, failover reports; what the audit event of a state-changing
+//! call records beyond its path and status ([`AuditNote`]).
 //!
 //! Owns: these routes. Must not touch: the decisions (the mirror controller), the facts
 //! (`preflight.rs`).
@@ -13,6 +14,7 @@ use crate::mirror::controller::{FailoverError, StartError};
 use crate::mirror::state::{MirrorRecord, PartitionRecord, PartitionState};
 
 use super::{check_token, error_reply, json_reply, preflight, AdminBackend};
+use crate::audit::AuditNote;
 
 /// `pid_allocator`: the outcome of the failover step that advanced the producer-id allocators
 /// (review F15), when one ran in this process.
@@ -77,6 +79,7 @@ pub(super) async fn mirrors(
     path: &str,
     req: Request<Incoming>,
     caller: &str,
+    note: &mut AuditNote,
 ) -> Response<Full<Bytes>> {
     let Some(ctl) = gw.mirrors() else {
         return match (method, path) {
@@ -145,6 +148,7 @@ pub(super) async fn mirrors(
         ),
         (&Method::POST, [name, "failover"]) => {
             if let Some(denied) = check_token(gw, req.headers()) {
+                note.reason = Some("admin token missing or wrong".into());
                 return denied;
             }
             let query = req.uri().query().map(str::to_string);
@@ -162,8 +166,15 @@ pub(super) async fn mirrors(
             };
             let options = match preflight::FailoverOptions::read(query.as_deref(), &body) {
                 Ok(o) => o,
-                Err(e) => return error_reply(StatusCode::BAD_REQUEST, &e),
+                Err(e) => {
+                    note.reason = Some(e.clone());
+                    return error_reply(StatusCode::BAD_REQUEST, &e);
+                }
             };
+            note.dry_run = options.dry_run;
+            note.force = options.force;
+            note.max_lag_records = options.max_lag_records;
+            note.max_lag_seconds = options.max_lag_seconds;
             let guarded = options.max_lag_records.is_some() || options.max_lag_seconds.is_some();
             if options.dry_run || guarded {
                 let Some(facts) = preflight::facts(gw, ctl, name) else {
@@ -181,6 +192,10 @@ pub(super) async fn mirrors(
                 }
                 if assessment.guard_exceeded && !options.force {
                     tracing::warn!(mirror = %name, reasons = ?assessment.reasons, "failover refused by its guards (force overrides)");
+                    note.reason = Some(format!(
+                        "the failover exceeds its guards: {}",
+                        assessment.reasons.join("; ")
+                    ));
                     return json_reply(
                         StatusCode::CONFLICT,
                         &json!({
@@ -193,6 +208,7 @@ pub(super) async fn mirrors(
             let at_call = preflight::facts(gw, ctl, name);
             match ctl.failover(name) {
                 Ok(started) => {
+                    note.failover_id = Some(started.failover_id.clone());
                     tracing::info!(mirror = %started.mirror, failover_id = %started.failover_id, already_running = started.already_running, forced = options.force, "failover requested");
                     if !started.already_running {
                         gw.failover_called(preflight::open_report(
@@ -205,17 +221,9 @@ pub(super) async fn mirrors(
                     }
                     json_reply(StatusCode::ACCEPTED, &started)
                 }
-                Err(e @ FailoverError::UnknownMirror(_)) => {
-                    error_reply(StatusCode::NOT_FOUND, &e.to_string())
-                }
-                Err(
-                    e @ (FailoverError::AlreadyStopped { .. }
-                    | FailoverError::NoPartitions { .. }
-                    | FailoverError::StateUnreadable { .. }
-                    | FailoverError::ScreenUnreadable(_)),
-                ) => error_reply(StatusCode::CONFLICT, &e.to_string()),
-                Err(e @ FailoverError::Persist { .. }) => {
-                    error_reply(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string())
+                Err(e) => {
+                    note.reason = Some(e.to_string());
+                    failover_error_reply(e)
                 }
             }
         }
@@ -239,6 +247,7 @@ pub(super) async fn mirrors(
         },
         (&Method::POST, [name, "start"]) => {
             if let Some(denied) = check_token(gw, req.headers()) {
+                note.reason = Some("admin token missing or wrong".into());
                 return denied;
             }
             match ctl.start_mirroring(name) {
@@ -247,14 +256,18 @@ pub(super) async fn mirrors(
                     &json!({ "mirror": name, "partitions_started": moved,
                              "note": "the agent verifies each partition is empty or aligned with the source before mirroring; a partition that is not goes FAILED with the reason" }),
                 ),
-                Err(StartError::Failover(e @ FailoverError::UnknownMirror(_))) => {
-                    error_reply(StatusCode::NOT_FOUND, &e.to_string())
+                Err(e) => {
+                    note.reason = Some(e.to_string());
+                    match e {
+                        StartError::Failover(e) => failover_error_reply(e),
+                        e => error_reply(StatusCode::CONFLICT, &e.to_string()),
+                    }
                 }
-                Err(e) => error_reply(StatusCode::CONFLICT, &e.to_string()),
             }
         }
         (&Method::POST, [name, action @ ("pause" | "resume")]) => {
             if let Some(denied) = check_token(gw, req.headers()) {
+                note.reason = Some("admin token missing or wrong".into());
                 return denied;
             }
             match ctl.set_paused(name, *action == "pause") {
@@ -262,13 +275,10 @@ pub(super) async fn mirrors(
                     StatusCode::OK,
                     &json!({ "mirror": name, "action": action, "partitions_moved": moved }),
                 ),
-                Err(e @ FailoverError::UnknownMirror(_)) => {
-                    error_reply(StatusCode::NOT_FOUND, &e.to_string())
+                Err(e) => {
+                    note.reason = Some(e.to_string());
+                    failover_error_reply(e)
                 }
-                Err(e @ FailoverError::Persist { .. }) => {
-                    error_reply(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string())
-                }
-                Err(e) => error_reply(StatusCode::CONFLICT, &e.to_string()),
             }
         }
         (_, [_, "failover"]) => error_reply(
@@ -286,18 +296,15 @@ pub(super) async fn mirrors(
     }
 }
 
-/// The audit trail: one structured event (target `mirrorgate::audit`) per state-changing admin
-/// call — failover, start, pause, resume — with its caller and outcome.
-pub(super) fn audit(path: &str, caller: &str, status: StatusCode) {
-    let parts: Vec<&str> = path.trim_start_matches("/v1/mirrors/").split('/').collect();
-    let (mirror, action) = match parts.as_slice() {
-        [m, a] => (*m, *a),
-        _ => ("", path),
+/// The answer to a failover call the controller refused.
+fn failover_error_reply(e: FailoverError) -> Response<Full<Bytes>> {
+    let status = match &e {
+        FailoverError::UnknownMirror(_) => StatusCode::NOT_FOUND,
+        FailoverError::AlreadyStopped { .. }
+        | FailoverError::NoPartitions { .. }
+        | FailoverError::StateUnreadable { .. }
+        | FailoverError::ScreenUnreadable(_) => StatusCode::CONFLICT,
+        FailoverError::Persist { .. } => StatusCode::INTERNAL_SERVER_ERROR,
     };
-    tracing::info!(
-        target: "mirrorgate::audit",
-        action, mirror, caller, status = status.as_u16(),
-        outcome = if status.is_success() { "accepted" } else { "refused" },
-        "admin call"
-    );
+    error_reply(status, &e.to_string())
 }

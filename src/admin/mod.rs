@@ -64,6 +64,11 @@ pub trait AdminBackend: Send + Sync + 'static {
     fn psm(&self) -> Option<&Arc<PsmRegistry>>;
     /// (records, seconds) of lag of a partition the built-in agent mirrors.
     fn agent_lag(&self, mirror: &str, topic: &str, partition: i32) -> Option<(i64, f64)>;
+    /// Record the audit event of a state-changing call (the log, and the audit topic when
+    /// one is configured).
+    fn audit(&self, event: crate::audit::AuditEvent) {
+        crate::audit::log(&event);
+    }
     /// The group offset sync of mirror `mirror`; `None` when it has none.
     fn group_sync(&self, _mirror: &str) -> Option<crate::mirror::groups::SyncStatus> {
         None
@@ -313,9 +318,16 @@ async fn handle(
                 Some(_) => format!("token@{peer}"),
                 None => peer.to_string(),
             };
-            let resp = mirrors::mirrors(gw.as_ref(), &m, p, req, &caller).await;
+            let mut note = crate::audit::AuditNote::default();
+            let resp = mirrors::mirrors(gw.as_ref(), &m, p, req, &caller, &mut note).await;
             if m == Method::POST {
-                mirrors::audit(p, &caller, resp.status());
+                gw.audit(crate::audit::AuditEvent::new(
+                    &gw.admin_addr().to_string(),
+                    p,
+                    &caller,
+                    resp.status().as_u16(),
+                    note,
+                ));
             }
             resp
         }

@@ -36,6 +36,9 @@ impl crate::admin::AdminBackend for Gateway {
             })
             .collect()
     }
+    fn audit(&self, event: crate::audit::AuditEvent) {
+        Gateway::audit(self, event)
+    }
     fn admin_token(&self) -> Option<&str> {
         self.admin_token.as_deref()
     }

@@ -9,6 +9,7 @@
 
 mod connector;
 mod kafka;
+pub mod ops;
 pub mod sasl;
 pub mod scram;
 

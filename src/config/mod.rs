@@ -142,6 +142,10 @@ pub struct AdminConfig {
     /// Token for mutating calls, given inline (discouraged), from an environment variable, or a file.
     #[serde(default)]
     pub token: Option<SecretSource>,
+    /// A topic on the destination cluster that receives every audit event (one JSON record per
+    /// state-changing admin call) besides the log; created when missing. Absent: log only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_topic: Option<String>,
 }
 
 /// Where a secret comes from. Exactly one of the fields is set.
@@ -448,6 +452,7 @@ impl Default for AdminConfig {
         AdminConfig {
             bind: default_admin_bind(),
             token: None,
+            audit_topic: None,
         }
     }
 }

@@ -138,6 +138,20 @@ fn bad_configs_report_key_path_message_and_line() {
             line: 7,
         },
         Case {
+            name: "audit topic not a topic name",
+            text: edit(9, "  bind: 127.0.0.1:9180\n  audit_topic: \"audit log\""),
+            path: "admin.audit_topic",
+            fragment: "is not a valid Kafka topic name",
+            line: 10,
+        },
+        Case {
+            name: "audit topic is a mirror topic",
+            text: edit(9, "  bind: 127.0.0.1:9180\n  audit_topic: orders"),
+            path: "admin.audit_topic",
+            fragment: "is a mirror topic",
+            line: 10,
+        },
+        Case {
             name: "port_base zero",
             text: edit(7, "    port_base: 0"),
             path: "listeners.mirror.port_base",

@@ -226,6 +226,21 @@ fn check_listeners_and_admin(out: &mut Issues, cfg: &Config) {
             out.push("admin.token.file", "must name a file");
         }
     }
+    if let Some(t) = &admin.audit_topic {
+        if !super::topics::is_valid_topic_name(t) {
+            out.push(
+                "admin.audit_topic",
+                format!("`{t}` is not a valid Kafka topic name (1-249 of a-z A-Z 0-9 . _ -, not `.` or `..`)"),
+            );
+        } else if cfg.topic_router().mirror_index(t).is_some() {
+            out.push(
+                "admin.audit_topic",
+                format!(
+                    "`{t}` is a mirror topic (read-only while mirrored); name a topic of its own"
+                ),
+            );
+        }
+    }
     match admin.bind.parse::<SocketAddr>() {
         Err(_) => out.push(
             "admin.bind",

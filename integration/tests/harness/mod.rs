@@ -364,7 +364,7 @@ fn metadata_client(bootstrap: &str) -> BaseConsumer {
         .unwrap_or_else(|e| panic!("client for {bootstrap}: {e}"))
 }
 
-fn try_partition_leaders(bootstrap: &str, topic: &str) -> Result<BTreeMap<i32, i32>, String> {
+pub fn try_partition_leaders(bootstrap: &str, topic: &str) -> Result<BTreeMap<i32, i32>, String> {
     let c = metadata_client(bootstrap);
     let md = c
         .fetch_metadata(Some(topic), Duration::from_secs(10))
