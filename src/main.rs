@@ -319,6 +319,11 @@ fn runtime() -> tokio::runtime::Runtime {
 
 async fn run(cfg: Config, banner: Option<String>) -> ExitCode {
     let demo_source = banner.as_ref().and_then(|_| demo_target(&cfg));
+    let local = format!(
+        "{}:{}",
+        cfg.listeners.client.advertised(),
+        cfg.listeners.client.port_base
+    );
     let gw = match Gateway::start(cfg).await {
         Ok(g) => g,
         Err(e) => {
@@ -328,7 +333,11 @@ async fn run(cfg: Config, banner: Option<String>) -> ExitCode {
     };
     if let Some(b) = banner {
         if let Some((bootstrap, topic)) = demo_source {
-            tokio::spawn(demo_producer(bootstrap, topic));
+            tokio::spawn(mirrorgate::app::demo::source_producers(
+                bootstrap,
+                topic.clone(),
+            ));
+            tokio::spawn(mirrorgate::app::demo::local_producer(local, topic));
         }
         match gw.wait_ready(Duration::from_secs(60)).await {
             Ok(()) => println!("{b}"),
@@ -348,87 +357,25 @@ fn demo_target(cfg: &Config) -> Option<(String, String)> {
     Some((m.source.as_ref()?.bootstrap.first()?.clone(), topic))
 }
 
-/// The demo's small producer on the source cluster: creates the topic (3 partitions) and writes
-/// a record every 200 ms, so that the agent has something to mirror.
-async fn demo_producer(bootstrap: String, topic: String) {
-    use kafka_protocol::messages::create_topics_request::CreatableTopic;
-    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-    use kafka_protocol::messages::{CreateTopicsRequest, ProduceRequest};
-    use kafka_protocol::protocol::StrBytes;
-    use kafka_protocol::records::{
-        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-    };
-    use mirrorgate::client::KafkaClient;
-    let mut client = match KafkaClient::connect(&bootstrap, Duration::from_secs(10)).await {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::warn!(error = %e, "demo producer: cannot reach the source");
-            return;
-        }
-    };
-    let create = CreateTopicsRequest::default()
-        .with_timeout_ms(30_000)
-        .with_topics(vec![CreatableTopic::default()
-            .with_name(StrBytes::from_string(topic.clone()).into())
-            .with_num_partitions(3)
-            .with_replication_factor(1)]);
-    if let Err(e) = client.send(&create, 5).await {
-        tracing::warn!(error = %e, "demo producer: cannot create the topic");
-    }
-    let mut i: u64 = 0;
-    loop {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
-        let rec = Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: 0,
-            sequence: -1,
-            timestamp: now,
-            key: Some(bytes::Bytes::from(format!("demo-{i}"))),
-            value: Some(bytes::Bytes::from(format!(
-                "hello from the source, record {i}"
-            ))),
-            headers: Default::default(),
-        };
-        let mut buf = bytes::BytesMut::new();
-        if RecordBatchEncoder::encode(
-            &mut buf,
-            [&rec],
-            &RecordEncodeOptions {
-                version: 2,
-                compression: Compression::None,
-            },
-        )
-        .is_ok()
-        {
-            let req = ProduceRequest::default()
-                .with_acks(1)
-                .with_timeout_ms(10_000)
-                .with_topic_data(vec![TopicProduceData::default()
-                    .with_name(StrBytes::from_string(topic.clone()).into())
-                    .with_partition_data(vec![PartitionProduceData::default()
-                        .with_index((i % 3) as i32)
-                        .with_records(Some(buf.freeze()))])]);
-            if let Err(e) = client.send(&req, 9).await {
-                tracing::warn!(error = %e, "demo producer: produce failed; reconnecting");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                match KafkaClient::connect(&bootstrap, Duration::from_secs(10)).await {
-                    Ok(c) => client = c,
-                    Err(_) => continue,
-                }
-            }
-        }
-        i += 1;
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+/// What the demo runs and where to look, in the order a newcomer would.
+fn demo_guide(admin: &str, source: &str, topic: &str) -> String {
+    let n = mirrorgate::app::demo::SOURCE_PRODUCERS;
+    format!(
+        "  demo producers:      {n} idempotent producers write {topic:?} on the source ({source});
+                       the built-in agent mirrors their batches, producer ids and sequences
+  local producer:      writes {topic:?} through the gateway: refused while mirrored (read-only),
+                       acknowledged after the failover (watch the log)
+where to look:
+  1. mirror and lag:   mirrorgate status · curl http://{admin}/v1/mirrors/demo/partitions
+  2. producer state:   curl http://{admin}/v1/partitions/{topic}/0/producers
+  3. PID metrics:      curl -s http://{admin}/metrics | grep -E 'mirrorgate_(psm|pid|produce_rejected)'
+  4. rehearse:         mirrorgate failover demo --dry-run   (go / no-go, lag, what would be synced)
+  5. fail over:        mirrorgate failover demo             (barrier, producers expired, report)
+  6. the report:       curl http://{admin}/v1/mirrors/demo/failovers
+                       then 2. and 3. again: the mirrored producers expired by the barrier, the
+                       screened ids, and the local producer's records acknowledged
+"
+    )
 }
 
 fn rig(args: &[&str]) -> Result<String, String> {
@@ -515,14 +462,7 @@ fn demo(mut cfg: Config) -> ExitCode {
         cfg.admin.bind
     ));
     if let Some((source, topic)) = demo_target(&cfg) {
-        banner.push_str(&format!(
-            "  demo producer:       writing topic {topic:?} on the source ({source}); the built-in agent mirrors it\n"
-        ));
-        banner.push_str(&format!(
-            "  watch:               mirrorgate status · curl http://{}/v1/mirrors/demo/partitions (lag)\n",
-            cfg.admin.bind
-        ));
-        banner.push_str("  fail over:           mirrorgate failover demo   (then produce to the client listener)\n");
+        banner.push_str(&demo_guide(&cfg.admin.bind, &source, &topic));
     }
     banner.push_str("Press Ctrl-C to stop the gateway and the clusters this demo started.");
     let code = runtime().block_on(run(cfg, Some(banner)));

@@ -151,6 +151,7 @@ fn demo_starts_the_gateway_in_front_of_the_rig_and_stops_on_ctrl_c() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+    demo_shows_mirrored_producers_a_failover_and_its_report();
     let pid = demo.child.id().to_string();
     assert!(Command::new("kill")
         .args(["-INT", &pid])
@@ -176,6 +177,88 @@ fn demo_starts_the_gateway_in_front_of_the_rig_and_stops_on_ctrl_c() {
         text.contains("source=") && text.contains("destination="),
         "{text}"
     );
+}
+
+/// What the demo is for (its banner's "where to look"): the PSM holds the source's idempotent
+/// producers, mirrored; the failover completes with a report; and the local producer's writes
+/// through the gateway, refused before, are in the log after it.
+fn demo_shows_mirrored_producers_a_failover_and_its_report() {
+    let admin = "127.0.0.1:9180";
+    let get = |path: &str| {
+        let (status, body) = crate::gw::admin_call(admin, hyper::Method::GET, path, None);
+        assert_eq!(status, 200, "{path}: {body}");
+        serde_json::from_str::<serde_json::Value>(&body).expect("json")
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let producer_ids = loop {
+        let ids: std::collections::BTreeSet<i64> = (0..3)
+            .flat_map(|p| {
+                let v = get(&format!("/v1/partitions/demo/{p}/producers"));
+                v["producers"]
+                    .as_array()
+                    .map(|ps| {
+                        ps.iter()
+                            .filter_map(|e| e["producer_id"].as_i64())
+                            .collect()
+                    })
+                    .unwrap_or_else(Vec::new)
+            })
+            .collect();
+        if ids.len() >= 2 {
+            break ids;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the demo's PSM shows fewer than 2 mirrored producer ids: {ids:?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let out = mirrorgate()
+        .args(["failover", "demo", "--admin", admin, "--timeout", "60"])
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reports = get("/v1/mirrors/demo/failovers");
+    let report = &reports["failovers"][0];
+    assert!(report["rto_seconds"].as_f64().is_some(), "{reports:#}");
+    eprintln!("the demo's failover report:\n{report:#}");
+    // The barrier expired the mirrored producers.
+    let after: Vec<i64> = (0..3)
+        .flat_map(|p| {
+            get(&format!("/v1/partitions/demo/{p}/producers"))["producers"]
+                .as_array()
+                .map(|ps| {
+                    ps.iter()
+                        .filter_map(|e| e["producer_id"].as_i64())
+                        .collect()
+                })
+                .unwrap_or_else(Vec::new)
+        })
+        .collect();
+    assert!(
+        after.iter().all(|id| !producer_ids.contains(id)),
+        "mirrored producers {producer_ids:?} still in the PSM after the barrier: {after:?}"
+    );
+    // The local producer's records, written through the gateway, are acknowledged now.
+    let destination = harness::cluster("destination");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !(0..3).any(|p| {
+        crate::failover::read_log(&destination, "demo", p)
+            .records
+            .iter()
+            .any(|r| r.key.as_deref().is_some_and(|k| k.starts_with("local-")))
+    }) {
+        assert!(
+            Instant::now() < deadline,
+            "no record of the demo's local producer in the destination after the failover"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 #[test]
