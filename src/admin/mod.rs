@@ -82,6 +82,15 @@ pub trait AdminBackend: Send + Sync + 'static {
     ) -> Option<crate::mirror::agent::offsets::PartitionMap> {
         None
     }
+    /// The estimated bytes of a partition's lag (built-in agent).
+    fn agent_lag_bytes(&self, _mirror: &str, _topic: &str, _partition: i32) -> Option<i64> {
+        None
+    }
+    /// Producer ids in the screening set (the failover's producer-id allocator step advances
+    /// the brokers past them).
+    fn screened_ids(&self) -> usize {
+        0
+    }
     /// When the source's log end of a partition last moved (built-in agent).
     fn agent_source_end_moved_ms(&self, mirror: &str, topic: &str, partition: i32) -> Option<i64>;
     /// The built-in agent's view of a mirror's source cluster; `None` without an agent.

@@ -112,6 +112,7 @@ pub fn facts(gw: &dyn AdminBackend, ctl: &MirrorController, name: &str) -> Optio
                 last_error: p.last_error.clone(),
                 lag_records: lag.map(|l| l.0),
                 lag_seconds: lag.map(|l| l.1),
+                lag_bytes_estimate: gw.agent_lag_bytes(name, &p.topic, p.partition),
                 source_end_moved_ms: gw.agent_source_end_moved_ms(name, &p.topic, p.partition),
                 leader: cluster
                     .topic(&p.topic)
@@ -135,6 +136,13 @@ pub fn facts(gw: &dyn AdminBackend, ctl: &MirrorController, name: &str) -> Optio
         source: gw.agent_source(name),
         partitions,
         barrier_permission: (!missing.is_empty()).then(|| missing.join("; ")),
+        screened_ids: gw.screened_ids(),
+        final_group_sync: gw.group_sync(name).is_some(),
+        last_failover: gw.failover_reports(name).ok().and_then(|list| {
+            list.iter()
+                .rev()
+                .find_map(|r| Some((r.rto_seconds?, r.partitions.len())))
+        }),
         now_ms: now_ms(),
     })
 }

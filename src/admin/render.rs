@@ -20,8 +20,8 @@ pub fn preflight_table(v: &serde_json::Value) -> String {
     }
     let _ = writeln!(
         out,
-        "{:<40} {:<10} {:>10} {:>9} {:>7} {:>9} {:>5}",
-        "partition", "state", "lag_rec", "lag_s", "leader", "producers", "txns"
+        "{:<40} {:<10} {:>10} {:>11} {:>9} {:>7} {:>9} {:>5}",
+        "partition", "state", "lag_rec", "lag_bytes~", "lag_s", "leader", "producers", "txns"
     );
     let opt = |x: &serde_json::Value| {
         if x.is_null() {
@@ -36,10 +36,11 @@ pub fn preflight_table(v: &serde_json::Value) -> String {
             .map_or("-".to_string(), |s| format!("{s:.1}"));
         let _ = writeln!(
             out,
-            "{:<40} {:<10} {:>10} {:>9} {:>7} {:>9} {:>5}",
+            "{:<40} {:<10} {:>10} {:>11} {:>9} {:>7} {:>9} {:>5}",
             format!("{}-{}", p["topic"].as_str().unwrap_or("?"), p["partition"]),
             p["state"].as_str().unwrap_or("?"),
             opt(&p["lag_records"]),
+            opt(&p["lag_bytes_estimate"]),
             lag_s,
             opt(&p["leader"]),
             format!(
@@ -57,13 +58,21 @@ pub fn preflight_table(v: &serde_json::Value) -> String {
     let t = &v["totals"];
     let _ = writeln!(
         out,
-        "total: {} partitions, {} FAILED, {} records behind, max {:.1} s behind, {} open transactions",
+        "total: {} partitions, {} FAILED, {} records (~{} bytes) behind, max {:.1} s behind, {} open transactions",
         t["partitions"],
         t["failed"],
         t["lag_records"],
+        t["lag_bytes_estimate"],
         t["max_lag_seconds"].as_f64().unwrap_or(0.0),
         t["open_transactions"]
     );
+    let e = &v["expected_duration"];
+    if let Some(s) = e["seconds"].as_f64() {
+        let _ = writeln!(out, "expected duration: {s:.1} s");
+        for b in e["basis"].as_array().into_iter().flatten() {
+            let _ = writeln!(out, "  {}", b.as_str().unwrap_or_default());
+        }
+    }
     out
 }
 

@@ -51,6 +51,12 @@ impl crate::admin::AdminBackend for Gateway {
     fn agent_lag(&self, mirror: &str, topic: &str, partition: i32) -> Option<(i64, f64)> {
         Gateway::agent_lag(self, mirror, topic, partition)
     }
+    fn agent_lag_bytes(&self, mirror: &str, topic: &str, partition: i32) -> Option<i64> {
+        self.agent.as_ref()?.lag_bytes(mirror, topic, partition)
+    }
+    fn screened_ids(&self) -> usize {
+        self.mirrors.as_ref().map_or(0, |m| m.screened_ids_count())
+    }
     fn agent_source_end_moved_ms(&self, mirror: &str, topic: &str, partition: i32) -> Option<i64> {
         self.agent
             .as_ref()?

@@ -195,7 +195,8 @@ impl TopicSink {
 pub fn encode(events: &[AuditEvent]) -> Result<bytes::Bytes, String> {
     let records: Vec<Record> = events
         .iter()
-        .map(|e| {
+        .enumerate()
+        .map(|(i, e)| {
             Ok(Record {
                 transactional: false,
                 control: false,
@@ -204,8 +205,12 @@ pub fn encode(events: &[AuditEvent]) -> Result<bytes::Bytes, String> {
                 producer_id: -1,
                 producer_epoch: -1,
                 timestamp_type: TimestampType::Creation,
-                offset: 0,
-                sequence: -1,
+                // Offsets within the batch count up from 0. The encoder starts a new batch
+                // where offset - sequence changes, and a Produce request carries exactly one
+                // batch per partition: so the sequence follows the offset, starting at -1 (the
+                // base sequence of a batch without producer id).
+                offset: i as i64,
+                sequence: i as i32 - 1,
                 timestamp: e.at_ms,
                 key: Some(bytes::Bytes::from(e.mirror.clone())),
                 value: Some(bytes::Bytes::from(
@@ -393,7 +398,13 @@ mod tests {
         let events = vec![event("pause"), event("resume")];
         let mut b = encode(&events).expect("encode");
         let recs = RecordBatchDecoder::decode(&mut b).expect("decode").records;
+        assert!(b.is_empty(), "one batch holds every event");
         assert_eq!(recs.len(), 2);
+        assert_eq!(
+            recs.iter().map(|r| r.offset).collect::<Vec<_>>(),
+            vec![0, 1],
+            "offsets count up within the batch"
+        );
         let back: AuditEvent =
             serde_json::from_slice(recs[1].value.as_ref().expect("value")).expect("json");
         assert_eq!(back, events[1]);

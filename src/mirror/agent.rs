@@ -295,6 +295,16 @@ impl Agent {
         slot.stats.lag()
     }
 
+    /// The bytes of a partition's lag (estimate: see [`lag::PartStats::lag_bytes_estimate`]).
+    pub fn lag_bytes(&self, mirror: &str, topic: &str, partition: i32) -> Option<i64> {
+        let m = self.mirror(mirror)?;
+        let tasks = lock(&m.tasks);
+        tasks
+            .get(&(topic.to_string(), partition))?
+            .stats
+            .lag_bytes_estimate()
+    }
+
     /// When the source's log end of a partition last moved, as the agent saw it.
     pub fn source_end_moved_ms(&self, mirror: &str, topic: &str, partition: i32) -> Option<i64> {
         let m = self.mirror(mirror)?;

@@ -390,6 +390,11 @@ impl MirrorController {
     }
 
     /// Whether any producer id is screened.
+    /// Producer ids in the screening set.
+    pub fn screened_ids_count(&self) -> usize {
+        self.screening.ids().len()
+    }
+
     pub fn screening_active(&self) -> bool {
         self.screening.is_active()
     }

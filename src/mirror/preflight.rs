@@ -26,6 +26,9 @@ pub struct PartitionFacts {
     /// Records and seconds behind the source (built-in agent), when known.
     pub lag_records: Option<i64>,
     pub lag_seconds: Option<f64>,
+    /// Bytes behind the source, estimated from the average bytes per offset the agent
+    /// mirrored for the partition.
+    pub lag_bytes_estimate: Option<i64>,
     /// When the source's log end last moved (ms since the epoch; built-in agent).
     pub source_end_moved_ms: Option<i64>,
     /// The destination leader's node id (`None`: leaderless or unknown).
@@ -50,8 +53,70 @@ pub struct MirrorFacts {
     /// Why a control barrier cannot be written (the gateway's principal lacks a permission),
     /// when known; the failover then writes the data barrier (`failover.barrier: auto`).
     pub barrier_permission: Option<String>,
+    /// Producer ids in the screening set (the failover advances the brokers' allocators past
+    /// them).
+    pub screened_ids: usize,
+    /// The failover ends with a final round of the consumer group offset sync.
+    pub final_group_sync: bool,
+    /// The last completed failover of this mirror: (seconds, partitions).
+    pub last_failover: Option<(f64, usize)>,
     /// Now (ms since the epoch).
     pub now_ms: i64,
+}
+
+/// What a failover is expected to take, and from what.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExpectedDuration {
+    pub seconds: f64,
+    /// The terms of the estimate, readable.
+    pub basis: Vec<String>,
+}
+
+/// Fencing, draining a quiet mirror listener and one barrier round per leader, whatever the
+/// partition count (the failover benchmark measures 0.13-0.22 s for 1,000 partitions).
+pub const EXPECTED_BASE_SECONDS: f64 = 0.5;
+/// Per partition: its steps persisted and its barrier written.
+pub const EXPECTED_SECONDS_PER_PARTITION: f64 = 0.001;
+/// Producer ids the allocator step skips per second (measured: about 15,000 with 4
+/// connections x 64 in flight per broker).
+pub const EXPECTED_IDS_PER_SECOND: f64 = 15_000.0;
+/// The final group sync's bound.
+pub const EXPECTED_FINAL_GROUP_SYNC_SECONDS: f64 = 2.0;
+
+/// The estimate of a failover's duration (call to every partition STOPPED) from `facts`.
+pub fn expected_duration(facts: &MirrorFacts) -> ExpectedDuration {
+    let active = facts
+        .partitions
+        .iter()
+        .filter(|p| p.state != "STOPPED")
+        .count();
+    let mut seconds = EXPECTED_BASE_SECONDS;
+    let mut basis = vec![format!(
+        "{EXPECTED_BASE_SECONDS} s to fence, drain and write one barrier round"
+    )];
+    let per_partition = active as f64 * EXPECTED_SECONDS_PER_PARTITION;
+    seconds += per_partition;
+    basis.push(format!("{per_partition:.3} s for {active} partitions"));
+    if facts.screened_ids > 0 {
+        let s = facts.screened_ids as f64 / EXPECTED_IDS_PER_SECOND;
+        seconds += s;
+        basis.push(format!(
+            "{s:.3} s to advance the producer-id allocators past {} screened ids (at most)",
+            facts.screened_ids
+        ));
+    }
+    if facts.final_group_sync {
+        seconds += EXPECTED_FINAL_GROUP_SYNC_SECONDS;
+        basis.push(format!(
+            "{EXPECTED_FINAL_GROUP_SYNC_SECONDS} s for the final consumer group offset sync (at most)"
+        ));
+    }
+    if let Some((rto, n)) = facts.last_failover {
+        basis.push(format!(
+            "for comparison: the last failover of this mirror took {rto:.3} s for {n} partitions"
+        ));
+    }
+    ExpectedDuration { seconds, basis }
 }
 
 /// The source cluster as the built-in agent sees it.
@@ -87,6 +152,7 @@ pub struct Assessment {
     pub guards: Guards,
     pub source: Option<SourceFacts>,
     pub totals: Totals,
+    pub expected_duration: ExpectedDuration,
     pub partitions: Vec<PartitionFacts>,
 }
 
@@ -96,6 +162,8 @@ pub struct Totals {
     pub partitions: usize,
     pub failed: usize,
     pub lag_records: i64,
+    /// Sum of the partitions' estimates (those without one count 0).
+    pub lag_bytes_estimate: i64,
     pub max_lag_seconds: f64,
     pub open_transactions: usize,
     pub psm_producers: usize,
@@ -130,6 +198,7 @@ pub fn assess(facts: MirrorFacts, guards: Guards) -> Assessment {
     for p in &facts.partitions {
         let name = format!("{}-{}", p.topic, p.partition);
         totals.lag_records += p.lag_records.unwrap_or(0).max(0);
+        totals.lag_bytes_estimate += p.lag_bytes_estimate.unwrap_or(0).max(0);
         totals.max_lag_seconds = totals.max_lag_seconds.max(p.lag_seconds.unwrap_or(0.0));
         totals.open_transactions += p.open_transactions;
         totals.psm_producers += p.psm_producers;
@@ -205,7 +274,9 @@ pub fn assess(facts: MirrorFacts, guards: Guards) -> Assessment {
             "the barrier cannot be a control batch ({why}): the data barrier is written instead"
         ));
     }
+    let expected = expected_duration(&facts);
     Assessment {
+        expected_duration: expected,
         mirror: facts.mirror,
         verdict: if reasons.is_empty() { "go" } else { "no-go" },
         reasons,

@@ -12,6 +12,7 @@ fn part(p: i32) -> PartitionFacts {
         last_error: None,
         lag_records: Some(0),
         lag_seconds: Some(0.0),
+        lag_bytes_estimate: Some(0),
         source_end_moved_ms: Some(NOW - 600_000),
         leader: Some(1),
         psm_ready: true,
@@ -30,6 +31,9 @@ fn facts(parts: Vec<PartitionFacts>) -> MirrorFacts {
         }),
         partitions: parts,
         barrier_permission: None,
+        screened_ids: 0,
+        final_group_sync: false,
+        last_failover: None,
         now_ms: NOW,
     }
 }
@@ -148,4 +152,51 @@ fn an_unreadable_mirror_state_is_no_go() {
     let a = assess(f, Guards::default());
     assert_eq!(a.verdict, "no-go");
     assert!(a.reasons[0].contains("checksum mismatch"));
+}
+
+#[test]
+fn the_lag_in_bytes_is_the_sum_of_the_partitions_estimates() {
+    let mut a = part(0);
+    a.lag_records = Some(10);
+    a.lag_bytes_estimate = Some(1_000);
+    let mut b = part(1);
+    b.lag_bytes_estimate = None;
+    let r = assess(facts(vec![a, b]), Guards::default());
+    assert_eq!(r.totals.lag_bytes_estimate, 1_000);
+}
+
+#[test]
+fn the_expected_duration_adds_the_allocator_advance_and_the_final_group_sync() {
+    let mut f = facts(vec![part(0), part(1)]);
+    let plain = expected_duration(&f).seconds;
+    f.screened_ids = 30_000;
+    f.final_group_sync = true;
+    let e = expected_duration(&f);
+    let want = plain + 30_000.0 / EXPECTED_IDS_PER_SECOND + EXPECTED_FINAL_GROUP_SYNC_SECONDS;
+    assert!((e.seconds - want).abs() < 1e-9, "{e:?}");
+    assert_eq!(e.basis.len(), 4, "{e:?}");
+}
+
+#[test]
+fn the_expected_duration_counts_only_partitions_not_stopped_yet() {
+    let mut stopped = part(1);
+    stopped.state = "STOPPED".into();
+    let one = expected_duration(&facts(vec![part(0)])).seconds;
+    let with_stopped = expected_duration(&facts(vec![part(0), stopped])).seconds;
+    assert_eq!(one, with_stopped);
+}
+
+#[test]
+fn the_last_failover_is_shown_for_comparison_without_changing_the_estimate() {
+    let mut f = facts(vec![part(0)]);
+    let before = expected_duration(&f).seconds;
+    f.last_failover = Some((0.8, 1));
+    let e = expected_duration(&f);
+    assert_eq!(e.seconds, before);
+    assert!(
+        e.basis
+            .iter()
+            .any(|b| b.contains("0.800 s for 1 partitions")),
+        "{e:?}"
+    );
 }

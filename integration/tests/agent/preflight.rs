@@ -61,7 +61,23 @@ fn a_dry_run_on_a_healthy_mirror_says_go_and_changes_nothing() {
         assert_eq!(p["state"], "MIRRORING");
         assert_eq!(p["psm_ready"], true, "{p}");
         assert!(p["leader"].is_i64(), "{p}");
+        // Caught up after appends: the estimate is known, and zero.
+        assert_eq!(p["lag_bytes_estimate"], 0, "{p}");
     }
+    // The estimate of the duration includes the final group sync of this mirror.
+    let expected = &v["expected_duration"];
+    assert!(
+        expected["seconds"].as_f64().is_some_and(|s| s >= 2.5),
+        "{expected}"
+    );
+    assert!(
+        expected["basis"]
+            .as_array()
+            .is_some_and(|b| b.iter().any(|x| x
+                .as_str()
+                .is_some_and(|t| t.contains("final consumer group")))),
+        "{expected}"
+    );
     // The same through the command line: a table, exit 0.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_mirrorgate"))
         .args(["failover", "go", "--dry-run", "--admin", &gw.admin()])
@@ -71,6 +87,7 @@ fn a_dry_run_on_a_healthy_mirror_says_go_and_changes_nothing() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("mirror go: GO"), "{text}");
     assert!(text.contains(&format!("{topic}-1")), "{text}");
+    assert!(text.contains("expected duration:"), "{text}");
     // Nothing changed: states, records, barriers.
     assert_eq!(mirror_state(&gw.admin(), "go"), before);
     assert_eq!(

@@ -31,6 +31,10 @@ pub struct PartStats {
     pub(super) pending_ts: AtomicI64,
     /// When the source high watermark last changed (ms since the epoch; -1: never seen).
     pub(super) hw_moved_ms: AtomicI64,
+    /// Bytes and source offsets mirrored by this task: their ratio estimates the bytes of the
+    /// lag.
+    pub(super) appended_bytes: AtomicI64,
+    pub(super) appended_offsets: AtomicI64,
 }
 
 impl Default for PartStats {
@@ -41,6 +45,8 @@ impl Default for PartStats {
             last_ts: AtomicI64::new(-1),
             pending_ts: AtomicI64::new(-1),
             hw_moved_ms: AtomicI64::new(-1),
+            appended_bytes: AtomicI64::new(0),
+            appended_offsets: AtomicI64::new(0),
         }
     }
 }
@@ -51,6 +57,26 @@ impl PartStats {
         if self.high_watermark.swap(hw, Ordering::Relaxed) != hw {
             self.hw_moved_ms.store(now_ms(), Ordering::Relaxed);
         }
+    }
+
+    /// A batch of `bytes` covering `offsets` source offsets was appended.
+    pub(super) fn note_append(&self, bytes: usize, offsets: i64) {
+        self.appended_bytes
+            .fetch_add(bytes as i64, Ordering::Relaxed);
+        self.appended_offsets
+            .fetch_add(offsets.max(0), Ordering::Relaxed);
+    }
+
+    /// The bytes of the lag, estimated as its records times the average bytes per source
+    /// offset this task mirrored (`None` before the first append or when the lag is unknown).
+    pub fn lag_bytes_estimate(&self) -> Option<i64> {
+        let (records, _) = self.lag()?;
+        let offsets = self.appended_offsets.load(Ordering::Relaxed);
+        if offsets <= 0 {
+            return None;
+        }
+        let bytes = self.appended_bytes.load(Ordering::Relaxed) as f64;
+        Some((records as f64 * bytes / offsets as f64).round() as i64)
     }
 
     /// When the source's log end last moved, as far as the agent saw.

@@ -422,6 +422,8 @@ impl Task {
         let base = self.append(h, bytes).await?;
         self.record(h.base_offset, base, i64::from(h.last_offset_delta) + 1);
         self.stats.last_ts.store(h.max_timestamp, Ordering::Relaxed);
+        self.stats
+            .note_append(len, i64::from(h.last_offset_delta) + 1);
         self.m.count_append(len);
         Ok(())
     }

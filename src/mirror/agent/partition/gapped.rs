@@ -483,6 +483,8 @@ impl Task {
         let base = self.append(&header, r.bytes).await?;
         self.record_runs(h, base, &r.runs);
         self.stats.last_ts.store(h.max_timestamp, Ordering::Relaxed);
+        self.stats
+            .note_append(len, i64::from(h.last_offset_delta) + 1);
         self.m.count_append(len);
         Ok(())
     }
