@@ -2,11 +2,13 @@
 //! topic on the source resume through the gateway after a failover without skipping a record
 //! and re-reading at most what they consumed after the last sync; a group active on the
 //! destination is left alone; a commit past the mirrored end is clamped; nothing is written
-//! after the failover; a compacted partition translates through the offset map.
+//! after the failover; a compacted partition translates through the offset map; a Kafka
+//! Streams exactly-once application moves with its state.
 //!
 //! The tests, by behaviour: `resume.rs` (Java and librdkafka groups across a failover, the
 //! source up or killed), `rules.rs` (skipped active, clamp, nothing after failover, the API and
-//! CLI on bad input), `compacted.rs`. This file holds the shared helpers.
+//! CLI on bad input), `compacted.rs`, `streams.rs` (Kafka Streams with exactly_once_v2 restarted
+//! through the gateway). This file holds the shared helpers.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -25,6 +27,7 @@ use crate::harness;
 mod compacted;
 mod resume;
 mod rules;
+mod streams;
 
 /// Time between two sync rounds in these tests.
 const SYNC_INTERVAL_MS: u64 = 300;

@@ -1,0 +1,139 @@
+// A Kafka Streams application with processing.guarantee=exactly_once_v2 for the integration tests
+// (run in source-file mode: `integration/rig java integration/clients/java/StreamsCount.java
+// ARGS`; the rig puts kafka-streams and its RocksDB on the classpath).
+//
+// Args: BOOTSTRAP APPLICATION_ID INPUT OUTPUT STATE_DIR EXPECTED TIMEOUT_MS
+// Reads INPUT (String key, String value: the input record's id), keeps a count per key in the
+// persistent store "counts" (changelog topic APPLICATION_ID-counts-changelog) and writes
+// key -> "<id>:<count>" to OUTPUT, one output record per input record. Internal topics are
+// created with replication factor 1 (the test clusters' source has one broker); commits every
+// 100 ms. It runs until it has processed EXPECTED distinct input ids or TIMEOUT_MS passed, then
+// closes cleanly (which commits the open transaction) and prints one JSON line per processed
+// record {"id":I,"key":K,"count":C} and at the end
+// {"done":true,"distinct":D,"records":R,"reached":true|false,"closed":true|false}.
+// Exit status: 0 after a clean close, 1 when a stream thread died of an exception (printed on
+// stderr and as {"error":...}), 3 when the close did not finish within 60 s.
+import java.time.Duration;
+import java.util.Properties;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
+
+import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.StreamsBuilder;
+import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse;
+import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.processor.api.Processor;
+import org.apache.kafka.streams.processor.api.ProcessorContext;
+import org.apache.kafka.streams.processor.api.Record;
+import org.apache.kafka.streams.state.KeyValueStore;
+import org.apache.kafka.streams.state.Stores;
+
+public class StreamsCount {
+    static final String STORE = "counts";
+    static final Set<String> DISTINCT = ConcurrentHashMap.newKeySet();
+    static final AtomicLong RECORDS = new AtomicLong();
+
+    static String json(String s) {
+        if (s == null) {
+            return "null";
+        }
+        StringBuilder b = new StringBuilder("\"");
+        for (char c : s.toCharArray()) {
+            if (c == '"' || c == '\\') {
+                b.append('\\').append(c);
+            } else if (c < 0x20) {
+                b.append(String.format("\\u%04x", (int) c));
+            } else {
+                b.append(c);
+            }
+        }
+        return b.append('"').toString();
+    }
+
+    static class Count implements Processor<String, String, String, String> {
+        private ProcessorContext<String, String> context;
+        private KeyValueStore<String, Long> counts;
+
+        @Override
+        public void init(ProcessorContext<String, String> context) {
+            this.context = context;
+            this.counts = context.getStateStore(STORE);
+        }
+
+        @Override
+        public void process(Record<String, String> record) {
+            Long before = counts.get(record.key());
+            long count = (before == null ? 0 : before) + 1;
+            counts.put(record.key(), count);
+            context.forward(record.withValue(record.value() + ":" + count));
+            RECORDS.incrementAndGet();
+            DISTINCT.add(record.value());
+            synchronized (System.out) {
+                System.out.println("{\"id\":" + json(record.value()) + ",\"key\":" + json(record.key())
+                    + ",\"count\":" + count + "}");
+            }
+        }
+    }
+
+    public static void main(String[] args) throws Exception {
+        if (args.length != 7) {
+            System.err.println("usage: StreamsCount BOOTSTRAP APPLICATION_ID INPUT OUTPUT STATE_DIR EXPECTED TIMEOUT_MS");
+            System.exit(2);
+        }
+        String input = args[2];
+        String output = args[3];
+        int expected = Integer.parseInt(args[5]);
+        long timeoutMs = Long.parseLong(args[6]);
+
+        Properties p = new Properties();
+        p.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, args[0]);
+        p.put(StreamsConfig.APPLICATION_ID_CONFIG, args[1]);
+        p.put(StreamsConfig.STATE_DIR_CONFIG, args[4]);
+        p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
+        p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, "100");
+        p.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, "1");
+        p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, "1");
+        p.put(StreamsConfig.consumerPrefix("auto.offset.reset"), "earliest");
+
+        StreamsBuilder builder = new StreamsBuilder();
+        builder.addStateStore(Stores.keyValueStoreBuilder(
+            Stores.persistentKeyValueStore(STORE), Serdes.String(), Serdes.Long()));
+        builder.stream(input, Consumed.with(Serdes.String(), Serdes.String()))
+            .process(Count::new, STORE)
+            .to(output, Produced.with(Serdes.String(), Serdes.String()));
+
+        AtomicReference<Throwable> failure = new AtomicReference<>();
+        KafkaStreams streams = new KafkaStreams(builder.build(), p);
+        streams.setUncaughtExceptionHandler(e -> {
+            failure.compareAndSet(null, e);
+            return StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
+        });
+        streams.start();
+        long deadline = System.currentTimeMillis() + timeoutMs;
+        while (DISTINCT.size() < expected && failure.get() == null
+            && System.currentTimeMillis() < deadline) {
+            Thread.sleep(50);
+        }
+        boolean reached = DISTINCT.size() >= expected;
+        boolean closed = streams.close(Duration.ofSeconds(60));
+        Throwable f = failure.get();
+        synchronized (System.out) {
+            if (f != null) {
+                System.out.println("{\"error\":" + json(f.toString()) + "}");
+            }
+            System.out.println("{\"done\":true,\"distinct\":" + DISTINCT.size() + ",\"records\":" + RECORDS.get()
+                + ",\"reached\":" + reached + ",\"closed\":" + closed + "}");
+            System.out.flush();
+        }
+        if (f != null) {
+            f.printStackTrace();
+            System.exit(1);
+        }
+        System.exit(closed ? 0 : 3);
+    }
+}

@@ -1,0 +1,248 @@
+//! A Kafka Streams application with `processing.guarantee=exactly_once_v2`
+//! (integration/clients/java/StreamsCount.java: a count per key in a changelogged store, one
+//! output record `<input id>:<count>` per input record) moved from the source to the
+//! destination by a planned failover: it runs on the source and stops; the agent mirrors its
+//! input, output and changelog topics (transactions with their markers) and the sync copies its
+//! consumer group's offsets; after the failover the same application id restarts through the
+//! gateway with an empty state directory, restores its counts from the mirrored changelog and
+//! goes on where it stopped. A `read_committed` consumer through the gateway sees every input
+//! record's output exactly once, with the counts continuing across the move.
+
+use super::*;
+use crate::failover::{failover, wait_stopped};
+use crate::psm_differential::{broker_producers, RawConn};
+
+const STREAMS_APP: &str = "integration/clients/java/StreamsCount.java";
+const PARTITIONS: i32 = 2;
+/// Keys `k0..k{KEYS-1}`; input key `k{j}` always goes to partition `j % PARTITIONS`.
+const KEYS: usize = 6;
+/// Input records processed on the source, then through the gateway after the failover.
+const BEFORE: usize = 60;
+const AFTER: usize = 42;
+
+/// Input record `i` of a round: key `k{i % KEYS}`, value (its id) `{round}-{i}`.
+fn input(round: &str, i: usize) -> (String, String) {
+    (format!("k{}", i % KEYS), format!("{round}-{i}"))
+}
+
+/// Write the `n` input records of `round` (idempotent, acks=all), each key to its partition.
+fn produce_input(bootstrap: &str, topic: &str, round: &str, n: usize) {
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer");
+    for i in 0..n {
+        let (key, id) = input(round, i);
+        let part = ((i % KEYS) as i32) % PARTITIONS;
+        let mut rec = BaseRecord::to(topic).key(&key).payload(&id).partition(part);
+        loop {
+            match p.send(rec) {
+                Ok(()) => break,
+                Err((_, r)) => {
+                    rec = r;
+                    p.poll(Duration::from_millis(10));
+                }
+            }
+        }
+        p.poll(Duration::ZERO);
+    }
+    p.flush(Duration::from_secs(60)).expect("flush the input");
+}
+
+/// Run the Streams application against `bootstrap` with a new state directory until it has
+/// processed `expected` distinct input ids (60 s at most) and closed; returns the ids it
+/// processed.
+fn run_app(
+    bootstrap: &str,
+    app: &str,
+    input: &str,
+    output: &str,
+    expected: usize,
+) -> BTreeSet<String> {
+    let state = crate::gw::scratch_dir();
+    let source = harness::repo().join(STREAMS_APP);
+    let out = harness::rig_java(
+        &source.to_string_lossy(),
+        &[
+            bootstrap,
+            app,
+            input,
+            output,
+            &state.to_string_lossy(),
+            &expected.to_string(),
+            "60000",
+        ],
+    );
+    harness::expect_success("StreamsCount.java", &out);
+    let lines = harness::json_lines(&out.stdout);
+    let done = lines
+        .iter()
+        .find(|l| l["done"] == true)
+        .unwrap_or_else(|| panic!("StreamsCount.java printed no summary: {lines:?}"));
+    assert_eq!(
+        done["reached"], true,
+        "StreamsCount.java on {bootstrap} processed {} of {expected} input records\n--- stderr (tail) ---\n{}",
+        done["distinct"],
+        harness::tail_text(&out.stderr, 40)
+    );
+    lines
+        .iter()
+        .filter_map(|l| l["id"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Whether every partition of `topics` ends at the same offset on the source and on the
+/// destination (markers included) and no transaction is open on the source.
+fn mirrored_and_stable(gw: &TestGateway, name: &str, source: &str, topics: &[&str]) -> bool {
+    let destination = harness::cluster("destination");
+    let agent = gw.gateway.agent.as_ref().expect("agent");
+    topics.iter().all(|topic| {
+        (0..PARTITIONS).all(|p| {
+            // The destination topic exists once the agent has mirrored into it.
+            if agent.offset_map(name, topic, p).is_none() {
+                return false;
+            }
+            let mut conn = RawConn::connect(&harness::leader_addr(source, topic, p));
+            let open = broker_producers(&mut conn, topic, p)
+                .iter()
+                .any(|row| row.5 >= 0);
+            !open && end_offset(source, topic, p) == end_offset(&destination, topic, p)
+        })
+    })
+}
+
+/// (key, value) of every record of `topic` a Java `read_committed` consumer reads through
+/// `bootstrap` (at least `n`, then one more second), in offset order per partition.
+fn read_committed(bootstrap: &str, topic: &str, n: usize) -> BTreeMap<i32, Vec<(String, String)>> {
+    let class = harness::repo().join("integration/clients/java/Consume.java");
+    let group = harness::unique_topic("streams-check");
+    let out = harness::rig_java(
+        &class.to_string_lossy(),
+        &[
+            bootstrap,
+            topic,
+            &group,
+            &n.to_string(),
+            "read_committed",
+            "30000",
+        ],
+    );
+    harness::expect_success("Consume.java", &out);
+    let mut records: BTreeMap<i32, Vec<(i64, String, String)>> = BTreeMap::new();
+    for l in harness::json_lines(&out.stdout) {
+        if l.get("done").is_some() {
+            continue;
+        }
+        records
+            .entry(l["partition"].as_i64().expect("partition") as i32)
+            .or_default()
+            .push((
+                l["offset"].as_i64().expect("offset"),
+                l["key"].as_str().unwrap_or_default().to_string(),
+                l["value"].as_str().unwrap_or_default().to_string(),
+            ));
+    }
+    records
+        .into_iter()
+        .map(|(p, mut v)| {
+            v.sort();
+            (p, v.into_iter().map(|(_, k, v)| (k, v)).collect())
+        })
+        .collect()
+}
+
+#[test]
+fn a_kafka_streams_exactly_once_application_restarted_through_the_gateway_after_failover_continues_without_duplicates(
+) {
+    let source = harness::cluster("source");
+    let app = harness::unique_topic("streams-app");
+    let input_topic = harness::unique_topic("streams-in");
+    let output = harness::unique_topic("streams-out");
+    let changelog = format!("{app}-counts-changelog");
+    harness::create_topic(&source, &input_topic, PARTITIONS, None);
+    harness::create_topic(&source, &output, PARTITIONS, None);
+    let name = "streams";
+    // The application's internal topics (here its changelog) by pattern, as an operator would.
+    let internal = format!("regex:{app}-.*");
+    let gw = TestGateway::start(groups_config(
+        name,
+        &[&input_topic, &output, &internal],
+        &source,
+    ));
+
+    // On the source: the first input, processed exactly once, then the application stops.
+    produce_input(&source, &input_topic, "a", BEFORE);
+    let first = run_app(&source, &app, &input_topic, &output, BEFORE);
+    let round_a: BTreeSet<String> = (0..BEFORE).map(|i| input("a", i).1).collect();
+    assert_eq!(first, round_a, "the first run processed the first input");
+
+    // Planned move: everything it wrote is mirrored, markers included, and its group synced.
+    wait_for(
+        "input, output and changelog mirrored, no transaction open on the source",
+        Duration::from_secs(90),
+        || mirrored_and_stable(&gw, name, &source, &[&input_topic, &output, &changelog]),
+    );
+    let committed: BTreeMap<i32, i64> = (0..PARTITIONS)
+        .map(|p| (p, end_offset(&source, &input_topic, p)))
+        .collect();
+    wait_synced(&gw.admin(), name, &app, &committed);
+    failover(&gw.admin(), name);
+    wait_stopped(&gw.admin(), name);
+
+    // On the destination: more input through the gateway, and the same application id restarted
+    // with an empty state directory: its counts can only come from the mirrored changelog.
+    produce_input(&gw.bootstrap(), &input_topic, "b", AFTER);
+    let second = run_app(&gw.bootstrap(), &app, &input_topic, &output, AFTER);
+    let round_b: BTreeSet<String> = (0..AFTER).map(|i| input("b", i).1).collect();
+    assert_eq!(
+        second, round_b,
+        "the restarted application went on from the synced offsets: none of the first input again"
+    );
+
+    // What a read_committed consumer of the output sees through the gateway.
+    let total = BEFORE + AFTER;
+    let seen = read_committed(&gw.bootstrap(), &output, total);
+    let mut times: BTreeMap<String, usize> = BTreeMap::new();
+    for (_, value) in seen.values().flatten() {
+        let id = value.rsplit_once(':').map_or(value.as_str(), |(id, _)| id);
+        *times.entry(id.to_string()).or_default() += 1;
+    }
+    let duplicated: Vec<_> = times.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        duplicated.is_empty(),
+        "output records duplicated: {duplicated:?}"
+    );
+    let all: BTreeSet<String> = round_a.union(&round_b).cloned().collect();
+    let missing: Vec<_> = all.iter().filter(|id| !times.contains_key(*id)).collect();
+    assert!(
+        missing.is_empty(),
+        "input records without output: {missing:?}"
+    );
+    assert_eq!(times.len(), total, "no output for anything but the input");
+
+    // Per key, in output order: the key's inputs in input order, counted 1, 2, … across the move.
+    for j in 0..KEYS {
+        let key = format!("k{j}");
+        let want: Vec<String> = (0..BEFORE)
+            .map(|i| input("a", i))
+            .chain((0..AFTER).map(|i| input("b", i)))
+            .filter(|(k, _)| *k == key)
+            .enumerate()
+            .map(|(n, (_, id))| format!("{id}:{}", n + 1))
+            .collect();
+        // The output is partitioned by the Java client's hash of the key: one partition per key.
+        let got: Vec<String> = seen
+            .values()
+            .flatten()
+            .filter(|(k, _)| *k == key)
+            .map(|(_, v)| v.clone())
+            .collect();
+        assert_eq!(
+            got, want,
+            "key {key}: counts continue from the restored state"
+        );
+    }
+}
