@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::mirror::groups::kafka_io::{KafkaGroupIo, MapLookup};
+use crate::mirror::groups::kafka_io::{KafkaGroupIo, MapLookup, TxnLookup};
 use crate::mirror::groups::{metrics as group_metrics, GroupSync};
 
 use super::{lock, MirrorAgent, MirrorGroupSync};
@@ -35,6 +35,14 @@ pub(super) fn start_group_syncs(
             let o = lock(&m.offsets);
             o.get(t, p).cloned()
         });
+        let weak = Arc::downgrade(m);
+        let txns: TxnLookup = Arc::new(move |t, p| {
+            weak.upgrade().is_some_and(|m| {
+                lock(&m.tasks)
+                    .get(&(t.to_string(), p))
+                    .is_some_and(|s| s.stats.carries_transactions())
+            })
+        });
         let io = KafkaGroupIo::new(
             &m.name,
             m.idx,
@@ -45,7 +53,8 @@ pub(super) fn start_group_syncs(
             m.router.clone(),
             m.controller.clone(),
             maps,
-        );
+        )
+        .with_transactions(txns);
         let sync = GroupSync::new(&m.name, cfg, io, counters.clone())
             .map_err(|e| format!("mirror {:?}: groups: {e}", m.name))?;
         let sync = Arc::new(sync);

@@ -396,8 +396,14 @@ impl Task {
                 r => r,
             },
             // A transactional batch is appended as-is too, with a transactional id (`append`).
-            SourceBatch::Transactional => self.mirror_data(h, b).await,
-            SourceBatch::Control => self.mirror_marker(h, b).await,
+            SourceBatch::Transactional => {
+                self.stats.transactional.store(true, Ordering::Relaxed);
+                self.mirror_data(h, b).await
+            }
+            SourceBatch::Control => {
+                self.stats.transactional.store(true, Ordering::Relaxed);
+                self.mirror_marker(h, b).await
+            }
             SourceBatch::Gapped => self.mirror_gapped(h, b).await,
             SourceBatch::Empty => self.mirror_empty(h),
         }

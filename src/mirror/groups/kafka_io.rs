@@ -40,6 +40,8 @@ use super::policy::{CommitOutcome, GroupIo, IoError, RoundKind, Tp};
 
 /// The agent's offset map of a partition of this mirror.
 pub type MapLookup = Arc<dyn Fn(&str, i32) -> Option<PartitionMap> + Send + Sync>;
+/// Whether the agent has mirrored transactional batches or markers into a partition.
+pub type TxnLookup = Arc<dyn Fn(&str, i32) -> bool + Send + Sync>;
 
 const GROUP_ID_NOT_FOUND: i16 = 69;
 /// Error codes of a commit refused because the group has members or a generation.
@@ -68,6 +70,7 @@ pub struct KafkaGroupIo {
     idx: usize,
     controller: Arc<MirrorController>,
     maps: MapLookup,
+    txns: Option<TxnLookup>,
     conns: tokio::sync::Mutex<HashMap<(Side, String), KafkaClient>>,
 }
 
@@ -95,8 +98,100 @@ impl KafkaGroupIo {
             idx,
             controller,
             maps,
+            txns: None,
             conns: tokio::sync::Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Where the sync learns which partitions carry transactions (the agent's tasks).
+    pub fn with_transactions(mut self, txns: TxnLookup) -> Self {
+        self.txns = Some(txns);
+        self
+    }
+
+    /// (log end, last stable offset) of source partitions, from their leaders.
+    async fn ends(&self, partitions: &[Tp]) -> Result<BTreeMap<Tp, (i64, i64)>, IoError> {
+        use kafka_protocol::messages::list_offsets_request::{
+            ListOffsetsPartition, ListOffsetsTopic,
+        };
+        use kafka_protocol::messages::ListOffsetsRequest;
+        let mut topics: Vec<String> = partitions.iter().map(|(t, _)| t.clone()).collect();
+        topics.sort();
+        topics.dedup();
+        let meta = wire::metadata_of(
+            &self.source_connector,
+            &self.source.bootstrap,
+            self.timeout(Side::Source),
+            Some(&topics),
+        )
+        .await
+        .map_err(|e| IoError(e.to_string()))?;
+        let mut by_leader: BTreeMap<String, BTreeMap<String, Vec<i32>>> = BTreeMap::new();
+        for (t, p) in partitions {
+            let addr = meta
+                .leader_addr(t, *p)
+                .ok_or_else(|| IoError(format!("no source leader known for {t}-{p}")))?;
+            by_leader
+                .entry(addr)
+                .or_default()
+                .entry(t.clone())
+                .or_default()
+                .push(*p);
+        }
+        let mut out = BTreeMap::new();
+        for (addr, topics) in by_leader {
+            let mut answers = Vec::with_capacity(2);
+            // 0: READ_UNCOMMITTED (the log end), 1: READ_COMMITTED (the last stable offset).
+            for isolation in [0i8, 1] {
+                let req = ListOffsetsRequest::default()
+                    .with_replica_id((-1).into())
+                    .with_isolation_level(isolation)
+                    .with_topics(
+                        topics
+                            .iter()
+                            .map(|(t, ps)| {
+                                ListOffsetsTopic::default()
+                                    .with_name(StrBytes::from_string(t.clone()).into())
+                                    .with_partitions(
+                                        ps.iter()
+                                            .map(|p| {
+                                                ListOffsetsPartition::default()
+                                                    .with_partition_index(*p)
+                                                    .with_current_leader_epoch(-1)
+                                                    .with_timestamp(crate::client::LATEST)
+                                            })
+                                            .collect(),
+                                    )
+                            })
+                            .collect(),
+                    );
+                answers.push(self.send(Side::Source, &addr, &req, 7).await?);
+            }
+            let read = |i: usize| -> Result<BTreeMap<Tp, i64>, IoError> {
+                let mut m = BTreeMap::new();
+                for t in &answers[i].topics {
+                    for p in &t.partitions {
+                        if p.error_code != 0 {
+                            return Err(IoError(format!(
+                                "ListOffsets {}-{} on the source: error code {}",
+                                t.name.0.as_str(),
+                                p.partition_index,
+                                p.error_code
+                            )));
+                        }
+                        m.insert((t.name.0.to_string(), p.partition_index), p.offset);
+                    }
+                }
+                Ok(m)
+            };
+            let ends = read(0)?;
+            let stable = read(1)?;
+            for (tp, end) in ends {
+                let lso = stable.get(&tp).copied().unwrap_or(end);
+                out.insert(tp, (end, lso));
+            }
+        }
+        Ok(out)
     }
 
     fn timeout(&self, side: Side) -> Duration {
@@ -287,6 +382,24 @@ impl GroupIo for KafkaGroupIo {
                         }
                 }),
         }
+    }
+
+    fn mirror_partitions(&self) -> Vec<Tp> {
+        self.controller
+            .records()
+            .into_iter()
+            .filter(|(r, _)| r.name == self.mirror)
+            .flat_map(|(r, _)| r.partitions)
+            .map(|p| (p.topic, p.partition))
+            .collect()
+    }
+
+    fn carries_transactions(&self, topic: &str, partition: i32) -> bool {
+        self.txns.as_ref().is_some_and(|f| f(topic, partition))
+    }
+
+    async fn source_ends(&self, partitions: &[Tp]) -> Result<BTreeMap<Tp, (i64, i64)>, IoError> {
+        self.ends(partitions).await
     }
 
     async fn source_groups(&self) -> Result<Vec<String>, IoError> {

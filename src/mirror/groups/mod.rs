@@ -53,6 +53,10 @@ pub const FINAL_SYNC_BUDGET: Duration = Duration::from_secs(5);
 /// How long the final sync waits for a periodic round still running (its commits go to the
 /// destination, which answers quickly; a round stuck on the source has decided nothing yet).
 const ROUND_DRAIN: Duration = Duration::from_secs(2);
+/// The longest a periodic round waits for the consistent cut (`policy::wait_for_cut`).
+const CUT_WAIT_PERIODIC: Duration = Duration::from_secs(10);
+/// The longest the final round waits for it.
+const CUT_WAIT_FINAL: Duration = Duration::from_secs(2);
 
 /// The sync's phase (transition table in the module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -196,7 +200,14 @@ impl<I: GroupIo + 'static> GroupSync<I> {
             return;
         }
         let may_write = || self.phase() == allowed;
-        let report = run_round(&self.io, &self.filter, kind, &may_write).await;
+        // How long a round waits for the consistent cut: a periodic one at most its interval
+        // (and 10 s), the final one at most CUT_WAIT_FINAL (the agent has stopped: what it
+        // mirrored no longer grows).
+        let cut_wait = match kind {
+            RoundKind::Periodic => self.interval.min(CUT_WAIT_PERIODIC),
+            RoundKind::Final => CUT_WAIT_FINAL,
+        };
+        let report = run_round(&self.io, &self.filter, kind, &may_write, cut_wait).await;
         self.record(report);
     }
 
@@ -241,6 +252,9 @@ impl<I: GroupIo + 'static> GroupSync<I> {
                 GroupOutcome::Error(e) => {
                     self.metrics.error(&self.mirror);
                     tracing::warn!(mirror = %self.mirror, group = %g.group, error = %e, "group offset sync failed for a group");
+                }
+                GroupOutcome::WaitingForMirror(why) => {
+                    tracing::info!(mirror = %self.mirror, group = %g.group, why = %why, "group offsets not synced in this round: the mirror does not hold yet what transactions wrote before they were read");
                 }
             }
             self.metrics.commits(&self.mirror, g.commits as u64);

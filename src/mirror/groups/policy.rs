@@ -12,7 +12,15 @@
 //!   ([`GroupIo::may_sync`]: MIRRORING or PAUSED for a periodic round, also STOPPING but not
 //!   yet fenced for the final one);
 //! - nothing once `may_write` says the sync is over (checked before every commit);
-//! - a commit only where the destination's committed offset differs.
+//! - a commit only where the destination's committed offset differs;
+//! - the consistent cut ([`wait_for_cut`]): a round commits offsets read at a moment `t0` only
+//!   once every partition of the mirror that carries transactions (as the agent saw them, or
+//!   with a transaction open on the source at `t0`) is mirrored past the source's log end as it
+//!   was when the transactions open at `t0` had completed. An exactly-once application commits
+//!   its input offsets in the transaction that writes its output: without the cut, a sync could
+//!   carry input offsets whose output (or COMMIT marker) is not on the destination yet, and a
+//!   failover then would lose that processing. Until the cut holds, the round commits nothing
+//!   and reports the groups `waiting_for_mirror`.
 //!
 //! Owns: those decisions and the per-group report of a round.
 //! Must not touch: sockets (the [`GroupIo`] implementation does the requests), the offset map's
@@ -80,6 +88,21 @@ pub trait GroupIo: Send + Sync {
         topic: &str,
         partition: i32,
     ) -> impl Future<Output = Result<i64, IoError>> + Send;
+    /// Every partition of this mirror.
+    fn mirror_partitions(&self) -> Vec<Tp>;
+    /// Whether the agent has mirrored transactional batches or markers into a partition.
+    fn carries_transactions(&self, topic: &str, partition: i32) -> bool;
+    /// The next source offset the agent will mirror for a partition (`None`: not known).
+    fn mirrored_next(&self, topic: &str, partition: i32) -> Option<i64> {
+        self.partition_map(topic, partition)
+            .and_then(|m| m.next())
+            .map(|(s, _)| s)
+    }
+    /// (log end, last stable offset) of source partitions.
+    fn source_ends(
+        &self,
+        partitions: &[Tp],
+    ) -> impl Future<Output = Result<BTreeMap<Tp, (i64, i64)>, IoError>> + Send;
     /// Commit `offsets` for `group` on the destination as an admin (no member, generation -1).
     fn commit(
         &self,
@@ -138,6 +161,9 @@ pub enum GroupOutcome {
     SkippedActive,
     /// A request failed; nothing more was written for the group in this round.
     Error(String),
+    /// Nothing was written: the mirror does not hold yet what transactions wrote up to the
+    /// moment the offsets were read (the consistent cut); the next round tries again.
+    WaitingForMirror(String),
 }
 
 /// One partition of a group in a round.
@@ -182,10 +208,12 @@ impl RoundReport {
     /// Every included group was looked at and none failed.
     pub fn complete(&self) -> bool {
         self.error.is_none()
-            && self
-                .groups
-                .iter()
-                .all(|g| !matches!(g.outcome, GroupOutcome::Error(_)))
+            && self.groups.iter().all(|g| {
+                matches!(
+                    g.outcome,
+                    GroupOutcome::Synced | GroupOutcome::SkippedActive
+                )
+            })
     }
 }
 
@@ -196,6 +224,7 @@ pub async fn run_round<I: GroupIo>(
     filter: &GroupFilter,
     kind: RoundKind,
     may_write: &(dyn Fn() -> bool + Sync),
+    cut_wait: std::time::Duration,
 ) -> RoundReport {
     let mut report = RoundReport::default();
     let groups = match io.source_groups().await {
@@ -216,8 +245,36 @@ pub async fn run_round<I: GroupIo>(
     let mut wanted: Vec<String> = groups.into_iter().filter(|g| filter.matches(g)).collect();
     wanted.sort();
     wanted.dedup();
+    // Every group's offsets first, then the cut, then the commits.
+    let mut read = Vec::with_capacity(wanted.len());
     for group in wanted {
-        match sync_group(io, &group, kind, &active, &mut log_starts, may_write).await {
+        let offsets = io.source_offsets(&group).await;
+        read.push((group, offsets));
+    }
+    let waiting = wait_for_cut(io, cut_wait).await.err();
+    for (group, offsets) in read {
+        let step = match (offsets, &waiting) {
+            (Err(e), _) => GroupStep::Report(GroupReport {
+                group: group.clone(),
+                outcome: GroupOutcome::Error(format!("source offsets: {e}")),
+                partitions: Vec::new(),
+                commits: 0,
+            }),
+            (Ok(source), Some(why)) => waiting_report(io, &group, kind, source, why),
+            (Ok(source), None) => {
+                sync_group(
+                    io,
+                    &group,
+                    source,
+                    kind,
+                    &active,
+                    &mut log_starts,
+                    may_write,
+                )
+                .await
+            }
+        };
+        match step {
             GroupStep::Nothing => {}
             GroupStep::Report(r) => report.groups.push(r),
             GroupStep::Stopped => {
@@ -227,6 +284,113 @@ pub async fn run_round<I: GroupIo>(
         }
     }
     report
+}
+
+/// Poll interval while waiting for the cut.
+const CUT_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Wait (at most `wait`) for the consistent cut of offsets read just before the call (module
+/// doc): `Err` says what the mirror still lacks.
+pub async fn wait_for_cut<I: GroupIo>(io: &I, wait: std::time::Duration) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let all = io.mirror_partitions();
+    if all.is_empty() {
+        return Ok(());
+    }
+    let ends0 = io
+        .source_ends(&all)
+        .await
+        .map_err(|e| format!("cannot read the source's log ends: {e}"))?;
+    let txn: Vec<Tp> = all
+        .into_iter()
+        .filter(|(t, p)| {
+            io.carries_transactions(t, *p)
+                || ends0
+                    .get(&(t.clone(), *p))
+                    .is_some_and(|(end, stable)| stable < end)
+        })
+        .collect();
+    if txn.is_empty() {
+        return Ok(());
+    }
+    // The transactions open at t0 complete: every last stable offset reaches its log end of t0;
+    // the log ends then are what the mirror must hold (their markers included).
+    let target = loop {
+        let now = io
+            .source_ends(&txn)
+            .await
+            .map_err(|e| format!("cannot read the source's log ends: {e}"))?;
+        let open: Vec<String> = txn
+            .iter()
+            .filter(|tp| {
+                let end0 = ends0.get(*tp).map_or(0, |e| e.0);
+                now.get(*tp).is_none_or(|(_, stable)| *stable < end0)
+            })
+            .map(|(t, p)| format!("{t}-{p}"))
+            .collect();
+        if open.is_empty() {
+            break now;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!(
+                "transactions open on the source when the offsets were read have not completed in {}",
+                open.join(", ")
+            ));
+        }
+        tokio::time::sleep(CUT_POLL).await;
+    };
+    loop {
+        let behind: Vec<String> = txn
+            .iter()
+            .filter_map(|tp| {
+                let want = target.get(tp).map_or(0, |e| e.0);
+                let have = io.mirrored_next(&tp.0, tp.1).unwrap_or(-1);
+                (have < want).then(|| format!("{}-{} ({have} < {want})", tp.0, tp.1))
+            })
+            .collect();
+        if behind.is_empty() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!(
+                "the mirror does not hold yet what transactions wrote before the offsets were read: {}",
+                behind.join(", ")
+            ));
+        }
+        tokio::time::sleep(CUT_POLL).await;
+    }
+}
+
+/// The report of a group the round does not commit because the cut does not hold.
+fn waiting_report<I: GroupIo>(
+    io: &I,
+    group: &str,
+    kind: RoundKind,
+    source: BTreeMap<Tp, i64>,
+    why: &str,
+) -> GroupStep {
+    let partitions: Vec<PartitionReport> = source
+        .into_iter()
+        .filter(|((t, p), c)| *c >= 0 && io.owns(t) && io.may_sync(t, *p, kind))
+        .map(|((t, p), c)| PartitionReport {
+            topic: t,
+            partition: p,
+            source_committed: c,
+            target: -1,
+            clamped: false,
+            destination_committed: None,
+            lag: None,
+        })
+        .collect();
+    if partitions.is_empty() {
+        return GroupStep::Nothing;
+    }
+    GroupStep::Report(GroupReport {
+        group: group.to_string(),
+        outcome: GroupOutcome::WaitingForMirror(why.to_string()),
+        partitions,
+        commits: 0,
+    })
 }
 
 enum GroupStep {
@@ -239,6 +403,7 @@ enum GroupStep {
 async fn sync_group<I: GroupIo>(
     io: &I,
     group: &str,
+    source: BTreeMap<Tp, i64>,
     kind: RoundKind,
     active: &HashSet<String>,
     log_starts: &mut HashMap<Tp, i64>,
@@ -251,10 +416,6 @@ async fn sync_group<I: GroupIo>(
             partitions,
             commits: 0,
         })
-    };
-    let source = match io.source_offsets(group).await {
-        Ok(s) => s,
-        Err(e) => return error(Vec::new(), format!("source offsets: {e}")),
     };
     // (partition, committed on the source, translation)
     let mut parts = Vec::new();

@@ -31,6 +31,11 @@ struct Fake {
     refuse_as_active: bool,
     log_start: HashMap<Tp, i64>,
     commits: Mutex<Commits>,
+    /// Partitions the agent saw transactions in.
+    txn: HashSet<Tp>,
+    /// The source's (log end, last stable offset) answers, in turn (the last one repeats);
+    /// empty: every partition ends where its map does, nothing open.
+    ends: Mutex<Vec<BTreeMap<Tp, (i64, i64)>>>,
 }
 
 impl Fake {
@@ -56,6 +61,33 @@ impl Fake {
 impl GroupIo for Fake {
     fn owns(&self, topic: &str) -> bool {
         self.owned.contains(topic)
+    }
+    fn mirror_partitions(&self) -> Vec<Tp> {
+        self.maps.keys().cloned().collect()
+    }
+    fn carries_transactions(&self, topic: &str, partition: i32) -> bool {
+        self.txn.contains(&(topic.to_string(), partition))
+    }
+    async fn source_ends(&self, partitions: &[Tp]) -> Result<BTreeMap<Tp, (i64, i64)>, IoError> {
+        let mut ends = self.ends.lock().unwrap();
+        let answer = match ends.len() {
+            0 => None,
+            1 => ends.first().cloned(),
+            _ => Some(ends.remove(0)),
+        };
+        Ok(partitions
+            .iter()
+            .map(|tp| {
+                let end = answer
+                    .as_ref()
+                    .and_then(|a| a.get(tp).copied())
+                    .unwrap_or_else(|| {
+                        let e = self.mirrored_next(&tp.0, tp.1).unwrap_or(0);
+                        (e, e)
+                    });
+                (tp.clone(), end)
+            })
+            .collect())
     }
     fn partition_map(&self, topic: &str, partition: i32) -> Option<PartitionMap> {
         self.maps.get(&(topic.to_string(), partition)).cloned()
@@ -115,12 +147,15 @@ impl GroupIo for Fake {
     }
 }
 
+/// How long a round in these tests waits for the consistent cut.
+const CUT: Duration = Duration::from_millis(300);
+
 fn all() -> GroupFilter {
     GroupFilter::new(&GroupSyncConfig::default()).unwrap()
 }
 
 async fn periodic(io: &Fake) -> RoundReport {
-    run_round(io, &all(), RoundKind::Periodic, &|| true).await
+    run_round(io, &all(), RoundKind::Periodic, &|| true, CUT).await
 }
 
 fn sync_over(io: Fake) -> Arc<GroupSync<Fake>> {
@@ -207,7 +242,7 @@ async fn the_final_round_syncs_partitions_not_fenced_yet() {
     let mut io = Fake::aligned(40);
     io.mirroring.clear();
     io.unfenced.insert(tp(0));
-    run_round(&io, &all(), RoundKind::Final, &|| true).await;
+    run_round(&io, &all(), RoundKind::Final, &|| true, CUT).await;
     assert_eq!(io.commits()[0].1, vec![(tp(0), 40)]);
 }
 
@@ -243,6 +278,7 @@ async fn an_excluded_group_is_not_synced() {
         &GroupFilter::new(&cfg).unwrap(),
         RoundKind::Periodic,
         &|| true,
+        CUT,
     )
     .await;
     assert!(io.commits().is_empty());
@@ -260,7 +296,7 @@ async fn an_unreachable_source_makes_the_round_incomplete_without_writing() {
 #[tokio::test]
 async fn a_round_told_to_stop_writes_nothing() {
     let io = Fake::aligned(40);
-    let r = run_round(&io, &all(), RoundKind::Periodic, &|| false).await;
+    let r = run_round(&io, &all(), RoundKind::Periodic, &|| false, CUT).await;
     assert!(io.commits().is_empty());
     assert!(!r.complete());
 }
@@ -329,4 +365,84 @@ fn a_destination_offset_translates_back_exactly() {
 #[test]
 fn nothing_translates_before_anything_was_mirrored() {
     assert_eq!(translate(&PartitionMap::default(), 3), None);
+}
+
+/// `orders-0` aligned with group `g` at 40, plus the application's output partition `out-0`
+/// (transactional), mirrored up to source offset 50.
+fn with_output(ends: Vec<BTreeMap<Tp, (i64, i64)>>) -> Fake {
+    let mut f = Fake::aligned(40);
+    let mut map = PartitionMap::starting_at(0, 0);
+    map.record(0, 0, 50);
+    f.maps.insert(("out".into(), 0), map);
+    f.owned.insert("out".into());
+    f.mirroring.insert(("out".into(), 0));
+    f.txn.insert(("out".into(), 0));
+    *f.ends.lock().unwrap() = ends;
+    f
+}
+
+fn out_end(end: i64, stable: i64) -> BTreeMap<Tp, (i64, i64)> {
+    BTreeMap::from([(("out".to_string(), 0), (end, stable))])
+}
+
+#[tokio::test]
+async fn offsets_are_not_synced_while_a_transactional_partition_is_mirrored_behind_the_source() {
+    let io = with_output(vec![out_end(80, 80)]);
+    let r = periodic(&io).await;
+    assert!(io.commits().is_empty(), "{:?}", io.commits());
+    assert!(
+        matches!(&r.groups[0].outcome, GroupOutcome::WaitingForMirror(w) if w.contains("out-0")),
+        "{r:?}"
+    );
+    assert!(!r.complete(), "a waiting round is not complete");
+}
+
+#[tokio::test]
+async fn a_transaction_still_open_on_the_source_holds_the_sync() {
+    // The mirror holds everything up to the open transaction, which never completes.
+    let io = with_output(vec![out_end(80, 50)]);
+    let r = periodic(&io).await;
+    assert!(io.commits().is_empty());
+    assert!(
+        matches!(&r.groups[0].outcome, GroupOutcome::WaitingForMirror(w) if w.contains("have not completed")),
+        "{r:?}"
+    );
+}
+
+#[tokio::test]
+async fn offsets_are_synced_once_the_transactions_open_at_the_read_complete_and_are_mirrored() {
+    // At the read: log end 50, a transaction open from 45. Then it completes (stable 52 >= 50)
+    // with the log at 52, which the mirror has not passed (50): the round waits for it.
+    let io = with_output(vec![out_end(50, 45), out_end(52, 52)]);
+    let r = periodic(&io).await;
+    assert!(
+        io.commits().is_empty(),
+        "the mirror is at 50, the cut at 52"
+    );
+    assert!(matches!(
+        r.groups[0].outcome,
+        GroupOutcome::WaitingForMirror(_)
+    ));
+    // Mirrored past the cut: the next round commits.
+    let io = with_output(vec![out_end(50, 45), out_end(50, 50)]);
+    let r = periodic(&io).await;
+    assert_eq!(io.commits(), vec![("g".to_string(), vec![(tp(0), 40)])]);
+    assert_eq!(r.groups[0].outcome, GroupOutcome::Synced);
+}
+
+#[tokio::test]
+async fn a_partition_with_a_transaction_open_at_the_read_counts_before_the_agent_saw_one() {
+    let mut io = with_output(vec![out_end(80, 60)]);
+    io.txn.clear();
+    periodic(&io).await;
+    assert!(io.commits().is_empty());
+}
+
+#[tokio::test]
+async fn a_mirror_without_transactions_syncs_at_once_whatever_its_lag() {
+    let mut io = with_output(vec![out_end(500, 500)]);
+    io.txn.clear();
+    let r = periodic(&io).await;
+    assert_eq!(io.commits(), vec![("g".to_string(), vec![(tp(0), 40)])]);
+    assert_eq!(r.groups[0].outcome, GroupOutcome::Synced);
 }
