@@ -1,6 +1,7 @@
 //! The `read_committed` view of a topic, read straight from a cluster's partition leaders and
 //! kept as a count and a digest per partition, so that a source topic and its mirror can be
-//! compared record for record (key and value, in order) without holding the records.
+//! compared record for record (key and value, in order) without holding the records; on request
+//! ([`TopicView::keeping_keys`]) also each record's offset and key.
 //!
 //! Owns: Fetch requests with `isolation_level = 1` (READ_COMMITTED) for the benchmark, the Java
 //! consumer's filter over one Fetch response (aborted transactions hidden, control batches
@@ -93,6 +94,8 @@ struct Partition {
     records: u64,
     hasher: Sha256,
     leader: Option<KafkaClient>,
+    /// `(offset, key)` of each record read, when kept.
+    kept: Option<Vec<(i64, Option<Bytes>)>>,
 }
 
 impl Partition {
@@ -107,6 +110,9 @@ impl Partition {
             }
         }
         self.records += 1;
+        if let Some(kept) = self.kept.as_mut() {
+            kept.push((r.offset, r.key.clone()));
+        }
     }
 }
 
@@ -129,9 +135,32 @@ impl TopicView {
                     records: 0,
                     hasher: Sha256::new(),
                     leader: None,
+                    kept: None,
                 })
                 .collect(),
         }
+    }
+
+    /// The same view, keeping each record's offset and key (see [`TopicView::keys`]).
+    pub fn keeping_keys(mut self) -> TopicView {
+        for p in &mut self.partitions {
+            p.kept.get_or_insert_with(Vec::new);
+        }
+        self
+    }
+
+    /// `(partition, offset, key)` of every record read so far (empty unless
+    /// [`TopicView::keeping_keys`]), a key that is not UTF-8 lossily converted.
+    pub fn keys(&self) -> Vec<(i32, i64, String)> {
+        self.partitions
+            .iter()
+            .flat_map(|p| {
+                p.kept.iter().flatten().map(|(o, k)| {
+                    let key = k.as_ref().map(|k| String::from_utf8_lossy(k).into_owned());
+                    (p.index, *o, key.unwrap_or_default())
+                })
+            })
+            .collect()
     }
 
     /// Visible records read so far, over all partitions.

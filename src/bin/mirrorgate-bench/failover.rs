@@ -4,9 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{CreateTopicsRequest, ProduceRequest};
+use kafka_protocol::messages::ProduceRequest;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
@@ -48,7 +47,8 @@ fn batch(pid: i64, seq: i32) -> bytes::Bytes {
     buf.freeze()
 }
 
-async fn admin(
+/// An admin API call of the gateway at `addr`: the status and the JSON body (null when not JSON).
+pub(crate) async fn admin(
     addr: &str,
     method: hyper::Method,
     path: &str,
@@ -86,22 +86,8 @@ pub fn run(topics: usize, partitions: i32) -> Result<serde_json::Value, String> 
     let admin_addr = format!("127.0.0.1:{}", base + 20);
     let total = topics as i64 * i64::from(partitions);
     rt.block_on(async {
-        let mut c = KafkaClient::connect(&destination[0], Duration::from_secs(10)).await.map_err(|e| e.to_string())?;
-        let req = CreateTopicsRequest::default().with_timeout_ms(60_000).with_topics(
-            names
-                .iter()
-                .map(|n| {
-                    CreatableTopic::default()
-                        .with_name(StrBytes::from_string(n.clone()).into())
-                        .with_num_partitions(partitions)
-                        .with_replication_factor(1)
-                })
-                .collect(),
-        );
-        let resp = c.send(&req, 5).await.map_err(|e| e.to_string())?;
-        if let Some(t) = resp.topics.iter().find(|t| t.error_code != 0) {
-            return Err(format!("cannot create {}: error {}", t.name.0, t.error_code));
-        }
+        let specs: Vec<(String, i32)> = names.iter().map(|n| (n.clone(), partitions)).collect();
+        crate::topics::create(&destination[0], &specs).await?;
         let gw = mirrorgate::app::Gateway::start(cfg).await.map_err(|e| e.to_string())?;
         // Wait until the mirror has every partition and the PSM of each is rebuilt.
         let deadline = Instant::now() + Duration::from_secs(600);

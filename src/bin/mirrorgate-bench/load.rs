@@ -14,10 +14,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
-use kafka_protocol::messages::{CreateTopicsRequest, DeleteTopicsRequest, TopicName};
-use kafka_protocol::protocol::StrBytes;
-use mirrorgate::client::KafkaClient;
 use serde_json::json;
 
 mod clients;
@@ -166,31 +162,11 @@ async fn drive(pid: u32, connections: usize, seconds: u64) -> Result<serde_json:
     let slow_topic = format!("bench-load-{stamp}-slow");
     let mut all_topics = topics.clone();
     all_topics.push(slow_topic.clone());
-    {
-        let mut c = KafkaClient::connect(&bootstrap, REQUEST_TIMEOUT)
-            .await
-            .map_err(err)?;
-        let req = CreateTopicsRequest::default()
-            .with_timeout_ms(60_000)
-            .with_topics(
-                all_topics
-                    .iter()
-                    .map(|n| {
-                        CreatableTopic::default()
-                            .with_name(TopicName(StrBytes::from_string(n.clone())))
-                            .with_num_partitions(if *n == slow_topic { 1 } else { PARTITIONS })
-                            .with_replication_factor(1)
-                    })
-                    .collect(),
-            );
-        let resp = c.send(&req, 5).await.map_err(err)?;
-        if let Some(t) = resp.topics.iter().find(|t| t.error_code != 0) {
-            return Err(format!(
-                "cannot create {}: error {}",
-                t.name.0, t.error_code
-            ));
-        }
-    }
+    let specs: Vec<(String, i32)> = all_topics
+        .iter()
+        .map(|n| (n.clone(), if *n == slow_topic { 1 } else { PARTITIONS }))
+        .collect();
+    crate::topics::create(&bootstrap, &specs).await?;
     // Prefill the slow consumer's partition so that its fetches have data to return; retried
     // (with fresh leaders) while a just-created partition has no leader yet.
     let deadline = Instant::now() + Duration::from_secs(90);
@@ -328,18 +304,7 @@ async fn drive(pid: u32, connections: usize, seconds: u64) -> Result<serde_json:
     let _ = poller.await;
     let rss_after = rss_kib(pid).unwrap_or(0);
 
-    // Clean up the topics (best effort).
-    if let Ok(mut c) = KafkaClient::connect(&bootstrap, REQUEST_TIMEOUT).await {
-        let req = DeleteTopicsRequest::default()
-            .with_timeout_ms(30_000)
-            .with_topic_names(
-                all_topics
-                    .iter()
-                    .map(|t| TopicName(StrBytes::from_string(t.clone())))
-                    .collect(),
-            );
-        let _ = c.send(&req, 4).await;
-    }
+    crate::topics::delete(&bootstrap, &all_topics).await;
 
     if !first_errors.is_empty() {
         eprintln!("first errors: {first_errors:?}");

@@ -9,6 +9,8 @@
 //! - `psm`: producer-state update cost, batch-header walk throughput, memory per producer.
 //! - `mirror` (`--transactional`): the built-in agent against MirrorMaker 2 (in exactly-once mode
 //!   for transactional data), through the gateway, in one run.
+//! - `failover`, `load`: see their modules.
+//! - `consumer-failover`: a consumer group across a failover with the source killed.
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -17,6 +19,7 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand};
 mod batch;
 mod committed_view;
+mod consumer_failover;
 mod failover;
 mod latency;
 mod load;
@@ -29,6 +32,7 @@ mod proxy;
 mod proxy_report;
 mod psm;
 mod relay;
+mod topics;
 
 #[derive(Parser)]
 #[command(name = "mirrorgate-bench")]
@@ -128,6 +132,17 @@ enum Bench {
         #[arg(long)]
         seconds: Option<u64>,
     },
+    /// A consumer group reads a mirrored topic on the source under load, the source is killed,
+    /// the mirror fails over and the group resumes through the gateway: records skipped and
+    /// re-read (against the bound of the last sync), time to the first record on the destination.
+    ConsumerFailover {
+        /// A short run (3 partitions, 25 s of load; the full run: 6 partitions, 60 s).
+        #[arg(long)]
+        quick: bool,
+        /// The group sync's interval (`groups.sync_interval_ms`; default: the product's).
+        #[arg(long, default_value_t = mirrorgate::config::DEFAULT_GROUP_SYNC_INTERVAL_MS)]
+        sync_interval_ms: u64,
+    },
 }
 
 pub fn repo() -> PathBuf {
@@ -136,30 +151,64 @@ pub fn repo() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
 
-pub fn rig(args: &[&str]) -> Result<String, String> {
-    let out = Command::new(repo().join("integration/rig"))
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run integration/rig: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "integration/rig {} failed: {}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ));
+/// Which rig a benchmark drives: the shared one (`target/rig`, the ports of docs/test-rig.md) or
+/// an isolated instance with its own run directory and port offset, whose clusters no other run
+/// uses (a benchmark may kill them).
+#[derive(Clone, Default)]
+pub struct Rig {
+    env: Vec<(String, String)>,
+}
+
+impl Rig {
+    /// An isolated rig: run directory `dir`, every port shifted by `port_offset`.
+    pub fn isolated(dir: &std::path::Path, port_offset: i32) -> Rig {
+        Rig {
+            env: vec![
+                ("MIRRORGATE_RIG_DIR".into(), dir.display().to_string()),
+                ("MIRRORGATE_RIG_PORT_OFFSET".into(), port_offset.to_string()),
+            ],
+        }
     }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+
+    /// `integration/rig ARGS` on this rig; its stdout.
+    pub fn run(&self, args: &[&str]) -> Result<String, String> {
+        let out = Command::new(repo().join("integration/rig"))
+            .args(args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .output()
+            .map_err(|e| format!("cannot run integration/rig: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "integration/rig {} failed: {}{}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
 }
 
 /// Clusters started by this process, stopped on drop.
 pub struct Clusters {
+    rig: Rig,
     started: Vec<String>,
 }
 
 impl Clusters {
+    /// The shared rig's clusters `names`, started when not running.
     pub fn ensure(names: &[&str]) -> Result<(Clusters, Vec<(String, String)>), String> {
-        let before = rig(&["status"])?;
+        Clusters::ensure_in(Rig::default(), names, false)
+    }
+
+    /// As [`Clusters::ensure`] on `rig`; with `owned`, the rig's watchdog also stops the clusters
+    /// this call starts when this process exits without stopping them (a killed benchmark).
+    pub fn ensure_in(
+        rig: Rig,
+        names: &[&str],
+        owned: bool,
+    ) -> Result<(Clusters, Vec<(String, String)>), String> {
+        let before = rig.run(&["status"])?;
         let running: Vec<&str> = before
             .lines()
             .filter_map(|l| l.split_once('=').map(|(n, _)| n))
@@ -171,11 +220,15 @@ impl Clusters {
             .collect();
         if !started.is_empty() {
             eprintln!("starting clusters: {}", started.join(" "));
+            let owner = std::process::id().to_string();
             let mut args = vec!["up"];
+            if owned {
+                args.extend(["--owner-pid", owner.as_str()]);
+            }
             args.extend(names.iter().copied());
-            rig(&args)?;
+            rig.run(&args)?;
         }
-        let status = rig(&["status"])?;
+        let status = rig.run(&["status"])?;
         let addrs = status
             .lines()
             .filter_map(|l| {
@@ -183,7 +236,17 @@ impl Clusters {
                     .map(|(n, a)| (n.to_string(), a.to_string()))
             })
             .collect();
-        Ok((Clusters { started }, addrs))
+        Ok((Clusters { rig, started }, addrs))
+    }
+
+    /// Whether this process started cluster `name`.
+    pub fn started(&self, name: &str) -> bool {
+        self.started.iter().any(|s| s == name)
+    }
+
+    /// The rig these clusters run on.
+    pub fn rig(&self) -> &Rig {
+        &self.rig
     }
 }
 
@@ -201,7 +264,7 @@ impl Drop for Clusters {
         if !self.started.is_empty() {
             let mut args = vec!["down"];
             args.extend(self.started.iter().map(|s| s.as_str()));
-            if let Err(e) = rig(&args) {
+            if let Err(e) = self.rig.run(&args) {
                 eprintln!("{e}");
             }
         }
@@ -322,6 +385,13 @@ fn main() -> ExitCode {
             connections,
             seconds,
         } => load::run(quick, connections, seconds),
+        Bench::ConsumerFailover {
+            quick,
+            sync_interval_ms,
+        } => consumer_failover::run(consumer_failover::Options {
+            quick,
+            sync_interval_ms,
+        }),
     };
     match result {
         Ok(v) => {
