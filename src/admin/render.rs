@@ -122,5 +122,23 @@ pub fn report_text(v: &serde_json::Value) -> String {
             }
         );
     }
+    let called = v["called_ms"].as_i64().unwrap_or(0);
+    let steps = v["steps"].as_array().into_iter().flatten();
+    let timeline: Vec<String> = steps
+        .map(|s| {
+            format!(
+                "{} +{:.3} s",
+                s["step"].as_str().unwrap_or("?"),
+                (s["last_ms"].as_i64().unwrap_or(called) - called).max(0) as f64 / 1000.0
+            )
+        })
+        .collect();
+    if !timeline.is_empty() {
+        let _ = writeln!(
+            out,
+            "steps (the last partition at each): {}",
+            timeline.join(", ")
+        );
+    }
     out
 }

@@ -121,7 +121,7 @@ impl MirrorMetrics {
         let last_failover = prometheus::GaugeVec::new(
             Opts::new(
                 "mirrorgate_failover_last_report",
-                "The last completed failover of each mirror, from its report: figure=rto_seconds (call to the last partition STOPPED), rpo_records (source records the destination lacks; absent when unknown), rpo_seconds.",
+                "The last completed failover of each mirror, from its report: figure=rto_seconds (call to the last partition STOPPED), rpo_records (source records the destination lacks; absent when unknown), rpo_seconds, and the step timeline step_<step>_seconds (call to the last partition at that step: stopping, fenced, drained, barrier_written, barrier_persisted, psm_cleared, stopped).",
             ),
             &["mirror", "figure"],
         )

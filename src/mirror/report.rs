@@ -49,6 +49,53 @@ pub struct FailoverReport {
     pub rto_seconds: Option<f64>,
     pub partitions: Vec<PartitionReport>,
     pub totals: Option<ReportTotals>,
+    /// The step timeline: when the first and the last partition reached each step, in step
+    /// order (absent in reports of older versions).
+    #[serde(default)]
+    pub steps: Vec<StepTiming>,
+}
+
+/// When the partitions of a failover reached one step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepTiming {
+    /// `STOPPING` (the call), `FENCED`, `DRAINED`, `BARRIER_WRITTEN`, `BARRIER_PERSISTED`,
+    /// `PSM_CLEARED`, `STOPPED`.
+    pub step: String,
+    pub first_ms: i64,
+    pub last_ms: i64,
+    /// Partitions that reached it.
+    pub partitions: usize,
+}
+
+/// The steps of a failover in their order, as the partition records name them.
+pub const STEP_ORDER: [&str; 7] = [
+    "STOPPING",
+    "FENCED",
+    "DRAINED",
+    "BARRIER_WRITTEN",
+    "BARRIER_PERSISTED",
+    "PSM_CLEARED",
+    "STOPPED",
+];
+
+/// The step timeline of `record`'s partitions.
+pub fn step_timeline(record: &MirrorRecord) -> Vec<StepTiming> {
+    STEP_ORDER
+        .iter()
+        .filter_map(|step| {
+            let times: Vec<i64> = record
+                .partitions
+                .iter()
+                .filter_map(|p| p.step_ms.get(*step).copied())
+                .collect();
+            Some(StepTiming {
+                step: step.to_string(),
+                first_ms: *times.iter().min()?,
+                last_ms: *times.iter().max()?,
+                partitions: times.len(),
+            })
+        })
+        .collect()
 }
 
 /// Lag of a partition at the call.
@@ -144,6 +191,7 @@ impl FailoverReport {
             rto_seconds: None,
             partitions: Vec::new(),
             totals: None,
+            steps: Vec::new(),
         }
     }
 
@@ -242,6 +290,7 @@ pub fn complete(
     report.completed_ms = Some(completed_ms);
     report.rto_seconds = Some((completed_ms - report.called_ms).max(0) as f64 / 1000.0);
     report.totals = Some(totals);
+    report.steps = step_timeline(record);
     report
 }
 

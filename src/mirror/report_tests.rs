@@ -1,6 +1,7 @@
 //! Unit tests of `report.rs`.
 
 use super::*;
+use crate::mirror::state::FailoverStep;
 
 fn record() -> MirrorRecord {
     let mut r = MirrorRecord::new(
@@ -129,4 +130,37 @@ fn reports_are_kept_in_the_state_store_and_listed_per_mirror() {
     assert_eq!(listed, vec!["f0", "f1"], "oldest first, only this mirror's");
     assert_eq!(store.load("m", "f1").unwrap().unwrap(), opened());
     assert_eq!(store.load("m", "nope").unwrap(), None);
+}
+
+#[test]
+fn the_step_timeline_has_the_first_and_last_partition_at_each_step_in_step_order() {
+    let mut r = MirrorRecord::new(
+        "m",
+        [("orders".to_string(), 0), ("orders".to_string(), 1)],
+        1,
+    );
+    for (i, p) in r.partitions.iter_mut().enumerate() {
+        let at = 1_000 * i as i64;
+        p.begin_failover("f1", 10_000).unwrap();
+        p.advance(FailoverStep::Fenced, 10_100 + at).unwrap();
+        p.advance(FailoverStep::Drained, 10_200 + at).unwrap();
+    }
+    let steps = step_timeline(&r);
+    let names: Vec<&str> = steps.iter().map(|s| s.step.as_str()).collect();
+    assert_eq!(names, vec!["STOPPING", "FENCED", "DRAINED"]);
+    assert_eq!(
+        (steps[1].first_ms, steps[1].last_ms, steps[1].partitions),
+        (10_100, 11_100, 2)
+    );
+}
+
+#[test]
+fn a_partition_that_mirrors_again_forgets_the_step_times_of_its_last_failover() {
+    let mut r = MirrorRecord::new("m", [("orders".to_string(), 0)], 1);
+    let p = &mut r.partitions[0];
+    p.begin_failover("f1", 10_000).unwrap();
+    assert!(!p.step_ms.is_empty());
+    p.state = PartitionState::Stopped;
+    p.start_mirroring(true, 20_000).unwrap();
+    assert!(p.step_ms.is_empty());
 }

@@ -62,6 +62,7 @@
 mod barrier_record;
 mod mirror_record;
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize};
@@ -344,6 +345,11 @@ pub struct PartitionRecord {
     /// its barrier (absent in files of older versions).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub transactions_aborted: Vec<AbortedTransaction>,
+    /// When the current failover reached each of its steps (ms since the epoch), by name:
+    /// `STOPPING` (the call), every [`FailoverStep`], `STOPPED` (absent in files of older
+    /// versions; cleared when mirroring starts again).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub step_ms: BTreeMap<String, i64>,
 }
 
 impl PartitionRecord {
@@ -364,6 +370,7 @@ impl PartitionRecord {
             barrier_producer: None,
             last_mirrored_offset: None,
             transactions_aborted: Vec::new(),
+            step_ms: BTreeMap::new(),
         }
     }
 
@@ -412,6 +419,9 @@ impl PartitionRecord {
         self.producers_expired = 0;
         self.last_error = None;
         self.updated_ms = now_ms;
+        self.step_ms.clear();
+        self.step_ms
+            .insert(PartitionState::Stopping.as_str().to_string(), now_ms);
         Ok(())
     }
 
@@ -434,6 +444,7 @@ impl PartitionRecord {
         };
         self.step = Some(step);
         self.updated_ms = now_ms;
+        self.step_ms.insert(step.as_str().to_string(), now_ms);
         Ok(())
     }
 
@@ -476,6 +487,8 @@ impl PartitionRecord {
         }
         self.state = self.state.transition(PartitionState::Stopped)?;
         self.updated_ms = now_ms;
+        self.step_ms
+            .insert(PartitionState::Stopped.as_str().to_string(), now_ms);
         Ok(())
     }
 
@@ -489,6 +502,7 @@ impl PartitionRecord {
         self.state = self.state.start_mirroring(destination_aligned)?;
         self.failover_id = None;
         self.step = None;
+        self.step_ms.clear();
         self.barrier_offset = None;
         self.barrier_topic_id = None;
         self.barrier_kind = None;

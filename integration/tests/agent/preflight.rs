@@ -208,6 +208,40 @@ fn a_failover_report_accounts_for_what_the_destination_lacks_and_survives_a_rest
         report["called_by"].as_str().unwrap().contains("127.0.0.1"),
         "{report}"
     );
+    // The step timeline: every step, in order, both partitions, never before the call, the
+    // last (STOPPED) at the completion.
+    let steps = report["steps"].as_array().expect("steps");
+    let names: Vec<&str> = steps.iter().filter_map(|s| s["step"].as_str()).collect();
+    assert_eq!(
+        names,
+        vec![
+            "STOPPING",
+            "FENCED",
+            "DRAINED",
+            "BARRIER_WRITTEN",
+            "BARRIER_PERSISTED",
+            "PSM_CLEARED",
+            "STOPPED"
+        ],
+        "{report}"
+    );
+    let called = report["called_ms"].as_i64().unwrap();
+    let completed = report["completed_ms"].as_i64().unwrap();
+    let mut previous = i64::MIN;
+    for s in steps {
+        assert_eq!(s["partitions"], 2, "{s}");
+        let (first, last) = (
+            s["first_ms"].as_i64().unwrap(),
+            s["last_ms"].as_i64().unwrap(),
+        );
+        assert!(
+            first <= last && last >= previous,
+            "steps out of order: {report}"
+        );
+        // The call's own moment and the partitions' first step are taken a moment apart.
+        assert!(first >= called - 1000 && last <= completed, "{report}");
+        previous = last;
+    }
     let mut total_rpo = 0;
     for p in 0..2 {
         let part = report["partitions"]

@@ -53,5 +53,14 @@ impl MirrorController {
             r.totals.and_then(|t| t.rpo_records).map(|n| n as f64),
         );
         set("rpo_seconds", r.totals.and_then(|t| t.max_rpo_seconds));
+        // The step timeline: seconds from the call until the last partition reached each step.
+        for step in crate::mirror::report::STEP_ORDER {
+            let at = r
+                .steps
+                .iter()
+                .find(|s| s.step == step)
+                .map(|s| (s.last_ms - r.called_ms).max(0) as f64 / 1000.0);
+            set(&format!("step_{}_seconds", step.to_lowercase()), at);
+        }
     }
 }
