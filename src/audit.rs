@@ -44,6 +44,14 @@ pub struct AuditEvent {
     pub status: u16,
     /// `accepted` (2xx), `refused` (any other status) or `dry_run` (a preflight: nothing changed).
     pub outcome: String,
+    /// How a failover was asked for, the failover it started, why a call was refused.
+    #[serde(flatten)]
+    pub note: AuditNote,
+}
+
+/// What the admin call's handler knows beyond its path and status.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AuditNote {
     pub dry_run: bool,
     /// Guards overridden with `force`.
     pub force: bool,
@@ -52,17 +60,6 @@ pub struct AuditEvent {
     /// The failover this call started or joined.
     pub failover_id: Option<String>,
     /// Why the call was refused, when it was.
-    pub reason: Option<String>,
-}
-
-/// What the admin call's handler knows beyond its path and status.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct AuditNote {
-    pub dry_run: bool,
-    pub force: bool,
-    pub max_lag_records: Option<i64>,
-    pub max_lag_seconds: Option<f64>,
-    pub failover_id: Option<String>,
     pub reason: Option<String>,
 }
 
@@ -89,12 +86,7 @@ impl AuditEvent {
             caller: caller.to_string(),
             status,
             outcome: outcome.to_string(),
-            dry_run: note.dry_run,
-            force: note.force,
-            max_lag_records: note.max_lag_records,
-            max_lag_seconds: note.max_lag_seconds,
-            failover_id: note.failover_id,
-            reason: note.reason,
+            note,
         }
     }
 }
@@ -196,9 +188,9 @@ pub fn log(e: &AuditEvent) {
     tracing::info!(
         target: "mirrorgate::audit",
         id = %e.id, action = %e.action, mirror = %e.mirror, caller = %e.caller,
-        status = e.status, outcome = %e.outcome, dry_run = e.dry_run, force = e.force,
-        max_lag_records = ?e.max_lag_records, max_lag_seconds = ?e.max_lag_seconds,
-        failover_id = ?e.failover_id, reason = ?e.reason,
+        status = e.status, outcome = %e.outcome, dry_run = e.note.dry_run, force = e.note.force,
+        max_lag_records = ?e.note.max_lag_records, max_lag_seconds = ?e.note.max_lag_seconds,
+        failover_id = ?e.note.failover_id, reason = ?e.note.reason,
         "admin call"
     );
 }
@@ -231,9 +223,9 @@ mod tests {
             ("orders", "failover")
         );
         assert_eq!(e.outcome, "accepted");
-        assert!(e.force);
-        assert_eq!(e.max_lag_records, Some(10));
-        assert_eq!(e.failover_id.as_deref(), Some("f-1"));
+        assert!(e.note.force);
+        assert_eq!(e.note.max_lag_records, Some(10));
+        assert_eq!(e.note.failover_id.as_deref(), Some("f-1"));
         assert_eq!(e.caller, "token@1.2.3.4:5");
     }
 

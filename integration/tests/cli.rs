@@ -189,12 +189,11 @@ fn demo_shows_mirrored_producers_a_failover_and_its_report() {
         assert_eq!(status, 200, "{path}: {body}");
         serde_json::from_str::<serde_json::Value>(&body).expect("json")
     };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let producer_ids = loop {
-        let ids: std::collections::BTreeSet<i64> = (0..3)
+    // The producer ids the PSM holds over the demo topic's 3 partitions.
+    let psm_ids = || -> std::collections::BTreeSet<i64> {
+        (0..3)
             .flat_map(|p| {
-                let v = get(&format!("/v1/partitions/demo/{p}/producers"));
-                v["producers"]
+                get(&format!("/v1/partitions/demo/{p}/producers"))["producers"]
                     .as_array()
                     .map(|ps| {
                         ps.iter()
@@ -203,7 +202,11 @@ fn demo_shows_mirrored_producers_a_failover_and_its_report() {
                     })
                     .unwrap_or_else(Vec::new)
             })
-            .collect();
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let producer_ids = loop {
+        let ids = psm_ids();
         if ids.len() >= 2 {
             break ids;
         }
@@ -228,18 +231,7 @@ fn demo_shows_mirrored_producers_a_failover_and_its_report() {
     assert!(report["rto_seconds"].as_f64().is_some(), "{reports:#}");
     eprintln!("the demo's failover report:\n{report:#}");
     // The barrier expired the mirrored producers.
-    let after: Vec<i64> = (0..3)
-        .flat_map(|p| {
-            get(&format!("/v1/partitions/demo/{p}/producers"))["producers"]
-                .as_array()
-                .map(|ps| {
-                    ps.iter()
-                        .filter_map(|e| e["producer_id"].as_i64())
-                        .collect()
-                })
-                .unwrap_or_else(Vec::new)
-        })
-        .collect();
+    let after = psm_ids();
     assert!(
         after.iter().all(|id| !producer_ids.contains(id)),
         "mirrored producers {producer_ids:?} still in the PSM after the barrier: {after:?}"
