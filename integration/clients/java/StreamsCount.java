@@ -2,15 +2,16 @@
 // (run in source-file mode: `integration/rig java integration/clients/java/StreamsCount.java
 // ARGS`; the rig puts kafka-streams and its RocksDB on the classpath).
 //
-// Args: BOOTSTRAP APPLICATION_ID INPUT OUTPUT STATE_DIR EXPECTED TIMEOUT_MS
+// Args: BOOTSTRAP APPLICATION_ID INPUT OUTPUT STATE_DIR EXPECTED TIMEOUT_MS [ID_PREFIX]
 // Reads INPUT (String key, String value: the input record's id), keeps a count per key in the
 // persistent store "counts" (changelog topic APPLICATION_ID-counts-changelog) and writes
 // key -> "<id>:<count>" to OUTPUT, one output record per input record. Internal topics are
 // created with replication factor 1 (the test clusters' source has one broker); commits every
-// 100 ms. It runs until it has processed EXPECTED distinct input ids or TIMEOUT_MS passed, then
+// 100 ms. It runs until it has processed EXPECTED distinct input ids (when ID_PREFIX is given,
+// only the ids starting with it count; it processes the others too) or TIMEOUT_MS passed, then
 // closes cleanly (which commits the open transaction) and prints one JSON line per processed
 // record {"id":I,"key":K,"count":C} and at the end
-// {"done":true,"distinct":D,"records":R,"reached":true|false,"closed":true|false}.
+// {"done":true,"distinct":D,"counted":N,"records":R,"reached":true|false,"closed":true|false}.
 // Exit status: 0 after a clean close, 1 when a stream thread died of an exception (printed on
 // stderr and as {"error":...}), 3 when the close did not finish within 60 s.
 import java.time.Duration;
@@ -36,6 +37,9 @@ import org.apache.kafka.streams.state.Stores;
 public class StreamsCount {
     static final String STORE = "counts";
     static final Set<String> DISTINCT = ConcurrentHashMap.newKeySet();
+    /** The distinct ids that count towards EXPECTED (those starting with ID_PREFIX). */
+    static final Set<String> COUNTED = ConcurrentHashMap.newKeySet();
+    static volatile String prefix = "";
     static final AtomicLong RECORDS = new AtomicLong();
 
     static String json(String s) {
@@ -73,6 +77,9 @@ public class StreamsCount {
             context.forward(record.withValue(record.value() + ":" + count));
             RECORDS.incrementAndGet();
             DISTINCT.add(record.value());
+            if (record.value() != null && record.value().startsWith(prefix)) {
+                COUNTED.add(record.value());
+            }
             synchronized (System.out) {
                 System.out.println("{\"id\":" + json(record.value()) + ",\"key\":" + json(record.key())
                     + ",\"count\":" + count + "}");
@@ -81,14 +88,17 @@ public class StreamsCount {
     }
 
     public static void main(String[] args) throws Exception {
-        if (args.length != 7) {
-            System.err.println("usage: StreamsCount BOOTSTRAP APPLICATION_ID INPUT OUTPUT STATE_DIR EXPECTED TIMEOUT_MS");
+        if (args.length != 7 && args.length != 8) {
+            System.err.println("usage: StreamsCount BOOTSTRAP APPLICATION_ID INPUT OUTPUT STATE_DIR EXPECTED TIMEOUT_MS [ID_PREFIX]");
             System.exit(2);
         }
         String input = args[2];
         String output = args[3];
         int expected = Integer.parseInt(args[5]);
         long timeoutMs = Long.parseLong(args[6]);
+        if (args.length == 8) {
+            prefix = args[7];
+        }
 
         Properties p = new Properties();
         p.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, args[0]);
@@ -115,18 +125,19 @@ public class StreamsCount {
         });
         streams.start();
         long deadline = System.currentTimeMillis() + timeoutMs;
-        while (DISTINCT.size() < expected && failure.get() == null
+        while (COUNTED.size() < expected && failure.get() == null
             && System.currentTimeMillis() < deadline) {
             Thread.sleep(50);
         }
-        boolean reached = DISTINCT.size() >= expected;
+        boolean reached = COUNTED.size() >= expected;
         boolean closed = streams.close(Duration.ofSeconds(60));
         Throwable f = failure.get();
         synchronized (System.out) {
             if (f != null) {
                 System.out.println("{\"error\":" + json(f.toString()) + "}");
             }
-            System.out.println("{\"done\":true,\"distinct\":" + DISTINCT.size() + ",\"records\":" + RECORDS.get()
+            System.out.println("{\"done\":true,\"distinct\":" + DISTINCT.size() + ",\"counted\":" + COUNTED.size()
+                + ",\"records\":" + RECORDS.get()
                 + ",\"reached\":" + reached + ",\"closed\":" + closed + "}");
             System.out.flush();
         }

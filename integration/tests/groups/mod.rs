@@ -8,7 +8,8 @@
 //! The tests, by behaviour: `resume.rs` (Java and librdkafka groups across a failover, the
 //! source up or killed), `rules.rs` (skipped active, clamp, nothing after failover, the API and
 //! CLI on bad input), `compacted.rs`, `streams.rs` (Kafka Streams with exactly_once_v2 restarted
-//! through the gateway). This file holds the shared helpers.
+//! through the gateway, after a planned move and after a failover with its output not mirrored
+//! yet). This file holds the shared helpers.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};

@@ -7,6 +7,12 @@
 //! gateway with an empty state directory, restores its counts from the mirrored changelog and
 //! goes on where it stopped. A `read_committed` consumer through the gateway sees every input
 //! record's output exactly once, with the counts continuing across the move.
+//!
+//! And the same application across a failover while the agent is behind on its output
+//! (docs/moving-applications.md, "Applications that write to mirrored topics"): its input
+//! mirrored, its output, changelog and markers not, the source lost. The group's offsets on the
+//! destination must not be ahead of its mirrored output: the restarted application processes
+//! every input record whose output the destination lacks.
 
 use super::*;
 use crate::failover::{failover, wait_stopped};
@@ -53,13 +59,14 @@ fn produce_input(bootstrap: &str, topic: &str, round: &str, n: usize) {
 }
 
 /// Run the Streams application against `bootstrap` with a new state directory until it has
-/// processed `expected` distinct input ids (60 s at most) and closed; returns the ids it
-/// processed.
+/// processed `expected` distinct input ids of `round` (60 s at most; it processes the other
+/// rounds' records it reads too) and closed; returns every id it processed.
 fn run_app(
     bootstrap: &str,
     app: &str,
     input: &str,
     output: &str,
+    round: &str,
     expected: usize,
 ) -> BTreeSet<String> {
     let state = crate::gw::scratch_dir();
@@ -74,6 +81,7 @@ fn run_app(
             &state.to_string_lossy(),
             &expected.to_string(),
             "60000",
+            &format!("{round}-"),
         ],
     );
     harness::expect_success("StreamsCount.java", &out);
@@ -84,8 +92,8 @@ fn run_app(
         .unwrap_or_else(|| panic!("StreamsCount.java printed no summary: {lines:?}"));
     assert_eq!(
         done["reached"], true,
-        "StreamsCount.java on {bootstrap} processed {} of {expected} input records\n--- stderr (tail) ---\n{}",
-        done["distinct"],
+        "StreamsCount.java on {bootstrap} processed {} of the {expected} input records of round {round}\n--- stderr (tail) ---\n{}",
+        done["counted"],
         harness::tail_text(&out.stderr, 40)
     );
     lines
@@ -117,6 +125,18 @@ fn mirrored_and_stable(gw: &TestGateway, name: &str, source: &str, topics: &[&st
 /// (key, value) of every record of `topic` a Java `read_committed` consumer reads through
 /// `bootstrap` (at least `n`, then one more second), in offset order per partition.
 fn read_committed(bootstrap: &str, topic: &str, n: usize) -> BTreeMap<i32, Vec<(String, String)>> {
+    read_committed_at(bootstrap, topic, n)
+        .into_iter()
+        .map(|(p, v)| (p, v.into_iter().map(|(_, k, v)| (k, v)).collect()))
+        .collect()
+}
+
+/// As [`read_committed`], with each record's offset: (offset, key, value).
+fn read_committed_at(
+    bootstrap: &str,
+    topic: &str,
+    n: usize,
+) -> BTreeMap<i32, Vec<(i64, String, String)>> {
     let class = harness::repo().join("integration/clients/java/Consume.java");
     let group = harness::unique_topic("streams-check");
     let out = harness::rig_java(
@@ -145,13 +165,10 @@ fn read_committed(bootstrap: &str, topic: &str, n: usize) -> BTreeMap<i32, Vec<(
                 l["value"].as_str().unwrap_or_default().to_string(),
             ));
     }
+    for v in records.values_mut() {
+        v.sort();
+    }
     records
-        .into_iter()
-        .map(|(p, mut v)| {
-            v.sort();
-            (p, v.into_iter().map(|(_, k, v)| (k, v)).collect())
-        })
-        .collect()
 }
 
 #[test]
@@ -175,7 +192,7 @@ fn a_kafka_streams_exactly_once_application_restarted_through_the_gateway_after_
 
     // On the source: the first input, processed exactly once, then the application stops.
     produce_input(&source, &input_topic, "a", BEFORE);
-    let first = run_app(&source, &app, &input_topic, &output, BEFORE);
+    let first = run_app(&source, &app, &input_topic, &output, "a", BEFORE);
     let round_a: BTreeSet<String> = (0..BEFORE).map(|i| input("a", i).1).collect();
     assert_eq!(first, round_a, "the first run processed the first input");
 
@@ -195,7 +212,7 @@ fn a_kafka_streams_exactly_once_application_restarted_through_the_gateway_after_
     // On the destination: more input through the gateway, and the same application id restarted
     // with an empty state directory: its counts can only come from the mirrored changelog.
     produce_input(&gw.bootstrap(), &input_topic, "b", AFTER);
-    let second = run_app(&gw.bootstrap(), &app, &input_topic, &output, AFTER);
+    let second = run_app(&gw.bootstrap(), &app, &input_topic, &output, "b", AFTER);
     let round_b: BTreeSet<String> = (0..AFTER).map(|i| input("b", i).1).collect();
     assert_eq!(
         second, round_b,
@@ -245,4 +262,142 @@ fn a_kafka_streams_exactly_once_application_restarted_through_the_gateway_after_
             "key {key}: counts continue from the restored state"
         );
     }
+}
+
+/// Pause mirror `name` and wait until all its `partitions` are PAUSED: the agent appends
+/// nothing more, the group sync goes on (PAUSED partitions are synced).
+fn pause(admin: &str, name: &str, partitions: u64) {
+    let (status, body) = admin_call(
+        admin,
+        Method::POST,
+        &format!("/v1/mirrors/{name}/pause"),
+        None,
+    );
+    assert_eq!(status, 200, "pause: {body}");
+    wait_for("every partition PAUSED", Duration::from_secs(30), || {
+        crate::failover::mirror_json(admin, name)["states"]["PAUSED"].as_u64() == Some(partitions)
+    });
+}
+
+#[test]
+fn an_exactly_once_applications_offsets_are_not_synced_ahead_of_its_mirrored_output() {
+    const FIRST: usize = 60;
+    const SECOND: usize = 30;
+    const THIRD: usize = 24;
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let app = harness::unique_topic("streams-ahead-app");
+    let input_topic = harness::unique_topic("streams-ahead-in");
+    let output = harness::unique_topic("streams-ahead-out");
+    let changelog = format!("{app}-counts-changelog");
+    harness::create_topic(&source, &input_topic, PARTITIONS, None);
+    harness::create_topic(&source, &output, PARTITIONS, None);
+    let name = "ahead";
+    let internal = format!("regex:{app}-.*");
+    let gw = TestGateway::start(groups_config(
+        name,
+        &[&input_topic, &output, &internal],
+        &source,
+    ));
+    let ids =
+        |round: &str, n: usize| -> BTreeSet<String> { (0..n).map(|i| input(round, i).1).collect() };
+
+    // The first input processed on the source, everything mirrored (markers included) and the
+    // group's offsets synced: the last consistent point.
+    produce_input(&source, &input_topic, "a", FIRST);
+    let first = run_app(&source, &app, &input_topic, &output, "a", FIRST);
+    assert_eq!(
+        first,
+        ids("a", FIRST),
+        "the first run processed the first input"
+    );
+    wait_for(
+        "input, output and changelog mirrored, no transaction open on the source",
+        Duration::from_secs(90),
+        || mirrored_and_stable(&gw, name, &source, &[&input_topic, &output, &changelog]),
+    );
+    let committed: BTreeMap<i32, i64> = (0..PARTITIONS)
+        .map(|p| (p, end_offset(&source, &input_topic, p)))
+        .collect();
+    wait_synced(&gw.admin(), name, &app, &committed);
+
+    // The second input is mirrored, then the agent falls behind (paused): the application
+    // processes it on the source, and its output, changelog records and COMMIT markers stay
+    // there while the group sync goes on reading the source's offsets.
+    produce_input(&source, &input_topic, "b", SECOND);
+    wait_mirrored(&gw, name, &source, &input_topic, PARTITIONS);
+    pause(&gw.admin(), name, 3 * PARTITIONS as u64);
+    let second = run_app(&source, &app, &input_topic, &output, "b", SECOND);
+    assert_eq!(
+        second,
+        ids("b", SECOND),
+        "the second run processed the second input"
+    );
+    assert!(
+        (0..PARTITIONS)
+            .any(|p| end_offset(&destination, &output, p) < end_offset(&source, &output, p)),
+        "the second run's output is on the source only"
+    );
+    // Ten sync intervals: periodic rounds ran over the PAUSED partitions in that time.
+    std::thread::sleep(Duration::from_millis(10 * SYNC_INTERVAL_MS));
+
+    // The disaster: the source is lost before the agent catches up, emulated by failing over
+    // while paused (the agent mirrors nothing more).
+    failover(&gw.admin(), name);
+    wait_stopped(&gw.admin(), name);
+
+    // Where the restarted application starts: the group's offsets on the destination. The input
+    // records at or after them that the application processed on the source it processes again;
+    // where their output was mirrored, it appears twice. That is the bound on duplicates: only
+    // these ids, at most twice each. (A first input synced before the pause and a second one
+    // whose output never reached the destination make it 0 duplicates in fact: an offset synced
+    // back to the last consistent point re-reads the second input, whose output was not mirrored.)
+    let synced = destination_committed(&app, &input_topic, PARTITIONS);
+    let reread: BTreeSet<String> = read_committed_at(&gw.bootstrap(), &input_topic, FIRST + SECOND)
+        .iter()
+        .flat_map(|(p, records)| {
+            let from = synced.get(p).copied().unwrap_or(0);
+            records
+                .iter()
+                .filter(move |(offset, _, _)| *offset >= from)
+                .map(|(_, _, id)| id.clone())
+        })
+        .collect();
+
+    // After the failover: more input through the gateway, and the same application id restarted
+    // with an empty state directory (its counts from the mirrored changelog) until it processed
+    // the new input, which comes after any earlier input it re-reads.
+    produce_input(&gw.bootstrap(), &input_topic, "c", THIRD);
+    run_app(&gw.bootstrap(), &app, &input_topic, &output, "c", THIRD);
+
+    // What a read_committed consumer of the output sees through the gateway.
+    let all: BTreeSet<String> = ids("a", FIRST)
+        .into_iter()
+        .chain(ids("b", SECOND))
+        .chain(ids("c", THIRD))
+        .collect();
+    let seen = read_committed(&gw.bootstrap(), &output, all.len());
+    let mut times: BTreeMap<String, usize> = BTreeMap::new();
+    for (_, value) in seen.values().flatten() {
+        let id = value.rsplit_once(':').map_or(value.as_str(), |(id, _)| id);
+        *times.entry(id.to_string()).or_default() += 1;
+    }
+    let lost: Vec<&String> = all.iter().filter(|id| !times.contains_key(*id)).collect();
+    assert!(
+        lost.is_empty(),
+        "{} input records processed on the source have no output on the destination (lost \
+         processing: their offsets were synced ahead of their mirrored output): {lost:?}; \
+         the group's offsets on the destination after the failover: {synced:?}",
+        lost.len()
+    );
+    let beyond: Vec<(&String, &usize)> = times
+        .iter()
+        .filter(|(id, n)| **n > 2 || (**n > 1 && !reread.contains(*id)))
+        .collect();
+    assert!(
+        beyond.is_empty(),
+        "output duplicated beyond the re-read input {reread:?}: {beyond:?}"
+    );
+    let unknown: Vec<&String> = times.keys().filter(|id| !all.contains(*id)).collect();
+    assert!(unknown.is_empty(), "output for no input: {unknown:?}");
 }
