@@ -38,9 +38,9 @@ pub(super) fn start_group_syncs(
         let weak = Arc::downgrade(m);
         let txns: TxnLookup = Arc::new(move |t, p| {
             weak.upgrade().is_some_and(|m| {
-                lock(&m.tasks)
-                    .get(&(t.to_string(), p))
-                    .is_some_and(|s| s.stats.carries_transactions())
+                lock(&m.offsets)
+                    .get(t, p)
+                    .is_some_and(|map| map.transactional)
             })
         });
         let io = KafkaGroupIo::new(

@@ -35,8 +35,6 @@ pub struct PartStats {
     /// lag.
     pub(super) appended_bytes: AtomicI64,
     pub(super) appended_offsets: AtomicI64,
-    /// A transactional batch or a marker was mirrored into the partition.
-    pub(super) transactional: std::sync::atomic::AtomicBool,
 }
 
 impl Default for PartStats {
@@ -49,7 +47,6 @@ impl Default for PartStats {
             hw_moved_ms: AtomicI64::new(-1),
             appended_bytes: AtomicI64::new(0),
             appended_offsets: AtomicI64::new(0),
-            transactional: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
@@ -80,12 +77,6 @@ impl PartStats {
         }
         let bytes = self.appended_bytes.load(Ordering::Relaxed) as f64;
         Some((records as f64 * bytes / offsets as f64).round() as i64)
-    }
-
-    /// Whether transactional batches or markers were mirrored into the partition (since the
-    /// task started).
-    pub fn carries_transactions(&self) -> bool {
-        self.transactional.load(Ordering::Relaxed)
     }
 
     /// When the source's log end last moved, as far as the agent saw.

@@ -51,6 +51,11 @@ pub struct PartitionMap {
     /// Source producers whose batches are written without producer id (module doc).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tainted: Vec<Producer>,
+    /// Transactional batches or markers were mirrored into the partition: the group offset
+    /// sync's consistent cut covers it (kept with the map, so it outlives the partition's task
+    /// and a restart).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub transactional: bool,
 }
 
 impl PartitionMap {
@@ -63,6 +68,7 @@ impl PartitionMap {
                 count: 0,
             }],
             tainted: Vec::new(),
+            transactional: false,
         }
     }
 

@@ -200,6 +200,16 @@ impl Task {
             .cloned()
     }
 
+    /// A transactional batch or a marker is being mirrored: the map says so from now on.
+    fn note_transactional(&mut self) {
+        let mut offsets = self.m.offsets.lock().unwrap_or_else(|e| e.into_inner());
+        let map = offsets.entry(&self.topic, self.partition);
+        if !map.transactional {
+            map.transactional = true;
+            self.m.offsets_dirty.store(true, Ordering::SeqCst);
+        }
+    }
+
     fn record(&mut self, src_base: i64, dst_base: i64, count: i64) {
         self.m
             .offsets
@@ -397,11 +407,11 @@ impl Task {
             },
             // A transactional batch is appended as-is too, with a transactional id (`append`).
             SourceBatch::Transactional => {
-                self.stats.transactional.store(true, Ordering::Relaxed);
+                self.note_transactional();
                 self.mirror_data(h, b).await
             }
             SourceBatch::Control => {
-                self.stats.transactional.store(true, Ordering::Relaxed);
+                self.note_transactional();
                 self.mirror_marker(h, b).await
             }
             SourceBatch::Gapped => self.mirror_gapped(h, b).await,
