@@ -8,7 +8,9 @@
 //! The tests, by behaviour: `resume.rs` (Java and librdkafka groups across a failover, the
 //! source up or killed), `rules.rs` (skipped active, clamp, nothing after failover, the API and
 //! CLI on bad input), `compacted.rs`, `streams.rs` (Kafka Streams with exactly_once_v2 restarted
-//! through the gateway). This file holds the shared helpers.
+//! through the gateway), `share.rs` (KIP-932 share groups, which are not synced: Kafka 4.1.1
+//! applies no AlterShareGroupOffsets; a share group moved with `share.auto.offset.reset=earliest`
+//! on the destination). This file holds the shared helpers.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -27,6 +29,7 @@ use crate::harness;
 mod compacted;
 mod resume;
 mod rules;
+mod share;
 mod streams;
 
 /// Time between two sync rounds in these tests.
