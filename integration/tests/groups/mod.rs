@@ -3,14 +3,14 @@
 //! and re-reading at most what they consumed after the last sync; a group active on the
 //! destination is left alone; a commit past the mirrored end is clamped; nothing is written
 //! after the failover; a compacted partition translates through the offset map; a Kafka
-//! Streams exactly-once application moves with its state.
+//! Streams exactly-once application moves with its state. KIP-932 share groups are not synced:
+//! `share.rs` shows why (Kafka 4.1.1 applies no AlterShareGroupOffsets) and a share group moved
+//! with `share.auto.offset.reset=earliest` on the destination.
 //!
 //! The tests, by behaviour: `resume.rs` (Java and librdkafka groups across a failover, the
 //! source up or killed), `rules.rs` (skipped active, clamp, nothing after failover, the API and
 //! CLI on bad input), `compacted.rs`, `streams.rs` (Kafka Streams with exactly_once_v2 restarted
-//! through the gateway), `share.rs` (KIP-932 share groups, which are not synced: Kafka 4.1.1
-//! applies no AlterShareGroupOffsets; a share group moved with `share.auto.offset.reset=earliest`
-//! on the destination). This file holds the shared helpers.
+//! through the gateway). This file holds the shared helpers.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
