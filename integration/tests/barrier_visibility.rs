@@ -265,116 +265,13 @@ fn disruptive_gateway_killed_after_writing_a_recompressed_barrier_resumes_withou
     }
 }
 
-/// Enables `share.version=1` on the destination for the life of the value, and finalizes it
-/// back to the level it had (the rig starts at 0) when dropped, even if the test fails.
-struct ShareGroupsEnabled {
-    bootstrap: String,
-    before: String,
-}
-
-fn share_version(bootstrap: &str) -> String {
-    let out = harness::rig_java(
-        "org.apache.kafka.tools.FeatureCommand",
-        &["--bootstrap-server", bootstrap, "describe"],
-    );
-    harness::expect_success("kafka-features describe", &out);
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text
-        .lines()
-        .find(|l| l.contains("Feature: share.version"))
-        .unwrap_or_else(|| panic!("no share.version feature:\n{text}"));
-    line.split("FinalizedVersionLevel:")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no finalized level: {line}"))
-        .to_string()
-}
-
-impl ShareGroupsEnabled {
-    fn enable(bootstrap: &str) -> ShareGroupsEnabled {
-        let before = share_version(bootstrap);
-        let g = ShareGroupsEnabled {
-            bootstrap: bootstrap.to_string(),
-            before,
-        };
-        if g.before != "1" {
-            let out = harness::rig_java(
-                "org.apache.kafka.tools.FeatureCommand",
-                &[
-                    "--bootstrap-server",
-                    bootstrap,
-                    "upgrade",
-                    "--feature",
-                    "share.version=1",
-                ],
-            );
-            harness::expect_success("kafka-features upgrade share.version=1", &out);
-        }
-        g
-    }
-}
-
-impl Drop for ShareGroupsEnabled {
-    fn drop(&mut self) {
-        if self.before == "1" {
-            return;
-        }
-        let level = format!("share.version={}", self.before);
-        let out = harness::rig_java(
-            "org.apache.kafka.tools.FeatureCommand",
-            &[
-                "--bootstrap-server",
-                &self.bootstrap,
-                "downgrade",
-                "--feature",
-                &level,
-            ],
-        );
-        if !out.status.success() {
-            eprintln!(
-                "barrier_visibility: could not restore {level} on {}: {}",
-                self.bootstrap,
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-    }
-}
-
-/// Consume `topic` with a KafkaShareConsumer (integration/clients/java/ShareConsume.java)
-/// through `bootstrap`: (offset, key) of every record delivered to the application.
-fn share_consume(bootstrap: &str, admin: &str, topic: &str, n: usize) -> Vec<(i64, String)> {
-    let source = harness::repo().join("integration/clients/java/ShareConsume.java");
-    let group = format!("{topic}-share");
-    let n = n.to_string();
-    let out = harness::rig_java(
-        source.to_str().expect("utf-8 path"),
-        &[bootstrap, admin, topic, &group, &n, "25000"],
-    );
-    harness::expect_success("ShareConsume", &out);
-    let lines = harness::json_lines(&out.stdout);
-    assert!(
-        lines.iter().any(|l| l.get("done").is_some()),
-        "ShareConsume did not finish:\n{}",
-        harness::tail_text(&out.stderr, 40)
-    );
-    lines
-        .iter()
-        .filter_map(|l| {
-            Some((
-                l.get("offset")?.as_i64()?,
-                l["key"].as_str().unwrap_or("<null>").to_string(),
-            ))
-        })
-        .collect()
-}
-
 /// Review F7 (b). With share groups enabled on the destination (`share.version=1`, restored
 /// afterwards), a KIP-932 share consumer reading through the client listener gets every
 /// mirrored record and never the barrier, whether the topic stores it as written or recompressed.
 #[test]
 fn share_consumers_through_the_gateway_never_see_the_barrier() {
     let destination = harness::cluster("destination");
-    let _share = ShareGroupsEnabled::enable(&destination);
+    let _share = harness::ShareGroupsEnabled::enable(&destination);
     let plain = harness::unique_topic("bv-share");
     let lz4 = harness::unique_topic("bv-share-lz4");
     harness::create_topic(&destination, &plain, 1, Some(&[1]));
@@ -389,7 +286,12 @@ fn share_consumers_through_the_gateway_never_see_the_barrier() {
     wait_stopped(&gw.admin(), "bvshare");
     for t in [&plain, &lz4] {
         assert_eq!(barrier_records(&destination, t, 0).len(), 1, "{t}");
-        let seen = share_consume(&gw.bootstrap(), &destination, t, 21);
+        let group = format!("{t}-share");
+        let seen: Vec<(i64, String)> =
+            harness::share_consume(&gw.bootstrap(), &destination, t, &group, 21, &[], 25_000)
+                .into_iter()
+                .map(|d| (d.offset, d.key))
+                .collect();
         let barriers: Vec<&(i64, String)> = seen.iter().filter(|(_, k)| k == BARRIER).collect();
         assert!(
             barriers.is_empty(),

@@ -2,16 +2,22 @@
 // `integration/rig java integration/clients/java/ShareConsume.java ARGS`; the rig puts the
 // Kafka client jars on the classpath).
 //
-// Args: BOOTSTRAP ADMIN_BOOTSTRAP TOPIC GROUP MAX_RECORDS TIMEOUT_MS
+// Args: BOOTSTRAP ADMIN_BOOTSTRAP TOPIC GROUP MAX_RECORDS TIMEOUT_MS [RELEASE]
 //   BOOTSTRAP        where the share consumer connects (the gateway's client listener)
-//   ADMIN_BOOTSTRAP  where the group's share.auto.offset.reset=earliest is set (the brokers)
+//   ADMIN_BOOTSTRAP  where the group's share.auto.offset.reset=earliest is set (the brokers);
+//                    `-` sets nothing (the group starts where its share partitions' state says)
+//   MAX_RECORDS      stop once this many distinct records (partition, offset) were delivered
+//   RELEASE          optional, comma-separated offsets acknowledged RELEASE (given back to the
+//                    group, delivered again later) instead of ACCEPT
 // Prints one JSON line per record delivered to the application:
-//   {"partition":P,"offset":O,"key":"K"|null,"delivery_count":D}
-// then {"done":N}. Records are acknowledged (ACCEPT) as they are delivered.
+//   {"partition":P,"offset":O,"key":"K"|null,"delivery_count":D,"ack":"accept"|"release"}
+// then {"done":N}. Records are acknowledged as they are delivered (ACCEPT unless in RELEASE).
 import java.time.Duration;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
+import java.util.Set;
 
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AlterConfigOp;
@@ -41,8 +47,8 @@ public class ShareConsume {
     }
 
     public static void main(String[] args) throws Exception {
-        if (args.length != 6) {
-            System.err.println("usage: ShareConsume BOOTSTRAP ADMIN_BOOTSTRAP TOPIC GROUP MAX_RECORDS TIMEOUT_MS");
+        if (args.length != 6 && args.length != 7) {
+            System.err.println("usage: ShareConsume BOOTSTRAP ADMIN_BOOTSTRAP TOPIC GROUP MAX_RECORDS TIMEOUT_MS [RELEASE]");
             System.exit(2);
         }
         String bootstrap = args[0];
@@ -51,14 +57,22 @@ public class ShareConsume {
         String group = args[3];
         int max = Integer.parseInt(args[4]);
         long timeoutMs = Long.parseLong(args[5]);
+        Set<Long> release = new HashSet<>();
+        if (args.length == 7 && !args[6].isEmpty()) {
+            for (String o : args[6].split(",")) {
+                release.add(Long.parseLong(o.trim()));
+            }
+        }
 
-        Properties ap = new Properties();
-        ap.put("bootstrap.servers", adminBootstrap);
-        try (Admin admin = Admin.create(ap)) {
-            ConfigResource g = new ConfigResource(ConfigResource.Type.GROUP, group);
-            AlterConfigOp earliest = new AlterConfigOp(
-                new ConfigEntry("share.auto.offset.reset", "earliest"), AlterConfigOp.OpType.SET);
-            admin.incrementalAlterConfigs(Map.of(g, List.of(earliest))).all().get();
+        if (!adminBootstrap.equals("-")) {
+            Properties ap = new Properties();
+            ap.put("bootstrap.servers", adminBootstrap);
+            try (Admin admin = Admin.create(ap)) {
+                ConfigResource g = new ConfigResource(ConfigResource.Type.GROUP, group);
+                AlterConfigOp earliest = new AlterConfigOp(
+                    new ConfigEntry("share.auto.offset.reset", "earliest"), AlterConfigOp.OpType.SET);
+                admin.incrementalAlterConfigs(Map.of(g, List.of(earliest))).all().get();
+            }
         }
 
         Properties p = new Properties();
@@ -68,15 +82,19 @@ public class ShareConsume {
         p.put("key.deserializer", StringDeserializer.class.getName());
         p.put("value.deserializer", StringDeserializer.class.getName());
         int got = 0;
+        Set<String> distinct = new HashSet<>();
         try (KafkaShareConsumer<String, String> c = new KafkaShareConsumer<>(p)) {
             c.subscribe(List.of(topic));
             long deadline = System.currentTimeMillis() + timeoutMs;
-            while (got < max && System.currentTimeMillis() < deadline) {
+            while (distinct.size() < max && System.currentTimeMillis() < deadline) {
                 for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) {
+                    boolean rel = release.contains(r.offset());
                     System.out.println("{\"partition\":" + r.partition() + ",\"offset\":" + r.offset()
                         + ",\"key\":" + json(r.key()) + ",\"delivery_count\":"
-                        + r.deliveryCount().map(String::valueOf).orElse("null") + "}");
-                    c.acknowledge(r, AcknowledgeType.ACCEPT);
+                        + r.deliveryCount().map(String::valueOf).orElse("null")
+                        + ",\"ack\":\"" + (rel ? "release" : "accept") + "\"}");
+                    c.acknowledge(r, rel ? AcknowledgeType.RELEASE : AcknowledgeType.ACCEPT);
+                    distinct.add(r.partition() + ":" + r.offset());
                     got++;
                 }
                 c.commitSync();

@@ -3,7 +3,9 @@
 //! and re-reading at most what they consumed after the last sync; a group active on the
 //! destination is left alone; a commit past the mirrored end is clamped; nothing is written
 //! after the failover; a compacted partition translates through the offset map; a Kafka
-//! Streams exactly-once application moves with its state.
+//! Streams exactly-once application moves with its state. KIP-932 share groups are not synced:
+//! `share.rs` shows why (Kafka 4.1.1 applies no AlterShareGroupOffsets) and a share group moved
+//! with `share.auto.offset.reset=earliest` on the destination.
 //!
 //! The tests, by behaviour: `resume.rs` (Java and librdkafka groups across a failover, the
 //! source up or killed), `rules.rs` (skipped active, clamp, nothing after failover, the API and
@@ -28,6 +30,7 @@ use crate::harness;
 mod compacted;
 mod resume;
 mod rules;
+mod share;
 mod streams;
 
 /// Time between two sync rounds in these tests.

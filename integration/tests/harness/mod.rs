@@ -33,6 +33,11 @@
 //!   [`CONSUME_GRACE`] more, so extras show) or a timeout; records grouped per partition.
 //! - [`assert_same_per_partition`]: acks vs. consumed records, counts and per-partition order.
 //!
+//! # Share groups
+//! - [`ShareGroupsEnabled`] (`share.version=1` on a cluster while held, counted across tests),
+//!   [`ShareGroupsDeleted`] (a test's share groups removed at its end) and [`share_consume`]
+//!   (the Java share consumer), in `share.rs`.
+//!
 //! Every helper bounds its time and panics with context on failure. The sync helpers use no
 //! async runtime of the caller (admin calls run on a private runtime in a helper thread), so they
 //! can be called from `#[test]` and from `#[tokio::test]` alike (they block the calling thread).
@@ -54,6 +59,9 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{DeliveryResult, Message};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::ClientContext;
+
+mod share;
+pub use share::{share_consume, ShareGroupsDeleted, ShareGroupsEnabled};
 
 /// Bound for `rig up` (cold start may fetch the jars first).
 pub const RIG_UP_TIMEOUT: Duration = Duration::from_secs(300);
