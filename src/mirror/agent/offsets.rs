@@ -417,6 +417,20 @@ mod tests {
     }
 
     #[test]
+    fn a_partition_that_carried_transactions_says_so_after_a_reload_and_older_files_say_not() {
+        let mut o = MirrorOffsets::new("m");
+        o.entry("t", 0).record(0, 0, 4);
+        o.entry("t", 0).transactional = true;
+        o.entry("t", 1).record(0, 0, 4);
+        let back = MirrorOffsets::decode(&o.encode()).unwrap();
+        assert!(back.get("t", 0).is_some_and(|m| m.transactional));
+        assert!(back.get("t", 1).is_some_and(|m| !m.transactional));
+        let old = br#"{"version":1,"mirror":"m","partitions":{"t":{"0":{"ranges":[{"source":0,"destination":0,"count":3}]}}}}"#;
+        let o = MirrorOffsets::decode(old).unwrap();
+        assert!(o.get("t", 0).is_some_and(|m| !m.transactional));
+    }
+
+    #[test]
     fn a_map_file_without_identity_is_read_and_the_identity_round_trips() {
         let old = br#"{"version":1,"mirror":"m","partitions":{"t":{"0":{"ranges":[{"source":0,"destination":0,"count":3}]}}}}"#;
         let o = MirrorOffsets::decode(old).unwrap();
