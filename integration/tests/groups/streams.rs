@@ -171,24 +171,36 @@ fn read_committed_at(
     records
 }
 
-#[test]
-fn a_kafka_streams_exactly_once_application_restarted_through_the_gateway_after_failover_continues_without_duplicates(
-) {
-    let source = harness::cluster("source");
-    let app = harness::unique_topic("streams-app");
-    let input_topic = harness::unique_topic("streams-in");
-    let output = harness::unique_topic("streams-out");
+/// The application's topics on the source (input and output, named after `prefix`) and a
+/// gateway whose mirror `name` mirrors them and the application's internal topics (here its
+/// changelog) by pattern, as an operator would: (gateway, application id, input, output,
+/// changelog).
+fn mirrored_app(
+    source: &str,
+    prefix: &str,
+    name: &str,
+) -> (TestGateway, String, String, String, String) {
+    let app = harness::unique_topic(&format!("{prefix}-app"));
+    let input_topic = harness::unique_topic(&format!("{prefix}-in"));
+    let output = harness::unique_topic(&format!("{prefix}-out"));
     let changelog = format!("{app}-counts-changelog");
-    harness::create_topic(&source, &input_topic, PARTITIONS, None);
-    harness::create_topic(&source, &output, PARTITIONS, None);
-    let name = "streams";
-    // The application's internal topics (here its changelog) by pattern, as an operator would.
+    harness::create_topic(source, &input_topic, PARTITIONS, None);
+    harness::create_topic(source, &output, PARTITIONS, None);
     let internal = format!("regex:{app}-.*");
     let gw = TestGateway::start(groups_config(
         name,
         &[&input_topic, &output, &internal],
-        &source,
+        source,
     ));
+    (gw, app, input_topic, output, changelog)
+}
+
+#[test]
+fn a_kafka_streams_exactly_once_application_restarted_through_the_gateway_after_failover_continues_without_duplicates(
+) {
+    let source = harness::cluster("source");
+    let name = "streams";
+    let (gw, app, input_topic, output, changelog) = mirrored_app(&source, "streams", name);
 
     // On the source: the first input, processed exactly once, then the application stops.
     produce_input(&source, &input_topic, "a", BEFORE);
@@ -286,19 +298,8 @@ fn an_exactly_once_applications_offsets_are_not_synced_ahead_of_its_mirrored_out
     const THIRD: usize = 24;
     let source = harness::cluster("source");
     let destination = harness::cluster("destination");
-    let app = harness::unique_topic("streams-ahead-app");
-    let input_topic = harness::unique_topic("streams-ahead-in");
-    let output = harness::unique_topic("streams-ahead-out");
-    let changelog = format!("{app}-counts-changelog");
-    harness::create_topic(&source, &input_topic, PARTITIONS, None);
-    harness::create_topic(&source, &output, PARTITIONS, None);
     let name = "ahead";
-    let internal = format!("regex:{app}-.*");
-    let gw = TestGateway::start(groups_config(
-        name,
-        &[&input_topic, &output, &internal],
-        &source,
-    ));
+    let (gw, app, input_topic, output, changelog) = mirrored_app(&source, "streams-ahead", name);
     let ids =
         |round: &str, n: usize| -> BTreeSet<String> { (0..n).map(|i| input(round, i).1).collect() };
 
