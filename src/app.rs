@@ -22,6 +22,7 @@ use crate::state::{StateError, StateStore};
 
 mod admin_backend;
 pub mod demo;
+pub mod peers;
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -191,6 +192,7 @@ impl Gateway {
                 Duration::from_millis(config.destination.connect_timeout_ms),
                 shutdown_rx.clone(),
             ));
+            peers::start(&config, &controller, &cluster, &metrics, &shutdown_rx);
             (Some(registry), Some(controller), Some(permissions))
         };
 

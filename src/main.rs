@@ -201,9 +201,16 @@ fn main() -> ExitCode {
             let dir = cfg.state_dir.display();
             let result = match action {
                 StateAction::Init { .. } => mirrorgate::state::StateStore::init(&cfg.state_dir)
-                    .map(|_| format!("state directory {dir} is initialised")),
+                    .map_err(|e| e.to_string())
+                    .and_then(|_| {
+                        let topic =
+                            runtime().block_on(mirrorgate::app::peers::init_state_topic(&cfg))?;
+                        Ok(format!("state directory {dir} is initialised")
+                            + &topic.map(|t| format!("\n{t}")).unwrap_or_default())
+                    }),
                 StateAction::Check { .. } => mirrorgate::state::StateStore::open(&cfg.state_dir)
                     .and_then(|s| s.check())
+                    .map_err(|e| e.to_string())
                     .map(|_| format!("state directory {dir} is initialised")),
             };
             match result {

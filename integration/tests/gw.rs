@@ -393,6 +393,11 @@ impl ProcessGateway {
         g
     }
 
+    /// The process id (None when it is not running).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     /// The process's resident set size, KiB (None when it is not running).
     pub fn rss_kib(&self) -> Option<u64> {
         let pid = self.child.as_ref()?.id();
@@ -522,7 +527,7 @@ impl ProcessGateway {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
 
-    fn wait_ready(&self, timeout: Duration) {
+    pub fn wait_ready(&self, timeout: Duration) {
         let deadline = std::time::Instant::now() + timeout;
         loop {
             if let Ok((200, _)) = try_admin_call(&self.admin(), hyper::Method::GET, "/readyz", None)

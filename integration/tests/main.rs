@@ -13,6 +13,7 @@ mod groups;
 mod guard_clients;
 mod gw;
 mod harness;
+mod instances;
 mod mm2;
 mod observability;
 mod pid_allocator;

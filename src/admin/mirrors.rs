@@ -188,6 +188,10 @@ pub(super) async fn mirrors(
                     // With the groups the failover's final round of the group sync will sync.
                     let mut v = serde_json::to_value(&assessment).unwrap_or_default();
                     v["groups"] = serde_json::to_value(gw.group_sync(name)).unwrap_or_default();
+                    // Where several instances run: those the barrier will wait for.
+                    if let Some(p) = ctl.peers_status() {
+                        v["instances"] = p;
+                    }
                     return json_reply(StatusCode::OK, &v);
                 }
                 if assessment.guard_exceeded && !options.force {
@@ -251,11 +255,17 @@ pub(super) async fn mirrors(
                 return denied;
             }
             match ctl.start_mirroring(name) {
-                Ok(moved) => json_reply(
-                    StatusCode::ACCEPTED,
-                    &json!({ "mirror": name, "partitions_started": moved,
+                Ok(moved) => {
+                    // The other instances stop fencing the mirror's writes.
+                    if let Err(e) = ctl.announce_mirroring(name).await {
+                        tracing::warn!(mirror = %name, error = %e, "the other instances were not told that the mirror mirrors again: they keep its mirror writes fenced until they are");
+                    }
+                    json_reply(
+                        StatusCode::ACCEPTED,
+                        &json!({ "mirror": name, "partitions_started": moved,
                              "note": "the agent verifies each partition is empty or aligned with the source before mirroring; a partition that is not goes FAILED with the reason" }),
-                ),
+                    )
+                }
                 Err(e) => {
                     note.reason = Some(e.to_string());
                     match e {

@@ -312,7 +312,19 @@ async fn handle(
             )
         }
         (Method::GET, "/v1/upstreams") => json_reply(StatusCode::OK, &upstreams(gw.as_ref())),
-        (_, "/healthz" | "/readyz" | "/metrics" | "/v1/upstreams") => {
+        (Method::GET, "/v1/instances") => match gw.mirrors().and_then(|c| c.peers_status()) {
+            Some(v) => json_reply(StatusCode::OK, &v),
+            None => json_reply(
+                StatusCode::OK,
+                &serde_json::json!({
+                    "instance": null,
+                    "note": "no `instances` section is configured: this gateway is the only instance",
+                    "others_alive": [],
+                    "failovers": [],
+                }),
+            ),
+        },
+        (_, "/healthz" | "/readyz" | "/metrics" | "/v1/upstreams" | "/v1/instances") => {
             let mut r = error_reply(
                 StatusCode::METHOD_NOT_ALLOWED,
                 &format!("{method} is not allowed on {path}"),

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 mod error;
 mod groups;
+mod instances;
 mod load;
 mod positions;
 mod sasl;
@@ -24,6 +25,7 @@ mod tests;
 
 pub use error::{ConfigError, ConfigIssue};
 pub use groups::{GroupFilter, GroupSyncConfig, DEFAULT_GROUP_SYNC_INTERVAL_MS};
+pub use instances::{InstancesConfig, DEFAULT_STATE_TOPIC};
 pub use load::{load_file, load_str, render_effective, validate};
 pub use sasl::{SaslConfig, SaslMechanism, PRINCIPAL_PREFIX};
 pub use secret::{SecretError, REDACTED};
@@ -69,6 +71,9 @@ pub struct Config {
     /// Failover options.
     #[serde(default)]
     pub failover: FailoverConfig,
+    /// One of several instances in front of the destination (absent: the only one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instances: Option<InstancesConfig>,
 }
 
 /// A Kafka cluster the gateway connects to.

@@ -42,6 +42,16 @@ fn issues_of(text: &str) -> Vec<ConfigIssue> {
 }
 
 #[test]
+fn an_instances_section_takes_the_default_state_topic_and_session_timeout() {
+    let cfg = load_str(&append("instances:\n  id: gw-a\n"), "i.yaml").unwrap();
+    let i = cfg.instances.expect("instances");
+    assert_eq!(
+        (i.id.as_str(), i.state_topic.as_str(), i.session_timeout_ms),
+        ("gw-a", "__mirrorgate_state", 10_000)
+    );
+}
+
+#[test]
 fn base_config_is_valid() {
     let cfg = load_str(BASE, "base.yaml").unwrap();
     assert_eq!(cfg.mirrors.len(), 2);
@@ -150,6 +160,27 @@ fn bad_configs_report_key_path_message_and_line() {
             path: "admin.audit_topic",
             fragment: "is a mirror topic",
             line: 10,
+        },
+        Case {
+            name: "instance id not a name",
+            text: append("instances:\n  id: \"gw a\"\n"),
+            path: "instances.id",
+            fragment: "is not an instance name",
+            line: 16,
+        },
+        Case {
+            name: "state topic is a mirror topic",
+            text: append("instances:\n  id: gw-a\n  state_topic: orders\n"),
+            path: "instances.state_topic",
+            fragment: "is a mirror topic",
+            line: 17,
+        },
+        Case {
+            name: "session timeout too short",
+            text: append("instances:\n  id: gw-a\n  session_timeout_ms: 10\n"),
+            path: "instances.session_timeout_ms",
+            fragment: "outside 1000..=300000",
+            line: 17,
         },
         Case {
             name: "port_base zero",

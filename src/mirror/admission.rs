@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use prometheus::{IntCounter, IntCounterVec};
 
@@ -21,6 +21,7 @@ use crate::cluster::ClusterView;
 use crate::config::TopicRouter;
 use crate::metrics::ListenerKind;
 
+use super::peers::PeerLink;
 use super::screening::{now_ms, ScreenError};
 use super::state::{MirrorRecord, PartitionState};
 
@@ -114,6 +115,9 @@ pub struct Admission {
     /// Built-in mirror agent: partitions it failed (topic → partition → reason, shown as FAILED
     /// while the record is MIRRORING).
     agent_failed: RwLock<HashMap<String, HashMap<i32, String>>>,
+    /// The other instances (`instances` configured): their failovers fence mirror writes here,
+    /// and without a lease on the state topic none is admitted.
+    peers: OnceLock<Arc<PeerLink>>,
 }
 
 impl Admission {
@@ -136,7 +140,41 @@ impl Admission {
             barrier_missing: RwLock::new(HashMap::new()),
             in_flight: RwLock::new(HashMap::new()),
             agent_failed: RwLock::new(HashMap::new()),
+            peers: OnceLock::new(),
         }
+    }
+
+    /// Whether the mirror writes of mirror `name` are over: none in flight, and none of unknown
+    /// outcome (it may still be appended) in the last `settle_ms`. `Err`: why not yet.
+    pub fn mirror_writes_quiet(&self, name: &str, settle_ms: i64) -> Result<(), String> {
+        let now = now_ms();
+        let m = self.in_flight.read().unwrap_or_else(|e| e.into_inner());
+        for ((topic, partition), w) in m.iter() {
+            let Some(idx) = self.router.mirror_index(topic) else {
+                continue;
+            };
+            if self.mirror_name(idx) != name {
+                continue;
+            }
+            if w.in_flight.load(Ordering::SeqCst) > 0 {
+                return Err(format!(
+                    "mirror writes to {topic}-{partition} are in flight"
+                ));
+            }
+            let last = w.last_unknown_ms.load(Ordering::SeqCst);
+            if last > 0 && now - last < settle_ms {
+                return Err(format!(
+                    "a mirror write to {topic}-{partition} of unknown outcome ended {} ms ago (settle {settle_ms} ms)",
+                    now - last
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Ask `peers` before admitting a mirror write (set once, at start).
+    pub fn set_peers(&self, peers: Arc<PeerLink>) {
+        let _ = self.peers.set(peers);
     }
 
     /// Rebuild the snapshot from the mirrors' records (config order), each with why it cannot
@@ -269,10 +307,16 @@ impl Admission {
                 state => {
                     let state = state.unwrap_or(PartitionState::Mirroring);
                     self.rejected.with_label_values(&["read_only"]).inc();
+                    let elsewhere = self
+                        .peers
+                        .get()
+                        .and_then(|p| p.failed_over_by(mirror))
+                        .map(|(by, fid)| format!(" here; it was failed over through instance {by} (failover {fid}), which takes its writes"))
+                        .unwrap_or_default();
                     Err(Refusal {
                         error_code: REJECT_ERROR_CODE,
                         message: format!(
-                            "mirrorgate: {topic}-{partition} is read-only: it belongs to mirror {mirror}, which is {}",
+                            "mirrorgate: {topic}-{partition} is read-only: it belongs to mirror {mirror}, which is {}{elsewhere}",
                             state.as_str()
                         ),
                         reason: "read_only",
@@ -294,7 +338,23 @@ impl Admission {
                         PartitionState::Mirroring
                     }
                 });
-                if state == PartitionState::Mirroring {
+                let peer_refusal = (state == PartitionState::Mirroring)
+                    .then(|| {
+                        self.peers
+                            .get()
+                            .and_then(|p| p.mirror_write_refusal(mirror))
+                    })
+                    .flatten();
+                if let Some(why) = peer_refusal {
+                    self.rejected.with_label_values(&["peer_fenced"]).inc();
+                    Err(Refusal {
+                        error_code: REJECT_ERROR_CODE,
+                        message: format!(
+                            "mirrorgate: mirror produce to {topic}-{partition} is fenced: {why}"
+                        ),
+                        reason: "peer_fenced",
+                    })
+                } else if state == PartitionState::Mirroring {
                     Ok(Some(guard))
                 } else {
                     self.rejected.with_label_values(&["mirror_fenced"]).inc();

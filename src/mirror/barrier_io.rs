@@ -63,6 +63,10 @@ pub struct KafkaFailoverIo {
     lose_marker_answers: AtomicI64,
     barrier_clock_skew_ms: i64,
     agent_stop: OnceLock<AgentStopHook>,
+    /// The other instances, when several run (`instances`).
+    peers: OnceLock<Arc<super::peers::PeerLink>>,
+    /// How long the drain waits (bounds the wait for the other instances' fences).
+    drain_timeout: Duration,
     /// The failover step that advances the brokers' producer-id allocators (review F15).
     pub pid_allocator: PidAllocator,
 }
@@ -93,8 +97,15 @@ impl KafkaFailoverIo {
             lose_marker_answers: AtomicI64::new(hooks.lose_marker_answers),
             barrier_clock_skew_ms: hooks.barrier_clock_skew_ms,
             agent_stop: OnceLock::new(),
+            peers: OnceLock::new(),
+            drain_timeout: Duration::from_secs(30),
             pid_allocator,
         }
+    }
+
+    /// The other instances a failover announces itself to and waits for (set once, at start).
+    pub fn set_peers(&self, peers: Arc<super::peers::PeerLink>) {
+        let _ = self.peers.set(peers);
     }
 
     /// Install the hook that stops the built-in agent at the start of a failover. Only the
@@ -372,6 +383,23 @@ impl FailoverIo for KafkaFailoverIo {
 
     async fn advance_pid_allocators(&self, mirror: &str, screened: Vec<i64>) {
         self.pid_allocator.advance_past(mirror, screened).await;
+    }
+
+    async fn announce_failover(&self, mirror: &str, fid: &str) -> Result<(), String> {
+        match self.peers.get() {
+            Some(p) => p.announce(mirror, fid).await,
+            None => Ok(()),
+        }
+    }
+
+    async fn wait_peers_fenced(&self, mirror: &str, fid: &str) -> Result<(), String> {
+        match self.peers.get() {
+            Some(p) => {
+                p.wait_fenced(mirror, fid, p.wait_limit(self.drain_timeout))
+                    .await
+            }
+            None => Ok(()),
+        }
     }
 }
 

@@ -73,7 +73,11 @@ pub struct MirrorController {
     refuse_mirrored_ids: bool,
     /// The PSM, told of the transaction markers the built-in agent writes.
     psm: Option<Arc<PsmRegistry>>,
+    /// The other instances (`instances`; [`peer_fence`]).
+    peers: std::sync::OnceLock<Arc<super::peers::PeerLink>>,
 }
+
+mod peer_fence;
 
 impl MirrorController {
     /// Load (or create) the state of every mirror of `config`; `hooks`: the fault-injection
@@ -159,6 +163,7 @@ impl MirrorController {
             overlaps_reported: Mutex::new(std::collections::HashSet::new()),
             refuse_mirrored_ids: config.failover.refuse_mirrored_producer_ids,
             psm: psm.clone(),
+            peers: std::sync::OnceLock::new(),
         })
     }
 
@@ -463,6 +468,7 @@ impl MirrorController {
             })
             .collect();
         v.extend(self.screening.unreadable().map(|e| e.to_string()));
+        v.extend(self.peers.get().and_then(|p| p.problem()));
         if !self.barriers_checked.load(Ordering::SeqCst) && !self.recorded_barriers().is_empty() {
             v.push("failover barriers not yet checked against the partitions' logs".to_string());
         }

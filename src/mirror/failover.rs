@@ -3,8 +3,10 @@
 //!
 //! ```text
 //! start    MIRRORING/PAUSED → STOPPING, FAILED → STOPPING    (the failover call; crash point fenced_persisted)
+//! announce (other instances told, through the state topic; FAILED when they cannot be)
 //! fence    (none) → FENCED                                   (crash point fenced; test holds)
 //! drain    FENCED → DRAINED       once mirror writes in flight are answered (or FAILED after 30 s)
+//! peers    DRAINED, once every other instance alive fenced and drained (or timed out)
 //! barrier  DRAINED → BARRIER_WRITTEN → BARRIER_PERSISTED     (crash points barrier_written,
 //!          one barrier per partition, found again on resume;  screen_persisted, barrier_persisted)
 //!          the partitions' producers screened (durable) before
@@ -252,12 +254,19 @@ impl<Io: FailoverIo> Failover<Io> {
         let Some(fid) = self.records.failover_id(name) else {
             return Ok(PassOutcome::Complete);
         };
+        // The other instances fence their mirror writes once they read this (before any
+        // barrier is written).
+        if let Err(e) = self.io.announce_failover(name, &fid).await {
+            let all: Vec<PartitionKey> = self.records.stopping(name).iter().map(key).collect();
+            return Err(self.fail_partitions(name, &all, &e));
+        }
         // Stop the built-in agent and wait (bounded) for its appends in flight.
         self.io.stop_agent(name).await;
         self.fence(name)?;
         self.hooks.crash_point(CrashPoint::Fenced);
         self.hooks.hold_after_fence().await;
         self.drain(name).await?;
+        self.wait_peers(name, &fid).await?;
         self.barrier(name, &fid, resumed).await?;
         self.clear_psm(name).await?;
         Ok(self.outcome(name, &fid))
@@ -312,6 +321,25 @@ impl<Io: FailoverIo> Failover<Io> {
             Ok(())
         })?;
         Ok(())
+    }
+
+    /// Before any barrier: every other instance alive fenced and drained its mirror writes (or
+    /// was waited out). The DRAINED partitions fail (and are retried) when one did not.
+    async fn wait_peers(&self, name: &str, fid: &str) -> Result<(), Stall> {
+        let drained: Vec<PartitionKey> = self
+            .records
+            .stopping(name)
+            .iter()
+            .filter(|p| p.step == Some(FailoverStep::Drained))
+            .map(key)
+            .collect();
+        if drained.is_empty() {
+            return Ok(());
+        }
+        match self.io.wait_peers_fenced(name, fid).await {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.fail_partitions(name, &drained, &e)),
+        }
     }
 
     /// PSM_CLEARED and STOPPED for the BARRIER_PERSISTED partitions: their PSM cleared at the

@@ -30,6 +30,8 @@ enum Call {
     PsmProducers,
     LastMirrored,
     AdvancePidAllocators,
+    AnnounceFailover,
+    WaitPeersFenced,
 }
 
 /// One batch of a fake partition log.
@@ -46,6 +48,10 @@ struct Batch {
 #[derive(Default)]
 struct FakeState {
     logs: HashMap<PartitionKey, Vec<Batch>>,
+    /// The other instances cannot be told of the failover (this error).
+    peers_unreachable: Option<String>,
+    /// An other instance alive did not fence (this error).
+    peers_not_fenced: Option<String>,
     in_flight: HashMap<PartitionKey, i64>,
     /// Barrier writes to these partitions fail.
     refuse_writes: HashSet<PartitionKey>,
@@ -314,6 +320,16 @@ impl FailoverIo for Fake {
 
     async fn advance_pid_allocators(&self, _mirror: &str, _screened: Vec<i64>) {
         self.call(Call::AdvancePidAllocators);
+    }
+
+    async fn announce_failover(&self, _mirror: &str, _fid: &str) -> Result<(), String> {
+        self.call(Call::AnnounceFailover);
+        self.state().peers_unreachable.clone().map_or(Ok(()), Err)
+    }
+
+    async fn wait_peers_fenced(&self, _mirror: &str, _fid: &str) -> Result<(), String> {
+        self.call(Call::WaitPeersFenced);
+        self.state().peers_not_fenced.clone().map_or(Ok(()), Err)
     }
 }
 
@@ -596,6 +612,44 @@ async fn a_drain_timeout_fails_the_busy_partition_and_holds_the_others_at_fenced
         rig.fake.barriers().values().all(Vec::is_empty),
         "no barrier yet"
     );
+}
+
+#[tokio::test]
+async fn a_failover_the_other_instances_cannot_be_told_of_fences_but_writes_no_barrier() {
+    let rig = rig("auto");
+    rig.fake.state().peers_unreachable = Some("state topic unreachable".into());
+    let exec = rig.executor(FaultHooks::default());
+    exec.begin(MIRROR).unwrap();
+    let stall = exec.run_pass(MIRROR, false).await.unwrap_err();
+    assert!(
+        stall.to_string().contains("state topic unreachable"),
+        "{stall}"
+    );
+    for p in &rig.on_disk().partitions {
+        assert_eq!(p.state, PartitionState::Failed, "{p:?}");
+    }
+    assert!(rig.fake.barriers().values().all(Vec::is_empty));
+    rig.fake.state().peers_unreachable = None;
+    run_to_completion(&exec, true).await;
+    rig.assert_stopped_with_one_barrier_each();
+}
+
+#[tokio::test]
+async fn no_barrier_is_written_while_another_instance_alive_has_not_fenced() {
+    let rig = rig("auto");
+    rig.fake.state().peers_not_fenced = Some("instances b are alive and have not fenced".into());
+    let exec = rig.executor(FaultHooks::default());
+    exec.begin(MIRROR).unwrap();
+    let stall = exec.run_pass(MIRROR, false).await.unwrap_err();
+    assert!(stall.to_string().contains("instances b"), "{stall}");
+    for p in &rig.on_disk().partitions {
+        assert_eq!(p.step, Some(FailoverStep::Drained), "{p:?}");
+        assert_eq!(p.state, PartitionState::Failed);
+    }
+    assert!(rig.fake.barriers().values().all(Vec::is_empty));
+    rig.fake.state().peers_not_fenced = None;
+    run_to_completion(&exec, true).await;
+    rig.assert_stopped_with_one_barrier_each();
 }
 
 #[tokio::test]

@@ -12,7 +12,8 @@
 //! producer-id allocators past the screened ids; [`barrier_check`] — the start-up check of
 //! recorded barriers against the logs; [`permissions`]; [`agent`] — the built-in mirror agent;
 //! [`sync`] — the agent's topic config and ACL sync (stopped by the failover);
-//! [`groups`] — the consumer group offset sync of the agent's mirrors;
+//! [`groups`] — the consumer group offset sync of the agent's mirrors; [`peers`] — several
+//! instances: heartbeats, leases and failover fences through the state topic;
 //! and [`state`] — the per-partition state machine of a mirror (MIRRORING, PAUSED, STOPPING,
 //! STOPPED, FAILED), the per-partition failover progress that lets a restarted gateway resume a
 //! failover from its last persisted step, and the versioned JSON persistence format of both.
@@ -30,6 +31,7 @@ pub mod failover;
 pub mod fault_hooks;
 pub mod groups;
 pub mod mirror_metrics;
+pub mod peers;
 pub mod permissions;
 pub mod pid_allocator;
 pub mod policy;

@@ -188,4 +188,18 @@ pub trait FailoverIo: Send + Sync + 'static {
         mirror: &str,
         screened: Vec<i64>,
     ) -> impl Future<Output = ()> + Send;
+    /// Tell the other instances (if any) that failover `fid` of `mirror` runs here, so they
+    /// fence their mirror writes. `Err`: not told (the partitions fail and are retried).
+    fn announce_failover(
+        &self,
+        mirror: &str,
+        fid: &str,
+    ) -> impl Future<Output = Result<(), String>> + Send;
+    /// Wait until every other instance alive has fenced and drained its mirror writes for
+    /// failover `fid` (or was waited out). `Err`: one is alive and did not, in time.
+    fn wait_peers_fenced(
+        &self,
+        mirror: &str,
+        fid: &str,
+    ) -> impl Future<Output = Result<(), String>> + Send;
 }

@@ -1,0 +1,291 @@
+//! Several gateway instances in front of one destination cluster, sharing a state topic
+//! (`instances`): a failover through one instance fences the mirror writes of every other one
+//! before its barrier (review F2), an instance paused past its session timeout resumes fenced,
+//! and an instance without its state topic admits no mirror write and is not ready. Against the
+//! real destination cluster; gateways in this process and as `mirrorgate run` processes.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mirrorgate::config::{Config, InstancesConfig};
+
+use crate::failover::{failover, mirror_config, read_log, wait_stopped};
+use crate::gw::{admin_call, ProcessGateway, TestGateway};
+use crate::harness;
+use crate::psm_differential::{batch, RawConn};
+
+const SESSION_MS: u64 = 3_000;
+
+/// `mirror_config(name, [topic])` as instance `id` of those sharing `state_topic`.
+fn instance_config(name: &str, topic: &str, id: &str, state_topic: &str) -> Config {
+    let mut cfg = mirror_config(name, &[topic]);
+    cfg.instances = Some(InstancesConfig {
+        id: id.into(),
+        state_topic: state_topic.into(),
+        session_timeout_ms: SESSION_MS,
+    });
+    cfg
+}
+
+/// Create the state topic the way `mirrorgate state init` does.
+fn init_state_topic(cfg: &Config) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let done = rt
+        .block_on(mirrorgate::app::peers::init_state_topic(cfg))
+        .expect("state topic created");
+    assert!(done.is_some_and(|d| d.contains("compacted")));
+}
+
+/// A mirror topic whose partition 0 is led by broker 1 (the mirror bootstrap port's node).
+fn mirror_topic(prefix: &str) -> String {
+    let topic = harness::unique_topic(prefix);
+    harness::create_topic(&harness::cluster("destination"), &topic, 1, Some(&[1]));
+    topic
+}
+
+fn instances(admin: &str) -> serde_json::Value {
+    let (status, body) = admin_call(admin, hyper::Method::GET, "/v1/instances", None);
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).expect("json")
+}
+
+/// Wait until the instance at `admin` sees `others` other instances alive (20 s at most).
+fn wait_others_alive(admin: &str, others: usize) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let v = instances(admin);
+        if v["others_alive"].as_array().map(Vec::len) == Some(others) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{others} other instances never alive: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Wait until the instance at `admin` lists `mirror`'s failover as fenced by `who`.
+fn wait_fenced_by(admin: &str, mirror: &str, who: &[&str]) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let v = instances(admin);
+        let fenced: Vec<String> = v["failovers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|f| f["mirror"] == mirror)
+            .flat_map(|f| f["fenced"].as_array().cloned().unwrap_or_default())
+            .filter_map(|i| i.as_str().map(str::to_string))
+            .collect();
+        if who.iter().all(|w| fenced.iter().any(|f| f == w)) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "never fenced by {who:?}: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The barrier offset of partition 0 of `topic` as the instance at `admin` reports it.
+fn barrier_offset(admin: &str, mirror: &str, topic: &str) -> i64 {
+    let (status, body) = admin_call(
+        admin,
+        hyper::Method::GET,
+        &format!("/v1/mirrors/{mirror}/partitions"),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+    v["partitions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["topic"] == topic && p["partition"] == 0)
+        .and_then(|p| p["barrier_offset"].as_i64())
+        .unwrap_or_else(|| panic!("no barrier for {topic}-0: {v}"))
+}
+
+/// Records with a producer id (data, not barriers) above `barrier` in the destination's log.
+fn data_after(topic: &str, barrier: i64) -> Vec<i64> {
+    read_log(&harness::cluster("destination"), topic, 0)
+        .records
+        .iter()
+        .filter(|r| r.offset > barrier && r.producer_id >= 0)
+        .map(|r| r.offset)
+        .collect()
+}
+
+/// Mirror writes through `mirror_addr`, one batch after the other, until `stop`: the offsets
+/// acknowledged and the refusals' messages.
+fn write_mirror_batches(
+    mirror_addr: String,
+    topic: String,
+    pid: i64,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<(Vec<i64>, Vec<String>)> {
+    std::thread::spawn(move || {
+        let (mut acked, mut refused) = (Vec::new(), Vec::new());
+        let mut conn = RawConn::connect(&mirror_addr);
+        let mut seq = 0;
+        while !stop.load(Ordering::SeqCst) {
+            let (code, offset, msg) =
+                conn.produce_msg(&topic, 0, batch(pid, 0, seq, 1, &format!("m{seq}")));
+            if code == 0 {
+                acked.push(offset);
+                seq += 1;
+            } else {
+                refused.push(format!("{code}: {msg}"));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        (acked, refused)
+    })
+}
+
+/// The review's F2: a failover through instance A while an external mirroring tool writes
+/// through instance B. B fences its mirror writes when it reads A's announcement, drains them
+/// and acknowledges; A writes its barrier only then: every acknowledged mirror write lies
+/// before the barrier. B keeps the topic read-only for local producers and names A.
+#[test]
+fn a_failover_through_one_instance_fences_every_others_mirror_writes_before_its_barrier() {
+    let topic = mirror_topic("peers-f2");
+    let state_topic = harness::unique_topic("peers-f2-state");
+    let cfg = |id: &str| instance_config("f2", &topic, id, &state_topic);
+    init_state_topic(&cfg("a"));
+    let a = TestGateway::start(cfg("a"));
+    let b = TestGateway::start(cfg("b"));
+    let c = TestGateway::start(cfg("c"));
+    for gw in [&a, &b, &c] {
+        wait_others_alive(&gw.admin(), 2);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let pid = 7_300_000 + (std::process::id() as i64 % 1000) * 10;
+    let writer = write_mirror_batches(b.mirror_bootstrap(), topic.clone(), pid, stop.clone());
+    std::thread::sleep(Duration::from_millis(500));
+    failover(&a.admin(), "f2");
+    wait_stopped(&a.admin(), "f2");
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::SeqCst);
+    let (acked, refused) = writer.join().expect("writer");
+    let barrier = barrier_offset(&a.admin(), "f2", &topic);
+    assert!(
+        !acked.is_empty(),
+        "mirror writes through b before the failover"
+    );
+    assert!(
+        acked.iter().all(|o| *o < barrier),
+        "mirror writes acknowledged through b after a's barrier at {barrier}: {acked:?}"
+    );
+    assert!(
+        data_after(&topic, barrier).is_empty(),
+        "data after the barrier at {barrier}"
+    );
+    assert!(
+        refused
+            .iter()
+            .any(|r| r.contains("failed over through instance a")),
+        "b refused its mirror writes naming a: {refused:?}"
+    );
+    let v = wait_fenced_by(&b.admin(), "f2", &["b", "c"]);
+    assert_eq!(v["failovers"][0]["by"], "a", "{v}");
+    // b and c keep the topic read-only for local producers, naming the instance that takes
+    // its writes; a takes them.
+    let local = batch(-1, -1, -1, 1, "local");
+    let (code, _, msg) = RawConn::connect(&b.bootstrap()).produce_msg(&topic, 0, local.clone());
+    assert_ne!(code, 0, "a local write through b was accepted");
+    assert!(msg.contains("through instance a"), "{msg}");
+    let (code, offset, msg) = RawConn::connect(&a.bootstrap()).produce_msg(&topic, 0, local);
+    assert_eq!(code, 0, "a local write through a: {msg}");
+    assert!(offset > barrier);
+}
+
+/// An instance paused (SIGSTOP) past its session timeout while another fails the mirror over:
+/// the failover waits it out, and when it resumes it admits no mirror write — its lease has
+/// expired, and once it has read the state topic again the failover fences it.
+#[test]
+fn an_instance_paused_past_its_session_timeout_resumes_fenced_and_admits_no_mirror_write() {
+    let topic = mirror_topic("peers-zombie");
+    let state_topic = harness::unique_topic("peers-zombie-state");
+    let cfg = |id: &str| instance_config("zombie", &topic, id, &state_topic);
+    init_state_topic(&cfg("a"));
+    let a = TestGateway::start(cfg("a"));
+    let b = ProcessGateway::start(cfg("b"), &[]);
+    wait_others_alive(&a.admin(), 1);
+    let pid = 7_400_000 + (std::process::id() as i64 % 1000) * 10;
+    let mut conn = RawConn::connect(&b.mirror_bootstrap());
+    let (code, _, msg) = conn.produce_msg(&topic, 0, batch(pid, 0, 0, 1, "before"));
+    assert_eq!(code, 0, "a mirror write through b before the pause: {msg}");
+    let b_pid = b.pid().expect("b runs");
+    signal(b_pid, libc::SIGSTOP);
+    let paused = Instant::now();
+    failover(&a.admin(), "zombie");
+    wait_stopped(&a.admin(), "zombie");
+    assert!(
+        paused.elapsed() >= Duration::from_millis(SESSION_MS),
+        "the failover did not wait b out: it took {:?}",
+        paused.elapsed()
+    );
+    let barrier = barrier_offset(&a.admin(), "zombie", &topic);
+    signal(b_pid, libc::SIGCONT);
+    // At once: b's lease has expired, so the write is refused, whatever b has read yet.
+    let (code, _, msg) = conn.produce_msg(&topic, 0, batch(pid, 0, 1, 1, "after"));
+    assert_ne!(code, 0, "b admitted a mirror write when it resumed");
+    assert!(
+        msg.contains("no lease") || msg.contains("failed over through instance a"),
+        "{msg}"
+    );
+    wait_fenced_by(&b.admin(), "zombie", &["b"]);
+    let (code, _, msg) = conn.produce_msg(&topic, 0, batch(pid, 0, 1, 1, "later"));
+    assert_ne!(code, 0, "b admitted a mirror write after it caught up");
+    assert!(msg.contains("failed over through instance a"), "{msg}");
+    assert!(data_after(&topic, barrier).is_empty());
+}
+
+/// `run` never creates the state topic: without it an instance is not ready and refuses mirror
+/// writes; `mirrorgate state init` creates it, and the instance becomes ready and admits them.
+#[test]
+fn without_its_state_topic_an_instance_is_not_ready_and_fences_mirror_writes_until_state_init() {
+    let topic = mirror_topic("peers-init");
+    let state_topic = harness::unique_topic("peers-init-state");
+    let gw = ProcessGateway::start_unready(instance_config("init", &topic, "a", &state_topic), &[]);
+    std::thread::sleep(Duration::from_secs(2));
+    let (status, body) = gw.call(hyper::Method::GET, "/readyz");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains(&state_topic), "{body}");
+    let pid = 7_500_000 + (std::process::id() as i64 % 1000) * 10;
+    let mut conn = RawConn::connect(&gw.mirror_bootstrap());
+    let (code, _, msg) = conn.produce_msg(&topic, 0, batch(pid, 0, 0, 1, "early"));
+    assert_ne!(
+        code, 0,
+        "a mirror write without the state topic was admitted"
+    );
+    assert!(msg.contains("no lease"), "{msg}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mirrorgate"))
+        .args(["state", "init", "--config"])
+        .arg(&gw.config_path)
+        .output()
+        .expect("mirrorgate state init");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("state topic {state_topic}")),
+        "{stdout}"
+    );
+    gw.wait_ready(Duration::from_secs(30));
+    let (code, _, msg) = conn.produce_msg(&topic, 0, batch(pid, 0, 0, 1, "admitted"));
+    assert_eq!(code, 0, "{msg}");
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    // SAFETY: kill(2) on the pid of a child this test started.
+    let r = unsafe { libc::kill(pid as libc::pid_t, sig) };
+    assert_eq!(r, 0, "kill({pid}, {sig})");
+}

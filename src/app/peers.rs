@@ -1,0 +1,89 @@
+//! Wiring of several instances (`instances` configured): the link to the state topic, its
+//! loops, the fence this instance applies for the others' failovers, and its gauges.
+//!
+//! Owns: that wiring. Must not touch: what the link decides (`mirror/peers.rs`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus::IntGauge;
+use tokio::sync::watch;
+
+use crate::cluster::ClusterView;
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::mirror::controller::MirrorController;
+use crate::mirror::peers::log::KafkaStateLog;
+use crate::mirror::peers::PeerLink;
+
+/// Start the link when `instances` is configured.
+pub(super) fn start(
+    config: &Config,
+    controller: &Arc<MirrorController>,
+    cluster: &Arc<ClusterView>,
+    metrics: &Metrics,
+    shutdown: &watch::Receiver<bool>,
+) {
+    let Some(i) = &config.instances else {
+        return;
+    };
+    let timeout = Duration::from_millis(config.destination.connect_timeout_ms);
+    let log = Arc::new(KafkaStateLog::new(
+        cluster.clone(),
+        i.state_topic.clone(),
+        timeout,
+    ));
+    let link = PeerLink::new(
+        &i.id,
+        &i.state_topic,
+        Duration::from_millis(i.session_timeout_ms),
+        log,
+    );
+    controller.set_peers(link.clone());
+    let settle = Duration::from_millis(config.limits.unknown_outcome_settle_ms);
+    let fence = controller.peer_fence_hook(settle);
+    tokio::spawn(link.clone().run(fence, shutdown.clone()));
+    let alive = IntGauge::new(
+        "mirrorgate_instances_alive",
+        "Other gateway instances whose heartbeat on the state topic is within the session timeout",
+    );
+    let lease = IntGauge::new(
+        "mirrorgate_instance_lease_held",
+        "1 while this instance holds its lease on the state topic (it may admit mirror writes)",
+    );
+    let (Ok(alive), Ok(lease)) = (alive, lease) else {
+        return;
+    };
+    let _ = metrics.registry().register(Box::new(alive.clone()));
+    let _ = metrics.registry().register(Box::new(lease.clone()));
+    let mut shutdown = shutdown.clone();
+    tokio::spawn(async move {
+        loop {
+            alive.set(link.others_alive().len() as i64);
+            lease.set(i64::from(link.problem().is_none()));
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = shutdown.changed() => break,
+            }
+        }
+    });
+}
+
+/// `mirrorgate state init` with `instances` configured: create the state topic on the
+/// destination cluster (an existing one is fine). Returns what was done, readable.
+pub async fn init_state_topic(config: &Config) -> Result<Option<String>, String> {
+    let Some(i) = &config.instances else {
+        return Ok(None);
+    };
+    let connector =
+        crate::client::Connector::for_cluster(&config.destination).map_err(|e| e.to_string())?;
+    let view = ClusterView::new(config.destination.clone(), connector, Metrics::new());
+    let timeout = Duration::from_millis(config.destination.connect_timeout_ms);
+    let rf = crate::mirror::peers::log::create(&view, &i.state_topic, timeout)
+        .await
+        .map_err(|e| format!("cannot create the state topic {}: {e}", i.state_topic))?;
+    Ok(Some(format!(
+        "state topic {} is on the destination cluster (compacted, 1 partition, replication factor {rf})",
+        i.state_topic
+    )))
+}

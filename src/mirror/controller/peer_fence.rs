@@ -1,0 +1,75 @@
+//! The controller's side of several instances (`mirror/peers.rs`): the peers installed in the
+//! admission and the failover's I/O, and the fence this instance applies when another one
+//! fails a mirror over (its agent stopped, its mirror writes answered and settled).
+//!
+//! Owns: that wiring and the fence's order. Must not touch: the state topic (the peers'), the
+//! failover's steps.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::super::failover::FailoverIo;
+use super::super::peers::{FenceHook, PeerLink};
+use super::MirrorController;
+
+/// How long one fence attempt waits for the mirror writes to end before it answers "not yet"
+/// (the peers retry on their next read).
+const FENCE_ATTEMPT: Duration = Duration::from_secs(5);
+
+impl MirrorController {
+    /// Several instances run: mirror writes ask `peers`, failovers announce themselves to them
+    /// and wait for their fences. Set once, at start.
+    pub fn set_peers(&self, peers: Arc<PeerLink>) {
+        self.admission.set_peers(peers.clone());
+        self.executor.io().set_peers(peers.clone());
+        let _ = self.peers.set(peers);
+    }
+
+    /// The fence of a mirror another instance fails over: the admission already refuses its
+    /// mirror writes (the peers' view says so); here the built-in agent is stopped and the
+    /// writes admitted before are waited for, and those of unknown outcome settled for
+    /// `settle`.
+    pub fn peer_fence_hook(self: &Arc<Self>, settle: Duration) -> FenceHook {
+        let this = self.clone();
+        Arc::new(move |mirror: String| {
+            let this = this.clone();
+            Box::pin(async move {
+                if !this.names.contains(&mirror) {
+                    // Not a mirror of this instance: nothing to fence.
+                    return Ok(());
+                }
+                this.executor.io().stop_agent(&mirror).await;
+                let settle_ms = i64::try_from(settle.as_millis()).unwrap_or(i64::MAX);
+                let deadline = tokio::time::Instant::now() + FENCE_ATTEMPT;
+                loop {
+                    match this.admission.mirror_writes_quiet(&mirror, settle_ms) {
+                        Ok(()) => return Ok(()),
+                        Err(e) if tokio::time::Instant::now() >= deadline => return Err(e),
+                        Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                    }
+                }
+            })
+        })
+    }
+
+    /// After a failback on this instance: the others stop fencing the mirror's writes.
+    pub async fn announce_mirroring(&self, mirror: &str) -> Result<(), String> {
+        match self.peers.get() {
+            Some(p) => p.announce_mirroring(mirror).await,
+            None => Ok(()),
+        }
+    }
+
+    /// The peers' status (`GET /v1/instances`); `None` when this is the only instance.
+    pub fn peers_status(&self) -> Option<serde_json::Value> {
+        self.peers.get().map(|p| p.status())
+    }
+
+    /// Other instances alive now (instance, ms since seen); empty when this is the only one.
+    pub fn others_alive(&self) -> Vec<(String, u64)> {
+        self.peers
+            .get()
+            .map(|p| p.others_alive())
+            .unwrap_or_default()
+    }
+}

@@ -1,0 +1,425 @@
+//! Several gateway instances in front of one destination cluster: each follows the state topic
+//! (`instances.state_topic`), writes its heartbeat there, and from it learns of the failovers
+//! the others start, so that no instance admits a mirror write after another one's barrier
+//! (review F2):
+//!
+//! ```text
+//! instance A (failover called)            instance B (and every other)
+//! announce failover/<mirror> {fid}  ───►  reads it: fences the mirror's writes, stops its
+//! fence, drain its own writes              agent, drains its writes in flight
+//! wait: every instance alive acked  ◄───  fenced/<mirror>/<B> {fid}
+//!       (or waited out: lease expired)
+//! barrier, clear, STOPPED                  keeps the mirror's topics read-only
+//! ```
+//!
+//! Mirror writes are admitted only while this instance holds its lease ([`view`]): a process
+//! paused past the session timeout resumes fenced, and reads the state topic again before it
+//! admits anything. An instance that cannot reach the state topic loses its lease the same way
+//! and is not ready.
+//!
+//! Owns: the heartbeat and follow loops, the failover announcements and acknowledgements.
+//! Must not touch: the failover's steps and records (the executor calls [`PeerLink::announce`]
+//! and [`PeerLink::wait_fenced`] through its I/O), the admission snapshot (asked through
+//! [`PeerLink::mirror_write_refusal`]), how a mirror is fenced here (the [`FenceHook`]).
+
+pub mod log;
+pub mod view;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio::sync::watch;
+
+use self::log::{BoxFuture, StateLog};
+use self::view::{PeerRecord, PeerView};
+use super::screening::now_ms;
+
+/// Fences mirror `name` on this instance for another instance's failover: its agent stopped,
+/// its mirror writes in flight answered. `Err`: not drained yet (retried).
+pub type FenceHook = Arc<dyn Fn(String) -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
+
+/// The link of this instance to the others.
+pub struct PeerLink {
+    view: Mutex<PeerView>,
+    log: Arc<dyn StateLog>,
+    topic: String,
+    /// Failovers of others being fenced here now (mirror, failover id).
+    fencing: Mutex<HashSet<(String, String)>>,
+}
+
+/// How often the follow loop reads the state topic once it is at its end.
+const READ_PAUSE: Duration = Duration::from_millis(100);
+
+impl PeerLink {
+    pub fn new(me: &str, topic: &str, session: Duration, log: Arc<dyn StateLog>) -> Arc<Self> {
+        Arc::new(PeerLink {
+            view: Mutex::new(PeerView::new(me, session)),
+            log,
+            topic: topic.to_string(),
+            fencing: Mutex::new(HashSet::new()),
+        })
+    }
+
+    fn view(&self) -> std::sync::MutexGuard<'_, PeerView> {
+        self.view.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn me(&self) -> String {
+        self.view().me().to_string()
+    }
+
+    /// Run the heartbeat and follow loops until `shutdown`.
+    pub async fn run(self: Arc<Self>, fence: FenceHook, mut shutdown: watch::Receiver<bool>) {
+        let hb = self.clone();
+        let mut hb_shutdown = shutdown.clone();
+        let heartbeats = tokio::spawn(async move {
+            let every = hb.view().session() / 4;
+            loop {
+                hb.heartbeat_once().await;
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = hb_shutdown.changed() => break,
+                }
+            }
+        });
+        let mut next = 0i64;
+        loop {
+            let at_end = self.read_once(&mut next, &fence).await;
+            let pause = if at_end { READ_PAUSE } else { Duration::ZERO };
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = shutdown.changed() => break,
+            }
+        }
+        heartbeats.abort();
+    }
+
+    /// Write one heartbeat; the lease is renewed from the time it was sent.
+    pub async fn heartbeat_once(&self) {
+        let sent = Instant::now();
+        let me = self.me();
+        let r = self
+            .log
+            .append(&PeerRecord::Heartbeat {
+                instance: me,
+                at_ms: now_ms(),
+            })
+            .await;
+        match r {
+            Ok(()) => self.view().heartbeat_acked(sent),
+            Err(e) => {
+                tracing::warn!(target: "mirrorgate::peers", topic = %self.topic, error = %e, "heartbeat not written to the state topic");
+                self.view().io_failed(e);
+            }
+        }
+    }
+
+    /// One read from `next`; applies the records, starts the fences they ask for. Returns
+    /// whether the read reached the end of the topic.
+    pub async fn read_once(self: &Arc<Self>, next: &mut i64, fence: &FenceHook) -> bool {
+        let sent = Instant::now();
+        let r = match self.log.read(*next).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(target: "mirrorgate::peers", topic = %self.topic, error = %e, "cannot read the state topic");
+                self.view().io_failed(e);
+                return true;
+            }
+        };
+        let at_end = r.next >= r.high_watermark;
+        {
+            let mut v = self.view();
+            let (now, ms) = (Instant::now(), now_ms());
+            for rec in r.records {
+                v.apply(rec, now, ms);
+            }
+            if at_end {
+                v.caught_up(sent);
+            }
+        }
+        *next = r.next;
+        let todo = self.view().unacknowledged();
+        for (mirror, a) in todo {
+            let k = (mirror.clone(), a.failover_id.clone());
+            if !self
+                .fencing
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(k.clone())
+            {
+                continue;
+            }
+            tracing::warn!(target: "mirrorgate::peers", mirror = %mirror, failover_id = %a.failover_id, by = %a.by,
+                "another instance fails this mirror over: its mirror writes are fenced here");
+            let this = self.clone();
+            let fence = fence.clone();
+            tokio::spawn(async move {
+                let acked = this.fence_and_ack(&mirror, &a.failover_id, &fence).await;
+                this.fencing
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&k);
+                if let Err(e) = acked {
+                    tracing::warn!(target: "mirrorgate::peers", mirror = %mirror, error = %e, "fence not acknowledged yet; retried");
+                }
+            });
+        }
+        at_end
+    }
+
+    async fn fence_and_ack(
+        &self,
+        mirror: &str,
+        fid: &str,
+        fence: &FenceHook,
+    ) -> Result<(), String> {
+        fence(mirror.to_string()).await?;
+        let rec = PeerRecord::Fenced {
+            mirror: mirror.to_string(),
+            failover_id: fid.to_string(),
+            instance: self.me(),
+            at_ms: now_ms(),
+        };
+        self.log.append(&rec).await?;
+        tracing::info!(target: "mirrorgate::peers", mirror, failover_id = fid, "mirror writes fenced and drained here; acknowledged on the state topic");
+        Ok(())
+    }
+
+    /// Why a mirror write of `mirror` is refused here (`None`: admitted as far as the peers go).
+    pub fn mirror_write_refusal(&self, mirror: &str) -> Option<String> {
+        let v = self.view();
+        if let Some(p) = v.lease_problem(Instant::now()) {
+            return Some(format!(
+                "this instance holds no lease on the state topic {} ({p}); mirror writes wait until it has read it again",
+                self.topic
+            ));
+        }
+        v.fenced_by_peer(mirror).map(|a| {
+            format!(
+                "mirror {mirror} is failed over through instance {} (failover {})",
+                a.by, a.failover_id
+            )
+        })
+    }
+
+    /// The instance that failed `mirror` over, when another one did.
+    pub fn failed_over_by(&self, mirror: &str) -> Option<(String, String)> {
+        self.view()
+            .fenced_by_peer(mirror)
+            .map(|a| (a.by.clone(), a.failover_id.clone()))
+    }
+
+    /// Announce failover `fid` of `mirror` on the state topic (before its barrier).
+    pub async fn announce(&self, mirror: &str, fid: &str) -> Result<(), String> {
+        self.log
+            .append(&PeerRecord::Failover {
+                mirror: mirror.to_string(),
+                failover_id: Some(fid.to_string()),
+                by: self.me(),
+                at_ms: now_ms(),
+            })
+            .await
+            .map_err(|e| {
+                format!(
+                    "cannot announce the failover on the state topic {}: {e}",
+                    self.topic
+                )
+            })
+    }
+
+    /// Announce that `mirror` mirrors again (failback): the others unfence it.
+    pub async fn announce_mirroring(&self, mirror: &str) -> Result<(), String> {
+        self.log
+            .append(&PeerRecord::Failover {
+                mirror: mirror.to_string(),
+                failover_id: None,
+                by: self.me(),
+                at_ms: now_ms(),
+            })
+            .await
+    }
+
+    /// Wait until every other instance alive acknowledged the fence of failover `fid`, or
+    /// stopped answering for longer than the session timeout; at most `limit`.
+    pub async fn wait_fenced(
+        &self,
+        mirror: &str,
+        fid: &str,
+        limit: Duration,
+    ) -> Result<(), String> {
+        let deadline = Instant::now() + limit;
+        let mut logged = false;
+        loop {
+            let waiting = self.view().waiting_for(mirror, fid, Instant::now());
+            if waiting.is_empty() {
+                return Ok(());
+            }
+            if !logged {
+                tracing::info!(target: "mirrorgate::peers", mirror, failover_id = fid, ?waiting,
+                    "the barrier waits for these instances to fence their mirror writes (or for their session to time out)");
+                logged = true;
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "instances {} are alive and have not fenced their mirror writes within {:.0} s",
+                    waiting.join(", "),
+                    limit.as_secs_f64()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The longest [`Self::wait_fenced`] may need: a fence takes up to the drain timeout, an
+    /// instance gone takes the session timeout (and margin) to be waited out.
+    pub fn wait_limit(&self, drain: Duration) -> Duration {
+        self.view().session() * 2 + view::MARGIN + drain
+    }
+
+    /// Why this instance is not ready as far as the peers go.
+    pub fn problem(&self) -> Option<String> {
+        self.view()
+            .lease_problem(Instant::now())
+            .map(|p| format!("state topic {}: {p}", self.topic))
+    }
+
+    /// `GET /v1/instances`.
+    pub fn status(&self) -> serde_json::Value {
+        let v = self.view();
+        let now = Instant::now();
+        let lease = v.lease_problem(now);
+        json!({
+            "instance": v.me(),
+            "state_topic": self.topic,
+            "session_timeout_ms": v.session().as_millis() as u64,
+            "lease": if lease.is_none() { "held" } else { "stale" },
+            "lease_problem": lease,
+            "others_alive": v.alive(now).into_iter().map(|(i, ago)| json!({
+                "instance": i, "last_seen_ms_ago": ago.as_millis() as u64,
+            })).collect::<Vec<_>>(),
+            "failovers": v.failovers().map(|(m, a)| json!({
+                "mirror": m, "failover_id": a.failover_id, "by": a.by,
+                "fenced": v.acknowledged(m, &a.failover_id),
+            })).collect::<Vec<_>>(),
+        })
+    }
+
+    /// Other instances alive now (instance, ms since seen).
+    pub fn others_alive(&self) -> Vec<(String, u64)> {
+        self.view()
+            .alive(Instant::now())
+            .into_iter()
+            .map(|(i, d)| (i, d.as_millis() as u64))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mirror::peers::log::ReadResult;
+
+    /// A state topic in memory shared by several links.
+    #[derive(Default)]
+    struct Topic {
+        records: Mutex<Vec<PeerRecord>>,
+        down: std::sync::atomic::AtomicBool,
+    }
+
+    impl StateLog for Topic {
+        fn append(&self, r: &PeerRecord) -> BoxFuture<'_, Result<(), String>> {
+            let r = r.clone();
+            Box::pin(async move {
+                if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+                    return Err("down".into());
+                }
+                self.records.lock().unwrap().push(r);
+                Ok(())
+            })
+        }
+        fn read(&self, from: i64) -> BoxFuture<'_, Result<ReadResult, String>> {
+            Box::pin(async move {
+                if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+                    return Err("down".into());
+                }
+                let all = self.records.lock().unwrap();
+                let records: Vec<PeerRecord> = all.iter().skip(from as usize).cloned().collect();
+                Ok(ReadResult {
+                    records,
+                    next: all.len() as i64,
+                    high_watermark: all.len() as i64,
+                })
+            })
+        }
+    }
+
+    fn no_fence() -> FenceHook {
+        Arc::new(|_| Box::pin(async { Ok(()) }))
+    }
+
+    async fn step(l: &Arc<PeerLink>, next: &mut i64) {
+        l.heartbeat_once().await;
+        l.read_once(next, &no_fence()).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        l.read_once(next, &no_fence()).await;
+    }
+
+    #[tokio::test]
+    async fn mirror_writes_are_refused_until_the_lease_is_held_then_fenced_by_anothers_failover() {
+        let t = Arc::new(Topic::default());
+        let a = PeerLink::new("a", "st", Duration::from_secs(10), t.clone());
+        let b = PeerLink::new("b", "st", Duration::from_secs(10), t.clone());
+        assert!(b.mirror_write_refusal("m").unwrap().contains("no lease"));
+        let (mut na, mut nb) = (0, 0);
+        step(&a, &mut na).await;
+        step(&b, &mut nb).await;
+        assert_eq!(b.mirror_write_refusal("m"), None);
+        a.announce("m", "f1").await.unwrap();
+        step(&b, &mut nb).await;
+        let why = b.mirror_write_refusal("m").unwrap();
+        assert!(why.contains("through instance a"), "{why}");
+        assert_eq!(
+            a.mirror_write_refusal("m"),
+            None,
+            "its own failover is its records' business"
+        );
+        // b acknowledged (its fence hook succeeded): a's barrier waits for nobody.
+        step(&a, &mut na).await;
+        a.wait_fenced("m", "f1", Duration::from_millis(200))
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_barrier_waits_while_an_alive_instance_has_not_fenced() {
+        let t = Arc::new(Topic::default());
+        let a = PeerLink::new("a", "st", Duration::from_secs(10), t.clone());
+        let b = PeerLink::new("b", "st", Duration::from_secs(10), t.clone());
+        let (mut na, mut nb) = (0, 0);
+        step(&b, &mut nb).await;
+        step(&a, &mut na).await;
+        a.announce("m", "f1").await.unwrap();
+        let e = a
+            .wait_fenced("m", "f1", Duration::from_millis(200))
+            .await
+            .unwrap_err();
+        assert!(e.contains("instances b"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_state_topic_that_cannot_be_reached_takes_the_lease_away() {
+        let t = Arc::new(Topic::default());
+        let a = PeerLink::new("a", "st", Duration::from_millis(300), t.clone());
+        let mut n = 0;
+        step(&a, &mut n).await;
+        assert_eq!(a.problem(), None);
+        t.down.store(true, std::sync::atomic::Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        step(&a, &mut n).await;
+        let p = a.problem().expect("not ready");
+        assert!(p.contains("down"), "{p}");
+        assert!(a.mirror_write_refusal("m").is_some());
+    }
+}

@@ -1,0 +1,377 @@
+//! What one instance knows of the others from the state topic: the records (heartbeats,
+//! failovers announced, fences acknowledged), when it last saw each instance, and its own lease
+//! (may it still admit mirror writes?). Pure: time comes in as arguments, so the rules are unit
+//! tested without a broker.
+//!
+//! The rules:
+//! - An instance is *alive* while a heartbeat of it was read less than the session timeout plus
+//!   [`MARGIN`] ago (by this instance's monotonic clock).
+//! - This instance's *lease* is fresh while both its last acknowledged heartbeat and its last
+//!   read that reached the state topic's end were *sent* less than the session timeout ago. A
+//!   process paused past the timeout therefore holds no lease when it resumes: it admits no
+//!   mirror write before it has read the state topic again, failovers included.
+//! - A failover announced by another instance fences the mirror's writes here.
+//! - The announcing instance waits, before its barrier, for every instance alive to acknowledge
+//!   the fence; one that stops answering is waited out (its lease has then expired).
+//!
+//! Owns: those rules and the record format. Must not touch: the state topic's I/O, the
+//! admission of requests, the failover's steps.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+/// Added to the session timeout before another instance counts as gone: heartbeats are read
+/// with some delay after they are written.
+pub const MARGIN: Duration = Duration::from_secs(2);
+
+/// One record of the state topic (JSON value; the key is [`PeerRecord::key`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum PeerRecord {
+    /// An instance is alive (written every session timeout / 4).
+    Heartbeat { instance: String, at_ms: i64 },
+    /// A failover of `mirror` was started on instance `by` (`failover_id` `None`: the mirror
+    /// was started again, mirroring).
+    Failover {
+        mirror: String,
+        failover_id: Option<String>,
+        by: String,
+        at_ms: i64,
+    },
+    /// `instance` fenced and drained its mirror writes for that failover.
+    Fenced {
+        mirror: String,
+        failover_id: String,
+        instance: String,
+        at_ms: i64,
+    },
+}
+
+impl PeerRecord {
+    /// The compaction key: the latest record per instance, mirror, or mirror and instance.
+    pub fn key(&self) -> String {
+        match self {
+            PeerRecord::Heartbeat { instance, .. } => format!("instance/{instance}"),
+            PeerRecord::Failover { mirror, .. } => format!("failover/{mirror}"),
+            PeerRecord::Fenced {
+                mirror, instance, ..
+            } => format!("fenced/{mirror}/{instance}"),
+        }
+    }
+}
+
+/// A failover announced on the state topic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Announced {
+    pub failover_id: String,
+    pub by: String,
+}
+
+/// This instance's view.
+#[derive(Debug)]
+pub struct PeerView {
+    me: String,
+    session: Duration,
+    /// Instance → when this instance read its last heartbeat.
+    seen: HashMap<String, Instant>,
+    /// Mirror → the failover announced for it (absent or `None`: mirroring).
+    failovers: BTreeMap<String, Option<Announced>>,
+    /// (mirror, instance) → the failover id it acknowledged.
+    fenced: HashMap<(String, String), String>,
+    /// Sent-at of the last heartbeat of this instance the state topic acknowledged.
+    heartbeat_acked: Option<Instant>,
+    /// Sent-at of the last read that reached the state topic's end (records applied).
+    caught_up: Option<Instant>,
+    /// The last error of the state topic's I/O, shown while the lease is stale.
+    last_error: Option<String>,
+}
+
+impl PeerView {
+    pub fn new(me: &str, session: Duration) -> PeerView {
+        PeerView {
+            me: me.to_string(),
+            session,
+            seen: HashMap::new(),
+            failovers: BTreeMap::new(),
+            fenced: HashMap::new(),
+            heartbeat_acked: None,
+            caught_up: None,
+            last_error: None,
+        }
+    }
+
+    pub fn me(&self) -> &str {
+        &self.me
+    }
+
+    pub fn session(&self) -> Duration {
+        self.session
+    }
+
+    /// Apply one record read at `now`. Heartbeats written long before (by wall clock: ten
+    /// session timeouts) are of instances gone before this one started reading.
+    pub fn apply(&mut self, r: PeerRecord, now: Instant, now_ms: i64) {
+        match r {
+            PeerRecord::Heartbeat { instance, at_ms } => {
+                let old = now_ms - at_ms > 10 * self.session.as_millis() as i64;
+                if !old && instance != self.me {
+                    self.seen.insert(instance, now);
+                }
+            }
+            PeerRecord::Failover {
+                mirror,
+                failover_id,
+                by,
+                ..
+            } => {
+                let a = failover_id.map(|failover_id| Announced { failover_id, by });
+                self.failovers.insert(mirror, a);
+            }
+            PeerRecord::Fenced {
+                mirror,
+                failover_id,
+                instance,
+                ..
+            } => {
+                self.fenced.insert((mirror, instance), failover_id);
+            }
+        }
+    }
+
+    /// A heartbeat sent at `sent` was acknowledged.
+    pub fn heartbeat_acked(&mut self, sent: Instant) {
+        self.heartbeat_acked = Some(sent);
+        self.last_error = None;
+    }
+
+    /// A read sent at `sent` reached the end of the state topic and its records are applied.
+    pub fn caught_up(&mut self, sent: Instant) {
+        self.caught_up = Some(sent);
+    }
+
+    pub fn io_failed(&mut self, error: String) {
+        self.last_error = Some(error);
+    }
+
+    /// Why this instance holds no lease at `now` (`None`: it does).
+    pub fn lease_problem(&self, now: Instant) -> Option<String> {
+        let why = |what: &str, t: Option<Instant>| match t {
+            None => Some(format!("{what} yet")),
+            Some(t) if now.saturating_duration_since(t) >= self.session => Some(format!(
+                "{what} for {:.1} s (session timeout {:.1} s)",
+                now.saturating_duration_since(t).as_secs_f64(),
+                self.session.as_secs_f64()
+            )),
+            Some(_) => None,
+        };
+        let problem = why(
+            "no heartbeat acknowledged by the state topic",
+            self.heartbeat_acked,
+        )
+        .or_else(|| why("the state topic not read to its end", self.caught_up))?;
+        Some(match &self.last_error {
+            Some(e) => format!("{problem}: {e}"),
+            None => problem,
+        })
+    }
+
+    /// The failover another instance announced for `mirror`, fencing its writes here.
+    pub fn fenced_by_peer(&self, mirror: &str) -> Option<&Announced> {
+        self.failovers
+            .get(mirror)
+            .and_then(|a| a.as_ref())
+            .filter(|a| a.by != self.me)
+    }
+
+    /// Failovers announced by other instances that this instance has not acknowledged yet.
+    pub fn unacknowledged(&self) -> Vec<(String, Announced)> {
+        self.failovers
+            .iter()
+            .filter_map(|(m, a)| a.as_ref().map(|a| (m, a)))
+            .filter(|(_, a)| a.by != self.me)
+            .filter(|(m, a)| {
+                self.fenced.get(&((*m).clone(), self.me.clone())) != Some(&a.failover_id)
+            })
+            .map(|(m, a)| (m.clone(), a.clone()))
+            .collect()
+    }
+
+    /// The other instances alive at `now`, with how long ago each was seen.
+    pub fn alive(&self, now: Instant) -> Vec<(String, Duration)> {
+        let mut v: Vec<(String, Duration)> = self
+            .seen
+            .iter()
+            .map(|(i, t)| (i.clone(), now.saturating_duration_since(*t)))
+            .filter(|(_, ago)| *ago < self.session + MARGIN)
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The instances a barrier of failover `fid` of `mirror` still waits for at `now`: alive,
+    /// and not having acknowledged the fence.
+    pub fn waiting_for(&self, mirror: &str, fid: &str, now: Instant) -> Vec<String> {
+        self.alive(now)
+            .into_iter()
+            .map(|(i, _)| i)
+            .filter(|i| {
+                self.fenced
+                    .get(&(mirror.to_string(), i.clone()))
+                    .map(String::as_str)
+                    != Some(fid)
+            })
+            .collect()
+    }
+
+    /// Who acknowledged the fence of failover `fid` of `mirror`.
+    pub fn acknowledged(&self, mirror: &str, fid: &str) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .fenced
+            .iter()
+            .filter(|((m, _), f)| m == mirror && f.as_str() == fid)
+            .map(|((_, i), _)| i.clone())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Every failover announced, per mirror.
+    pub fn failovers(&self) -> impl Iterator<Item = (&String, &Announced)> {
+        self.failovers
+            .iter()
+            .filter_map(|(m, a)| a.as_ref().map(|a| (m, a)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Duration = Duration::from_secs(10);
+
+    fn hb(i: &str, at_ms: i64) -> PeerRecord {
+        PeerRecord::Heartbeat {
+            instance: i.into(),
+            at_ms,
+        }
+    }
+
+    fn announce(m: &str, fid: &str, by: &str) -> PeerRecord {
+        PeerRecord::Failover {
+            mirror: m.into(),
+            failover_id: Some(fid.into()),
+            by: by.into(),
+            at_ms: 0,
+        }
+    }
+
+    fn fenced(m: &str, fid: &str, i: &str) -> PeerRecord {
+        PeerRecord::Fenced {
+            mirror: m.into(),
+            failover_id: fid.into(),
+            instance: i.into(),
+            at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn records_round_trip_as_json_with_their_compaction_keys() {
+        for r in [hb("a", 1), announce("m", "f", "a"), fenced("m", "f", "b")] {
+            let back: PeerRecord =
+                serde_json::from_slice(&serde_json::to_vec(&r).unwrap()).unwrap();
+            assert_eq!(back, r);
+        }
+        assert_eq!(hb("a", 1).key(), "instance/a");
+        assert_eq!(announce("m", "f", "a").key(), "failover/m");
+        assert_eq!(fenced("m", "f", "b").key(), "fenced/m/b");
+    }
+
+    #[test]
+    fn an_instance_is_alive_until_the_session_timeout_and_margin_after_its_last_heartbeat() {
+        let t0 = Instant::now();
+        let mut v = PeerView::new("a", T);
+        v.apply(hb("b", 1_000), t0, 1_000);
+        v.apply(hb("a", 1_000), t0, 1_000);
+        assert_eq!(v.alive(t0 + T).len(), 1, "itself is never listed");
+        assert!(v.alive(t0 + T + MARGIN).is_empty());
+    }
+
+    #[test]
+    fn heartbeats_written_long_before_this_instance_read_them_are_of_gone_instances() {
+        let t0 = Instant::now();
+        let mut v = PeerView::new("a", T);
+        v.apply(hb("b", 0), t0, 10 * 10_000 + 1);
+        assert!(v.alive(t0).is_empty());
+    }
+
+    #[test]
+    fn the_lease_needs_both_a_fresh_acknowledged_heartbeat_and_a_fresh_read_to_the_end() {
+        let t0 = Instant::now();
+        let mut v = PeerView::new("a", T);
+        assert!(v.lease_problem(t0).is_some(), "none at start");
+        v.heartbeat_acked(t0);
+        assert!(v.lease_problem(t0).is_some(), "not read yet");
+        v.caught_up(t0 + Duration::from_secs(5));
+        assert_eq!(v.lease_problem(t0 + Duration::from_secs(9)), None);
+        let stale = v.lease_problem(t0 + T).expect("the heartbeat's age counts");
+        assert!(stale.contains("heartbeat"), "{stale}");
+    }
+
+    #[test]
+    fn a_failover_of_another_instance_fences_here_until_acknowledged_and_a_restart_unfences() {
+        let mut v = PeerView::new("b", T);
+        let now = Instant::now();
+        v.apply(announce("m", "f1", "a"), now, 0);
+        assert_eq!(v.fenced_by_peer("m").map(|a| a.by.as_str()), Some("a"));
+        assert_eq!(v.unacknowledged().len(), 1);
+        v.apply(fenced("m", "f1", "b"), now, 0);
+        assert!(v.unacknowledged().is_empty());
+        assert!(
+            v.fenced_by_peer("m").is_some(),
+            "still fenced once acknowledged"
+        );
+        v.apply(
+            PeerRecord::Failover {
+                mirror: "m".into(),
+                failover_id: None,
+                by: "a".into(),
+                at_ms: 0,
+            },
+            now,
+            0,
+        );
+        assert!(v.fenced_by_peer("m").is_none());
+    }
+
+    #[test]
+    fn an_own_failover_fences_nothing_here() {
+        let mut v = PeerView::new("a", T);
+        v.apply(announce("m", "f1", "a"), Instant::now(), 0);
+        assert!(v.fenced_by_peer("m").is_none());
+        assert!(v.unacknowledged().is_empty());
+    }
+
+    #[test]
+    fn the_barrier_waits_for_alive_instances_until_they_acknowledge_or_expire() {
+        let t0 = Instant::now();
+        let mut v = PeerView::new("a", T);
+        v.apply(hb("b", 0), t0, 0);
+        v.apply(hb("c", 0), t0, 0);
+        assert_eq!(v.waiting_for("m", "f1", t0), vec!["b", "c"]);
+        v.apply(fenced("m", "f0", "b"), t0, 0);
+        assert_eq!(
+            v.waiting_for("m", "f1", t0),
+            vec!["b", "c"],
+            "another failover's ack"
+        );
+        v.apply(fenced("m", "f1", "b"), t0, 0);
+        assert_eq!(v.waiting_for("m", "f1", t0), vec!["c"]);
+        assert!(
+            v.waiting_for("m", "f1", t0 + T + MARGIN).is_empty(),
+            "c waited out"
+        );
+        assert_eq!(v.acknowledged("m", "f1"), vec!["b"]);
+    }
+}
