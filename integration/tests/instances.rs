@@ -176,9 +176,10 @@ fn a_failover_through_one_instance_fences_every_others_mirror_writes_before_its_
         !acked.is_empty(),
         "mirror writes through b before the failover"
     );
+    let late: Vec<&i64> = acked.iter().filter(|o| **o >= barrier).collect();
     assert!(
-        acked.iter().all(|o| *o < barrier),
-        "mirror writes acknowledged through b after a's barrier at {barrier}: {acked:?}"
+        late.is_empty(),
+        "mirror writes acknowledged through b after a's barrier at {barrier}: {late:?}"
     );
     assert!(
         data_after(&topic, barrier).is_empty(),
