@@ -118,6 +118,10 @@ enum Bench {
         /// A short run (2 topics × 50 partitions).
         #[arg(long)]
         quick: bool,
+        /// Gateway instances sharing a state topic; above 1 the single-instance failover runs
+        /// too, for the ratio.
+        #[arg(long, default_value_t = 1)]
+        instances: usize,
     },
     /// Many concurrent client connections producing and consuming through a gateway process:
     /// errors, gateway RSS, latency, `/readyz` responsiveness, one slow consumer.
@@ -373,11 +377,12 @@ fn main() -> ExitCode {
             topics,
             partitions,
             quick,
+            instances,
         } => {
             if quick {
-                failover::run(2, 50)
+                failover::run(2, 50, instances)
             } else {
-                failover::run(topics, partitions)
+                failover::run(topics, partitions, instances)
             }
         }
         Bench::Load {
