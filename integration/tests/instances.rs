@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use mirrorgate::config::{Config, InstancesConfig};
 
-use crate::failover::{failover, mirror_config, read_log, wait_stopped};
+use crate::failover::{failover, mirror_config, mirror_json, read_log};
 use crate::gw::{admin_call, ProcessGateway, TestGateway};
 use crate::harness;
 use crate::psm_differential::{batch, RawConn};
@@ -90,6 +90,31 @@ fn wait_fenced_by(admin: &str, mirror: &str, who: &[&str]) -> serde_json::Value 
     }
 }
 
+/// Wait (90 s at most) until every partition of `mirror` is STOPPED on the instance at
+/// `admins[0]`; on timeout, say what each instance knows.
+fn wait_stopped(admins: &[String], mirror: &str) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let m = mirror_json(&admins[0], mirror);
+        if m["partitions"].as_u64().is_some_and(|n| n > 0)
+            && m["states"]["STOPPED"] == m["partitions"]
+        {
+            return;
+        }
+        if Instant::now() >= deadline {
+            let (_, parts) = admin_call(
+                &admins[0],
+                hyper::Method::GET,
+                &format!("/v1/mirrors/{mirror}/partitions"),
+                None,
+            );
+            let views: Vec<String> = admins.iter().map(|a| instances(a).to_string()).collect();
+            panic!("mirror {mirror} not STOPPED: {m}\npartitions: {parts}\ninstances: {views:#?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The barrier offset of partition 0 of `topic` as the instance at `admin` reports it.
 fn barrier_offset(admin: &str, mirror: &str, topic: &str) -> i64 {
     let (status, body) = admin_call(
@@ -149,7 +174,8 @@ fn write_mirror_batches(
 /// The review's F2: a failover through instance A while an external mirroring tool writes
 /// through instance B. B fences its mirror writes when it reads A's announcement, drains them
 /// and acknowledges; A writes its barrier only then: every acknowledged mirror write lies
-/// before the barrier. B keeps the topic read-only for local producers and names A.
+/// before the barrier, and A screens the producer ids mirrored through B. B keeps the topic
+/// read-only for local producers and names A.
 #[test]
 fn a_failover_through_one_instance_fences_every_others_mirror_writes_before_its_barrier() {
     let topic = mirror_topic("peers-f2");
@@ -167,7 +193,7 @@ fn a_failover_through_one_instance_fences_every_others_mirror_writes_before_its_
     let writer = write_mirror_batches(b.mirror_bootstrap(), topic.clone(), pid, stop.clone());
     std::thread::sleep(Duration::from_millis(500));
     failover(&a.admin(), "f2");
-    wait_stopped(&a.admin(), "f2");
+    wait_stopped(&[a.admin(), b.admin(), c.admin()], "f2");
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::SeqCst);
     let (acked, refused) = writer.join().expect("writer");
@@ -190,6 +216,12 @@ fn a_failover_through_one_instance_fences_every_others_mirror_writes_before_its_
             .iter()
             .any(|r| r.contains("failed over through instance a")),
         "b refused its mirror writes naming a: {refused:?}"
+    );
+    // What was mirrored through b passed no PSM of a: a screens it from the brokers' state.
+    let screened = crate::failover::screened_ids(&a.config.state_dir);
+    assert!(
+        screened.contains(&pid),
+        "the producer id mirrored through b ({pid}) is not in a's screening set: {screened:?}"
     );
     let v = wait_fenced_by(&b.admin(), "f2", &["b", "c"]);
     assert_eq!(v["failovers"][0]["by"], "a", "{v}");
@@ -224,7 +256,7 @@ fn an_instance_paused_past_its_session_timeout_resumes_fenced_and_admits_no_mirr
     signal(b_pid, libc::SIGSTOP);
     let paused = Instant::now();
     failover(&a.admin(), "zombie");
-    wait_stopped(&a.admin(), "zombie");
+    wait_stopped(&[a.admin()], "zombie");
     assert!(
         paused.elapsed() >= Duration::from_millis(SESSION_MS),
         "the failover did not wait b out: it took {:?}",

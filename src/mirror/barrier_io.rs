@@ -385,6 +385,33 @@ impl FailoverIo for KafkaFailoverIo {
         self.pid_allocator.advance_past(mirror, screened).await;
     }
 
+    async fn broker_producers(
+        &self,
+        parts: &[PartitionKey],
+        own: &[i64],
+    ) -> Result<Vec<(i64, ScreenEntry)>, String> {
+        if self.peers.get().is_none() {
+            return Ok(Vec::new());
+        }
+        let d = self.describe_producers(parts).await.map_err(|e| e.reason)?;
+        if !d.unreachable.is_empty() {
+            return Err(d.why);
+        }
+        let now = super::screening::now_ms();
+        Ok(d.producers
+            .into_iter()
+            .filter(|(_, p)| !own.contains(&p.producer_id.0))
+            .map(|(_, p)| {
+                let entry = ScreenEntry {
+                    max_epoch: i16::try_from(p.producer_epoch).unwrap_or(i16::MAX),
+                    last_timestamp: p.last_timestamp,
+                    added_ms: now,
+                };
+                (p.producer_id.0, entry)
+            })
+            .collect())
+    }
+
     async fn announce_failover(&self, mirror: &str, fid: &str) -> Result<(), String> {
         match self.peers.get() {
             Some(p) => p.announce(mirror, fid).await,

@@ -48,6 +48,8 @@ struct Batch {
 #[derive(Default)]
 struct FakeState {
     logs: HashMap<PartitionKey, Vec<Batch>>,
+    /// Producers the brokers hold that no PSM here saw (mirrored through other instances).
+    broker_producers: Vec<(i64, ScreenEntry)>,
     /// The other instances cannot be told of the failover (this error).
     peers_unreachable: Option<String>,
     /// An other instance alive did not fence (this error).
@@ -320,6 +322,20 @@ impl FailoverIo for Fake {
 
     async fn advance_pid_allocators(&self, _mirror: &str, _screened: Vec<i64>) {
         self.call(Call::AdvancePidAllocators);
+    }
+
+    async fn broker_producers(
+        &self,
+        _parts: &[PartitionKey],
+        own: &[i64],
+    ) -> Result<Vec<(i64, ScreenEntry)>, String> {
+        Ok(self
+            .state()
+            .broker_producers
+            .iter()
+            .filter(|(id, _)| !own.contains(id))
+            .copied()
+            .collect())
     }
 
     async fn announce_failover(&self, _mirror: &str, _fid: &str) -> Result<(), String> {
@@ -650,6 +666,24 @@ async fn no_barrier_is_written_while_another_instance_alive_has_not_fenced() {
     rig.fake.state().peers_not_fenced = None;
     run_to_completion(&exec, true).await;
     rig.assert_stopped_with_one_barrier_each();
+}
+
+#[tokio::test]
+async fn producers_mirrored_through_other_instances_are_screened_from_the_brokers_state() {
+    let rig = rig("auto");
+    let now = now_ms();
+    let entry = ScreenEntry {
+        max_epoch: 3,
+        last_timestamp: now,
+        added_ms: now,
+    };
+    rig.fake.state().broker_producers = vec![(8_000_001, entry)];
+    let exec = rig.executor(FaultHooks::default());
+    exec.begin(MIRROR).unwrap();
+    run_to_completion(&exec, false).await;
+    rig.assert_stopped_with_one_barrier_each();
+    let on_disk = Screening::load(StateStore::open(rig.dir.path()).unwrap(), false, None, 0);
+    assert!(on_disk.ids().contains(&8_000_001), "{:?}", on_disk.ids());
 }
 
 #[tokio::test]

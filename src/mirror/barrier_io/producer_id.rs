@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use kafka_protocol::messages::describe_producers_response::ProducerState;
 use kafka_protocol::protocol::StrBytes;
 
 use super::super::failover::{InUse, NewProducer, PartitionKey, ProducerIdError};
@@ -120,16 +121,33 @@ impl KafkaFailoverIo {
         &self,
         parts: &[PartitionKey],
     ) -> Result<InUse, ProducerIdError> {
-        use kafka_protocol::messages::describe_producers_request::TopicRequest;
-        use kafka_protocol::messages::DescribeProducersRequest;
         let mut taken: std::collections::HashSet<i64> = self.screening.ids().into_iter().collect();
         taken.extend(self.psm_ids(parts));
+        let d = self.describe_producers(parts).await?;
+        taken.extend(d.producers.iter().map(|(_, p)| p.producer_id.0));
+        Ok(InUse {
+            taken,
+            unreachable: d.unreachable,
+            why: d.why,
+        })
+    }
+
+    /// DescribeProducers of `parts`, one request per leader: the active producers of each
+    /// partition asked, and the partitions whose leader could not be asked (with why). An error
+    /// code answered for a partition ends it.
+    pub(super) async fn describe_producers(
+        &self,
+        parts: &[PartitionKey],
+    ) -> Result<Described, ProducerIdError> {
+        use kafka_protocol::messages::describe_producers_request::TopicRequest;
+        use kafka_protocol::messages::DescribeProducersRequest;
         let (by_leader, mut unreachable) = self.by_leader(parts);
         let mut why = if unreachable.is_empty() {
             String::new()
         } else {
             NO_LEADER.to_string()
         };
+        let mut producers = Vec::new();
         for (addr, ps) in by_leader {
             let mut topics: Vec<TopicRequest> = Vec::new();
             for p in &ps {
@@ -157,27 +175,34 @@ impl KafkaFailoverIo {
                     continue;
                 }
             };
-            for t in &resp.topics {
-                for p in &t.partitions {
+            for t in resp.topics {
+                let topic = t.name.0.to_string();
+                for p in t.partitions {
                     if p.error_code != 0 {
                         return Err(ProducerIdError::of_code(
                             format!(
-                                "DescribeProducers for {}-{} answered error code {}",
-                                t.name.0.as_str(),
-                                p.partition_index,
-                                p.error_code
+                                "DescribeProducers for {topic}-{} answered error code {}",
+                                p.partition_index, p.error_code
                             ),
                             p.error_code,
                         ));
                     }
-                    taken.extend(p.active_producers.iter().map(|a| a.producer_id.0));
+                    let k: PartitionKey = (topic.clone(), p.partition_index);
+                    producers.extend(p.active_producers.into_iter().map(|a| (k.clone(), a)));
                 }
             }
         }
-        Ok(InUse {
-            taken,
+        Ok(Described {
+            producers,
             unreachable,
             why,
         })
     }
+}
+
+/// What [`KafkaFailoverIo::describe_producers`] found.
+pub(super) struct Described {
+    pub producers: Vec<(PartitionKey, ProducerState)>,
+    pub unreachable: Vec<PartitionKey>,
+    pub why: String,
 }

@@ -107,7 +107,15 @@ impl<Io: FailoverIo> Failover<Io> {
         let keys: Vec<PartitionKey> = found.keys().cloned().collect();
         if !keys.is_empty() {
             let own: Vec<i64> = found.values().filter_map(|b| b.producer_id).collect();
-            let producers = self.io.psm_producers(&keys, &own);
+            let mut producers = self.io.psm_producers(&keys, &own);
+            // Several instances: what was mirrored through the others is known to the brokers.
+            match self.io.broker_producers(&keys, &own).await {
+                Ok(more) => producers.extend(more),
+                Err(e) => {
+                    let why = format!("the producers the brokers hold for the partitions cannot be read (needed to screen what other instances mirrored): {e}");
+                    return Err(self.fail_partitions(name, &keys, &why));
+                }
+            }
             if let Err(e) = self.screening.merge_and_persist(producers) {
                 return Err(self.fail_partitions(name, &keys, &e.to_string()));
             }

@@ -188,6 +188,14 @@ pub trait FailoverIo: Send + Sync + 'static {
         mirror: &str,
         screened: Vec<i64>,
     ) -> impl Future<Output = ()> + Send;
+    /// The producers the destination brokers hold for `parts` (but `own`), where several
+    /// instances run: mirrored traffic through the others passed no PSM of this instance.
+    /// Empty for a single instance. `Err`: a leader could not be asked.
+    fn broker_producers(
+        &self,
+        parts: &[PartitionKey],
+        own: &[i64],
+    ) -> impl Future<Output = Result<Vec<(i64, ScreenEntry)>, String>> + Send;
     /// Tell the other instances (if any) that failover `fid` of `mirror` runs here, so they
     /// fence their mirror writes. `Err`: not told (the partitions fail and are retried).
     fn announce_failover(
