@@ -345,6 +345,12 @@ impl Admission {
                             .and_then(|p| p.mirror_write_refusal(mirror))
                     })
                     .flatten();
+                if state == PartitionState::Mirroring && peer_refusal.is_none() {
+                    return Ok(Some(guard));
+                }
+                // Refused: never forwarded, so its outcome is known (not a write a failover
+                // must settle).
+                guard.answered();
                 if let Some(why) = peer_refusal {
                     self.rejected.with_label_values(&["peer_fenced"]).inc();
                     Err(Refusal {
@@ -354,8 +360,6 @@ impl Admission {
                         ),
                         reason: "peer_fenced",
                     })
-                } else if state == PartitionState::Mirroring {
-                    Ok(Some(guard))
                 } else {
                     self.rejected.with_label_values(&["mirror_fenced"]).inc();
                     Err(Refusal {
