@@ -17,7 +17,7 @@ use kafka_protocol::messages::{ApiKey, FetchRequest};
 use kafka_protocol::protocol::StrBytes;
 
 use crate::failover::{
-    failover, mirror_config, mirror_json, read_log, wait_mirroring, wait_stopped,
+    failover, mirror_config, mirror_json, read_log, reported_barrier, wait_mirroring, wait_stopped,
 };
 use crate::gw::TestGateway;
 use crate::harness;
@@ -62,25 +62,6 @@ fn data_after(topic: &str, barrier: i64) -> Vec<String> {
             )
         })
         .collect()
-}
-
-/// The barrier offset the mirror reports for partition 0 of `topic`.
-fn reported_barrier(admin: &str, mirror: &str, topic: &str) -> i64 {
-    let (status, body) = crate::gw::admin_call(
-        admin,
-        hyper::Method::GET,
-        &format!("/v1/mirrors/{mirror}/partitions"),
-        None,
-    );
-    assert_eq!(status, 200, "{body}");
-    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
-    v["partitions"]
-        .as_array()
-        .expect("partitions")
-        .iter()
-        .find(|p| p["topic"] == topic && p["partition"] == 0)
-        .and_then(|p| p["barrier_offset"].as_i64())
-        .unwrap_or_else(|| panic!("no barrier offset for {topic}-0: {v}"))
 }
 
 /// A mirror topic and an idle topic, both with partition 0 led by broker 1.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use mirrorgate::config::{Config, InstancesConfig};
 
-use crate::failover::{failover, mirror_config, mirror_json, read_log};
+use crate::failover::{failover, mirror_config, mirror_json, read_log, reported_barrier};
 use crate::gw::{admin_call, ProcessGateway, TestGateway};
 use crate::harness;
 use crate::psm_differential::{batch, RawConn};
@@ -115,25 +115,6 @@ fn wait_stopped(admins: &[String], mirror: &str) {
     }
 }
 
-/// The barrier offset of partition 0 of `topic` as the instance at `admin` reports it.
-fn barrier_offset(admin: &str, mirror: &str, topic: &str) -> i64 {
-    let (status, body) = admin_call(
-        admin,
-        hyper::Method::GET,
-        &format!("/v1/mirrors/{mirror}/partitions"),
-        None,
-    );
-    assert_eq!(status, 200, "{body}");
-    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
-    v["partitions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|p| p["topic"] == topic && p["partition"] == 0)
-        .and_then(|p| p["barrier_offset"].as_i64())
-        .unwrap_or_else(|| panic!("no barrier for {topic}-0: {v}"))
-}
-
 /// Records with a producer id (data, not barriers) above `barrier` in the destination's log.
 fn data_after(topic: &str, barrier: i64) -> Vec<i64> {
     read_log(&harness::cluster("destination"), topic, 0)
@@ -197,7 +178,7 @@ fn a_failover_through_one_instance_fences_every_others_mirror_writes_before_its_
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::SeqCst);
     let (acked, refused) = writer.join().expect("writer");
-    let barrier = barrier_offset(&a.admin(), "f2", &topic);
+    let barrier = reported_barrier(&a.admin(), "f2", &topic);
     assert!(
         !acked.is_empty(),
         "mirror writes through b before the failover"
@@ -262,7 +243,7 @@ fn an_instance_paused_past_its_session_timeout_resumes_fenced_and_admits_no_mirr
         "the failover did not wait b out: it took {:?}",
         paused.elapsed()
     );
-    let barrier = barrier_offset(&a.admin(), "zombie", &topic);
+    let barrier = reported_barrier(&a.admin(), "zombie", &topic);
     signal(b_pid, libc::SIGCONT);
     // At once: b's lease has expired, so the write is refused, whatever b has read yet.
     let (code, _, msg) = conn.produce_msg(&topic, 0, batch(pid, 0, 1, 1, "after"));

@@ -14,9 +14,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
 use tokio::sync::{mpsc, watch};
 
 use super::{AuditEvent, AuditMetrics};
@@ -193,44 +190,18 @@ impl TopicSink {
 
 /// Encode events as one batch of JSON records keyed by mirror (v2, uncompressed, no producer id).
 pub fn encode(events: &[AuditEvent]) -> Result<bytes::Bytes, String> {
-    let records: Vec<Record> = events
+    let records = events
         .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            Ok(Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: -1,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                // Offsets within the batch count up from 0. The encoder starts a new batch
-                // where offset - sequence changes, and a Produce request carries exactly one
-                // batch per partition: so the sequence follows the offset, starting at -1 (the
-                // base sequence of a batch without producer id).
-                offset: i as i64,
-                sequence: i as i32 - 1,
-                timestamp: e.at_ms,
-                key: Some(bytes::Bytes::from(e.mirror.clone())),
-                value: Some(bytes::Bytes::from(
-                    serde_json::to_vec(e).map_err(|x| x.to_string())?,
-                )),
-                headers: Default::default(),
-            })
+        .map(|e| {
+            let value = serde_json::to_vec(e).map_err(|x| x.to_string())?;
+            Ok((
+                bytes::Bytes::from(e.mirror.clone()),
+                bytes::Bytes::from(value),
+                e.at_ms,
+            ))
         })
-        .collect::<Result<_, String>>()?;
-    let mut buf = bytes::BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        records.iter(),
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .map_err(|e| format!("cannot encode the audit batch: {e}"))?;
-    Ok(buf.freeze())
+        .collect::<Result<Vec<_>, String>>()?;
+    ops::plain_batch(records.into_iter()).map_err(|e| format!("the audit batch: {e}"))
 }
 
 impl AuditSink for TopicSink {

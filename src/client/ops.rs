@@ -1,5 +1,6 @@
 //! Single requests of the gateway's own client that several parts send the same way: topic
-//! creation (an existing topic is fine) and a one-batch produce with `acks=-1`.
+//! creation (an existing topic is fine), a one-batch produce with `acks=-1`, and the batch of
+//! keyed records without producer id that the gateway's own topics are written with.
 //!
 //! Owns: those request shapes and how their answers are read. Must not touch: who sends them
 //! and why (the agent, the audit trail), any gateway state.
@@ -94,4 +95,44 @@ pub async fn produce_one(
         ),
         None => (3, -1, Some("no answer for the partition".into())),
     })
+}
+
+/// One batch (v2, uncompressed, no producer id) of `(key, value, timestamp)` records.
+pub fn plain_batch(records: impl Iterator<Item = (Bytes, Bytes, i64)>) -> Result<Bytes, String> {
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+    let records: Vec<Record> = records
+        .enumerate()
+        .map(|(i, (key, value, timestamp))| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            // Offsets within the batch count up from 0. The encoder starts a new batch where
+            // offset - sequence changes, and a Produce request carries exactly one batch per
+            // partition: so the sequence follows the offset, starting at -1 (the base sequence
+            // of a batch without producer id).
+            offset: i as i64,
+            sequence: i as i32 - 1,
+            timestamp,
+            key: Some(key),
+            value: Some(value),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = bytes::BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        records.iter(),
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .map_err(|e| format!("cannot encode the batch: {e}"))?;
+    Ok(buf.freeze())
 }

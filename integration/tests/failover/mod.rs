@@ -216,6 +216,25 @@ pub fn failover(admin: &str, name: &str) -> String {
     v["failover_id"].as_str().expect("failover id").to_string()
 }
 
+/// The barrier offset the mirror at `admin` reports for partition 0 of `topic`.
+pub fn reported_barrier(admin: &str, mirror: &str, topic: &str) -> i64 {
+    let (status, body) = crate::gw::admin_call(
+        admin,
+        hyper::Method::GET,
+        &format!("/v1/mirrors/{mirror}/partitions"),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+    v["partitions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["topic"] == topic && p["partition"] == 0)
+        .and_then(|p| p["barrier_offset"].as_i64())
+        .unwrap_or_else(|| panic!("no barrier offset for {topic}-0: {v}"))
+}
+
 /// Wait until every partition of the mirror is STOPPED.
 pub fn wait_stopped(admin: &str, name: &str) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(60);

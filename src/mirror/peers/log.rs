@@ -10,9 +10,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::RecordBatchDecoder;
 
 use super::view::PeerRecord;
 use crate::client::{ops, KafkaClient, PartitionRequestError, EARLIEST};
@@ -104,32 +102,12 @@ impl KafkaStateLog {
 /// One record as a batch (v2, uncompressed, no producer id).
 pub fn encode(r: &PeerRecord) -> Result<bytes::Bytes, String> {
     let value = serde_json::to_vec(r).map_err(|e| e.to_string())?;
-    let rec = Record {
-        transactional: false,
-        control: false,
-        delete_horizon: false,
-        partition_leader_epoch: -1,
-        producer_id: -1,
-        producer_epoch: -1,
-        timestamp_type: TimestampType::Creation,
-        offset: 0,
-        sequence: -1,
-        timestamp: super::super::screening::now_ms(),
-        key: Some(bytes::Bytes::from(r.key())),
-        value: Some(bytes::Bytes::from(value)),
-        headers: Default::default(),
-    };
-    let mut buf = bytes::BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        std::iter::once(&rec),
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .map_err(|e| format!("cannot encode a state record: {e}"))?;
-    Ok(buf.freeze())
+    let rec = (
+        bytes::Bytes::from(r.key()),
+        bytes::Bytes::from(value),
+        super::super::screening::now_ms(),
+    );
+    ops::plain_batch(std::iter::once(rec)).map_err(|e| format!("a state record: {e}"))
 }
 
 /// The records of fetched data from `from` on, and the offset after the last complete batch.
