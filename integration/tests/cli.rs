@@ -189,11 +189,21 @@ fn demo_shows_mirrored_producers_a_failover_and_its_report() {
         assert_eq!(status, 200, "{path}: {body}");
         serde_json::from_str::<serde_json::Value>(&body).expect("json")
     };
-    // The producer ids the PSM holds over the demo topic's 3 partitions.
+    // The producer ids the PSM holds over the demo topic's 3 partitions (a partition the PSM
+    // has no slot for yet, with no mirrored batch through it so far, answers 404: none yet).
+    let producers_of = |p: i32| {
+        let path = format!("/v1/partitions/demo/{p}/producers");
+        let (status, body) = crate::gw::admin_call(admin, hyper::Method::GET, &path, None);
+        if status == 404 {
+            return serde_json::Value::Null;
+        }
+        assert_eq!(status, 200, "{path}: {body}");
+        serde_json::from_str::<serde_json::Value>(&body).expect("json")
+    };
     let psm_ids = || -> std::collections::BTreeSet<i64> {
         (0..3)
             .flat_map(|p| {
-                get(&format!("/v1/partitions/demo/{p}/producers"))["producers"]
+                producers_of(p)["producers"]
                     .as_array()
                     .map(|ps| {
                         ps.iter()
