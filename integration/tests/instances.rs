@@ -206,15 +206,111 @@ fn a_failover_through_one_instance_fences_every_others_mirror_writes_before_its_
     );
     let v = wait_fenced_by(&b.admin(), "f2", &["b", "c"]);
     assert_eq!(v["failovers"][0]["by"], "a", "{v}");
-    // b and c keep the topic read-only for local producers, naming the instance that takes
-    // its writes; a takes them.
+    // a takes local writes after its barrier.
     let local = batch(-1, -1, -1, 1, "local");
-    let (code, _, msg) = RawConn::connect(&b.bootstrap()).produce_msg(&topic, 0, local.clone());
-    assert_ne!(code, 0, "a local write through b was accepted");
-    assert!(msg.contains("through instance a"), "{msg}");
     let (code, offset, msg) = RawConn::connect(&a.bootstrap()).produce_msg(&topic, 0, local);
     assert_eq!(code, 0, "a local write through a: {msg}");
     assert!(offset > barrier);
+}
+
+/// Wait (60 s at most) until every partition of `mirror` is STOPPED on the gateway at `admin`.
+fn wait_stopped_on(admin: &str, mirror: &str) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let m = mirror_json(admin, mirror);
+        if m["partitions"].as_u64().is_some_and(|n| n > 0)
+            && m["states"]["STOPPED"] == m["partitions"]
+        {
+            return m;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "mirror {mirror} not STOPPED on {admin}: {m}\n{}",
+            instances(admin)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A failover through A: B and C follow it from the state topic. Each keeps the topic
+/// read-only until it has read A's handover, then records A's barrier (writing none), screens
+/// the producer ids A screened — C saw no mirrored traffic, yet screens the id mirrored through
+/// B — and turns writable. Local records written through all three after the failover are each
+/// in the log exactly once, after the one barrier.
+#[test]
+fn every_instance_turns_writable_only_after_the_barrier_of_a_failover_run_through_another() {
+    let topic = mirror_topic("peers-adopt");
+    let state_topic = harness::unique_topic("peers-adopt-state");
+    let cfg = |id: &str| instance_config("adopt", &topic, id, &state_topic);
+    init_state_topic(&cfg("a"));
+    let a = TestGateway::start(cfg("a"));
+    let b = TestGateway::start(cfg("b"));
+    let c = TestGateway::start(cfg("c"));
+    for gw in [&a, &b, &c] {
+        wait_others_alive(&gw.admin(), 2);
+    }
+    let pid = 7_600_000 + (std::process::id() as i64 % 1000) * 10;
+    let mut mirror = RawConn::connect(&b.mirror_bootstrap());
+    for seq in 0..3 {
+        let (code, _, msg) = mirror.produce_msg(&topic, 0, batch(pid, 0, seq, 1, "mirrored"));
+        assert_eq!(code, 0, "a mirror write through b: {msg}");
+    }
+    let local = |i: usize| batch(-1, -1, -1, 1, &format!("local-{i}"));
+    for gw in [&b, &c] {
+        let (code, _, msg) = RawConn::connect(&gw.bootstrap()).produce_msg(&topic, 0, local(0));
+        assert_ne!(code, 0, "a local write before the failover was accepted");
+        assert!(msg.contains("read-only"), "{msg}");
+    }
+    failover(&a.admin(), "adopt");
+    let admins = [a.admin(), b.admin(), c.admin()];
+    for admin in &admins {
+        wait_stopped_on(admin, "adopt");
+    }
+    let barrier = reported_barrier(&a.admin(), "adopt", &topic);
+    let fid = mirror_json(&a.admin(), "adopt")["failover_id"].clone();
+    for gw in [&b, &c] {
+        assert_eq!(
+            reported_barrier(&gw.admin(), "adopt", &topic),
+            barrier,
+            "the barrier a wrote"
+        );
+        assert_eq!(mirror_json(&gw.admin(), "adopt")["failover_id"], fid);
+        let screened = crate::failover::screened_ids(&gw.config.state_dir);
+        assert!(
+            screened.contains(&pid),
+            "{}: the producer id mirrored through b is not screened: {screened:?}",
+            gw.admin()
+        );
+    }
+    let mut acked = Vec::new();
+    for (i, gw) in [&a, &b, &c].iter().enumerate() {
+        let mut conn = RawConn::connect(&gw.bootstrap());
+        for n in 0..5 {
+            let (code, offset, msg) = conn.produce_msg(&topic, 0, local(i * 10 + n));
+            assert_eq!(code, 0, "a local write through {}: {msg}", gw.admin());
+            assert!(offset > barrier, "{offset} not after the barrier {barrier}");
+            acked.push(offset);
+        }
+    }
+    let log = read_log(&harness::cluster("destination"), &topic, 0);
+    let mut after: Vec<i64> = log
+        .records
+        .iter()
+        .filter(|r| r.offset > barrier && !r.control)
+        .map(|r| r.offset)
+        .collect();
+    after.sort();
+    acked.sort();
+    assert_eq!(
+        after, acked,
+        "every acknowledged local record once, nothing else after the barrier"
+    );
+    assert_eq!(
+        log.barriers.len(),
+        1,
+        "one barrier, a's: {:?}",
+        log.barriers
+    );
 }
 
 /// An instance paused (SIGSTOP) past its session timeout while another fails the mirror over:
@@ -252,11 +348,34 @@ fn an_instance_paused_past_its_session_timeout_resumes_fenced_and_admits_no_mirr
         msg.contains("no lease") || msg.contains("failed over through instance a"),
         "{msg}"
     );
+    let local = batch(-1, -1, -1, 1, "early");
+    let (code, _, msg) = RawConn::connect(&b.bootstrap()).produce_msg(&topic, 0, local);
+    if code == 0 {
+        // Only once b has adopted a's handover: its partition is STOPPED there.
+        let m = mirror_json(&b.admin(), "zombie");
+        assert_eq!(
+            m["states"]["STOPPED"], 1,
+            "a local write through b before STOPPED: {m}"
+        );
+    } else {
+        assert!(msg.contains("read-only"), "{msg}");
+    }
     wait_fenced_by(&b.admin(), "zombie", &["b"]);
     let (code, _, msg) = conn.produce_msg(&topic, 0, batch(pid, 0, 1, 1, "later"));
     assert_ne!(code, 0, "b admitted a mirror write after it caught up");
     assert!(msg.contains("failed over through instance a"), "{msg}");
     assert!(data_after(&topic, barrier).is_empty());
+    // It catches up: STOPPED at a's barrier, then it takes local writes, after the barrier.
+    let m = wait_stopped_on(&b.admin(), "zombie");
+    assert_eq!(
+        reported_barrier(&b.admin(), "zombie", &topic),
+        barrier,
+        "{m}"
+    );
+    let (code, offset, msg) =
+        RawConn::connect(&b.bootstrap()).produce_msg(&topic, 0, batch(-1, -1, -1, 1, "local"));
+    assert_eq!(code, 0, "a local write through b once STOPPED: {msg}");
+    assert!(offset > barrier);
 }
 
 /// `run` never creates the state topic: without it an instance is not ready and refuses mirror

@@ -42,7 +42,8 @@ pub(super) fn start(
     controller.set_peers(link.clone());
     let settle = Duration::from_millis(config.limits.unknown_outcome_settle_ms);
     let fence = controller.peer_fence_hook(settle);
-    tokio::spawn(link.clone().run(fence, shutdown.clone()));
+    let follow = controller.peer_follow_hook(settle);
+    tokio::spawn(link.clone().run(fence, follow, shutdown.clone()));
     let alive = IntGauge::new(
         "mirrorgate_instances_alive",
         "Other gateway instances whose heartbeat on the state topic is within the session timeout",

@@ -362,10 +362,18 @@ impl Admission {
                     })
                 } else {
                     self.rejected.with_label_values(&["mirror_fenced"]).inc();
+                    let by = self
+                        .peers
+                        .get()
+                        .and_then(|p| p.failed_over_by(mirror))
+                        .map(|(by, fid)| {
+                            format!(" (failed over through instance {by}, failover {fid})")
+                        })
+                        .unwrap_or_default();
                     Err(Refusal {
                         error_code: REJECT_ERROR_CODE,
                         message: format!(
-                            "mirrorgate: mirror produce to {topic}-{partition} is fenced: mirror {mirror} is {}",
+                            "mirrorgate: mirror produce to {topic}-{partition} is fenced: mirror {mirror} is {}{by}",
                             state.as_str()
                         ),
                         reason: "mirror_fenced",

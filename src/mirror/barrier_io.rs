@@ -419,6 +419,13 @@ impl FailoverIo for KafkaFailoverIo {
         }
     }
 
+    async fn publish_stopped(&self, stopped: super::peers::view::Stopped) -> Result<(), String> {
+        match self.peers.get() {
+            Some(p) => p.publish_stopped(stopped).await,
+            None => Ok(()),
+        }
+    }
+
     async fn wait_peers_fenced(&self, mirror: &str, fid: &str) -> Result<(), String> {
         match self.peers.get() {
             Some(p) => {

@@ -77,6 +77,7 @@ pub struct MirrorController {
     peers: std::sync::OnceLock<Arc<super::peers::PeerLink>>,
 }
 
+mod peer_adopt;
 mod peer_fence;
 
 impl MirrorController {
@@ -527,41 +528,7 @@ impl MirrorController {
             }
             return Err(StartError::NoAgent(name.to_string()));
         }
-        let mut slots = self.records.lock();
-        let slot = usable_slot(&mut slots, name).map_err(StartError::Failover)?;
-        if slot.running
-            || slot
-                .record
-                .partitions
-                .iter()
-                .any(|p| matches!(p.state, PartitionState::Stopping | PartitionState::Failed))
-        {
-            return Err(StartError::FailoverInProgress(name.to_string()));
-        }
-        let now = now_ms();
-        let before = slot.record.clone();
-        let moved = self.records.transition(
-            slot,
-            |p| p.state == PartitionState::Stopped,
-            |p| Ok(p.start_mirroring(true, now)?),
-        );
-        let moved = match moved {
-            Ok(0) => return Err(StartError::NothingStopped(name.to_string())),
-            Ok(n) => n,
-            Err(e) => {
-                slot.record = before;
-                return Err(StartError::Failover(e));
-            }
-        };
-        slot.record.failover_id = None;
-        slot.record.started_ms = None;
-        slot.record.completed_ms = None;
-        self.records
-            .persist_or_revert(slot, before)
-            .map_err(StartError::Failover)?;
-        drop(slots);
-        self.records.refresh();
-        Ok(moved)
+        self.stopped_to_mirroring(name)
     }
 
     /// Resume failovers that were in progress when the gateway stopped.
@@ -571,7 +538,10 @@ impl MirrorController {
             .lock()
             .iter()
             .filter(|s| {
+                // An adopted failover is followed from the state topic again, never resumed
+                // as this instance's own.
                 s.unreadable.is_none()
+                    && s.record.adopted_from.is_none()
                     && s.record.partitions.iter().any(|p| {
                         matches!(p.state, PartitionState::Stopping | PartitionState::Failed)
                     })

@@ -31,6 +31,7 @@
 //! brokers or the PSM directly, the admission snapshot (refreshed by the records), the state
 //! machine's rules.
 
+mod adopt;
 mod barrier;
 mod io;
 
@@ -42,6 +43,7 @@ use crate::config::BarrierMode;
 
 use super::fault_hooks::{CrashPoint, FaultHooks};
 use super::mirror_metrics::MirrorMetrics;
+pub use adopt::AdoptError;
 pub use io::{
     AbortedTxn, BarrierWrites, FailoverIo, Found, FoundBarrier, InUse, NewProducer, OpenTxnAborts,
     PartitionKey, ProducerIdError, TailBatch, WriteCounts,
@@ -74,6 +76,10 @@ pub enum Stall {
     /// Partitions went FAILED (retried from their recorded step).
     #[error("{partitions} partitions FAILED: {reason}")]
     PartitionsFailed { partitions: usize, reason: String },
+    /// The STOPPED partitions could not be handed to the other instances (they stay
+    /// read-only there; retried).
+    #[error("{0}")]
+    NotPublished(String),
 }
 
 /// What a pass that ran its steps achieved.
@@ -102,6 +108,8 @@ pub struct Failover<Io> {
     io: Io,
     settings: FailoverSettings,
     hooks: FaultHooks,
+    /// Mirror → the failover id and partition count last handed to the other instances.
+    published: std::sync::Mutex<HashMap<String, (String, usize)>>,
 }
 
 fn key(p: &PartitionRecord) -> PartitionKey {
@@ -124,6 +132,7 @@ impl<Io: FailoverIo> Failover<Io> {
             io,
             settings,
             hooks,
+            published: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -148,6 +157,18 @@ impl<Io: FailoverIo> Failover<Io> {
         let mut slots = self.records.lock();
         let slot = usable_slot(&mut slots, name)?;
         if let Some(fid) = slot.record.failover_id.clone() {
+            if let Some(by) = &slot.record.adopted_from {
+                if !slot.record.all_stopped() {
+                    // Another instance runs it: this one follows its handovers.
+                    tracing::info!(mirror = name, failover_id = %fid, by = %by, "failover called here joins the one instance {by} runs");
+                    let joined = FailoverStarted {
+                        mirror: name.to_string(),
+                        failover_id: fid,
+                        already_running: true,
+                    };
+                    return Ok((joined, None));
+                }
+            }
             if slot.record.all_stopped() && !slot.record.partitions.is_empty() {
                 return Err(FailoverError::AlreadyStopped {
                     name: name.to_string(),
@@ -269,6 +290,7 @@ impl<Io: FailoverIo> Failover<Io> {
         self.wait_peers(name, &fid).await?;
         self.barrier(name, &fid, resumed).await?;
         self.clear_psm(name).await?;
+        self.publish(name, &fid).await?;
         Ok(self.outcome(name, &fid))
     }
 

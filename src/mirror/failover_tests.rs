@@ -13,6 +13,7 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::mirror::admission::Admission;
 use crate::mirror::fault_hooks::CrashMode;
+use crate::mirror::peers::view::Stopped;
 use crate::mirror::records::MIRRORS_AREA;
 use crate::mirror::screening::ScreenEntry;
 use crate::mirror::state::{BarrierKind, BarrierProducer, MirrorRecord};
@@ -64,6 +65,8 @@ struct FakeState {
     open_txns: HashMap<PartitionKey, Vec<i64>>,
     /// Aborting open transactions in these partitions fails.
     refuse_aborts: HashSet<PartitionKey>,
+    /// What the failover handed to the other instances, in order.
+    published: Vec<Stopped>,
 }
 
 /// The fake I/O: partition logs in memory, shared by the executors of one test (a restarted
@@ -346,6 +349,15 @@ impl FailoverIo for Fake {
     async fn wait_peers_fenced(&self, _mirror: &str, _fid: &str) -> Result<(), String> {
         self.call(Call::WaitPeersFenced);
         self.state().peers_not_fenced.clone().map_or(Ok(()), Err)
+    }
+
+    async fn publish_stopped(&self, stopped: Stopped) -> Result<(), String> {
+        let mut s = self.state();
+        if let Some(e) = s.peers_unreachable.clone() {
+            return Err(e);
+        }
+        s.published.push(stopped);
+        Ok(())
     }
 }
 
@@ -930,4 +942,129 @@ async fn a_partition_whose_open_transactions_cannot_be_aborted_fails_without_a_b
         PassOutcome::Complete
     );
     assert_eq!(aborts_and_barriers(&rig, 2), (vec![(3, 9)], vec![4]));
+}
+
+/// The failover that ran here, handed over as the other instances read it.
+async fn handover_of_a_completed_failover() -> (Rig, Stopped) {
+    let driver = rig("auto");
+    let now = now_ms();
+    let entry = ScreenEntry {
+        max_epoch: 3,
+        last_timestamp: now,
+        added_ms: now,
+    };
+    driver.fake.state().broker_producers = vec![(8_000_001, entry)];
+    let exec = driver.executor(FaultHooks::default());
+    exec.begin(MIRROR).unwrap();
+    run_to_completion(&exec, false).await;
+    let mut h = driver
+        .fake
+        .state()
+        .published
+        .last()
+        .cloned()
+        .expect("handed over");
+    h.by = "a".into();
+    (driver, h)
+}
+
+#[tokio::test]
+async fn a_completed_failover_hands_its_barriers_and_screened_ids_to_the_other_instances() {
+    let (driver, h) = handover_of_a_completed_failover().await;
+    let on_disk = driver.on_disk();
+    assert_eq!(h.failover_id, on_disk.failover_id.clone().unwrap());
+    assert_eq!(h.partitions.len(), PARTITIONS as usize);
+    for p in &on_disk.partitions {
+        let handed = h
+            .partitions
+            .iter()
+            .find(|s| s.topic == p.topic && s.partition == p.partition)
+            .expect("every STOPPED partition");
+        assert_eq!(Some(handed.barrier_offset), p.barrier_offset);
+        assert_eq!(handed.producer, p.barrier_producer);
+    }
+    let ids: Vec<i64> = h.screened.iter().map(|s| s.producer_id).collect();
+    assert!(ids.contains(&8_000_001), "{ids:?}");
+    assert_eq!(
+        driver.fake.state().published.len(),
+        1,
+        "handed over once per new partition count"
+    );
+}
+
+#[tokio::test]
+async fn an_adopted_handover_stops_every_partition_at_the_other_instances_barrier_writing_none() {
+    let (driver, h) = handover_of_a_completed_failover().await;
+    let follower = rig("auto");
+    let exec = follower.executor(FaultHooks::default());
+    assert!(exec.adopt(&h).expect("adopted"), "every partition STOPPED");
+    let record = follower.on_disk();
+    assert_eq!(record.failover_id, driver.on_disk().failover_id);
+    assert_eq!(record.adopted_from.as_deref(), Some("a"));
+    assert!(record.completed_ms.is_some(), "{record:?}");
+    for p in &record.partitions {
+        assert_eq!(p.state, PartitionState::Stopped, "{p:?}");
+        let theirs = driver.on_disk();
+        let d = theirs.partition(&p.topic, p.partition).unwrap();
+        assert_eq!(p.barrier_offset, d.barrier_offset);
+        assert_eq!(p.barrier_producer, d.barrier_producer);
+    }
+    assert!(
+        follower.fake.barriers().values().all(Vec::is_empty),
+        "an adopting instance writes no barrier"
+    );
+    assert_eq!(follower.fake.state().cleared.len(), PARTITIONS as usize);
+    let screened = Screening::load(
+        StateStore::open(follower.dir.path()).unwrap(),
+        false,
+        None,
+        0,
+    );
+    assert!(screened.ids().contains(&8_000_001), "{:?}", screened.ids());
+}
+
+#[tokio::test]
+async fn a_partition_with_mirror_writes_in_flight_here_stays_read_only_until_they_are_answered() {
+    let (_driver, h) = handover_of_a_completed_failover().await;
+    let follower = rig("auto");
+    let busy = ("orders".to_string(), 1);
+    follower.fake.state().in_flight.insert(busy.clone(), 1);
+    let exec = follower.executor(FaultHooks::default());
+    assert!(!exec.adopt(&h).unwrap(), "one partition still busy");
+    let p1 = follower.on_disk().partition("orders", 1).cloned().unwrap();
+    assert_eq!(
+        (p1.state, p1.step),
+        (PartitionState::Stopping, Some(FailoverStep::Fenced))
+    );
+    follower.fake.state().in_flight.remove(&busy);
+    assert!(exec.adopt(&h).unwrap());
+}
+
+#[tokio::test]
+async fn a_failover_called_where_one_is_adopted_joins_it_and_runs_nothing_here() {
+    let (_driver, h) = handover_of_a_completed_failover().await;
+    let follower = rig("auto");
+    follower
+        .fake
+        .state()
+        .in_flight
+        .insert(("orders".to_string(), 0), 1);
+    follower.executor(FaultHooks::default()).adopt(&h).unwrap();
+    // As after a restart: the adoption is on disk, and a failover call joins it.
+    let restarted = follower.executor(FaultHooks::default());
+    let (started, run) = restarted.begin(MIRROR).unwrap();
+    assert!(started.already_running);
+    assert_eq!(started.failover_id, h.failover_id);
+    assert_eq!(run, None, "no pass runs here: the other instance drives it");
+}
+
+#[tokio::test]
+async fn a_handover_is_not_adopted_over_a_failover_of_this_instances_own_in_progress() {
+    let (_driver, h) = handover_of_a_completed_failover().await;
+    let follower = rig("auto");
+    let exec = follower.executor(FaultHooks::default());
+    exec.begin(MIRROR).unwrap();
+    let e = exec.adopt(&h).unwrap_err();
+    assert!(matches!(e, AdoptError::OwnFailover { .. }), "{e}");
+    assert!(follower.on_disk().adopted_from.is_none());
 }

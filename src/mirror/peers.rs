@@ -33,12 +33,19 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use self::log::{BoxFuture, StateLog};
-use self::view::{PeerRecord, PeerView};
+use self::view::{Follow, PeerRecord, PeerView, Stopped};
 use super::screening::now_ms;
 
 /// Fences mirror `name` on this instance for another instance's failover: its agent stopped,
 /// its mirror writes in flight answered. `Err`: not drained yet (retried).
 pub type FenceHook = Arc<dyn Fn(String) -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
+
+/// Follows another instance's record here ([`Follow`]): `Ok(true)` once done, `Ok(false)` or
+/// `Err` while not yet (retried after [`FOLLOW_RETRY`]).
+pub type FollowHook = Arc<dyn Fn(Follow) -> BoxFuture<'static, Result<bool, String>> + Send + Sync>;
+
+/// How soon a record that could not be followed yet is tried again.
+const FOLLOW_RETRY: Duration = Duration::from_millis(500);
 
 /// The link of this instance to the others.
 pub struct PeerLink {
@@ -47,6 +54,15 @@ pub struct PeerLink {
     topic: String,
     /// Failovers of others being fenced here now (mirror, failover id).
     fencing: Mutex<HashSet<(String, String)>>,
+    /// The records followed here: done, or being followed now / not before the instant.
+    followed: Mutex<std::collections::HashMap<String, Followed>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Followed {
+    Done,
+    Running,
+    RetryAt(Instant),
 }
 
 /// How often the follow loop reads the state topic once it is at its end.
@@ -59,6 +75,7 @@ impl PeerLink {
             log,
             topic: topic.to_string(),
             fencing: Mutex::new(HashSet::new()),
+            followed: Mutex::new(std::collections::HashMap::new()),
         })
     }
 
@@ -71,7 +88,12 @@ impl PeerLink {
     }
 
     /// Run the heartbeat and follow loops until `shutdown`.
-    pub async fn run(self: Arc<Self>, fence: FenceHook, mut shutdown: watch::Receiver<bool>) {
+    pub async fn run(
+        self: Arc<Self>,
+        fence: FenceHook,
+        follow: FollowHook,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
         let hb = self.clone();
         let mut hb_shutdown = shutdown.clone();
         let heartbeats = tokio::spawn(async move {
@@ -87,6 +109,7 @@ impl PeerLink {
         let mut next = 0i64;
         loop {
             let at_end = self.read_once(&mut next, &fence).await;
+            self.follow_once(&follow);
             let pause = if at_end { READ_PAUSE } else { Duration::ZERO };
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
@@ -167,6 +190,63 @@ impl PeerLink {
             });
         }
         at_end
+    }
+
+    /// Start following what the others' records ask of this instance ([`PeerView::to_follow`]),
+    /// each record once it is done, one at a time per record.
+    pub fn follow_once(self: &Arc<Self>, follow: &FollowHook) {
+        let todo = self.view().to_follow();
+        let now = Instant::now();
+        for f in todo {
+            let k = f.key();
+            {
+                let mut m = self.followed.lock().unwrap_or_else(|e| e.into_inner());
+                match m.get(&k) {
+                    Some(Followed::Done | Followed::Running) => continue,
+                    Some(Followed::RetryAt(t)) if *t > now => continue,
+                    _ => {}
+                }
+                m.insert(k.clone(), Followed::Running);
+            }
+            let this = self.clone();
+            let follow = follow.clone();
+            tokio::spawn(async move {
+                let mirror = f.mirror().to_string();
+                let r = follow(f).await;
+                let next = match r {
+                    Ok(true) => Followed::Done,
+                    Ok(false) => Followed::RetryAt(Instant::now() + FOLLOW_RETRY),
+                    Err(e) => {
+                        tracing::warn!(target: "mirrorgate::peers", mirror = %mirror, error = %e, "another instance's failover record not followed here yet; retried");
+                        Followed::RetryAt(Instant::now() + FOLLOW_RETRY)
+                    }
+                };
+                this.followed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(k, next);
+            });
+        }
+    }
+
+    /// Hand the partitions failover `s` STOPPED here to the other instances.
+    pub async fn publish_stopped(&self, mut s: Stopped) -> Result<(), String> {
+        s.by = self.me();
+        let n = s.partitions.len();
+        self.log
+            .append(&PeerRecord::Stopped(s))
+            .await
+            .map_err(|e| {
+                format!(
+                    "cannot hand the {n} STOPPED partitions to the other instances on the state topic {}: {e}",
+                    self.topic
+                )
+            })
+    }
+
+    /// The STOPPED partitions published for `mirror` (`GET /v1/instances`).
+    pub fn published_stopped(&self, mirror: &str) -> Option<usize> {
+        self.view().stopped(mirror).map(|s| s.partitions.len())
     }
 
     async fn fence_and_ack(

@@ -561,6 +561,7 @@ fn arb_mirror() -> impl Strategy<Value = MirrorRecord> {
                         started_ms: failover.as_ref().map(|_| started),
                         failover_id: failover.clone(),
                         completed_ms: None,
+                        adopted_from: None,
                         partitions: parts,
                     }
                 },

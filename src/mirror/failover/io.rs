@@ -210,4 +210,10 @@ pub trait FailoverIo: Send + Sync + 'static {
         mirror: &str,
         fid: &str,
     ) -> impl Future<Output = Result<(), String>> + Send;
+    /// Hand the partitions a failover STOPPED here to the other instances (if any), so they
+    /// make them writable too. `Err`: not handed over yet (retried).
+    fn publish_stopped(
+        &self,
+        stopped: super::super::peers::view::Stopped,
+    ) -> impl Future<Output = Result<(), String>> + Send;
 }

@@ -22,6 +22,9 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::super::screening::ScreenEntry;
+use super::super::state::{BarrierKind, BarrierProducer};
+
 /// Added to the session timeout before another instance counts as gone: heartbeats are read
 /// with some delay after they are written.
 pub const MARGIN: Duration = Duration::from_secs(2);
@@ -47,6 +50,80 @@ pub enum PeerRecord {
         instance: String,
         at_ms: i64,
     },
+    /// The partitions the failover STOPPED so far, with their barriers and the producer ids
+    /// it screened (cumulative: the latest record of a failover holds all of them).
+    Stopped(Stopped),
+}
+
+/// What the instance that ran a failover hands to the others: every other instance makes a
+/// partition writable only once it has read it here, and screens the same producer ids.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stopped {
+    pub mirror: String,
+    pub failover_id: String,
+    pub by: String,
+    pub at_ms: i64,
+    pub partitions: Vec<StoppedPartition>,
+    pub screened: Vec<ScreenedProducer>,
+}
+
+/// One STOPPED partition, as the instance that wrote its barrier recorded it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoppedPartition {
+    pub topic: String,
+    pub partition: i32,
+    pub barrier_offset: i64,
+    pub kind: BarrierKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub producer: Option<BarrierProducer>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_mirrored_offset: Option<i64>,
+}
+
+/// A producer id a failover screened (mirrored traffic left it in the brokers).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ScreenedProducer {
+    pub producer_id: i64,
+    #[serde(flatten)]
+    pub entry: ScreenEntry,
+}
+
+/// What another instance's records ask this one to follow.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Follow {
+    /// Make the partitions another instance STOPPED writable here too (after screening).
+    Stopped(std::sync::Arc<Stopped>),
+    /// Another instance started `mirror` mirroring again: its STOPPED partitions here follow.
+    Mirroring {
+        mirror: String,
+        by: String,
+        at_ms: i64,
+    },
+}
+
+impl Follow {
+    /// Tells one record to follow from another (a new record is followed again).
+    pub fn key(&self) -> String {
+        match self {
+            Follow::Stopped(s) => format!(
+                "stopped/{}/{}/{}/{}",
+                s.mirror,
+                s.failover_id,
+                s.at_ms,
+                s.partitions.len()
+            ),
+            Follow::Mirroring { mirror, by, at_ms } => format!("mirroring/{mirror}/{by}/{at_ms}"),
+        }
+    }
+
+    pub fn mirror(&self) -> &str {
+        match self {
+            Follow::Stopped(s) => &s.mirror,
+            Follow::Mirroring { mirror, .. } => mirror,
+        }
+    }
 }
 
 impl PeerRecord {
@@ -58,6 +135,7 @@ impl PeerRecord {
             PeerRecord::Fenced {
                 mirror, instance, ..
             } => format!("fenced/{mirror}/{instance}"),
+            PeerRecord::Stopped(s) => format!("stopped/{}", s.mirror),
         }
     }
 }
@@ -78,6 +156,10 @@ pub struct PeerView {
     seen: HashMap<String, Instant>,
     /// Mirror → the failover announced for it (absent or `None`: mirroring).
     failovers: BTreeMap<String, Option<Announced>>,
+    /// Mirror → who announced it mirrors again, and when (the latest such record).
+    mirroring: HashMap<String, (String, i64)>,
+    /// Mirror → the latest STOPPED partitions of its failover.
+    stopped: HashMap<String, std::sync::Arc<Stopped>>,
     /// (mirror, instance) → the failover id it acknowledged.
     fenced: HashMap<(String, String), String>,
     /// Sent-at of the last heartbeat of this instance the state topic acknowledged.
@@ -95,6 +177,8 @@ impl PeerView {
             session,
             seen: HashMap::new(),
             failovers: BTreeMap::new(),
+            mirroring: HashMap::new(),
+            stopped: HashMap::new(),
             fenced: HashMap::new(),
             heartbeat_acked: None,
             caught_up: None,
@@ -124,10 +208,18 @@ impl PeerView {
                 mirror,
                 failover_id,
                 by,
-                ..
+                at_ms,
             } => {
+                match &failover_id {
+                    None => self.mirroring.insert(mirror.clone(), (by.clone(), at_ms)),
+                    Some(_) => self.mirroring.remove(&mirror),
+                };
                 let a = failover_id.map(|failover_id| Announced { failover_id, by });
                 self.failovers.insert(mirror, a);
+            }
+            PeerRecord::Stopped(s) => {
+                self.stopped
+                    .insert(s.mirror.clone(), std::sync::Arc::new(s));
             }
             PeerRecord::Fenced {
                 mirror,
@@ -235,6 +327,44 @@ impl PeerView {
             .collect();
         v.sort();
         v
+    }
+
+    /// What this instance must follow of the others' records: the STOPPED partitions of the
+    /// failover announced now for a mirror (by another instance), and a mirror another
+    /// instance started mirroring again.
+    pub fn to_follow(&self) -> Vec<Follow> {
+        let mut out = Vec::new();
+        for (mirror, a) in &self.failovers {
+            match a {
+                Some(a) if a.by != self.me => {
+                    if let Some(s) = self
+                        .stopped
+                        .get(mirror)
+                        .filter(|s| s.failover_id == a.failover_id && s.by == a.by)
+                    {
+                        out.push(Follow::Stopped(s.clone()));
+                    }
+                }
+                Some(_) => {}
+                None => {
+                    if let Some((by, at_ms)) =
+                        self.mirroring.get(mirror).filter(|(by, _)| *by != self.me)
+                    {
+                        out.push(Follow::Mirroring {
+                            mirror: mirror.clone(),
+                            by: by.clone(),
+                            at_ms: *at_ms,
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The STOPPED partitions published for `mirror`'s failover (by any instance).
+    pub fn stopped(&self, mirror: &str) -> Option<&Stopped> {
+        self.stopped.get(mirror).map(|s| s.as_ref())
     }
 
     /// Every failover announced, per mirror.
@@ -373,5 +503,75 @@ mod tests {
             "c waited out"
         );
         assert_eq!(v.acknowledged("m", "f1"), vec!["b"]);
+    }
+
+    fn stopped(m: &str, fid: &str, by: &str) -> PeerRecord {
+        PeerRecord::Stopped(Stopped {
+            mirror: m.into(),
+            failover_id: fid.into(),
+            by: by.into(),
+            at_ms: 1,
+            partitions: vec![StoppedPartition {
+                topic: "t".into(),
+                partition: 0,
+                barrier_offset: 9,
+                kind: BarrierKind::Control,
+                producer: Some(BarrierProducer {
+                    producer_id: 5,
+                    producer_epoch: 0,
+                }),
+                topic_id: None,
+                last_mirrored_offset: Some(8),
+            }],
+            screened: vec![ScreenedProducer {
+                producer_id: 7,
+                entry: ScreenEntry {
+                    max_epoch: 1,
+                    last_timestamp: 2,
+                    added_ms: 3,
+                },
+            }],
+        })
+    }
+
+    #[test]
+    fn a_handover_round_trips_as_json_keyed_by_its_mirror() {
+        let r = stopped("m", "f1", "a");
+        let back: PeerRecord = serde_json::from_slice(&serde_json::to_vec(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
+        assert_eq!(r.key(), "stopped/m");
+    }
+
+    #[test]
+    fn only_the_handover_of_the_failover_announced_now_by_another_instance_is_followed() {
+        let now = Instant::now();
+        let mut v = PeerView::new("b", T);
+        v.apply(stopped("m", "f0", "a"), now, 0);
+        v.apply(announce("m", "f1", "a"), now, 0);
+        assert!(v.to_follow().is_empty(), "an older failover's handover");
+        v.apply(stopped("m", "f1", "a"), now, 0);
+        assert!(matches!(&v.to_follow()[..], [Follow::Stopped(s)] if s.failover_id == "f1"));
+        let mut own = PeerView::new("a", T);
+        own.apply(announce("m", "f1", "a"), now, 0);
+        own.apply(stopped("m", "f1", "a"), now, 0);
+        assert!(own.to_follow().is_empty(), "its own handover");
+    }
+
+    #[test]
+    fn a_mirror_another_instance_started_again_is_followed_and_a_new_failover_replaces_it() {
+        let now = Instant::now();
+        let mut v = PeerView::new("b", T);
+        v.apply(announce("m", "f1", "a"), now, 0);
+        v.apply(stopped("m", "f1", "a"), now, 0);
+        let again = PeerRecord::Failover {
+            mirror: "m".into(),
+            failover_id: None,
+            by: "a".into(),
+            at_ms: 5,
+        };
+        v.apply(again, now, 0);
+        assert!(matches!(&v.to_follow()[..], [Follow::Mirroring { by, .. }] if by == "a"));
+        v.apply(announce("m", "f2", "c"), now, 0);
+        assert!(v.to_follow().is_empty(), "f2 has handed nothing over yet");
     }
 }

@@ -22,6 +22,10 @@ pub struct MirrorRecord {
     pub started_ms: Option<i64>,
     /// When every partition reached STOPPED.
     pub completed_ms: Option<i64>,
+    /// The instance whose failover this one follows (several instances): its barriers are
+    /// adopted from the state topic, none is written here, and a restart does not resume it
+    /// as this instance's own.
+    pub adopted_from: Option<String>,
 }
 
 /// Why persisted mirror state cannot be read.
@@ -46,6 +50,8 @@ struct WireOut<'a> {
     failover_id: &'a Option<String>,
     started_ms: &'a Option<i64>,
     completed_ms: &'a Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    adopted_from: &'a Option<String>,
     partitions: &'a [PartitionRecord],
 }
 
@@ -61,6 +67,8 @@ struct WireInV1 {
     started_ms: Option<i64>,
     #[serde(deserialize_with = "required")]
     completed_ms: Option<i64>,
+    #[serde(default)]
+    adopted_from: Option<String>,
     partitions: Vec<PartitionRecord>,
 }
 
@@ -86,6 +94,7 @@ impl MirrorRecord {
                 .collect(),
             started_ms: None,
             completed_ms: None,
+            adopted_from: None,
         }
     }
 
@@ -116,6 +125,7 @@ impl MirrorRecord {
             failover_id: &self.failover_id,
             started_ms: &self.started_ms,
             completed_ms: &self.completed_ms,
+            adopted_from: &self.adopted_from,
             partitions: &self.partitions,
         };
         // Serialising plain structs with string keys into a Vec cannot fail.
@@ -143,6 +153,7 @@ impl MirrorRecord {
             partitions: wire.partitions,
             started_ms: wire.started_ms,
             completed_ms: wire.completed_ms,
+            adopted_from: wire.adopted_from,
         };
         record.validate().map_err(StateDecodeError::Inconsistent)?;
         Ok(record)
