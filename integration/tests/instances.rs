@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use mirrorgate::config::{Config, InstancesConfig};
 
 use crate::failover::{failover, mirror_config, mirror_json, read_log, reported_barrier};
-use crate::gw::{admin_call, ProcessGateway, TestGateway};
+use crate::gw::{admin_call, try_admin_call, ProcessGateway, TestGateway};
 use crate::harness;
 use crate::psm_differential::{batch, RawConn};
 
@@ -223,11 +223,18 @@ fn wait_stopped_on(admin: &str, mirror: &str) -> serde_json::Value {
         {
             return m;
         }
-        assert!(
-            Instant::now() < deadline,
-            "mirror {mirror} not STOPPED on {admin}: {m}\n{}",
-            instances(admin)
-        );
+        if Instant::now() >= deadline {
+            let (_, parts) = admin_call(
+                admin,
+                hyper::Method::GET,
+                &format!("/v1/mirrors/{mirror}/partitions"),
+                None,
+            );
+            panic!(
+                "mirror {mirror} not STOPPED on {admin}: {m}\npartitions: {parts}\n{}",
+                instances(admin)
+            );
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -415,6 +422,107 @@ fn without_its_state_topic_an_instance_is_not_ready_and_fences_mirror_writes_unt
     gw.wait_ready(Duration::from_secs(30));
     let (code, _, msg) = conn.produce_msg(&topic, 0, batch(pid, 0, 0, 1, "admitted"));
     assert_eq!(code, 0, "{msg}");
+}
+
+/// The instance driving a failover ends (as SIGKILL would: the process aborts, nothing is
+/// cleaned up) right after step `point`. The others wait it out, the lowest of them claims the
+/// failover on the state topic and drives it on from what the brokers and the state topic
+/// hold: one barrier per partition, every instance STOPPED at it, local writes after it
+/// through each, and the mirrored data before it.
+fn the_driver_killed_after(point: &str) {
+    let topic = mirror_topic(&format!("peers-kill-{}", point.replace('_', "-")));
+    let state_topic = harness::unique_topic("peers-kill-state");
+    let mirror = format!("kill{}", point.len());
+    let cfg = |id: &str| instance_config(&mirror, &topic, id, &state_topic);
+    init_state_topic(&cfg("a"));
+    let mut a = ProcessGateway::start(cfg("a"), &[("MIRRORGATE_CRASH_AFTER", point)]);
+    let b = TestGateway::start(cfg("b"));
+    let c = TestGateway::start(cfg("c"));
+    for admin in [a.admin(), b.admin(), c.admin()] {
+        wait_others_alive(&admin, 2);
+    }
+    let pid = 7_700_000 + (std::process::id() as i64 % 1000) * 10;
+    let mut conn = RawConn::connect(&a.mirror_bootstrap());
+    for seq in 0..3 {
+        let (code, _, msg) = conn.produce_msg(&topic, 0, batch(pid, 0, seq, 1, "mirrored"));
+        assert_eq!(code, 0, "a mirror write through a: {msg}");
+    }
+    let started = Instant::now();
+    // The call itself may see the process end (the first crash point is inside it).
+    let _ = try_admin_call(
+        &a.admin(),
+        hyper::Method::POST,
+        &format!("/v1/mirrors/{mirror}/failover"),
+        None,
+    );
+    assert!(
+        a.wait_exit(Duration::from_secs(30)),
+        "a did not crash after {point}"
+    );
+    if point == "fenced_persisted" {
+        // Never announced: the others were not fenced, nothing to take over. The failover is
+        // called again on b.
+        std::thread::sleep(Duration::from_millis(SESSION_MS + 2_500));
+        assert_eq!(mirror_json(&b.admin(), &mirror)["states"]["MIRRORING"], 1);
+        failover(&b.admin(), &mirror);
+    }
+    for admin in [b.admin(), c.admin()] {
+        wait_stopped_on(&admin, &mirror);
+    }
+    let took = started.elapsed();
+    let barrier = reported_barrier(&b.admin(), &mirror, &topic);
+    assert_eq!(reported_barrier(&c.admin(), &mirror, &topic), barrier);
+    let log = read_log(&harness::cluster("destination"), &topic, 0);
+    assert_eq!(log.barriers.len(), 1, "after {point}: {:?}", log.barriers);
+    let mirrored: Vec<i64> = log
+        .records
+        .iter()
+        .filter(|r| r.producer_id == pid)
+        .map(|r| r.offset)
+        .collect();
+    assert_eq!(mirrored.len(), 3, "{mirrored:?}");
+    assert!(mirrored.iter().all(|o| *o < barrier));
+    for gw in [&b, &c] {
+        let (code, offset, msg) =
+            RawConn::connect(&gw.bootstrap()).produce_msg(&topic, 0, batch(-1, -1, -1, 1, "local"));
+        assert_eq!(code, 0, "a local write through {}: {msg}", gw.admin());
+        assert!(offset > barrier);
+        assert!(crate::failover::screened_ids(&gw.config.state_dir).contains(&pid));
+    }
+    eprintln!(
+        "takeover after {point}: failover complete on b and c {:.1} s after the call",
+        took.as_secs_f64()
+    );
+}
+
+#[test]
+fn a_failover_whose_driver_dies_before_announcing_it_is_called_again_on_another_instance() {
+    the_driver_killed_after("fenced_persisted");
+}
+
+#[test]
+fn a_failover_whose_driver_dies_after_fencing_is_taken_over_and_completed() {
+    the_driver_killed_after("fenced");
+}
+
+#[test]
+fn a_failover_whose_driver_dies_after_writing_its_barriers_is_taken_over_with_them() {
+    the_driver_killed_after("barrier_written");
+}
+
+#[test]
+fn a_failover_whose_driver_dies_after_screening_is_taken_over_with_its_barriers() {
+    the_driver_killed_after("screen_persisted");
+}
+
+#[test]
+fn a_failover_whose_driver_dies_after_recording_its_barriers_is_taken_over_with_them() {
+    the_driver_killed_after("barrier_persisted");
+}
+
+#[test]
+fn a_failover_whose_driver_dies_before_handing_it_over_is_taken_over_and_handed_over() {
+    the_driver_killed_after("psm_cleared");
 }
 
 fn signal(pid: u32, sig: libc::c_int) {

@@ -412,9 +412,32 @@ impl FailoverIo for KafkaFailoverIo {
             .collect())
     }
 
-    async fn announce_failover(&self, mirror: &str, fid: &str) -> Result<(), String> {
+    async fn announce_failover(
+        &self,
+        mirror: &str,
+        fid: &str,
+    ) -> Result<(), super::failover::NotDriving> {
         match self.peers.get() {
             Some(p) => p.announce(mirror, fid).await,
+            None => Ok(()),
+        }
+    }
+
+    fn check_driving(&self, mirror: &str, fid: &str) -> Result<(), super::failover::NotDriving> {
+        match self.peers.get() {
+            Some(p) => p.check_driving(mirror, fid),
+            None => Ok(()),
+        }
+    }
+
+    async fn publish_barrier_producer(
+        &self,
+        mirror: &str,
+        fid: &str,
+        producer: BarrierProducer,
+    ) -> Result<(), String> {
+        match self.peers.get() {
+            Some(p) => p.publish_barrier_producer(mirror, fid, producer).await,
             None => Ok(()),
         }
     }

@@ -211,7 +211,8 @@ impl MirrorController {
                                 self.records.report_illegal(&name, &rec, &e.into());
                                 continue;
                             }
-                            if !slot.running {
+                            // An adopted failover is followed from the state topic instead.
+                            if !slot.running && slot.record.adopted_from.is_none() {
                                 resume.push(slot.record.name.clone());
                             }
                         }

@@ -45,8 +45,8 @@ use super::fault_hooks::{CrashPoint, FaultHooks};
 use super::mirror_metrics::MirrorMetrics;
 pub use adopt::AdoptError;
 pub use io::{
-    AbortedTxn, BarrierWrites, FailoverIo, Found, FoundBarrier, InUse, NewProducer, OpenTxnAborts,
-    PartitionKey, ProducerIdError, TailBatch, WriteCounts,
+    AbortedTxn, BarrierWrites, FailoverIo, Found, FoundBarrier, InUse, NewProducer, NotDriving,
+    OpenTxnAborts, PartitionKey, ProducerIdError, TailBatch, WriteCounts,
 };
 
 use super::records::{usable_slot, FailoverError, Records, UpdateError};
@@ -80,6 +80,10 @@ pub enum Stall {
     /// read-only there; retried).
     #[error("{0}")]
     NotPublished(String),
+    /// This instance may not write for the failover now (no lease: retried); or another
+    /// instance took it over, and this one follows it from now on (the passes end).
+    #[error(transparent)]
+    NotDriving(#[from] NotDriving),
 }
 
 /// What a pass that ran its steps achieved.
@@ -241,6 +245,10 @@ impl<Io: FailoverIo> Failover<Io> {
                 match outcome {
                     Ok(PassOutcome::Complete) => break,
                     Ok(PassOutcome::Unfinished { .. }) => {}
+                    Err(Stall::NotDriving(NotDriving::TakenOver { by, .. })) => {
+                        this.follow_driver(&name, &by);
+                        break;
+                    }
                     Err(e) => {
                         tracing::debug!(mirror = %name, error = %e, "failover pass ended early; retried")
                     }
@@ -277,9 +285,13 @@ impl<Io: FailoverIo> Failover<Io> {
         };
         // The other instances fence their mirror writes once they read this (before any
         // barrier is written).
-        if let Err(e) = self.io.announce_failover(name, &fid).await {
-            let all: Vec<PartitionKey> = self.records.stopping(name).iter().map(key).collect();
-            return Err(self.fail_partitions(name, &all, &e));
+        match self.io.announce_failover(name, &fid).await {
+            Ok(()) => {}
+            Err(e @ NotDriving::TakenOver { .. }) => return Err(e.into()),
+            Err(NotDriving::Unconfirmed(e)) => {
+                let all: Vec<PartitionKey> = self.records.stopping(name).iter().map(key).collect();
+                return Err(self.fail_partitions(name, &all, &e));
+            }
         }
         // Stop the built-in agent and wait (bounded) for its appends in flight.
         self.io.stop_agent(name).await;
@@ -290,6 +302,7 @@ impl<Io: FailoverIo> Failover<Io> {
         self.wait_peers(name, &fid).await?;
         self.barrier(name, &fid, resumed).await?;
         self.clear_psm(name).await?;
+        self.io.check_driving(name, &fid)?;
         self.publish(name, &fid).await?;
         Ok(self.outcome(name, &fid))
     }

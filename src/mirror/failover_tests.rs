@@ -67,6 +67,9 @@ struct FakeState {
     refuse_aborts: HashSet<PartitionKey>,
     /// What the failover handed to the other instances, in order.
     published: Vec<Stopped>,
+    /// Another instance took the failover over.
+    taken_over_by: Option<String>,
+    barrier_producers_published: Vec<BarrierProducer>,
 }
 
 /// The fake I/O: partition logs in memory, shared by the executors of one test (a restarted
@@ -341,9 +344,38 @@ impl FailoverIo for Fake {
             .collect())
     }
 
-    async fn announce_failover(&self, _mirror: &str, _fid: &str) -> Result<(), String> {
+    async fn announce_failover(&self, _mirror: &str, _fid: &str) -> Result<(), NotDriving> {
         self.call(Call::AnnounceFailover);
-        self.state().peers_unreachable.clone().map_or(Ok(()), Err)
+        let s = self.state();
+        if let Some(by) = s.taken_over_by.clone() {
+            return Err(NotDriving::TakenOver {
+                failover_id: String::new(),
+                by,
+            });
+        }
+        s.peers_unreachable
+            .clone()
+            .map_or(Ok(()), |e| Err(NotDriving::Unconfirmed(e)))
+    }
+
+    fn check_driving(&self, _mirror: &str, _fid: &str) -> Result<(), NotDriving> {
+        match self.state().taken_over_by.clone() {
+            Some(by) => Err(NotDriving::TakenOver {
+                failover_id: String::new(),
+                by,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    async fn publish_barrier_producer(
+        &self,
+        _mirror: &str,
+        _fid: &str,
+        producer: BarrierProducer,
+    ) -> Result<(), String> {
+        self.state().barrier_producers_published.push(producer);
+        Ok(())
     }
 
     async fn wait_peers_fenced(&self, _mirror: &str, _fid: &str) -> Result<(), String> {
@@ -1067,4 +1099,76 @@ async fn a_handover_is_not_adopted_over_a_failover_of_this_instances_own_in_prog
     let e = exec.adopt(&h).unwrap_err();
     assert!(matches!(e, AdoptError::OwnFailover { .. }), "{e}");
     assert!(follower.on_disk().adopted_from.is_none());
+}
+
+#[tokio::test]
+async fn a_failover_another_instance_took_over_writes_no_barrier_here_and_follows_that_instance() {
+    let rig = rig("auto");
+    rig.fake.state().taken_over_by = Some("b".into());
+    let exec = rig.executor(FaultHooks::default());
+    let (_, run) = exec.begin(MIRROR).unwrap();
+    exec.spawn(MIRROR.to_string(), run.unwrap());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while rig.on_disk().adopted_from.is_none() {
+        assert!(std::time::Instant::now() < deadline, "{:?}", rig.on_disk());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(rig.on_disk().adopted_from.as_deref(), Some("b"));
+    assert!(rig.fake.barriers().values().all(Vec::is_empty));
+}
+
+#[tokio::test]
+async fn an_instance_taking_over_after_the_first_driver_wrote_its_barriers_finds_them_and_writes_none(
+) {
+    let first = rig("auto");
+    let crashing = first.crashing_after(CrashPoint::BarrierWritten);
+    crashing.begin(MIRROR).unwrap();
+    let r = tokio::spawn(async move {
+        let _ = crashing.run_pass(MIRROR, false).await;
+    })
+    .await;
+    assert!(
+        r.is_err(),
+        "the first driver crashed after writing its barriers"
+    );
+    let written = first.fake.barriers();
+    assert!(written.values().all(|b| b.len() == 1), "{written:?}");
+    let producer = *first
+        .fake
+        .state()
+        .barrier_producers_published
+        .last()
+        .expect("announced before any marker");
+    let fid = first.on_disk().failover_id.unwrap();
+    // The next driver: its own state directory, the same partitions' logs.
+    let mut next = rig("auto");
+    next.fake = Fake {
+        state: first.fake.state.clone(),
+        dir: next.dir.path().to_path_buf(),
+    };
+    let exec = next.executor(FaultHooks::default());
+    exec.take_over(MIRROR, &fid, Some(producer)).unwrap();
+    run_to_completion(&exec, true).await;
+    next.assert_stopped_with_one_barrier_each();
+    assert_eq!(next.fake.barriers(), written, "no barrier written again");
+    assert_eq!(next.on_disk().failover_id.as_deref(), Some(fid.as_str()));
+}
+
+#[tokio::test]
+async fn a_handover_naming_a_partition_not_known_here_yet_is_not_done_until_it_is() {
+    let (_driver, mut h) = handover_of_a_completed_failover().await;
+    let mut extra = h.partitions[0].clone();
+    extra.partition = PARTITIONS;
+    h.partitions.push(extra);
+    let follower = rig("auto");
+    let exec = follower.executor(FaultHooks::default());
+    assert!(
+        !exec.adopt(&h).unwrap(),
+        "orders-{PARTITIONS} is not in this instance's metadata yet"
+    );
+    assert!(follower
+        .on_disk()
+        .partitions
+        .iter()
+        .all(|p| p.state == PartitionState::Stopped));
 }

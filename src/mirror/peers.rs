@@ -33,8 +33,9 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use self::log::{BoxFuture, StateLog};
-use self::view::{Follow, PeerRecord, PeerView, Stopped};
+use self::view::{Follow, NotDriving, PeerRecord, PeerView, Stopped};
 use super::screening::now_ms;
+use super::state::BarrierProducer;
 
 /// Fences mirror `name` on this instance for another instance's failover: its agent stopped,
 /// its mirror writes in flight answered. `Err`: not drained yet (retried).
@@ -195,7 +196,7 @@ impl PeerLink {
     /// Start following what the others' records ask of this instance ([`PeerView::to_follow`]),
     /// each record once it is done, one at a time per record.
     pub fn follow_once(self: &Arc<Self>, follow: &FollowHook) {
-        let todo = self.view().to_follow();
+        let todo = self.view().to_follow(Instant::now());
         let now = Instant::now();
         for f in todo {
             let k = f.key();
@@ -291,22 +292,96 @@ impl PeerLink {
             .map(|a| (a.by.clone(), a.failover_id.clone()))
     }
 
-    /// Announce failover `fid` of `mirror` on the state topic (before its barrier).
-    pub async fn announce(&self, mirror: &str, fid: &str) -> Result<(), String> {
+    /// Announce failover `fid` of `mirror` on the state topic (before its barrier), or again
+    /// at the epoch this instance drives it. `TakenOver` once another instance drives it.
+    pub async fn announce(&self, mirror: &str, fid: &str) -> Result<(), NotDriving> {
+        let me = self.me();
+        let epoch = match self.view().driver(mirror) {
+            Some(a) if a.failover_id == fid && a.by != me => {
+                return Err(NotDriving::TakenOver {
+                    failover_id: fid.to_string(),
+                    by: a.by.clone(),
+                })
+            }
+            Some(a) if a.failover_id == fid => a.epoch,
+            _ => 1,
+        };
+        self.log
+            .append(&PeerRecord::Failover {
+                mirror: mirror.to_string(),
+                failover_id: Some(fid.to_string()),
+                by: me,
+                at_ms: now_ms(),
+                epoch,
+            })
+            .await
+            .map_err(|e| {
+                NotDriving::Unconfirmed(format!(
+                    "cannot announce the failover on the state topic {}: {e}",
+                    self.topic
+                ))
+            })
+    }
+
+    /// Whether this instance may write barriers for failover `fid` of `mirror` now: it holds
+    /// its lease, and no other instance took the failover over.
+    pub fn check_driving(&self, mirror: &str, fid: &str) -> Result<(), NotDriving> {
+        let v = self.view();
+        if let Some(p) = v.lease_problem(Instant::now()) {
+            return Err(NotDriving::Unconfirmed(format!(
+                "this instance holds no lease on the state topic {} ({p}): it writes no barrier until it has read it again",
+                self.topic
+            )));
+        }
+        match v.driver(mirror) {
+            Some(a) if a.failover_id == fid && a.by != v.me() => Err(NotDriving::TakenOver {
+                failover_id: fid.to_string(),
+                by: a.by.clone(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Claim failover `fid` of `mirror` at `epoch` (its driver is gone). Whether the claim
+    /// came first is read back from the state topic ([`Follow::Drive`]).
+    pub async fn claim(&self, mirror: &str, fid: &str, epoch: u32) -> Result<(), String> {
         self.log
             .append(&PeerRecord::Failover {
                 mirror: mirror.to_string(),
                 failover_id: Some(fid.to_string()),
                 by: self.me(),
                 at_ms: now_ms(),
+                epoch,
+            })
+            .await
+    }
+
+    /// Tell the others the producer of failover `fid`'s control barriers (before any marker).
+    pub async fn publish_barrier_producer(
+        &self,
+        mirror: &str,
+        fid: &str,
+        producer: BarrierProducer,
+    ) -> Result<(), String> {
+        self.log
+            .append(&PeerRecord::BarrierProducer {
+                mirror: mirror.to_string(),
+                failover_id: fid.to_string(),
+                producer,
+                by: self.me(),
             })
             .await
             .map_err(|e| {
                 format!(
-                    "cannot announce the failover on the state topic {}: {e}",
+                    "cannot record the barrier producer on the state topic {}: {e}",
                     self.topic
                 )
             })
+    }
+
+    /// The control barriers' producer another instance announced for failover `fid`.
+    pub fn barrier_producer(&self, mirror: &str, fid: &str) -> Option<BarrierProducer> {
+        self.view().barrier_producer(mirror, fid)
     }
 
     /// Announce that `mirror` mirrors again (failback): the others unfence it.
@@ -317,6 +392,7 @@ impl PeerLink {
                 failover_id: None,
                 by: self.me(),
                 at_ms: now_ms(),
+                epoch: 0,
             })
             .await
     }
@@ -501,5 +577,32 @@ mod tests {
         let p = a.problem().expect("not ready");
         assert!(p.contains("down"), "{p}");
         assert!(a.mirror_write_refusal("m").is_some());
+    }
+
+    #[tokio::test]
+    async fn a_driver_whose_failover_was_claimed_by_another_instance_may_not_go_on() {
+        let t = Arc::new(Topic::default());
+        let a = PeerLink::new("a", "st", Duration::from_secs(10), t.clone());
+        let b = PeerLink::new("b", "st", Duration::from_secs(10), t.clone());
+        let (mut na, mut nb) = (0, 0);
+        step(&a, &mut na).await;
+        a.announce("m", "f1").await.unwrap();
+        a.announce("m", "f1")
+            .await
+            .expect("announced again at its epoch");
+        step(&b, &mut nb).await;
+        b.claim("m", "f1", 2).await.unwrap();
+        step(&a, &mut na).await;
+        let e = a.announce("m", "f1").await.unwrap_err();
+        assert!(
+            matches!(&e, NotDriving::TakenOver { by, .. } if by == "b"),
+            "{e}"
+        );
+        assert!(matches!(
+            a.check_driving("m", "f1"),
+            Err(NotDriving::TakenOver { .. })
+        ));
+        step(&b, &mut nb).await;
+        assert_eq!(b.check_driving("m", "f1"), Ok(()));
     }
 }

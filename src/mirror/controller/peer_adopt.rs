@@ -34,6 +34,17 @@ impl MirrorController {
                         this.admission.mirror_writes_quiet(&s.mirror, settle_ms)?;
                         this.executor.adopt(&s).map_err(|e| e.to_string())
                     }
+                    Follow::TakeOver {
+                        mirror,
+                        failover_id,
+                        from,
+                        epoch,
+                    } => this.claim(&mirror, &failover_id, &from, epoch).await,
+                    Follow::Drive {
+                        mirror,
+                        failover_id,
+                        ..
+                    } => this.drive(&mirror, &failover_id),
                     Follow::Mirroring { mirror, by, .. } => {
                         match this.stopped_to_mirroring(&mirror) {
                             Ok(n) => {
@@ -48,6 +59,45 @@ impl MirrorController {
                 }
             })
         })
+    }
+
+    /// The instance `from` driving failover `fid` of `mirror` is gone: claim it at `epoch`
+    /// on the state topic (the first claim of that epoch in the log drives it: [`Self::drive`]).
+    /// Nothing to claim when every partition is STOPPED here already (the handover was whole).
+    async fn claim(&self, mirror: &str, fid: &str, from: &str, epoch: u32) -> Result<bool, String> {
+        let done = self.records.record(mirror).is_some_and(|r| {
+            r.failover_id.as_deref() == Some(fid) && r.all_stopped() && !r.partitions.is_empty()
+        });
+        let Some(peers) = self.peers.get() else {
+            return Ok(true);
+        };
+        if done {
+            return Ok(true);
+        }
+        tracing::warn!(
+            mirror,
+            failover_id = fid,
+            from,
+            epoch,
+            "the instance driving this failover is gone: claiming it on the state topic"
+        );
+        peers.claim(mirror, fid, epoch).await?;
+        Ok(true)
+    }
+
+    /// This instance's claim of failover `fid` of `mirror` came first: drive it from the
+    /// steps recorded here, with the barrier producer the previous driver announced (its
+    /// markers are found, not written again).
+    fn drive(self: &Arc<Self>, mirror: &str, fid: &str) -> Result<bool, String> {
+        let Some(peers) = self.peers.get() else {
+            return Ok(true);
+        };
+        let producer = peers.barrier_producer(mirror, fid);
+        self.executor
+            .take_over(mirror, fid, producer)
+            .map_err(|e| e.to_string())?;
+        self.executor.spawn(mirror.to_string(), true);
+        Ok(true)
     }
 
     /// STOPPED partitions of `name` → MIRRORING, the failover forgotten (persisted, or nothing

@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use super::super::peers::view::{ScreenedProducer, Stopped, StoppedPartition};
 use super::super::records::{usable_slot, FailoverError};
 use super::super::screening::{now_ms, ScreenEntry};
-use super::super::state::{BarrierKind, FailoverStep, PartitionState};
+use super::super::state::{BarrierKind, BarrierProducer, FailoverStep, PartitionState};
 use super::{key, Failover, FailoverIo, PartitionKey, Stall};
 
 /// Why a handover could not be adopted (yet).
@@ -150,7 +150,7 @@ impl<Io: FailoverIo> Failover<Io> {
             .records
             .stopping(name)
             .iter()
-            .filter(|p| ours(p) && p.step == Some(FailoverStep::Drained))
+            .filter(|p| ours(p) && at_their_barrier(p, theirs.get(&key(p)).copied()))
             .map(key)
             .filter(|(t, p)| self.io.psm_ready(t, *p))
             .collect();
@@ -183,17 +183,24 @@ impl<Io: FailoverIo> Failover<Io> {
                 return Ok(());
             }
             let offset = b.barrier_offset;
-            p.advance(FailoverStep::BarrierWritten { offset }, now)?;
-            p.advance(FailoverStep::BarrierPersisted { offset }, now)?;
-            p.barrier_topic_id = b.topic_id.clone();
-            p.barrier_kind = Some(b.kind);
-            p.barrier_producer = match b.kind {
-                BarrierKind::Control => b.producer,
-                BarrierKind::Data => None,
-            };
-            p.last_mirrored_offset = b.last_mirrored_offset;
-            p.producers_expired = *n;
-            p.advance(FailoverStep::PsmCleared, now)?;
+            if matches!(
+                p.step,
+                Some(FailoverStep::Drained | FailoverStep::BarrierWritten { .. })
+            ) {
+                p.advance(FailoverStep::BarrierWritten { offset }, now)?;
+                p.advance(FailoverStep::BarrierPersisted { offset }, now)?;
+                p.barrier_topic_id = b.topic_id.clone();
+                p.barrier_kind = Some(b.kind);
+                p.barrier_producer = match b.kind {
+                    BarrierKind::Control => b.producer,
+                    BarrierKind::Data => None,
+                };
+                p.last_mirrored_offset = b.last_mirrored_offset;
+            }
+            if p.step != Some(FailoverStep::PsmCleared) {
+                p.producers_expired = *n;
+                p.advance(FailoverStep::PsmCleared, now)?;
+            }
             p.complete(now)?;
             Ok(())
         })?;
@@ -203,29 +210,84 @@ impl<Io: FailoverIo> Failover<Io> {
                 "partitions of another instance's failover adopted: STOPPED here at its barriers, writable"
             );
         }
-        Ok(self
-            .records
-            .record(name)
-            .map(|r| r.all_stopped())
-            .unwrap_or(false))
+        // Done once every partition here is STOPPED and every one handed over is known here
+        // (a partition this instance has not seen in the metadata yet joins later).
+        Ok(self.records.record(name).is_some_and(|r| {
+            r.all_stopped() && theirs.keys().all(|(t, i)| r.partition(t, *i).is_some())
+        }))
     }
 
-    /// Take the handover's failover id for mirror `s.mirror` (recorded): its MIRRORING, PAUSED
-    /// and FAILED partitions go STOPPING. Joined when already taken.
+    /// Take the handover's failover id for mirror `s.mirror`, following instance `s.by`.
     fn begin_adopted(&self, s: &Stopped) -> Result<(), AdoptError> {
+        self.take_failover(&s.mirror, &s.failover_id, Some(&s.by), None)
+    }
+
+    /// This instance won the claim of failover `fid` of `name` (its driver is gone): it drives
+    /// it from here, from the steps recorded here, with the control barriers' producer the
+    /// driver announced (so that its markers are found, not written again). The caller starts
+    /// the passes.
+    pub fn take_over(
+        &self,
+        name: &str,
+        fid: &str,
+        producer: Option<BarrierProducer>,
+    ) -> Result<(), AdoptError> {
+        self.take_failover(name, fid, None, producer)?;
+        tracing::warn!(mirror = name, failover_id = fid, "the instance driving this failover is gone: this instance took it over and drives it from the recorded steps");
+        Ok(())
+    }
+
+    /// Another instance took this instance's failover of `name` over: from now on this one
+    /// follows its handovers (recorded; a restart does not resume it as its own).
+    pub fn follow_driver(&self, name: &str, by: &str) {
+        let Some(fid) = self.records.failover_id(name) else {
+            return;
+        };
+        match self.take_failover(name, &fid, Some(by), None) {
+            Ok(()) => {
+                tracing::warn!(mirror = name, failover_id = %fid, by, "another instance took this failover over: this instance writes nothing more for it and follows that instance")
+            }
+            Err(e) => {
+                tracing::warn!(mirror = name, error = %e, "another instance took this failover over, but that cannot be recorded here; retried on the next failover pass")
+            }
+        }
+    }
+
+    /// Record failover `fid` of `name` here, driven by `adopted_from` (`None`: by this
+    /// instance). Its MIRRORING, PAUSED and FAILED partitions go STOPPING; the STOPPING ones
+    /// without a barrier producer take `producer`. Joined (and re-owned) when already taken.
+    fn take_failover(
+        &self,
+        name: &str,
+        fid: &str,
+        adopted_from: Option<&str>,
+        producer: Option<BarrierProducer>,
+    ) -> Result<(), AdoptError> {
         let mut slots = self.records.lock();
-        let slot = usable_slot(&mut slots, &s.mirror)?;
+        let slot = usable_slot(&mut slots, name)?;
+        let same = slot.record.failover_id.as_deref() == Some(fid);
+        if same
+            && slot.record.adopted_from.as_deref() == adopted_from
+            && producer.is_none()
+            && !slot
+                .record
+                .partitions
+                .iter()
+                .any(|p| p.state == PartitionState::Failed)
+        {
+            return Ok(());
+        }
         // A failover of this instance's own still in progress is not overridden; one completed
         // (own or adopted) gives way to the newer failover of the other instance: this
         // instance missed the failback in between (it was down).
         let supersede = match &slot.record.failover_id {
-            Some(f) if *f == s.failover_id => return Ok(()),
+            _ if same => false,
             Some(own) if slot.running || !slot.record.all_stopped() => {
                 return Err(AdoptError::OwnFailover {
-                    mirror: s.mirror.clone(),
+                    mirror: name.to_string(),
                     own: own.clone(),
-                    theirs: s.failover_id.clone(),
-                    by: s.by.clone(),
+                    theirs: fid.to_string(),
+                    by: adopted_from.unwrap_or("this instance").to_string(),
                 })
             }
             Some(_) => true,
@@ -233,25 +295,33 @@ impl<Io: FailoverIo> Failover<Io> {
         };
         let now = now_ms();
         let before = slot.record.clone();
-        slot.record.failover_id = Some(s.failover_id.clone());
-        slot.record.started_ms = Some(now);
-        slot.record.completed_ms = None;
-        slot.record.adopted_from = Some(s.by.clone());
-        let fid = s.failover_id.clone();
+        if !same {
+            slot.record.failover_id = Some(fid.to_string());
+            slot.record.started_ms = Some(now);
+            slot.record.completed_ms = None;
+        }
+        slot.record.adopted_from = adopted_from.map(str::to_string);
         let begun = self.records.transition(
             slot,
             |p| match p.state {
                 PartitionState::Mirroring | PartitionState::Paused | PartitionState::Failed => true,
                 PartitionState::Stopped => supersede,
-                PartitionState::Stopping => false,
+                PartitionState::Stopping => producer.is_some() && p.barrier_producer.is_none(),
             },
-            |p| match p.state {
-                PartitionState::Failed => Ok(p.retry(now)?),
-                PartitionState::Stopped => {
-                    p.start_mirroring(true, now)?;
-                    Ok(p.begin_failover(fid.clone(), now)?)
+            |p| {
+                match p.state {
+                    PartitionState::Failed => p.retry(now)?,
+                    PartitionState::Stopped => {
+                        p.start_mirroring(true, now)?;
+                        p.begin_failover(fid.to_string(), now)?;
+                    }
+                    PartitionState::Stopping => {}
+                    _ => p.begin_failover(fid.to_string(), now)?,
                 }
-                _ => Ok(p.begin_failover(fid.clone(), now)?),
+                if p.barrier_producer.is_none() {
+                    p.barrier_producer = producer;
+                }
+                Ok(())
             },
         );
         if let Err(e) = begun {
@@ -261,8 +331,31 @@ impl<Io: FailoverIo> Failover<Io> {
         self.records.persist_or_revert(slot, before)?;
         drop(slots);
         self.records.refresh();
-        tracing::warn!(mirror = %s.mirror, failover_id = %s.failover_id, by = %s.by,
-            "another instance failed this mirror over: its partitions follow here, read-only until each is STOPPED at that instance's barrier");
+        if !same {
+            if let Some(by) = adopted_from {
+                tracing::warn!(mirror = name, failover_id = fid, by,
+                    "another instance failed this mirror over: its partitions follow here, read-only until each is STOPPED at that instance's barrier");
+            }
+        }
         Ok(())
     }
+}
+
+/// Whether partition `p` can take the handover's barrier `b` now: drained here, or — this
+/// instance drove the failover before another took it over — at a barrier step whose offset
+/// is the handover's. A partition this instance recorded another barrier for stays STOPPING
+/// (read-only) and is logged.
+fn at_their_barrier(p: &super::PartitionRecord, b: Option<&StoppedPartition>) -> bool {
+    let Some(b) = b else { return false };
+    let fits = match p.step {
+        Some(FailoverStep::Drained | FailoverStep::BarrierWritten { .. }) => true,
+        Some(FailoverStep::BarrierPersisted { offset }) => offset == b.barrier_offset,
+        Some(FailoverStep::PsmCleared) => p.barrier_offset == Some(b.barrier_offset),
+        _ => return false,
+    };
+    if !fits {
+        tracing::warn!(topic = %p.topic, partition = p.partition, recorded = ?p.barrier_offset, handed_over = b.barrier_offset,
+            "this instance recorded another barrier for the partition than the instance driving the failover now: it stays read-only here");
+    }
+    fits
 }

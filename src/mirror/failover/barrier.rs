@@ -36,6 +36,9 @@ impl<Io: FailoverIo> Failover<Io> {
         if need.is_empty() {
             return Ok(());
         }
+        // Several instances: nothing is written once another took the failover over, or while
+        // this one cannot confirm it still drives it (a process paused past its lease).
+        self.io.check_driving(name, fid)?;
         let mut found: Found = HashMap::new();
         if resumed {
             for p in &need {
@@ -183,6 +186,16 @@ impl<Io: FailoverIo> Failover<Io> {
         }
         match self.barrier_producer(name, to_write).await {
             Ok(p) => {
+                // Several instances: an instance that takes this failover over must find the
+                // markers written with it.
+                let fid = self.records.failover_id(name).unwrap_or_default();
+                if let Err(e) = self
+                    .io
+                    .publish_barrier_producer(name, &fid, p.producer)
+                    .await
+                {
+                    return Err(self.fail_partitions(name, to_write, &e));
+                }
                 if !p.unreachable.is_empty() {
                     self.fail_partitions(name, &p.unreachable, &p.why)
                         .ok_if_failed()?;

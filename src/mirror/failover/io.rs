@@ -121,6 +121,8 @@ impl ProducerIdError {
     }
 }
 
+pub use super::super::peers::view::NotDriving;
+
 /// Everything a failover does outside its records: the agent, the brokers, the PSM.
 pub trait FailoverIo: Send + Sync + 'static {
     /// Stop the mirror's built-in agent; ends once its appends in flight are answered.
@@ -202,6 +204,17 @@ pub trait FailoverIo: Send + Sync + 'static {
         &self,
         mirror: &str,
         fid: &str,
+    ) -> impl Future<Output = Result<(), NotDriving>> + Send;
+    /// Whether this instance may write barriers for failover `fid` or hand it over now (it
+    /// holds its lease and no other instance took the failover over). Always for one instance.
+    fn check_driving(&self, mirror: &str, fid: &str) -> Result<(), NotDriving>;
+    /// Tell the other instances the producer id of failover `fid`'s control barriers, before
+    /// any marker is written with it. `Err`: not told (no marker is written).
+    fn publish_barrier_producer(
+        &self,
+        mirror: &str,
+        fid: &str,
+        producer: BarrierProducer,
     ) -> impl Future<Output = Result<(), String>> + Send;
     /// Wait until every other instance alive has fenced and drained its mirror writes for
     /// failover `fid` (or was waited out). `Err`: one is alive and did not, in time.

@@ -37,11 +37,26 @@ pub enum PeerRecord {
     Heartbeat { instance: String, at_ms: i64 },
     /// A failover of `mirror` was started on instance `by` (`failover_id` `None`: the mirror
     /// was started again, mirroring).
+    ///
+    /// `epoch` counts who drives a failover: 1 for the instance it was called on, one more
+    /// for each instance that took it over. Of the records of one failover, only the first
+    /// of each next epoch in the log counts, so when two instances claim it at once the log's
+    /// order decides, the same for every reader.
     Failover {
         mirror: String,
         failover_id: Option<String>,
         by: String,
         at_ms: i64,
+        #[serde(default)]
+        epoch: u32,
+    },
+    /// The producer id of failover `failover_id`'s control barriers, appended before any
+    /// marker is written with it: an instance that takes the failover over finds them.
+    BarrierProducer {
+        mirror: String,
+        failover_id: String,
+        producer: BarrierProducer,
+        by: String,
     },
     /// `instance` fenced and drained its mirror writes for that failover.
     Fenced {
@@ -90,6 +105,18 @@ pub struct ScreenedProducer {
     pub entry: ScreenEntry,
 }
 
+/// Why this instance may not drive a failover's next step (several instances).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotDriving {
+    /// Another instance took the failover over: this one follows it from now on.
+    #[error("failover {failover_id} is driven by instance {by} now (taken over)")]
+    TakenOver { failover_id: String, by: String },
+    /// The state topic cannot confirm that this instance still drives it (no lease, or it
+    /// cannot be written): nothing is written to the partitions until it can.
+    #[error("{0}")]
+    Unconfirmed(String),
+}
+
 /// What another instance's records ask this one to follow.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Follow {
@@ -100,6 +127,20 @@ pub enum Follow {
         mirror: String,
         by: String,
         at_ms: i64,
+    },
+    /// The instance driving failover `failover_id` is gone: this one claims it (epoch
+    /// `epoch`) and, if its claim comes first, drives it from the recorded steps.
+    TakeOver {
+        mirror: String,
+        failover_id: String,
+        from: String,
+        epoch: u32,
+    },
+    /// This instance's claim came first: it drives failover `failover_id` (epoch `epoch`).
+    Drive {
+        mirror: String,
+        failover_id: String,
+        epoch: u32,
     },
 }
 
@@ -115,13 +156,26 @@ impl Follow {
                 s.partitions.len()
             ),
             Follow::Mirroring { mirror, by, at_ms } => format!("mirroring/{mirror}/{by}/{at_ms}"),
+            Follow::TakeOver {
+                mirror,
+                failover_id,
+                epoch,
+                ..
+            } => format!("takeover/{mirror}/{failover_id}/{epoch}"),
+            Follow::Drive {
+                mirror,
+                failover_id,
+                epoch,
+            } => format!("drive/{mirror}/{failover_id}/{epoch}"),
         }
     }
 
     pub fn mirror(&self) -> &str {
         match self {
             Follow::Stopped(s) => &s.mirror,
-            Follow::Mirroring { mirror, .. } => mirror,
+            Follow::Mirroring { mirror, .. }
+            | Follow::TakeOver { mirror, .. }
+            | Follow::Drive { mirror, .. } => mirror,
         }
     }
 }
@@ -136,6 +190,7 @@ impl PeerRecord {
                 mirror, instance, ..
             } => format!("fenced/{mirror}/{instance}"),
             PeerRecord::Stopped(s) => format!("stopped/{}", s.mirror),
+            PeerRecord::BarrierProducer { mirror, .. } => format!("barrier_producer/{mirror}"),
         }
     }
 }
@@ -145,6 +200,7 @@ impl PeerRecord {
 pub struct Announced {
     pub failover_id: String,
     pub by: String,
+    pub epoch: u32,
 }
 
 /// This instance's view.
@@ -160,6 +216,8 @@ pub struct PeerView {
     mirroring: HashMap<String, (String, i64)>,
     /// Mirror → the latest STOPPED partitions of its failover.
     stopped: HashMap<String, std::sync::Arc<Stopped>>,
+    /// Mirror → (failover id, its control barriers' producer).
+    barrier_producers: HashMap<String, (String, BarrierProducer)>,
     /// (mirror, instance) → the failover id it acknowledged.
     fenced: HashMap<(String, String), String>,
     /// Sent-at of the last heartbeat of this instance the state topic acknowledged.
@@ -179,6 +237,7 @@ impl PeerView {
             failovers: BTreeMap::new(),
             mirroring: HashMap::new(),
             stopped: HashMap::new(),
+            barrier_producers: HashMap::new(),
             fenced: HashMap::new(),
             heartbeat_acked: None,
             caught_up: None,
@@ -209,13 +268,33 @@ impl PeerView {
                 failover_id,
                 by,
                 at_ms,
+                epoch,
             } => {
+                if let (Some(fid), Some(Some(cur))) = (&failover_id, self.failovers.get(&mirror)) {
+                    // The same failover again: only the first claim of the next epoch counts.
+                    if cur.failover_id == *fid && epoch != cur.epoch + 1 {
+                        return;
+                    }
+                }
                 match &failover_id {
                     None => self.mirroring.insert(mirror.clone(), (by.clone(), at_ms)),
                     Some(_) => self.mirroring.remove(&mirror),
                 };
-                let a = failover_id.map(|failover_id| Announced { failover_id, by });
+                let a = failover_id.map(|failover_id| Announced {
+                    failover_id,
+                    by,
+                    epoch: epoch.max(1),
+                });
                 self.failovers.insert(mirror, a);
+            }
+            PeerRecord::BarrierProducer {
+                mirror,
+                failover_id,
+                producer,
+                ..
+            } => {
+                self.barrier_producers
+                    .insert(mirror, (failover_id, producer));
             }
             PeerRecord::Stopped(s) => {
                 self.stopped
@@ -332,8 +411,14 @@ impl PeerView {
     /// What this instance must follow of the others' records: the STOPPED partitions of the
     /// failover announced now for a mirror (by another instance), and a mirror another
     /// instance started mirroring again.
-    pub fn to_follow(&self) -> Vec<Follow> {
+    ///
+    /// A failover whose driver is gone (not alive at `now`) is taken over by the instance of
+    /// the lowest id among those alive, this one included, once it holds its lease.
+    pub fn to_follow(&self, now: Instant) -> Vec<Follow> {
         let mut out = Vec::new();
+        let alive: Vec<String> = self.alive(now).into_iter().map(|(i, _)| i).collect();
+        let first = alive.iter().all(|i| *i > self.me);
+        let lease = self.lease_problem(now).is_none();
         for (mirror, a) in &self.failovers {
             match a {
                 Some(a) if a.by != self.me => {
@@ -344,7 +429,20 @@ impl PeerView {
                     {
                         out.push(Follow::Stopped(s.clone()));
                     }
+                    if lease && first && !alive.contains(&a.by) {
+                        out.push(Follow::TakeOver {
+                            mirror: mirror.clone(),
+                            failover_id: a.failover_id.clone(),
+                            from: a.by.clone(),
+                            epoch: a.epoch + 1,
+                        });
+                    }
                 }
+                Some(a) if a.epoch > 1 => out.push(Follow::Drive {
+                    mirror: mirror.clone(),
+                    failover_id: a.failover_id.clone(),
+                    epoch: a.epoch,
+                }),
                 Some(_) => {}
                 None => {
                     if let Some((by, at_ms)) =
@@ -360,6 +458,24 @@ impl PeerView {
             }
         }
         out
+    }
+
+    /// The instance driving `mirror`'s failover now, if one is announced.
+    pub fn driver(&self, mirror: &str) -> Option<&Announced> {
+        self.failovers.get(mirror).and_then(|a| a.as_ref())
+    }
+
+    /// The control barriers' producer of failover `fid` of `mirror`, once announced.
+    pub fn barrier_producer(&self, mirror: &str, fid: &str) -> Option<BarrierProducer> {
+        self.barrier_producers
+            .get(mirror)
+            .filter(|(f, _)| f == fid)
+            .map(|(_, p)| *p)
+    }
+
+    /// When the last read that reached the state topic's end was sent.
+    pub fn caught_up_at(&self) -> Option<Instant> {
+        self.caught_up
     }
 
     /// The STOPPED partitions published for `mirror`'s failover (by any instance).
@@ -389,11 +505,16 @@ mod tests {
     }
 
     fn announce(m: &str, fid: &str, by: &str) -> PeerRecord {
+        claim(m, fid, by, 1)
+    }
+
+    fn claim(m: &str, fid: &str, by: &str, epoch: u32) -> PeerRecord {
         PeerRecord::Failover {
             mirror: m.into(),
             failover_id: Some(fid.into()),
             by: by.into(),
             at_ms: 0,
+            epoch,
         }
     }
 
@@ -468,6 +589,7 @@ mod tests {
                 failover_id: None,
                 by: "a".into(),
                 at_ms: 0,
+                epoch: 0,
             },
             now,
             0,
@@ -548,13 +670,13 @@ mod tests {
         let mut v = PeerView::new("b", T);
         v.apply(stopped("m", "f0", "a"), now, 0);
         v.apply(announce("m", "f1", "a"), now, 0);
-        assert!(v.to_follow().is_empty(), "an older failover's handover");
+        assert!(v.to_follow(now).is_empty(), "an older failover's handover");
         v.apply(stopped("m", "f1", "a"), now, 0);
-        assert!(matches!(&v.to_follow()[..], [Follow::Stopped(s)] if s.failover_id == "f1"));
+        assert!(matches!(&v.to_follow(now)[..], [Follow::Stopped(s)] if s.failover_id == "f1"));
         let mut own = PeerView::new("a", T);
         own.apply(announce("m", "f1", "a"), now, 0);
         own.apply(stopped("m", "f1", "a"), now, 0);
-        assert!(own.to_follow().is_empty(), "its own handover");
+        assert!(own.to_follow(now).is_empty(), "its own handover");
     }
 
     #[test]
@@ -568,10 +690,58 @@ mod tests {
             failover_id: None,
             by: "a".into(),
             at_ms: 5,
+            epoch: 0,
         };
         v.apply(again, now, 0);
-        assert!(matches!(&v.to_follow()[..], [Follow::Mirroring { by, .. }] if by == "a"));
+        assert!(matches!(&v.to_follow(now)[..], [Follow::Mirroring { by, .. }] if by == "a"));
         v.apply(announce("m", "f2", "c"), now, 0);
-        assert!(v.to_follow().is_empty(), "f2 has handed nothing over yet");
+        assert!(
+            v.to_follow(now).is_empty(),
+            "f2 has handed nothing over yet"
+        );
+    }
+
+    #[test]
+    fn of_two_claims_of_a_failovers_next_epoch_the_first_in_the_log_wins() {
+        let now = Instant::now();
+        let mut v = PeerView::new("c", T);
+        v.apply(announce("m", "f1", "a"), now, 0);
+        v.apply(claim("m", "f1", "b", 2), now, 0);
+        v.apply(claim("m", "f1", "c", 2), now, 0);
+        v.apply(announce("m", "f1", "a"), now, 0);
+        let d = v.driver("m").unwrap();
+        assert_eq!((d.by.as_str(), d.epoch), ("b", 2), "{d:?}");
+        v.apply(claim("m", "f1", "c", 3), now, 0);
+        assert_eq!(v.driver("m").unwrap().by, "c");
+    }
+
+    #[test]
+    fn a_failover_whose_driver_is_gone_is_taken_over_by_the_lowest_instance_alive_with_a_lease() {
+        let t0 = Instant::now();
+        let mut b = PeerView::new("b", T);
+        b.apply(hb("a", 0), t0, 0);
+        b.apply(hb("c", 0), t0, 0);
+        b.apply(announce("m", "f1", "a"), t0, 0);
+        b.heartbeat_acked(t0 + T);
+        b.caught_up(t0 + T);
+        let now = t0 + T + MARGIN;
+        assert!(
+            b.to_follow(t0 + T).is_empty(),
+            "a is still alive at the session timeout"
+        );
+        let f = b.to_follow(now);
+        assert!(
+            matches!(&f[..], [Follow::TakeOver { from, epoch: 2, .. }] if from == "a"),
+            "{f:?}"
+        );
+        let mut c = PeerView::new("c", T);
+        c.apply(hb("b", 0), t0 + T, 0);
+        c.apply(announce("m", "f1", "a"), t0, 0);
+        c.heartbeat_acked(now);
+        c.caught_up(now);
+        assert!(c.to_follow(now).is_empty(), "b, alive, comes first");
+        let mut lone = PeerView::new("d", T);
+        lone.apply(announce("m", "f1", "a"), t0, 0);
+        assert!(lone.to_follow(now).is_empty(), "no lease: no takeover");
     }
 }
