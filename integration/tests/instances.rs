@@ -275,6 +275,21 @@ fn every_instance_turns_writable_only_after_the_barrier_of_a_failover_run_throug
     }
     let barrier = reported_barrier(&a.admin(), "adopt", &topic);
     let fid = mirror_json(&a.admin(), "adopt")["failover_id"].clone();
+    let v = instances(&c.admin());
+    assert_eq!(v["failovers"][0]["handed_over"], 1, "{v}");
+    assert_eq!(v["failovers"][0]["epoch"], 1, "{v}");
+    for (gw, here) in [(&a, 1), (&b, 0)] {
+        let series = format!("mirrorgate_failover_driven_here{{mirror=\"adopt\"}} {here}");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let (_, metrics) = admin_call(&gw.admin(), hyper::Method::GET, "/metrics", None);
+            if metrics.lines().any(|l| l == series) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no {series} on {}", gw.admin());
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
     for gw in [&b, &c] {
         assert_eq!(
             reported_barrier(&gw.admin(), "adopt", &topic),

@@ -52,16 +52,38 @@ pub(super) fn start(
         "mirrorgate_instance_lease_held",
         "1 while this instance holds its lease on the state topic (it may admit mirror writes)",
     );
-    let (Ok(alive), Ok(lease)) = (alive, lease) else {
+    let read_age = prometheus::Gauge::new(
+        "mirrorgate_state_topic_read_age_seconds",
+        "Seconds since this instance's last read that reached the state topic's end was sent (its lag behind the state topic)",
+    );
+    let driving = prometheus::IntGaugeVec::new(
+        prometheus::Opts::new(
+            "mirrorgate_failover_driven_here",
+            "1 for each mirror whose announced failover this instance drives, 0 where another instance drives it",
+        ),
+        &["mirror"],
+    );
+    let (Ok(alive), Ok(lease), Ok(read_age), Ok(driving)) = (alive, lease, read_age, driving)
+    else {
         return;
     };
-    let _ = metrics.registry().register(Box::new(alive.clone()));
-    let _ = metrics.registry().register(Box::new(lease.clone()));
+    for g in [
+        Box::new(alive.clone()) as Box<dyn prometheus::core::Collector>,
+        Box::new(lease.clone()),
+        Box::new(read_age.clone()),
+        Box::new(driving.clone()),
+    ] {
+        let _ = metrics.registry().register(g);
+    }
     let mut shutdown = shutdown.clone();
     tokio::spawn(async move {
         loop {
             alive.set(link.others_alive().len() as i64);
             lease.set(i64::from(link.problem().is_none()));
+            read_age.set(link.read_age().map_or(f64::INFINITY, |d| d.as_secs_f64()));
+            for (mirror, here) in link.drivers() {
+                driving.with_label_values(&[&mirror]).set(i64::from(here));
+            }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                 _ = shutdown.changed() => break,

@@ -245,11 +245,6 @@ impl PeerLink {
             })
     }
 
-    /// The STOPPED partitions published for `mirror` (`GET /v1/instances`).
-    pub fn published_stopped(&self, mirror: &str) -> Option<usize> {
-        self.view().stopped(mirror).map(|s| s.partitions.len())
-    }
-
     async fn fence_and_ack(
         &self,
         mirror: &str,
@@ -456,10 +451,26 @@ impl PeerLink {
                 "instance": i, "last_seen_ms_ago": ago.as_millis() as u64,
             })).collect::<Vec<_>>(),
             "failovers": v.failovers().map(|(m, a)| json!({
-                "mirror": m, "failover_id": a.failover_id, "by": a.by,
+                "mirror": m, "failover_id": a.failover_id, "by": a.by, "epoch": a.epoch,
+                "handed_over": v.stopped(m).filter(|s| s.failover_id == a.failover_id).map(|s| s.partitions.len()),
                 "fenced": v.acknowledged(m, &a.failover_id),
             })).collect::<Vec<_>>(),
         })
+    }
+
+    /// How long ago the last read that reached the state topic's end was sent.
+    pub fn read_age(&self) -> Option<Duration> {
+        self.view()
+            .caught_up_at()
+            .map(|t| Instant::now().saturating_duration_since(t))
+    }
+
+    /// Every mirror with a failover announced, and whether this instance drives it.
+    pub fn drivers(&self) -> Vec<(String, bool)> {
+        let v = self.view();
+        v.failovers()
+            .map(|(m, a)| (m.clone(), a.by == v.me()))
+            .collect()
     }
 
     /// Other instances alive now (instance, ms since seen).
