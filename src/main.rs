@@ -122,6 +122,10 @@ enum StateAction {
         /// Configuration file (YAML).
         #[arg(long, short)]
         config: PathBuf,
+        /// With `instances`: keep trying to create the state topic for this long while the
+        /// destination cluster cannot be reached (e.g. it is still starting); 0 tries once.
+        #[arg(long, default_value_t = 0, value_name = "SECONDS")]
+        wait_seconds: u64,
     },
     /// Say whether the state directory can be used; exit 1 (with the reason) when it cannot.
     Check {
@@ -193,21 +197,25 @@ fn main() -> ExitCode {
             runtime().block_on(run(cfg, None))
         }
         Command::State { action } => {
-            let (StateAction::Init { config } | StateAction::Check { config }) = &action;
+            let (StateAction::Init { config, .. } | StateAction::Check { config }) = &action;
             let cfg = match load(config) {
                 Ok(c) => c,
                 Err(code) => return code,
             };
             let dir = cfg.state_dir.display();
             let result = match action {
-                StateAction::Init { .. } => mirrorgate::state::StateStore::init(&cfg.state_dir)
-                    .map_err(|e| e.to_string())
-                    .and_then(|_| {
-                        let topic =
-                            runtime().block_on(mirrorgate::app::peers::init_state_topic(&cfg))?;
-                        Ok(format!("state directory {dir} is initialised")
-                            + &topic.map(|t| format!("\n{t}")).unwrap_or_default())
-                    }),
+                StateAction::Init { wait_seconds, .. } => {
+                    mirrorgate::state::StateStore::init(&cfg.state_dir)
+                        .map_err(|e| e.to_string())
+                        .and_then(|_| {
+                            let topic = runtime().block_on(init_state_topic_within(
+                                &cfg,
+                                std::time::Duration::from_secs(wait_seconds),
+                            ))?;
+                            Ok(format!("state directory {dir} is initialised")
+                                + &topic.map(|t| format!("\n{t}")).unwrap_or_default())
+                        })
+                }
                 StateAction::Check { .. } => mirrorgate::state::StateStore::open(&cfg.state_dir)
                     .and_then(|s| s.check())
                     .map_err(|e| e.to_string())
@@ -513,5 +521,23 @@ async fn status(admin: &str) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(3)
+    }
+}
+
+/// `state init`'s state topic, tried again every second for up to `wait` while it fails.
+async fn init_state_topic_within(
+    cfg: &mirrorgate::config::Config,
+    wait: std::time::Duration,
+) -> Result<Option<String>, String> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        match mirrorgate::app::peers::init_state_topic(cfg).await {
+            Ok(done) => return Ok(done),
+            Err(e) if std::time::Instant::now() < deadline => {
+                eprintln!("state topic not created yet ({e}); trying again");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+            Err(e) => return Err(e),
+        }
     }
 }

@@ -335,3 +335,35 @@ fn json_logging_writes_one_json_object_per_line_with_a_startup_summary() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// `state init --wait-seconds N` with `instances`: while the destination cannot be reached it
+/// keeps trying for N seconds, says so, then fails naming the reason (the state directory is
+/// initialised either way).
+#[test]
+fn state_init_waits_for_an_unreachable_destination_then_fails_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("gw.yaml");
+    let state = dir.path().join("state");
+    std::fs::write(
+        &file,
+        format!(
+            "destination:\n  bootstrap: [\"127.0.0.1:1\"]\n  connect_timeout_ms: 200\nlisteners:\n  client: {{ port_base: 9092 }}\n\
+             admin:\n  bind: 127.0.0.1:9180\nstate_dir: {}\ninstances:\n  id: gw-a\n",
+            state.display()
+        ),
+    )
+    .expect("write");
+    let started = Instant::now();
+    let out = mirrorgate()
+        .args(["state", "init", "--wait-seconds", "2", "--config"])
+        .arg(&file)
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(started.elapsed() >= Duration::from_secs(2), "{err}");
+    assert!(err.contains("trying again"), "{err}");
+    assert!(
+        state.join("identity").exists() || state.read_dir().is_ok_and(|mut d| d.next().is_some())
+    );
+}

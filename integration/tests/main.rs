@@ -13,6 +13,7 @@ mod groups;
 mod guard_clients;
 mod gw;
 mod harness;
+mod helm;
 mod instances;
 mod mm2;
 mod observability;

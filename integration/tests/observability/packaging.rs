@@ -160,6 +160,77 @@ fn admin_port(cfg: &mirrorgate::config::Config) -> u16 {
         .port()
 }
 
+/// The second gateway instance of the compose stack (`mirrorgate-b`) agrees with the first
+/// (`first`): the same destination, mirrors and state topic, its own instance id, no built-in
+/// agent, and exactly its own listener ranges and admin port published. Returns its config.
+fn second_instance(
+    services: &Yaml,
+    first: &mirrorgate::config::Config,
+) -> mirrorgate::config::Config {
+    let b = &services["mirrorgate-b"];
+    assert!(b.is_mapping(), "service mirrorgate-b missing");
+    let command: Vec<String> = yseq(&b["command"], "mirrorgate-b.command")
+        .iter()
+        .map(|v| ystr(v, "command").to_string())
+        .collect();
+    let target = command
+        .iter()
+        .position(|a| a == "--config")
+        .and_then(|i| command.get(i + 1))
+        .expect("mirrorgate-b --config FILE")
+        .clone();
+    let mounts = bind_mounts(b, "mirrorgate-b");
+    let src = mounts.get(&target).expect("mirrorgate-b config mounted");
+    let cfg =
+        mirrorgate::config::load_file(&repo().join(src)).unwrap_or_else(|e| panic!("{src}: {e}"));
+    assert_eq!(cfg.destination.bootstrap, first.destination.bootstrap);
+    let (ia, ib) = (
+        first.instances.as_ref().expect("gw-a has instances"),
+        cfg.instances.as_ref().expect("gw-b has instances"),
+    );
+    assert_eq!(ia.state_topic, ib.state_topic, "one state topic");
+    assert_ne!(ia.id, ib.id, "two instance ids");
+    let mirrors = |c: &mirrorgate::config::Config| -> Vec<(String, Vec<String>)> {
+        c.mirrors
+            .iter()
+            .map(|m| (m.name.clone(), m.topics.clone()))
+            .collect()
+    };
+    assert_eq!(mirrors(&cfg), mirrors(first), "the same mirrors");
+    assert!(
+        cfg.mirrors.iter().all(|m| m.source.is_none()),
+        "the agent runs on gw-a only"
+    );
+    let mut published = BTreeSet::new();
+    for p in yseq(&b["ports"], "mirrorgate-b.ports") {
+        let (ip, host, cont) = parse_ports(ystr(p, "port"));
+        assert_eq!(ip, "127.0.0.1");
+        assert_eq!(host, cont);
+        published.extend(host);
+    }
+    let mut expected: BTreeSet<u16> = BTreeSet::new();
+    for l in [Some(&cfg.listeners.client), cfg.listeners.mirror.as_ref()]
+        .into_iter()
+        .flatten()
+    {
+        expected.extend((0..l.max_brokers).map(|i| l.port_base + i));
+        assert_eq!(l.advertised(), "127.0.0.1");
+    }
+    expected.insert(admin_port(&cfg));
+    assert_eq!(published, expected, "mirrorgate-b published ports vs {src}");
+    let state = cfg.state_dir.to_string_lossy().to_string();
+    assert!(named_volumes(b, "mirrorgate-b").contains_key(&state));
+    let hc: Vec<String> = yseq(&b["healthcheck"]["test"], "healthcheck.test")
+        .iter()
+        .map(|v| ystr(v, "test").to_string())
+        .collect();
+    assert!(
+        hc.contains(&format!("127.0.0.1:{}", admin_port(&cfg))),
+        "{hc:?}"
+    );
+    cfg
+}
+
 #[test]
 fn compose_stack_agrees_with_config_dockerfile_and_provisioning() {
     let compose = yaml("docker-compose.yml");
@@ -517,8 +588,14 @@ fn compose_stack_agrees_with_config_dockerfile_and_provisioning() {
             .iter()
             .map(|t| ystr(t, "target"))
             .collect::<Vec<_>>(),
-        vec![format!("mirrorgate:{}", admin_port(&ccfg))],
-        "compose Prometheus scrapes the mirrorgate service's admin port"
+        vec![
+            format!("mirrorgate:{}", admin_port(&ccfg)),
+            format!(
+                "mirrorgate-b:{}",
+                admin_port(&second_instance(services, &ccfg))
+            ),
+        ],
+        "compose Prometheus scrapes both gateway instances' admin ports"
     );
     // Identical to config/prometheus.yml apart from the targets, which there are the local
     // default's admin address.
