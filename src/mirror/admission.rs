@@ -21,13 +21,17 @@ use crate::cluster::ClusterView;
 use crate::config::TopicRouter;
 use crate::metrics::ListenerKind;
 
-use super::peers::PeerLink;
+use super::peers::{PeerLink, PeerRefusal};
 use super::screening::{now_ms, ScreenError};
 use super::state::{MirrorRecord, PartitionState};
 
 /// Error code the gateway answers for a produce it refuses (POLICY_VIOLATION: not retriable, and
 /// clients surface the message).
 pub const REJECT_ERROR_CODE: i16 = 44;
+
+/// Error code for a refusal that passes by itself (NOT_ENOUGH_REPLICAS: retriable; an
+/// idempotent producer retries with the same sequence numbers).
+pub const RETRY_LATER_ERROR_CODE: i16 = 19;
 
 /// A refused partition of a produce request.
 #[derive(Debug, Clone)]
@@ -353,10 +357,18 @@ impl Admission {
                 guard.answered();
                 if let Some(why) = peer_refusal {
                     self.rejected.with_label_values(&["peer_fenced"]).inc();
+                    // Without a lease the refusal passes (a restart, a pause): answered with a
+                    // retriable error, so producers (MirrorMaker 2 among them) retry instead of
+                    // failing; a failover elsewhere is lasting.
+                    let error_code = match why {
+                        PeerRefusal::NoLease(_) => RETRY_LATER_ERROR_CODE,
+                        PeerRefusal::FailedOver(_) => REJECT_ERROR_CODE,
+                    };
                     Err(Refusal {
-                        error_code: REJECT_ERROR_CODE,
+                        error_code,
                         message: format!(
-                            "mirrorgate: mirror produce to {topic}-{partition} is fenced: {why}"
+                            "mirrorgate: mirror produce to {topic}-{partition} is fenced: {}",
+                            why.message()
                         ),
                         reason: "peer_fenced",
                     })

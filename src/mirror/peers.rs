@@ -41,6 +41,24 @@ use super::state::BarrierProducer;
 /// its mirror writes in flight answered. `Err`: not drained yet (retried).
 pub type FenceHook = Arc<dyn Fn(String) -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
 
+/// Why the peers refuse a mirror write here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeerRefusal {
+    /// Passing: this instance has not confirmed its view of the state topic lately (it just
+    /// started, was paused, or cannot reach the topic); a retry may be admitted.
+    NoLease(String),
+    /// Lasting: another instance failed the mirror over.
+    FailedOver(String),
+}
+
+impl PeerRefusal {
+    pub fn message(&self) -> &str {
+        match self {
+            PeerRefusal::NoLease(m) | PeerRefusal::FailedOver(m) => m,
+        }
+    }
+}
+
 /// Follows another instance's record here ([`Follow`]): `Ok(true)` once done, `Ok(false)` or
 /// `Err` while not yet (retried after [`FOLLOW_RETRY`]).
 pub type FollowHook = Arc<dyn Fn(Follow) -> BoxFuture<'static, Result<bool, String>> + Send + Sync>;
@@ -264,19 +282,19 @@ impl PeerLink {
     }
 
     /// Why a mirror write of `mirror` is refused here (`None`: admitted as far as the peers go).
-    pub fn mirror_write_refusal(&self, mirror: &str) -> Option<String> {
+    pub fn mirror_write_refusal(&self, mirror: &str) -> Option<PeerRefusal> {
         let v = self.view();
         if let Some(p) = v.lease_problem(Instant::now()) {
-            return Some(format!(
+            return Some(PeerRefusal::NoLease(format!(
                 "this instance holds no lease on the state topic {} ({p}); mirror writes wait until it has read it again",
                 self.topic
-            ));
+            )));
         }
         v.fenced_by_peer(mirror).map(|a| {
-            format!(
+            PeerRefusal::FailedOver(format!(
                 "mirror {mirror} is failed over through instance {} (failover {})",
                 a.by, a.failover_id
-            )
+            ))
         })
     }
 
@@ -538,14 +556,16 @@ mod tests {
         let t = Arc::new(Topic::default());
         let a = PeerLink::new("a", "st", Duration::from_secs(10), t.clone());
         let b = PeerLink::new("b", "st", Duration::from_secs(10), t.clone());
-        assert!(b.mirror_write_refusal("m").unwrap().contains("no lease"));
+        assert!(
+            matches!(b.mirror_write_refusal("m"), Some(PeerRefusal::NoLease(m)) if m.contains("no lease"))
+        );
         let (mut na, mut nb) = (0, 0);
         step(&a, &mut na).await;
         step(&b, &mut nb).await;
         assert_eq!(b.mirror_write_refusal("m"), None);
         a.announce("m", "f1").await.unwrap();
         step(&b, &mut nb).await;
-        let why = b.mirror_write_refusal("m").unwrap();
+        let why = b.mirror_write_refusal("m").unwrap().message().to_string();
         assert!(why.contains("through instance a"), "{why}");
         assert_eq!(
             a.mirror_write_refusal("m"),

@@ -73,28 +73,39 @@ pub fn run(topics: usize, partitions: i32, instances: usize) -> Result<serde_jso
         .build()
         .map_err(|e| e.to_string())?;
     let total = topics as i64 * i64::from(partitions);
-    let seconds = rt.block_on(one_failover(&destination, topics, partitions, instances))?;
+    let (seconds, everywhere) =
+        rt.block_on(one_failover(&destination, topics, partitions, instances))?;
     if instances <= 1 {
         return Ok(
             json!({ "bench": "failover", "instances": 1, "partitions": total,
                           "seconds": seconds, "topics": topics }),
         );
     }
-    let single = rt.block_on(one_failover(&destination, topics, partitions, 1))?;
+    let (single, _) = rt.block_on(one_failover(&destination, topics, partitions, 1))?;
+    let takeover = rt.block_on(crate::takeover::run(
+        &destination,
+        topics,
+        partitions,
+        instances,
+    ))?;
     Ok(json!({
         "bench": "failover", "instances": instances, "partitions": total, "seconds": seconds,
+        "all_instances_stopped_seconds": everywhere,
         "single_instance_seconds": single, "ratio_to_single_instance": seconds / single,
+        "takeover_seconds": takeover.seconds,
+        "takeover_session_timeout_seconds": takeover.session_timeout_s,
         "topics": topics,
     }))
 }
 
-/// Seconds from the failover call on the first instance to every partition STOPPED there.
+/// Seconds from the failover call on the first instance to every partition STOPPED there, and
+/// to every partition STOPPED on every instance (each adopts the first one's handover).
 async fn one_failover(
     destination: &[String],
     topics: usize,
     partitions: i32,
     instances: usize,
-) -> Result<f64, String> {
+) -> Result<(f64, f64), String> {
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis())
@@ -159,8 +170,79 @@ async fn one_failover(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // Mirrored data of 3 producers in every partition, through the mirror listener.
-    let mirror_ports: Vec<u16> = (1..=2).map(|n| base + 10 + n as u16 - 1).collect();
-    let info: Vec<(String, Vec<i32>)> = names
+    let mirror_ports = [base + 10, base + 11];
+    write_mirrored(&topic_leaders(gw, &names), mirror_ports).await?;
+    let started = Instant::now();
+    let (s, body) = admin(
+        &admin_addr,
+        hyper::Method::POST,
+        "/v1/mirrors/bench/failover",
+    )
+    .await?;
+    if s != 202 {
+        return Err(format!("failover call answered {s}: {body}"));
+    }
+    loop {
+        let (_, m) = admin(&admin_addr, hyper::Method::GET, "/v1/mirrors/bench").await?;
+        if m["states"]["STOPPED"].as_i64() == Some(total) {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(300) {
+            return Err(format!("failover did not complete: {m}"));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    wait_stopped(&admins, total, started).await?;
+    let everywhere = started.elapsed().as_secs_f64();
+    if instances > 1 {
+        // Every other instance fenced before the barrier (else the failover could not end).
+        let (_, peers) = admin(&admin_addr, hyper::Method::GET, "/v1/instances").await?;
+        let fenced = peers["failovers"][0]["fenced"]
+            .as_array()
+            .map(Vec::len)
+            .unwrap_or(0);
+        if fenced + 1 != instances {
+            return Err(format!("not every instance fenced: {peers}"));
+        }
+    }
+    for g in &gws {
+        g.shutdown().await;
+    }
+    for s in &states {
+        let _ = std::fs::remove_dir_all(s);
+    }
+    Ok((seconds, everywhere))
+}
+
+/// Wait until mirror `bench` has `total` partitions STOPPED on every gateway of `admins` (300 s
+/// after `started` at most).
+pub(crate) async fn wait_stopped(
+    admins: &[String],
+    total: i64,
+    started: Instant,
+) -> Result<(), String> {
+    for a in admins {
+        loop {
+            let (_, m) = admin(a, hyper::Method::GET, "/v1/mirrors/bench").await?;
+            if m["states"]["STOPPED"].as_i64() == Some(total) {
+                break;
+            }
+            if started.elapsed() > Duration::from_secs(300) {
+                return Err(format!("failover did not complete on {a}: {m}"));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    Ok(())
+}
+
+/// The leaders of every partition of `names`, as the gateway `gw` knows them.
+pub(crate) fn topic_leaders(
+    gw: &mirrorgate::app::Gateway,
+    names: &[String],
+) -> Vec<(String, Vec<i32>)> {
+    names
         .iter()
         .map(|n| {
             (
@@ -168,7 +250,15 @@ async fn one_failover(
                 gw.cluster.topic(n).map(|t| t.leaders).unwrap_or_default(),
             )
         })
-        .collect();
+        .collect()
+}
+
+/// Mirrored batches of 3 producers (2 each) into every partition of `info`, through the mirror
+/// listener ports of nodes 1 and 2.
+pub(crate) async fn write_mirrored(
+    info: &[(String, Vec<i32>)],
+    mirror_ports: [u16; 2],
+) -> Result<(), String> {
     for (node, port) in [(1, mirror_ports[0]), (2, mirror_ports[1])] {
         let mut c = KafkaClient::connect(&format!("127.0.0.1:{port}"), Duration::from_secs(10))
             .await
@@ -176,7 +266,7 @@ async fn one_failover(
         for seq in 0..2 {
             for pid in 0..3i64 {
                 let mut data = Vec::new();
-                for (t, leaders) in &info {
+                for (t, leaders) in info {
                     let parts: Vec<PartitionProduceData> = leaders
                         .iter()
                         .enumerate()
@@ -216,43 +306,5 @@ async fn one_failover(
             }
         }
     }
-    let started = Instant::now();
-    let (s, body) = admin(
-        &admin_addr,
-        hyper::Method::POST,
-        "/v1/mirrors/bench/failover",
-    )
-    .await?;
-    if s != 202 {
-        return Err(format!("failover call answered {s}: {body}"));
-    }
-    loop {
-        let (_, m) = admin(&admin_addr, hyper::Method::GET, "/v1/mirrors/bench").await?;
-        if m["states"]["STOPPED"].as_i64() == Some(total) {
-            break;
-        }
-        if started.elapsed() > Duration::from_secs(300) {
-            return Err(format!("failover did not complete: {m}"));
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    if instances > 1 {
-        // Every other instance fenced before the barrier (else the failover could not end).
-        let (_, peers) = admin(&admin_addr, hyper::Method::GET, "/v1/instances").await?;
-        let fenced = peers["failovers"][0]["fenced"]
-            .as_array()
-            .map(Vec::len)
-            .unwrap_or(0);
-        if fenced + 1 != instances {
-            return Err(format!("not every instance fenced: {peers}"));
-        }
-    }
-    for g in &gws {
-        g.shutdown().await;
-    }
-    for s in &states {
-        let _ = std::fs::remove_dir_all(s);
-    }
-    Ok(seconds)
+    Ok(())
 }

@@ -32,6 +32,7 @@ mod proxy;
 mod proxy_report;
 mod psm;
 mod relay;
+mod takeover;
 mod topics;
 
 #[derive(Parser)]
