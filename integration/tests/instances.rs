@@ -152,6 +152,20 @@ fn write_mirror_batches(
     })
 }
 
+/// Three gateways in this process, instances a, b and c of mirror `name` over a new
+/// one-partition topic, each seeing the other two alive.
+fn three_in_process(name: &str) -> (String, [TestGateway; 3]) {
+    let topic = mirror_topic(&format!("peers-{name}"));
+    let state_topic = harness::unique_topic(&format!("peers-{name}-state"));
+    let cfg = |id: &str| instance_config(name, &topic, id, &state_topic);
+    init_state_topic(&cfg("a"));
+    let gws = ["a", "b", "c"].map(|id| TestGateway::start(cfg(id)));
+    for gw in &gws {
+        wait_others_alive(&gw.admin(), 2);
+    }
+    (topic, gws)
+}
+
 /// The review's F2: a failover through instance A while an external mirroring tool writes
 /// through instance B. B fences its mirror writes when it reads A's announcement, drains them
 /// and acknowledges; A writes its barrier only then: every acknowledged mirror write lies
@@ -159,16 +173,7 @@ fn write_mirror_batches(
 /// read-only for local producers and names A.
 #[test]
 fn a_failover_through_one_instance_fences_every_others_mirror_writes_before_its_barrier() {
-    let topic = mirror_topic("peers-f2");
-    let state_topic = harness::unique_topic("peers-f2-state");
-    let cfg = |id: &str| instance_config("f2", &topic, id, &state_topic);
-    init_state_topic(&cfg("a"));
-    let a = TestGateway::start(cfg("a"));
-    let b = TestGateway::start(cfg("b"));
-    let c = TestGateway::start(cfg("c"));
-    for gw in [&a, &b, &c] {
-        wait_others_alive(&gw.admin(), 2);
-    }
+    let (topic, [a, b, c]) = three_in_process("f2");
     let stop = Arc::new(AtomicBool::new(false));
     let pid = 7_300_000 + (std::process::id() as i64 % 1000) * 10;
     let writer = write_mirror_batches(b.mirror_bootstrap(), topic.clone(), pid, stop.clone());
@@ -213,30 +218,9 @@ fn a_failover_through_one_instance_fences_every_others_mirror_writes_before_its_
     assert!(offset > barrier);
 }
 
-/// Wait (60 s at most) until every partition of `mirror` is STOPPED on the gateway at `admin`.
+/// Every partition of `mirror` STOPPED on the gateway at `admin` (60 s at most).
 fn wait_stopped_on(admin: &str, mirror: &str) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let m = mirror_json(admin, mirror);
-        if m["partitions"].as_u64().is_some_and(|n| n > 0)
-            && m["states"]["STOPPED"] == m["partitions"]
-        {
-            return m;
-        }
-        if Instant::now() >= deadline {
-            let (_, parts) = admin_call(
-                admin,
-                hyper::Method::GET,
-                &format!("/v1/mirrors/{mirror}/partitions"),
-                None,
-            );
-            panic!(
-                "mirror {mirror} not STOPPED on {admin}: {m}\npartitions: {parts}\n{}",
-                instances(admin)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    crate::failover::wait_stopped(admin, mirror)
 }
 
 /// A failover through A: B and C follow it from the state topic. Each keeps the topic
@@ -246,16 +230,7 @@ fn wait_stopped_on(admin: &str, mirror: &str) -> serde_json::Value {
 /// in the log exactly once, after the one barrier.
 #[test]
 fn every_instance_turns_writable_only_after_the_barrier_of_a_failover_run_through_another() {
-    let topic = mirror_topic("peers-adopt");
-    let state_topic = harness::unique_topic("peers-adopt-state");
-    let cfg = |id: &str| instance_config("adopt", &topic, id, &state_topic);
-    init_state_topic(&cfg("a"));
-    let a = TestGateway::start(cfg("a"));
-    let b = TestGateway::start(cfg("b"));
-    let c = TestGateway::start(cfg("c"));
-    for gw in [&a, &b, &c] {
-        wait_others_alive(&gw.admin(), 2);
-    }
+    let (topic, [a, b, c]) = three_in_process("adopt");
     let pid = 7_600_000 + (std::process::id() as i64 % 1000) * 10;
     let mut mirror = RawConn::connect(&b.mirror_bootstrap());
     for seq in 0..3 {
@@ -611,6 +586,23 @@ fn rolling_restart(gws: &mut [ProcessGateway]) {
     std::thread::sleep(Duration::from_secs(2));
 }
 
+/// A rolling restart of `gws` while the steady librdkafka producer writes to `topic` through
+/// `bootstrap`: what it was acknowledged (it must have had no failed send).
+fn restart_all_under_load(
+    gws: &mut [ProcessGateway],
+    bootstrap: String,
+    topic: &str,
+) -> Vec<(String, i64)> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = steady_librdkafka_producer(bootstrap, topic.to_string(), stop.clone());
+    rolling_restart(gws);
+    stop.store(true, Ordering::SeqCst);
+    let (acked, errors) = producer.join().expect("producer");
+    assert!(errors.is_empty(), "sends failed: {errors:?}");
+    assert!(acked.len() > 50, "{} records acknowledged", acked.len());
+    acked
+}
+
 /// Every record `acked` is in the log of `topic`-0 at its offset, with its value, and no value
 /// is there twice.
 fn assert_each_acked_record_once(topic: &str, acked: &[(String, i64)]) {
@@ -665,13 +657,7 @@ fn a_rolling_restart_of_every_instance_during_mirroring_loses_no_acknowledged_mi
         .map(|g| g.mirror_bootstrap())
         .collect::<Vec<_>>()
         .join(",");
-    let stop = Arc::new(AtomicBool::new(false));
-    let producer = steady_librdkafka_producer(bootstrap, topic.clone(), stop.clone());
-    rolling_restart(&mut gws);
-    stop.store(true, Ordering::SeqCst);
-    let (acked, errors) = producer.join().expect("producer");
-    assert!(errors.is_empty(), "sends failed: {errors:?}");
-    assert!(acked.len() > 50, "{} records acknowledged", acked.len());
+    let acked = restart_all_under_load(&mut gws, bootstrap, &topic);
     assert_each_acked_record_once(&topic, &acked);
 }
 
@@ -691,13 +677,7 @@ fn a_rolling_restart_of_every_instance_after_a_failover_loses_no_acknowledged_lo
         .map(|g| g.bootstrap())
         .collect::<Vec<_>>()
         .join(",");
-    let stop = Arc::new(AtomicBool::new(false));
-    let producer = steady_librdkafka_producer(bootstrap, topic.clone(), stop.clone());
-    rolling_restart(&mut gws);
-    stop.store(true, Ordering::SeqCst);
-    let (acked, errors) = producer.join().expect("producer");
-    assert!(errors.is_empty(), "sends failed: {errors:?}");
-    assert!(acked.len() > 50, "{} records acknowledged", acked.len());
+    let acked = restart_all_under_load(&mut gws, bootstrap, &topic);
     assert!(acked.iter().all(|(_, o)| *o > barrier));
     assert_each_acked_record_once(&topic, &acked);
 }

@@ -245,7 +245,15 @@ pub fn wait_stopped(admin: &str, name: &str) -> serde_json::Value {
         {
             return m;
         }
-        assert!(Instant::now() < deadline, "mirror {name} not STOPPED: {m}");
+        if Instant::now() >= deadline {
+            let (_, parts) = admin_call(
+                admin,
+                Method::GET,
+                &format!("/v1/mirrors/{name}/partitions"),
+                None,
+            );
+            panic!("mirror {name} not STOPPED on {admin}: {m}\npartitions: {parts}");
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
 }
