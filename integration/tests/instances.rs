@@ -519,6 +519,66 @@ fn a_failover_whose_driver_dies_before_handing_it_over_is_taken_over_and_handed_
     the_driver_killed_after("psm_cleared");
 }
 
+/// A failback on the instance that ran the failover (`POST start`: its built-in agent mirrors
+/// again): the other instance follows it from the state topic — its partition goes MIRRORING
+/// again, read-only for local writes, and it no longer fences the mirror's writes.
+#[test]
+fn a_failback_on_the_instance_that_failed_over_makes_the_mirror_read_only_again_on_every_instance()
+{
+    let source = harness::cluster("source");
+    let topic = mirror_topic("peers-back");
+    harness::create_topic(&source, &topic, 1, None);
+    let state_topic = harness::unique_topic("peers-back-state");
+    let mut with_agent = instance_config("back", &topic, "a", &state_topic);
+    with_agent.mirrors[0].source = Some(mirrorgate::config::ClusterConfig {
+        bootstrap: vec![source.clone()],
+        connect_timeout_ms: 3000,
+        metadata_refresh_ms: 30_000,
+        tls: None,
+        sasl: None,
+    });
+    init_state_topic(&with_agent);
+    let a = TestGateway::start(with_agent);
+    let b = TestGateway::start(instance_config("back", &topic, "b", &state_topic));
+    wait_others_alive(&a.admin(), 1);
+    wait_others_alive(&b.admin(), 1);
+    failover(&a.admin(), "back");
+    wait_stopped_on(&a.admin(), "back");
+    wait_stopped_on(&b.admin(), "back");
+    let (status, body) = admin_call(
+        &a.admin(),
+        hyper::Method::POST,
+        "/v1/mirrors/back/start",
+        None,
+    );
+    assert_eq!(status, 202, "{body}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let m = mirror_json(&b.admin(), "back");
+        if m["states"]["MIRRORING"] == 1 {
+            assert!(m["failover_id"].is_null(), "{m}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "b did not follow the failback: {m}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (code, _, msg) =
+        RawConn::connect(&b.bootstrap()).produce_msg(&topic, 0, batch(-1, -1, -1, 1, "local"));
+    assert_ne!(
+        code, 0,
+        "a local write through b after the failback was accepted"
+    );
+    assert!(msg.contains("read-only"), "{msg}");
+    let v = instances(&b.admin());
+    assert!(
+        v["failovers"].as_array().is_some_and(|f| f.is_empty()),
+        "b still fences the mirror: {v}"
+    );
+}
+
 /// The (value, offset) of each acknowledged record, and each delivery error.
 type Sends = (Vec<(String, i64)>, Vec<String>);
 
