@@ -218,11 +218,6 @@ fn a_failover_through_one_instance_fences_every_others_mirror_writes_before_its_
     assert!(offset > barrier);
 }
 
-/// Every partition of `mirror` STOPPED on the gateway at `admin` (60 s at most).
-fn wait_stopped_on(admin: &str, mirror: &str) -> serde_json::Value {
-    crate::failover::wait_stopped(admin, mirror)
-}
-
 /// A failover through A: B and C follow it from the state topic. Each keeps the topic
 /// read-only until it has read A's handover, then records A's barrier (writing none), screens
 /// the producer ids A screened — C saw no mirrored traffic, yet screens the id mirrored through
@@ -246,7 +241,7 @@ fn every_instance_turns_writable_only_after_the_barrier_of_a_failover_run_throug
     failover(&a.admin(), "adopt");
     let admins = [a.admin(), b.admin(), c.admin()];
     for admin in &admins {
-        wait_stopped_on(admin, "adopt");
+        crate::failover::wait_stopped(admin, "adopt");
     }
     let barrier = reported_barrier(&a.admin(), "adopt", &topic);
     let fid = mirror_json(&a.admin(), "adopt")["failover_id"].clone();
@@ -363,7 +358,7 @@ fn an_instance_paused_past_its_session_timeout_resumes_fenced_and_admits_no_mirr
     assert!(msg.contains("failed over through instance a"), "{msg}");
     assert!(data_after(&topic, barrier).is_empty());
     // It catches up: STOPPED at a's barrier, then it takes local writes, after the barrier.
-    let m = wait_stopped_on(&b.admin(), "zombie");
+    let m = crate::failover::wait_stopped(&b.admin(), "zombie");
     assert_eq!(
         reported_barrier(&b.admin(), "zombie", &topic),
         barrier,
@@ -461,7 +456,7 @@ fn the_driver_killed_after(point: &str) {
         failover(&b.admin(), &mirror);
     }
     for admin in [b.admin(), c.admin()] {
-        wait_stopped_on(&admin, &mirror);
+        crate::failover::wait_stopped(&admin, &mirror);
     }
     let took = started.elapsed();
     let barrier = reported_barrier(&b.admin(), &mirror, &topic);
@@ -543,8 +538,8 @@ fn a_failback_on_the_instance_that_failed_over_makes_the_mirror_read_only_again_
     wait_others_alive(&a.admin(), 1);
     wait_others_alive(&b.admin(), 1);
     failover(&a.admin(), "back");
-    wait_stopped_on(&a.admin(), "back");
-    wait_stopped_on(&b.admin(), "back");
+    crate::failover::wait_stopped(&a.admin(), "back");
+    crate::failover::wait_stopped(&b.admin(), "back");
     let (status, body) = admin_call(
         &a.admin(),
         hyper::Method::POST,
@@ -729,7 +724,7 @@ fn a_rolling_restart_of_every_instance_after_a_failover_loses_no_acknowledged_lo
     let (topic, mut gws) = three_processes("roll-local");
     failover(&gws[0].admin(), "roll-local");
     for gw in &gws {
-        wait_stopped_on(&gw.admin(), "roll-local");
+        crate::failover::wait_stopped(&gw.admin(), "roll-local");
     }
     let barrier = reported_barrier(&gws[0].admin(), "roll-local", &topic);
     let bootstrap = gws
