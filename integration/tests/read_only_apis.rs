@@ -446,7 +446,10 @@ fn altering_a_mirroring_topics_config_is_refused() {
 
 /// FindCoordinator (transaction) and InitProducerId through the gateway; returns the client
 /// connected to the coordinator, the producer id and epoch.
-async fn transactional_producer(gw: &TestGateway, txn_id: &str) -> (KafkaClient, i64, i16) {
+pub(crate) async fn transactional_producer(
+    gw: &TestGateway,
+    txn_id: &str,
+) -> (KafkaClient, i64, i16) {
     let deadline = Instant::now() + Duration::from_secs(60);
     let node = loop {
         let mut c = KafkaClient::connect(&gw.bootstrap(), T)

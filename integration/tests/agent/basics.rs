@@ -103,9 +103,7 @@ fn a_librdkafka_transaction_after_plain_records_is_mirrored_with_its_marker() {
         )
         .create()
         .expect("transactional producer");
-    producer
-        .init_transactions(Duration::from_secs(30))
-        .expect("init transactions");
+    harness::init_transactions(&producer);
     producer.begin_transaction().expect("begin");
     producer
         .send(BaseRecord::to(&topic).key("txn").payload("txn"))

@@ -823,3 +823,19 @@ impl Drop for StoppedNode {
         }
     }
 }
+
+/// `init_transactions` on `producer`, calling it again while librdkafka says the error is
+/// retriable (a transaction coordinator still loading its partitions on a busy machine answers
+/// so), for up to 90 s; panics with the last error after that or on any other error.
+pub fn init_transactions<C: ProducerContext>(producer: &impl Producer<C>) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        match producer.init_transactions(Duration::from_secs(30)) {
+            Ok(()) => return,
+            Err(KafkaError::Transaction(e)) if e.is_retriable() && Instant::now() < deadline => {
+                eprintln!("init transactions: {e}; calling it again");
+            }
+            Err(e) => panic!("init transactions: {e}"),
+        }
+    }
+}

@@ -72,7 +72,7 @@ fn transactions_ended_by_markers_the_gateway_never_sees_are_closed_in_its_produc
         .create()
         .expect("transactional producer");
     let t = std::time::Duration::from_secs(30);
-    producer.init_transactions(t).expect("init transactions");
+    harness::init_transactions(&producer);
     for commit in [true, false] {
         producer.begin_transaction().expect("begin");
         producer
