@@ -641,20 +641,78 @@ fn rolling_restart(gws: &mut [ProcessGateway]) {
     std::thread::sleep(Duration::from_secs(2));
 }
 
-/// A rolling restart of `gws` while the steady librdkafka producer writes to `topic` through
-/// `bootstrap`: what it was acknowledged (it must have had no failed send).
+/// Records the Java producer sends during a rolling restart, and how many a second: about 24 s
+/// of sending, as long as a restart of three instances takes here, so it overlaps each of them
+/// (it is started first).
+const JAVA_RECORDS: usize = 600;
+const JAVA_RATE: &str = "25";
+
+/// A Java idempotent producer (VerifiableProducer, acks=all, up to 60 s per record) sending
+/// [`JAVA_RECORDS`] records `0`, `1`, ... to `topic` at [`JAVA_RATE`] a second through
+/// `bootstrap`, in a thread: the tool's output.
+fn steady_java_producer(
+    bootstrap: String,
+    topic: String,
+) -> std::thread::JoinHandle<std::process::Output> {
+    std::thread::spawn(move || {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let props = dir.path().join("p.properties");
+        std::fs::write(
+            &props,
+            "enable.idempotence=true\nacks=all\nretries=2147483647\nlinger.ms=0\n\
+             delivery.timeout.ms=60000\nrequest.timeout.ms=5000\nreconnect.backoff.max.ms=500\n",
+        )
+        .expect("props");
+        harness::rig_java(
+            "org.apache.kafka.tools.VerifiableProducer",
+            &[
+                "--bootstrap-server",
+                &bootstrap,
+                "--topic",
+                &topic,
+                "--max-messages",
+                &JAVA_RECORDS.to_string(),
+                "--throughput",
+                JAVA_RATE,
+                "--acks",
+                "-1",
+                "--producer.config",
+                props.to_str().expect("utf-8 path"),
+            ],
+        )
+    })
+}
+
+/// A rolling restart of `gws` while a steady librdkafka producer and a Java producer write to
+/// `topic` through `bootstrap`: what each was acknowledged, as (value, offset). Neither may have
+/// had a failed send, and the Java producer must have been acknowledged every record.
 fn restart_all_under_load(
     gws: &mut [ProcessGateway],
     bootstrap: String,
     topic: &str,
 ) -> Vec<(String, i64)> {
     let stop = Arc::new(AtomicBool::new(false));
+    let java = steady_java_producer(bootstrap.clone(), topic.to_string());
     let producer = steady_librdkafka_producer(bootstrap, topic.to_string(), stop.clone());
     rolling_restart(gws);
     stop.store(true, Ordering::SeqCst);
-    let (acked, errors) = producer.join().expect("producer");
-    assert!(errors.is_empty(), "sends failed: {errors:?}");
+    let (mut acked, errors) = producer.join().expect("producer");
+    assert!(errors.is_empty(), "librdkafka sends failed: {errors:?}");
     assert!(acked.len() > 50, "{} records acknowledged", acked.len());
+    let out = java.join().expect("java producer");
+    harness::expect_success("VerifiableProducer during the rolling restart", &out);
+    let failed: Vec<serde_json::Value> = harness::json_lines(&out.stdout)
+        .into_iter()
+        .filter(|e| e["name"] == "producer_send_error")
+        .collect();
+    assert!(failed.is_empty(), "Java sends failed: {failed:?}");
+    let java_acked = harness::verifiable_acks(&out);
+    assert_eq!(
+        java_acked.len(),
+        JAVA_RECORDS,
+        "every Java record acknowledged"
+    );
+    acked.extend(java_acked.into_iter().map(|((_, offset), v)| (v, offset)));
     acked
 }
 
@@ -700,8 +758,8 @@ fn three_processes(name: &str) -> (String, Vec<ProcessGateway>) {
     (topic, gws)
 }
 
-/// A rolling restart of all three instances while a librdkafka producer writes mirrored data
-/// through their mirror listeners (all three in its bootstrap list): each acknowledged record is
+/// A rolling restart of all three instances while a librdkafka and a Java producer write
+/// mirrored data through their mirror listeners (all three in its bootstrap list): each acknowledged record is
 /// in the log once, and no send failed (a restarted instance without its lease yet answers a
 /// retriable error).
 #[test]
@@ -717,7 +775,7 @@ fn a_rolling_restart_of_every_instance_during_mirroring_loses_no_acknowledged_mi
 }
 
 /// After a failover through one of them, a rolling restart of all three instances while a
-/// librdkafka producer writes local records through their client listeners: each acknowledged
+/// librdkafka and a Java producer write local records through their client listeners: each acknowledged
 /// record is in the log once, after the barrier, and no send failed.
 #[test]
 fn a_rolling_restart_of_every_instance_after_a_failover_loses_no_acknowledged_local_write() {
