@@ -85,6 +85,36 @@ impl Drop for InFlightGuard {
     }
 }
 
+#[cfg(test)]
+impl InFlightGuard {
+    /// An admitted write of a partition of its own, for tests of the proxy; the partition's
+    /// writes show what became of it.
+    pub(crate) fn detached() -> (InFlightGuard, Arc<PartitionWrites>) {
+        let writes = Arc::new(PartitionWrites {
+            unknown_total: IntCounter::new("detached_unknown", "test").expect("counter"),
+            in_flight: AtomicI64::new(1),
+            unknown: AtomicU64::new(0),
+            last_unknown_ms: AtomicI64::new(0),
+        });
+        let guard = InFlightGuard {
+            writes: writes.clone(),
+            answered: false,
+        };
+        (guard, writes)
+    }
+}
+
+#[cfg(test)]
+impl PartitionWrites {
+    /// (admitted and not answered, ended without an answer).
+    pub(crate) fn counts(&self) -> (i64, u64) {
+        (
+            self.in_flight.load(Ordering::SeqCst),
+            self.unknown.load(Ordering::SeqCst),
+        )
+    }
+}
+
 /// A stopped partition's barrier offset and the destination topic id it was written under.
 type Barrier = (i64, Option<uuid::Uuid>);
 
@@ -174,6 +204,13 @@ impl Admission {
             }
         }
         Ok(())
+    }
+
+    /// Why mirror writes admitted earlier may no longer be forwarded: this instance lost its
+    /// lease on the state topic since (a pause, the state topic out of reach), so the other
+    /// instances may have waited it out and written their barriers. `None`: they may.
+    pub fn admitted_mirror_writes_lapsed(&self) -> Option<String> {
+        self.peers.get().and_then(|p| p.lease_problem())
     }
 
     /// Ask `peers` before admitting a mirror write (set once, at start).

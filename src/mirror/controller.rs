@@ -295,6 +295,12 @@ impl MirrorController {
         self.admission.admit(listener, topic, partition)
     }
 
+    /// Why admitted mirror writes may no longer be forwarded (see
+    /// [`Admission::admitted_mirror_writes_lapsed`]).
+    pub fn admitted_mirror_writes_lapsed(&self) -> Option<String> {
+        self.admission.admitted_mirror_writes_lapsed()
+    }
+
     /// The decision for an admin or transaction request `op` (e.g. `DeleteRecords`) on the
     /// client listener naming `topic` (see [`Admission::refuse_admin`]).
     pub fn refuse_admin(&self, op: &str, topic: &str, partition: Option<i32>) -> Option<Refusal> {

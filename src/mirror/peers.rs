@@ -281,6 +281,11 @@ impl PeerLink {
         Ok(())
     }
 
+    /// Why this instance holds no lease on the state topic now (`None`: it does).
+    pub fn lease_problem(&self) -> Option<String> {
+        self.view().lease_problem(Instant::now())
+    }
+
     /// Why a mirror write of `mirror` is refused here (`None`: admitted as far as the peers go).
     pub fn mirror_write_refusal(&self, mirror: &str) -> Option<PeerRefusal> {
         let v = self.view();

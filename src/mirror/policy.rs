@@ -28,6 +28,10 @@ pub trait MirrorPolicy: Send + Sync {
         topic: &str,
         partition: i32,
     ) -> Result<Option<InFlightGuard>, Refusal>;
+    /// Asked again right before a request holding admitted mirror writes is sent to the broker:
+    /// why it may no longer be (`None`: it may). Between the admission and the send a paused
+    /// or cut-off instance can lose its lease, and the other instances write their barriers.
+    fn admitted_mirror_writes_lapsed(&self) -> Option<String>;
     /// The partition's failover barrier offset, once one is recorded.
     fn barrier_offset(&self, topic: &str, partition: i32) -> Option<i64>;
     /// The refusal of admin or transaction request `op` naming `topic` (and `partition`).
@@ -62,6 +66,10 @@ impl MirrorPolicy for MirrorController {
         partition: i32,
     ) -> Result<Option<InFlightGuard>, Refusal> {
         MirrorController::admit(self, listener, topic, partition)
+    }
+
+    fn admitted_mirror_writes_lapsed(&self) -> Option<String> {
+        MirrorController::admitted_mirror_writes_lapsed(self)
     }
 
     fn barrier_offset(&self, topic: &str, partition: i32) -> Option<i64> {

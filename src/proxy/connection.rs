@@ -153,6 +153,9 @@ enum End {
     Shutdown,
     /// Principal limits refused the client (an answer may still be queued).
     Refused(super::sasl::Refusal),
+    /// Mirror writes admitted by this request may no longer be sent (why): it was not sent,
+    /// and the connection is closed so the producer retries elsewhere or later.
+    AdmissionLapsed(String),
 }
 
 struct InFlight {
@@ -303,19 +306,26 @@ async fn run(
                     Step::Nothing => (None, None),
                 };
                 if expects_response && (forward.is_some() || local.is_some()) {
+                    // A slot in the response queue first: waiting for it is the last wait
+                    // before the send, so the mirror writes' admission is checked after it.
+                    let Ok(slot) = tx.reserve().await else {
+                        // The response half has ended; it reports why. Nothing was sent.
+                        pending_exchange.release_unsent();
+                        return Ok(End::ClientClosed);
+                    };
+                    if let Some(why) = lapsed_admission(&ctx, &pending_exchange, forward.is_some())
+                    {
+                        pending_exchange.release_unsent();
+                        return Ok(End::AdmissionLapsed(why));
+                    }
                     pending.fetch_add(1, Ordering::AcqRel);
-                    let entry = InFlight {
+                    slot.send(InFlight {
                         correlation_id: h.correlation_id,
                         api: h.api_key,
                         started,
                         pending: pending_exchange,
                         local,
-                    };
-                    if let Err(mpsc::error::SendError(entry)) = tx.send(entry).await {
-                        // The response half has ended; it reports why. Nothing was sent.
-                        entry.pending.release_unsent();
-                        return Ok(End::ClientClosed);
-                    }
+                    });
                 }
                 if let Some(frame) = forward {
                     // Flush: a TLS stream may hold written bytes until flushed.
@@ -431,6 +441,10 @@ async fn run(
                     tracing::warn!(reason = %r, "closing connection");
                     ctx.metrics.error(kind, r.kind());
                 }
+                Ok(End::AdmissionLapsed(why)) => {
+                    tracing::warn!(reason = %why, "admitted mirror writes not sent: the admission lapsed before the send; closing the connection");
+                    ctx.metrics.error(kind, "admission_lapsed");
+                }
                 Err(e) => {
                     log_close(&ctx.metrics, kind, &e);
                     if kind != ListenerKind::Mirror {
@@ -448,6 +462,21 @@ async fn run(
             }
         }
     }
+}
+
+/// Why the mirror writes `pending` holds may not be sent now (`None`: they may, or it holds none,
+/// or nothing is `forwarded`). Asked right before the send: a pause or a lost state topic
+/// between the admission and the send must not let them reach the broker after another
+/// instance waited this one out and wrote its barriers.
+fn lapsed_admission(
+    ctx: &ConnContext,
+    pending: &exchange::Pending,
+    forwarded: bool,
+) -> Option<String> {
+    if !forwarded || !pending.holds_mirror_writes() {
+        return None;
+    }
+    ctx.mirrors.as_ref()?.admitted_mirror_writes_lapsed()
 }
 
 /// Write one whole frame to the client and flush it (a TLS stream may hold written bytes).

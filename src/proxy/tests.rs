@@ -127,6 +127,26 @@ async fn connect_with_principal_limits(
     node: i32,
     principal_limits: Option<Arc<super::sasl::PrincipalLimits>>,
 ) -> Setup {
+    connect_with(
+        upstream,
+        limits,
+        node,
+        principal_limits,
+        ListenerKind::Client,
+        None,
+    )
+    .await
+}
+
+/// A connection on a `kind` listener, asking `mirrors` (if any) about mirror topics.
+async fn connect_with(
+    upstream: &str,
+    limits: LimitsConfig,
+    node: i32,
+    principal_limits: Option<Arc<super::sasl::PrincipalLimits>>,
+    kind: ListenerKind,
+    mirrors: Option<Arc<dyn crate::mirror::policy::MirrorPolicy>>,
+) -> Setup {
     let metrics = Metrics::new();
     let cluster = ClusterView::new(
         ClusterConfig {
@@ -158,14 +178,14 @@ async fn connect_with_principal_limits(
         allowed_principals: None,
     };
     let ctx = Arc::new(ConnContext {
-        kind: ListenerKind::Client,
+        kind,
         psm: None,
-        mirrors: None,
+        mirrors,
         verify_crc: false,
         address_map: ListenerAddressMap::new(&listener_cfg),
         cluster,
         metrics: metrics.clone(),
-        handles: metrics.api_handles(ListenerKind::Client),
+        handles: metrics.api_handles(kind),
         limits,
         connect_timeout: Duration::from_secs(2),
         acceptor: crate::net::Acceptor::default(),
@@ -507,4 +527,65 @@ async fn a_refused_principal_is_answered_by_the_gateway_after_earlier_responses_
         "only the handshake reached the broker"
     );
     assert!(s.metrics.render().contains(r#"kind="principal_refused""#));
+}
+
+/// A mirror-listener connection to the fake broker through a policy that admits every write of
+/// `orders` with a guard and says `lapsed` of them right before their send.
+async fn mirror_connection(
+    lapsed: Option<&str>,
+) -> (
+    Setup,
+    Arc<AtomicUsize>,
+    Arc<super::exchange::policy_tests::FakePolicy>,
+) {
+    let (up, seen, _) = fake_broker(Script::default()).await;
+    let policy = Arc::new(super::exchange::policy_tests::FakePolicy::admitting_with_guards(lapsed));
+    let s = connect_with(
+        &up,
+        limits(),
+        1,
+        None,
+        ListenerKind::Mirror,
+        Some(policy.clone()),
+    )
+    .await;
+    (s, seen, policy)
+}
+
+#[tokio::test]
+async fn an_admitted_mirror_write_whose_admission_lapsed_before_the_send_is_never_sent() {
+    let (mut s, seen, policy) = mirror_connection(Some("no lease on the state topic")).await;
+    s.client
+        .write_all(&super::exchange::policy_tests::request(&[0]))
+        .await
+        .unwrap();
+    expect_closed(&mut s.client).await;
+    assert_eq!(seen.load(Ordering::SeqCst), 0, "the broker got the write");
+    let guarded = policy.guarded.lock().unwrap();
+    assert_eq!(guarded.len(), 1, "the write was admitted");
+    assert_eq!(
+        guarded[0].counts(),
+        (0, 0),
+        "released as a write known not to be appended"
+    );
+    let text = s.metrics.render();
+    assert!(
+        text.contains("kind=\"admission_lapsed\""),
+        "no admission_lapsed error counted:\n{text}"
+    );
+}
+
+#[tokio::test]
+async fn an_admitted_mirror_write_whose_admission_holds_is_sent() {
+    let (mut s, seen, policy) = mirror_connection(None).await;
+    s.client
+        .write_all(&super::exchange::policy_tests::request(&[0]))
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while seen.load(Ordering::SeqCst) == 0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(seen.load(Ordering::SeqCst), 1, "the write was not sent");
+    assert_eq!(policy.guarded.lock().unwrap().len(), 1);
 }

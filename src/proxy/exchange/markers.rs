@@ -27,7 +27,12 @@ pub struct Pending {
 }
 
 impl Pending {
-    /// The broker answered: the markers' outcomes are known.
+    /// Whether the request holds admitted mirror writes.
+    pub fn holds_mirror_writes(&self) -> bool {
+        !self.guards.is_empty()
+    }
+
+    /// The broker answered, or the request was never sent: the markers' outcomes are known.
     pub fn finish(self) {
         for g in self.guards {
             g.answered();

@@ -152,10 +152,23 @@ impl Pending {
         }
     }
 
+    /// Whether the request holds admitted mirror writes (mirror-listener Produce or
+    /// WriteTxnMarkers), which may be sent only while
+    /// [`crate::mirror::policy::MirrorPolicy::admitted_mirror_writes_lapsed`] says nothing.
+    pub fn holds_mirror_writes(&self) -> bool {
+        match &self.kind {
+            Kind::Produce(p) => p.holds_mirror_writes(),
+            Kind::Markers(p) => p.holds_mirror_writes(),
+            _ => false,
+        }
+    }
+
     /// The request was never sent upstream: its mirror writes are known not to be appended.
     pub fn release_unsent(self) {
-        if let Kind::Produce(p) = self.kind {
-            p.release_unsent();
+        match self.kind {
+            Kind::Produce(p) => p.release_unsent(),
+            Kind::Markers(p) => p.finish(),
+            _ => {}
         }
     }
 
@@ -191,7 +204,7 @@ mod tests;
 
 #[cfg(test)]
 #[path = "policy_tests.rs"]
-mod policy_tests;
+pub(crate) mod policy_tests;
 
 #[cfg(test)]
 #[path = "legacy_tests.rs"]

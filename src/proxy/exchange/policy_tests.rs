@@ -21,14 +21,31 @@ use super::tests::{batch, fixture_with, handle, request_frame, response_frame};
 
 /// A policy that mirrors `orders`, refuses partition `refuse` with its own message, knows a
 /// barrier everywhere when `barrier` is set, and reports producer 4242 as mirrored at epoch
-/// `mirrored_epoch`, if any.
+/// `mirrored_epoch`, if any. With `guards`, an admitted mirror-listener write comes with an
+/// in-flight guard of a partition of its own (kept in `guarded`); `lapsed` is what it says of
+/// admitted mirror writes right before their send.
 #[derive(Default)]
-struct FakePolicy {
+pub(crate) struct FakePolicy {
     refuse: Option<i32>,
     barrier: bool,
     mirrored_epoch: Option<i16>,
+    guards: bool,
+    lapsed: Option<String>,
+    pub(crate) guarded: Mutex<Vec<Arc<crate::mirror::admission::PartitionWrites>>>,
     admitted: Mutex<Vec<(ListenerKind, String, i32)>>,
     acks_zero_refused: AtomicUsize,
+}
+
+impl FakePolicy {
+    /// Admits every write, each mirror-listener one with a guard; says `lapsed` of admitted
+    /// mirror writes right before their send.
+    pub(crate) fn admitting_with_guards(lapsed: Option<&str>) -> FakePolicy {
+        FakePolicy {
+            guards: true,
+            lapsed: lapsed.map(str::to_string),
+            ..FakePolicy::default()
+        }
+    }
 }
 
 impl MirrorPolicy for FakePolicy {
@@ -52,7 +69,15 @@ impl MirrorPolicy for FakePolicy {
                 reason: "read_only",
             });
         }
+        if self.guards && listener == ListenerKind::Mirror {
+            let (guard, writes) = InFlightGuard::detached();
+            self.guarded.lock().unwrap().push(writes);
+            return Ok(Some(guard));
+        }
         Ok(None)
+    }
+    fn admitted_mirror_writes_lapsed(&self) -> Option<String> {
+        self.lapsed.clone()
     }
     fn barrier_offset(&self, _: &str, _: i32) -> Option<i64> {
         self.barrier.then_some(10)
@@ -86,7 +111,7 @@ impl MirrorPolicy for FakePolicy {
 }
 
 /// Produce v9 of one batch (producer 4242, epoch 0) to each of `partitions` of `orders`.
-fn request(partitions: &[i32]) -> Bytes {
+pub(crate) fn request(partitions: &[i32]) -> Bytes {
     let parts = partitions
         .iter()
         .map(|p| {

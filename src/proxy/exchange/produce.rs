@@ -311,6 +311,11 @@ fn for_enforcement(
 }
 
 impl Pending {
+    /// Whether the request holds admitted mirror writes.
+    pub fn holds_mirror_writes(&self) -> bool {
+        !self.guards.is_empty()
+    }
+
     /// The request was never sent upstream: its mirror writes are known not to be appended.
     pub fn release_unsent(self) {
         for g in self.guards {
