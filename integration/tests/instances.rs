@@ -800,3 +800,162 @@ fn signal(pid: u32, sig: libc::c_int) {
     let r = unsafe { libc::kill(pid as libc::pid_t, sig) };
     assert_eq!(r, 0, "kill({pid}, {sig})");
 }
+
+/// The `authz` cluster's SASL_PLAINTEXT address (its PLAINTEXT port + 3, see `integration/rig`).
+fn authz_sasl(authz: &str) -> String {
+    let (host, port) = authz.rsplit_once(':').expect("host:port");
+    let port: u16 = port.parse().expect("port");
+    format!("{host}:{}", port + 3)
+}
+
+/// An ACL denying `principal` every operation on topic `topic` of the cluster at `plaintext`
+/// (as its super user); the guard removes it when dropped.
+struct DeniedTopic(String, String);
+
+impl DeniedTopic {
+    fn create(plaintext: &str, topic: &str, principal: &str) -> DeniedTopic {
+        use kafka_protocol::messages::create_acls_request::AclCreation;
+        use kafka_protocol::messages::CreateAclsRequest;
+        use kafka_protocol::protocol::StrBytes;
+        let req = CreateAclsRequest::default().with_creations(vec![AclCreation::default()
+            .with_resource_type(2) // TOPIC
+            .with_resource_name(StrBytes::from_string(topic.to_string()))
+            .with_resource_pattern_type(3) // LITERAL
+            .with_principal(StrBytes::from_string(principal.to_string()))
+            .with_host(StrBytes::from_static_str("*"))
+            .with_operation(2) // ALL
+            .with_permission_type(2)]); // DENY
+        let resp = crate::sync::with_client(plaintext, |c| {
+            Box::pin(async move { c.send(&req, 3).await.expect("CreateAcls") })
+        });
+        for r in &resp.results {
+            assert_eq!(r.error_code, 0, "CreateAcls: {:?}", r.error_message);
+        }
+        DeniedTopic(plaintext.to_string(), topic.to_string())
+    }
+}
+
+impl Drop for DeniedTopic {
+    fn drop(&mut self) {
+        use kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
+        use kafka_protocol::messages::DeleteAclsRequest;
+        use kafka_protocol::protocol::StrBytes;
+        let req = DeleteAclsRequest::default().with_filters(vec![DeleteAclsFilter::default()
+            .with_resource_type_filter(2)
+            .with_resource_name_filter(Some(StrBytes::from_string(self.1.clone())))
+            .with_pattern_type_filter(1) // ANY
+            .with_principal_filter(None)
+            .with_host_filter(None)
+            .with_operation(1) // ANY
+            .with_permission_type(1)]); // ANY
+        crate::sync::with_client(&self.0, |c| {
+            Box::pin(async move {
+                let _ = c.send(&req, 3).await;
+            })
+        });
+    }
+}
+
+/// Three instances in front of one cluster (`authz`, with an authorizer); the third
+/// authenticates as its own principal. Once an ACL denies that principal the state topic, that
+/// instance cannot read it: it goes not ready, says why, holds no lease, refuses mirror writes
+/// (retriable) and local writes. The other two wait it out, then see only each other, take
+/// mirror writes, fail over and turn writable at the barrier.
+#[test]
+fn an_instance_that_may_not_read_the_state_topic_goes_read_only_and_not_ready_and_the_others_carry_on(
+) {
+    use mirrorgate::config::{SaslConfig, SaslMechanism, SecretSource};
+    let authz = harness::cluster("authz");
+    let topic = harness::unique_topic("peers-acl");
+    harness::create_topic(&authz, &topic, 1, None);
+    let state_topic = harness::unique_topic("peers-acl-state");
+    let cfg = |id: &str| {
+        let mut cfg = instance_config("acl", &topic, id, &state_topic);
+        cfg.destination.bootstrap = vec![authz.clone()];
+        cfg
+    };
+    init_state_topic(&cfg("a"));
+    let a = TestGateway::start(cfg("a"));
+    let b = TestGateway::start(cfg("b"));
+    let mut c_cfg = cfg("c");
+    c_cfg.destination.bootstrap = vec![authz_sasl(&authz)];
+    c_cfg.destination.sasl = Some(SaslConfig {
+        mechanism: SaslMechanism::ScramSha256,
+        username: "alice".into(),
+        // The process reads its configuration from a file, where secrets are redacted.
+        password: SecretSource {
+            value: None,
+            env: Some("MIRRORGATE_TEST_ALICE_PASSWORD".into()),
+            file: None,
+        },
+    });
+    let c =
+        ProcessGateway::start_unready(c_cfg, &[("MIRRORGATE_TEST_ALICE_PASSWORD", "alice-secret")]);
+    for admin in [a.admin(), b.admin()] {
+        wait_others_alive(&admin, 2);
+    }
+    c.wait_ready(Duration::from_secs(30));
+    let pid = 7_900_000 + (std::process::id() as i64 % 1000) * 10;
+    let _denied = DeniedTopic::create(&authz, &state_topic, "User:alice");
+    wait_others_alive(&a.admin(), 1);
+    wait_others_alive(&b.admin(), 1);
+    // c: not ready, naming the state topic; no lease; mirror writes refused, retriable.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let body = loop {
+        let (status, body) = c.call(hyper::Method::GET, "/readyz");
+        // Unready for its state topic alone, once it knows the cluster (through the same
+        // principal) and has bound its listeners.
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        let reasons = v["reasons"].as_array().cloned().unwrap_or_default();
+        if status == 503
+            && v["metadata_known"] == true
+            && !reasons.is_empty()
+            && reasons
+                .iter()
+                .all(|r| r.as_str().is_some_and(|r| r.contains(&state_topic)))
+        {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "c is not reported unready for its state topic alone: {status} {body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        body.contains("TOPIC_AUTHORIZATION_FAILED"),
+        "the reason names the denial: {body}"
+    );
+    assert_eq!(
+        crate::failover::process_metric(&c, "mirrorgate_instance_lease_held"),
+        0.0
+    );
+    // (Answered by c itself: a client of c's listeners would have to authenticate as alice
+    // for anything c forwards, which this raw connection does not.)
+    let (code, _, msg) =
+        RawConn::connect(&c.mirror_bootstrap()).produce_msg(&topic, 0, batch(pid, 0, 0, 1, "c"));
+    assert_eq!(code, 19, "a mirror write through c: {msg}");
+    assert!(msg.contains("no lease"), "{msg}");
+    // a and b carry on: c is no longer alive to them; they mirror through a, fail over
+    // through b.
+    let mut conn = RawConn::connect(&a.mirror_bootstrap());
+    for seq in 0..3 {
+        let (code, _, msg) = conn.produce_msg(&topic, 0, batch(pid, 0, seq, 1, "mirrored"));
+        assert_eq!(code, 0, "a mirror write through a: {msg}");
+    }
+    failover(&b.admin(), "acl");
+    crate::failover::wait_stopped(&b.admin(), "acl");
+    crate::failover::wait_stopped(&a.admin(), "acl");
+    let barrier = reported_barrier(&b.admin(), "acl", &topic);
+    let (code, offset, msg) =
+        RawConn::connect(&a.bootstrap()).produce_msg(&topic, 0, batch(-1, -1, -1, 1, "local"));
+    assert_eq!(code, 0, "a local write through a after the failover: {msg}");
+    assert!(offset > barrier, "{offset} after the barrier {barrier}");
+    // c stays read-only for local writes: it cannot read the handover.
+    let (code, _, msg) =
+        RawConn::connect(&c.bootstrap()).produce_msg(&topic, 0, batch(-1, -1, -1, 1, "c-local"));
+    assert_ne!(code, 0, "a local write through c was accepted");
+    assert!(msg.contains("read-only"), "{msg}");
+    let (status, _) = c.call(hyper::Method::GET, "/readyz");
+    assert_eq!(status, 503, "c became ready without its state topic");
+}

@@ -17,6 +17,9 @@ use crate::client::{ops, KafkaClient, PartitionRequestError, EARLIEST};
 use crate::cluster::ClusterView;
 use crate::protocol::batch::BatchWalker;
 
+/// Error code TOPIC_AUTHORIZATION_FAILED.
+const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// What the peers need of the state topic (the unit tests use a fake).
@@ -59,16 +62,40 @@ impl KafkaStateLog {
         if self.view.topic(&self.topic).is_none() {
             let _ = self.view.refresh().await;
         }
-        let info = self.view.topic(&self.topic).ok_or_else(|| {
-            format!(
-                "the state topic {:?} does not exist on the destination cluster (create it with `mirrorgate state init`)",
-                self.topic
-            )
-        })?;
+        let Some(info) = self.view.topic(&self.topic) else {
+            return Err(self.why_absent().await);
+        };
         let node = info.leaders.first().copied().unwrap_or(-1);
         self.view
             .broker_addr(node)
             .ok_or_else(|| format!("no leader known for {}-0", self.topic))
+    }
+
+    /// Why the state topic is not in the metadata: the cluster's metadata leaves out topics the
+    /// principal may not describe, so a topic-level answer tells a denied one from a missing one.
+    async fn why_absent(&self) -> String {
+        let denied = crate::mirror::permissions::observe(
+            &self.view,
+            std::slice::from_ref(&self.topic),
+            self.timeout,
+        )
+        .await
+        .is_ok_and(|o| {
+            o.topics
+                .iter()
+                .any(|(t, r)| t == &self.topic && *r == Err(TOPIC_AUTHORIZATION_FAILED))
+        });
+        if denied {
+            format!(
+                "the gateway's principal may not describe the state topic {:?} (TOPIC_AUTHORIZATION_FAILED): it needs DESCRIBE, READ and WRITE on it",
+                self.topic
+            )
+        } else {
+            format!(
+                "the state topic {:?} does not exist on the destination cluster (create it with `mirrorgate state init`)",
+                self.topic
+            )
+        }
     }
 
     /// A connection to partition 0's leader (kept between calls).
