@@ -345,7 +345,12 @@ fn collisions_after_failover_rebuild_from_the_barrier_and_not_more_than_once_per
 
 /// Delete the records of `topic`-`partition` below `offset` directly on its leader (not
 /// through the gateway, which refuses it for mirror topics).
-fn delete_records_on_the_broker(destination: &str, topic: &str, partition: i32, offset: i64) {
+pub(crate) fn delete_records_on_the_broker(
+    destination: &str,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) {
     use kafka_protocol::messages::delete_records_request::{
         DeleteRecordsPartition, DeleteRecordsTopic,
     };

@@ -39,6 +39,14 @@ pub(super) fn start(
         Duration::from_millis(i.session_timeout_ms),
         log,
     );
+    link.set_agents(
+        config
+            .mirrors
+            .iter()
+            .filter(|m| m.source.is_some())
+            .map(|m| m.name.clone())
+            .collect(),
+    );
     controller.set_peers(link.clone());
     let settle = Duration::from_millis(config.limits.unknown_outcome_settle_ms);
     let fence = controller.peer_fence_hook(settle);
@@ -63,7 +71,15 @@ pub(super) fn start(
         ),
         &["mirror"],
     );
-    let (Ok(alive), Ok(lease), Ok(read_age), Ok(driving)) = (alive, lease, read_age, driving)
+    let agent_here = prometheus::IntGaugeVec::new(
+        prometheus::Opts::new(
+            "mirrorgate_agent_runs_here",
+            "1 for each mirror whose built-in agent runs on this instance, 0 where it stands by (another instance owns it)",
+        ),
+        &["mirror"],
+    );
+    let (Ok(alive), Ok(lease), Ok(read_age), Ok(driving), Ok(agent_here)) =
+        (alive, lease, read_age, driving, agent_here)
     else {
         return;
     };
@@ -72,6 +88,7 @@ pub(super) fn start(
         Box::new(lease.clone()),
         Box::new(read_age.clone()),
         Box::new(driving.clone()),
+        Box::new(agent_here.clone()),
     ] {
         let _ = metrics.registry().register(g);
     }
@@ -83,6 +100,11 @@ pub(super) fn start(
             read_age.set(link.read_age().map_or(f64::INFINITY, |d| d.as_secs_f64()));
             for (mirror, here) in link.drivers() {
                 driving.with_label_values(&[&mirror]).set(i64::from(here));
+            }
+            for (mirror, here) in link.agents_here() {
+                agent_here
+                    .with_label_values(&[&mirror])
+                    .set(i64::from(here));
             }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}

@@ -34,6 +34,7 @@ mod group_link;
 mod lag;
 mod metrics;
 pub mod offsets;
+mod ownership;
 mod partition;
 mod transactions;
 pub mod wire;
@@ -120,6 +121,11 @@ pub struct MirrorAgent {
     transactions: transactions::AgentTransactions,
     /// Test hook: answers of appends still to drop (see `MIRRORGATE_TEST_LOSE_AGENT_APPEND_ANSWERS`).
     lose_append_answers: AtomicI64,
+    /// The ownership epoch this instance runs the agent at (several instances: claimed on the
+    /// state topic; 0: the only instance); `None` while another instance runs it.
+    owner_epoch: Mutex<Option<u32>>,
+    /// When, and what, this instance last published of its offset maps on the state topic.
+    published: Mutex<Option<(Instant, serde_json::Value)>>,
 }
 
 /// The group offset sync of one mirror, over the clusters.
@@ -234,6 +240,8 @@ pub fn start(
                 verification_disabled.clone(),
             ),
             lose_append_answers: AtomicI64::new(lose_append_answers),
+            owner_epoch: Mutex::new(None),
+            published: Mutex::new(None),
         }));
     }
     let sync = crate::mirror::sync::start(config, controller, cluster, metrics, shutdown)?;
@@ -350,11 +358,14 @@ impl MirrorAgent {
             if *shutdown.borrow() {
                 break;
             }
-            if tick % 3 == 0 {
+            // Discovery creates destination topics: only where the agent runs.
+            let runs_here = self.take_turn();
+            if runs_here && (tick % 3 == 0 || !self.checked.load(Ordering::SeqCst)) {
                 self.discover().await;
             }
-            self.supervise();
+            self.supervise(runs_here);
             self.flush();
+            self.publish_offsets();
             tick += 1;
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -375,14 +386,21 @@ impl MirrorAgent {
     }
 
     /// Start tasks for MIRRORING partitions without one; stop tasks of partitions that are not
-    /// MIRRORING any more (paused, failing over).
-    fn supervise(self: &Arc<Self>) {
+    /// MIRRORING any more (paused, failing over), and every task while another instance runs
+    /// the agent.
+    fn supervise(self: &Arc<Self>, runs_here: bool) {
         let meta = self
             .source_meta
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         let mut tasks = lock(&self.tasks);
+        if !runs_here {
+            for slot in tasks.values() {
+                let _ = slot.stop.send(true);
+            }
+            return;
+        }
         for ((t, p), slot) in tasks.iter() {
             let own_failure = lock(&slot.failed_at).is_some();
             match self.controller.state_of(t, *p) {

@@ -5,7 +5,8 @@
 //! The tests, by behaviour: `basics.rs`, `faults.rs` (kills during mirroring and failover),
 //! `topologies.rs` (fan-out, chain, fan-in, failback), `divergence.rs` (a source or destination
 //! changed behind the agent), `transactions.rs` (transactional sources, open transactions at
-//! failover). This file holds the shared helpers: reading logs, a source writer,
+//! failover), `owners.rs` (the agent configured on several instances: one runs it, another
+//! takes it over). This file holds the shared helpers: reading logs, a source writer,
 //! agent configs and the waits and checks the tests share.
 
 use std::collections::BTreeMap;
@@ -31,6 +32,7 @@ mod basics;
 mod compacted;
 mod divergence;
 mod faults;
+mod owners;
 mod preflight;
 mod topologies;
 mod transactions;

@@ -82,7 +82,11 @@ pub fn read_log(bootstrap: &str, topic: &str, partition: i32) -> PartitionLog {
             control_batches: Vec::new(),
         };
         let mut data_producers = std::collections::HashSet::new();
-        let mut next = 0;
+        // From the log start (records deleted below it are not read).
+        let mut next = c
+            .list_offset(topic, partition, mirrorgate::client::EARLIEST)
+            .await
+            .expect("log start offset");
         loop {
             let f = c
                 .fetch_partition(topic, partition, next, 16 << 20)

@@ -55,8 +55,14 @@ pub(super) fn start_group_syncs(
             maps,
         )
         .with_transactions(txns);
+        let weak = Arc::downgrade(m);
+        let runs_here = Arc::new(move || {
+            weak.upgrade()
+                .is_some_and(|m| lock(&m.owner_epoch).is_some())
+        });
         let sync = GroupSync::new(&m.name, cfg, io, counters.clone())
-            .map_err(|e| format!("mirror {:?}: groups: {e}", m.name))?;
+            .map_err(|e| format!("mirror {:?}: groups: {e}", m.name))?
+            .with_gate(runs_here);
         let sync = Arc::new(sync);
         gauges.add(&(sync.clone() as Arc<dyn group_metrics::SyncGauges>));
         out.push(sync);

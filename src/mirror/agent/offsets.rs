@@ -242,6 +242,43 @@ impl MirrorOffsets {
         }
     }
 
+    /// Take from `published` (the maps another instance published when it ran this mirror's
+    /// agent) every partition it mirrored further than this map, except `busy` ones (a task
+    /// runs them here), and the identities this map lacks. Each map is a prefix of the same
+    /// exact mapping, so the longer one holds the shorter. Returns how many partitions were
+    /// taken.
+    pub fn adopt_published(
+        &mut self,
+        published: MirrorOffsets,
+        busy: impl Fn(&str, i32) -> bool,
+    ) -> usize {
+        if self.source_cluster_id.is_none() {
+            self.source_cluster_id = published.source_cluster_id;
+        }
+        for (topic, id) in published.topics {
+            self.topics.entry(topic).or_insert(id);
+        }
+        let mut taken = 0;
+        for (topic, maps) in published.partitions {
+            for (p, map) in maps {
+                if busy(&topic, p) {
+                    continue;
+                }
+                let here = self.partitions.entry(topic.clone()).or_default();
+                let further = match (here.get(&p).and_then(PartitionMap::next), map.next()) {
+                    (None, Some(_)) => true,
+                    (Some((_, mine)), Some((_, theirs))) => theirs > mine,
+                    _ => false,
+                };
+                if further {
+                    here.insert(p, map);
+                    taken += 1;
+                }
+            }
+        }
+        taken
+    }
+
     pub fn file_name(mirror: &str) -> String {
         format!("{mirror}.json")
     }
@@ -276,6 +313,42 @@ impl MirrorOffsets {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn published_maps_survive_the_state_topics_json_and_the_longer_map_is_taken() {
+        let mut theirs = MirrorOffsets::new("m");
+        let mut map = PartitionMap::starting_at(5, 0);
+        map.record(5, 0, 10);
+        theirs
+            .partitions
+            .entry("t".into())
+            .or_default()
+            .insert(0, map);
+        let v = serde_json::to_value(&theirs).expect("value");
+        let back: MirrorOffsets = serde_json::from_value(v).expect("from value");
+        assert_eq!(back, theirs);
+        let mut mine = MirrorOffsets::new("m");
+        mine.partitions
+            .entry("t".into())
+            .or_default()
+            .insert(0, PartitionMap::starting_at(5, 0));
+        assert_eq!(mine.adopt_published(back.clone(), |_, _| false), 1);
+        assert_eq!(
+            mine.get("t", 0).and_then(PartitionMap::next),
+            Some((15, 10))
+        );
+        assert_eq!(
+            mine.adopt_published(back.clone(), |_, _| false),
+            0,
+            "not further"
+        );
+        let mut busy = MirrorOffsets::new("m");
+        assert_eq!(
+            busy.adopt_published(back, |_, _| true),
+            0,
+            "a task runs it here"
+        );
+    }
     use super::*;
 
     #[test]

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::super::failover::FailoverIo;
+use super::super::peers::agent_owner::AgentTurn;
 use super::super::peers::{FenceHook, PeerLink};
 use super::MirrorController;
 
@@ -50,6 +51,34 @@ impl MirrorController {
                 }
             })
         })
+    }
+
+    /// What this instance does with `mirror`'s built-in agent now: always run it when this is
+    /// the only instance (epoch 0).
+    pub fn agent_turn(&self, mirror: &str) -> AgentTurn {
+        match self.peers.get() {
+            Some(p) => p.agent_turn(mirror),
+            None => AgentTurn::Run { epoch: 0 },
+        }
+    }
+
+    /// The agent's offset maps of `mirror` as its last owner published them on the state topic.
+    pub fn published_agent_offsets(&self, mirror: &str) -> Option<serde_json::Value> {
+        self.peers.get().and_then(|p| p.agent_offsets(mirror))
+    }
+
+    /// Publish the agent's offset maps of `mirror` (owned here at `epoch`) for the next owner;
+    /// nothing to do when this is the only instance.
+    pub async fn publish_agent_offsets(
+        &self,
+        mirror: &str,
+        epoch: u32,
+        offsets: serde_json::Value,
+    ) -> Result<(), String> {
+        match self.peers.get() {
+            Some(p) => p.publish_agent_offsets(mirror, epoch, offsets).await,
+            None => Ok(()),
+        }
     }
 
     /// After a failback on this instance: the others stop fencing the mirror's writes.

@@ -36,7 +36,7 @@ pub mod metrics;
 pub mod policy;
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
@@ -125,6 +125,9 @@ pub struct GroupSync<I: GroupIo> {
     round: tokio::sync::Mutex<()>,
     status: Mutex<Status>,
     metrics: GroupMetrics,
+    /// Whether rounds run on this instance (several instances: where the built-in agent runs,
+    /// whose offset maps the rounds translate with); `None`: always.
+    gate: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -156,7 +159,14 @@ impl<I: GroupIo + 'static> GroupSync<I> {
             round: tokio::sync::Mutex::new(()),
             status: Mutex::new(Status::default()),
             metrics,
+            gate: None,
         })
+    }
+
+    /// Rounds run only while `gate` says so.
+    pub fn with_gate(mut self, gate: Arc<dyn Fn() -> bool + Send + Sync>) -> Self {
+        self.gate = Some(gate);
+        self
     }
 
     /// The mirror's name.
@@ -196,7 +206,7 @@ impl<I: GroupIo + 'static> GroupSync<I> {
             RoundKind::Periodic => Phase::Syncing,
             RoundKind::Final => Phase::Final,
         };
-        if self.phase() != allowed {
+        if self.phase() != allowed || self.gate.as_ref().is_some_and(|g| !g()) {
             return;
         }
         let may_write = || self.phase() == allowed;

@@ -273,6 +273,7 @@ mod tests {
     #[test]
     fn an_encoded_record_decodes_from_its_offset_and_is_skipped_before_it() {
         let r = PeerRecord::Heartbeat {
+            agents: vec![],
             instance: "a".into(),
             at_ms: 5,
         };
@@ -284,6 +285,7 @@ mod tests {
     #[test]
     fn a_partial_batch_ends_the_read_where_the_complete_ones_end() {
         let r = PeerRecord::Heartbeat {
+            agents: vec![],
             instance: "a".into(),
             at_ms: 5,
         };

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use super::super::screening::ScreenEntry;
 use super::super::state::{BarrierKind, BarrierProducer};
+use super::agent_owner::{AgentOwners, AgentTurn};
 
 /// Added to the session timeout before another instance counts as gone: heartbeats are read
 /// with some delay after they are written.
@@ -33,8 +34,29 @@ pub const MARGIN: Duration = Duration::from_secs(2);
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum PeerRecord {
-    /// An instance is alive (written every session timeout / 4).
-    Heartbeat { instance: String, at_ms: i64 },
+    /// An instance is alive (written every session timeout / 4); `agents`: the mirrors it
+    /// could run the built-in agent for.
+    Heartbeat {
+        instance: String,
+        at_ms: i64,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        agents: Vec<String>,
+    },
+    /// `owner` claims the built-in agent of `mirror` at `epoch` ([`super::agent_owner`]).
+    AgentOwner {
+        mirror: String,
+        owner: String,
+        epoch: u32,
+        at_ms: i64,
+    },
+    /// The agent's offset maps of `mirror` as its owner `by` last published them (the agent's
+    /// own JSON format), so that the next owner resumes from them.
+    AgentOffsets {
+        mirror: String,
+        by: String,
+        epoch: u32,
+        offsets: serde_json::Value,
+    },
     /// A failover of `mirror` was started on instance `by` (`failover_id` `None`: the mirror
     /// was started again, mirroring).
     ///
@@ -185,6 +207,14 @@ impl PeerRecord {
     pub fn key(&self) -> String {
         match self {
             PeerRecord::Heartbeat { instance, .. } => format!("instance/{instance}"),
+            // One key per claim: compaction keeps every claim, so the first of an epoch stays.
+            PeerRecord::AgentOwner {
+                mirror,
+                owner,
+                epoch,
+                ..
+            } => format!("agent_owner/{mirror}/{epoch}/{owner}"),
+            PeerRecord::AgentOffsets { mirror, .. } => format!("agent_offsets/{mirror}"),
             PeerRecord::Failover { mirror, .. } => format!("failover/{mirror}"),
             PeerRecord::Fenced {
                 mirror, instance, ..
@@ -226,6 +256,10 @@ pub struct PeerView {
     caught_up: Option<Instant>,
     /// The last error of the state topic's I/O, shown while the lease is stale.
     last_error: Option<String>,
+    /// Who runs each mirror's built-in agent.
+    agents: AgentOwners,
+    /// Mirror → the agent's offset maps as last published.
+    agent_offsets: HashMap<String, serde_json::Value>,
 }
 
 impl PeerView {
@@ -242,7 +276,28 @@ impl PeerView {
             heartbeat_acked: None,
             caught_up: None,
             last_error: None,
+            agents: AgentOwners::default(),
+            agent_offsets: HashMap::new(),
         }
+    }
+
+    /// What this instance does with `mirror`'s built-in agent at `now` (no lease: standby).
+    pub fn agent_turn(&self, mirror: &str, now: Instant) -> AgentTurn {
+        if let Some(p) = self.lease_problem(now) {
+            return AgentTurn::Standby(format!("this instance holds no lease ({p})"));
+        }
+        let alive: Vec<String> = self.alive(now).into_iter().map(|(i, _)| i).collect();
+        self.agents.turn(mirror, &self.me, &alive)
+    }
+
+    /// The owner of `mirror`'s agent and its epoch, once claimed.
+    pub fn agent_owner(&self, mirror: &str) -> Option<(&str, u32)> {
+        self.agents.owner(mirror)
+    }
+
+    /// The agent's offset maps of `mirror` as its owner last published them.
+    pub fn agent_offsets(&self, mirror: &str) -> Option<&serde_json::Value> {
+        self.agent_offsets.get(mirror)
     }
 
     pub fn me(&self) -> &str {
@@ -257,11 +312,27 @@ impl PeerView {
     /// session timeouts) are of instances gone before this one started reading.
     pub fn apply(&mut self, r: PeerRecord, now: Instant, now_ms: i64) {
         match r {
-            PeerRecord::Heartbeat { instance, at_ms } => {
+            PeerRecord::Heartbeat {
+                instance,
+                at_ms,
+                agents,
+            } => {
                 let old = now_ms - at_ms > 10 * self.session.as_millis() as i64;
                 if !old && instance != self.me {
+                    self.agents.heartbeat(&instance, agents);
                     self.seen.insert(instance, now);
                 }
+            }
+            PeerRecord::AgentOwner {
+                mirror,
+                owner,
+                epoch,
+                ..
+            } => self.agents.claim(&mirror, &owner, epoch),
+            PeerRecord::AgentOffsets {
+                mirror, offsets, ..
+            } => {
+                self.agent_offsets.insert(mirror, offsets);
             }
             PeerRecord::Failover {
                 mirror,
@@ -499,6 +570,7 @@ mod tests {
 
     fn hb(i: &str, at_ms: i64) -> PeerRecord {
         PeerRecord::Heartbeat {
+            agents: vec![],
             instance: i.into(),
             at_ms,
         }

@@ -1,0 +1,112 @@
+//! The built-in agent configured on several instances: exactly one runs it, chosen and fenced
+//! through the state topic; when that instance is killed another one takes the agent over and
+//! resumes from the offset maps the first one published.
+
+use super::*;
+use crate::gw::ProcessGateway;
+use mirrorgate::config::InstancesConfig;
+
+/// The agent's entry of mirror `name` in `GET /v1/instances` of the instance at `admin`.
+fn agent_status(admin: &str, name: &str) -> serde_json::Value {
+    let (status, body) = admin_call(admin, Method::GET, "/v1/instances", None);
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+    v["agents"]
+        .as_array()
+        .and_then(|a| a.iter().find(|m| m["mirror"] == name).cloned())
+        .unwrap_or_default()
+}
+
+/// Two instances with the agent of the same mirror, over an idempotent and a plain (no producer
+/// id) source producer. The source's first records are deleted before mirroring starts, so the
+/// destination's offsets are not the source's: only the offset maps say where to resume. The
+/// first instance runs the agent; it is killed (SIGKILL) while both producers write. The second
+/// takes the agent over, and every source record ends up on the destination once, in order.
+#[test]
+fn the_agents_owner_killed_during_mirroring_is_taken_over_without_duplicating_or_losing_a_batch() {
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let idempotent = harness::unique_topic("owner-idem");
+    let plain = harness::unique_topic("owner-plain");
+    for t in [&idempotent, &plain] {
+        harness::create_topic(&source, t, 1, None);
+    }
+    SourceWriter::start(&source, &idempotent, "gone", 5, 2000).finish(false);
+    SourceWriter::start_without_producer_id(&source, &plain, "gone", 5, 2000).finish(false);
+    for t in [&idempotent, &plain] {
+        crate::protection::delete_records_on_the_broker(&source, t, 0, 5);
+    }
+    let state_topic = harness::unique_topic("owner-state");
+    let cfg = |id: &str| {
+        let mut cfg = agent_config("owners", &[&idempotent, &plain], &source);
+        cfg.instances = Some(InstancesConfig {
+            id: id.into(),
+            state_topic: state_topic.clone(),
+            session_timeout_ms: 3000,
+        });
+        cfg
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(mirrorgate::app::peers::init_state_topic(&cfg("a")))
+        .expect("state topic created");
+    let mut a = ProcessGateway::start(cfg("a"), &[]);
+    let b = TestGateway::start(cfg("b"));
+    wait_for("a runs the agent", Duration::from_secs(30), || {
+        let s = agent_status(&b.admin(), "owners");
+        s["owner"] == "a" && s["runs_here"] == false
+    });
+    let idem_writer = SourceWriter::start(&source, &idempotent, "idem", 3000, 300);
+    let plain_writer = SourceWriter::start_without_producer_id(&source, &plain, "plain", 3000, 300);
+    wait_for(
+        "records mirrored through a",
+        Duration::from_secs(30),
+        || log_end(&destination, &idempotent, 0) > 700 && log_end(&destination, &plain, 0) > 700,
+    );
+    assert_eq!(
+        agent_map_next(&b, "owners", &idempotent, 0),
+        None,
+        "b ran the agent while a did"
+    );
+    a.kill9();
+    let killed_at = log_end(&destination, &idempotent, 0);
+    let sent = (idem_writer.finish(false), plain_writer.finish(false));
+    wait_for("b runs the agent", Duration::from_secs(30), || {
+        let s = agent_status(&b.admin(), "owners");
+        s["owner"] == "b" && s["runs_here"] == true && s["epoch"] == 2
+    });
+    wait_for(
+        "the destination holds the source's records once, in order",
+        Duration::from_secs(90),
+        || {
+            partitions_json(&b.admin(), "owners")
+                .iter()
+                .all(|p| p["state"] == "MIRRORING" && p["lag_records"] == 0)
+                && [&idempotent, &plain]
+                    .iter()
+                    .all(|t| kv(&read_log(&source, t, 0)) == kv(&read_log(&destination, t, 0)))
+        },
+    );
+    // Every record the source holds is on the destination once, in the source's order (the
+    // wait compared the logs record by record), and b's map ends at the source's end: the
+    // source offset 5 + n is the destination offset n.
+    for (t, n) in [(&idempotent, sent.0), (&plain, sent.1)] {
+        assert_eq!(read_log(&destination, t, 0).records.len(), n, "{t}");
+        assert_eq!(
+            agent_map_next(&b, "owners", t, 0),
+            Some((5 + n as i64, n as i64)),
+            "{t}"
+        );
+    }
+    assert!(
+        killed_at < sent.0 as i64,
+        "a was killed only after mirroring everything"
+    );
+    wait_for(
+        "b's gauge says the agent runs there",
+        Duration::from_secs(10),
+        || b.metric("mirrorgate_agent_runs_here{mirror=\"owners\"}") == 1.0,
+    );
+}
