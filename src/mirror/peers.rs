@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! instance A (failover called)            instance B (and every other)
-//! announce failover/<mirror> {fid}  ───►  reads it: fences the mirror's writes, stops its
+//! announce failover {fid}           ───►  reads it: fences the mirror's writes, stops its
 //! fence, drain its own writes              agent, drains its writes in flight
 //! wait: every instance alive acked  ◄───  fenced/<mirror>/<B> {fid}
 //!       (or waited out: lease expired)
@@ -24,6 +24,8 @@
 
 pub mod agent_owner;
 mod agents;
+#[cfg(test)]
+mod compaction_tests;
 pub mod log;
 pub mod view;
 
@@ -320,8 +322,10 @@ impl PeerLink {
             .map(|a| (a.by.clone(), a.failover_id.clone()))
     }
 
-    /// Announce failover `fid` of `mirror` on the state topic (before its barrier), or again
-    /// at the epoch this instance drives it. `TakenOver` once another instance drives it.
+    /// Announce failover `fid` of `mirror` on the state topic (before its barrier). Once the
+    /// announcement (or this instance's claim) is read back, later passes append nothing: they
+    /// confirm that this instance still holds its lease and drives the failover
+    /// ([`Self::check_driving`]). `TakenOver` once another instance drives it.
     pub async fn announce(&self, mirror: &str, fid: &str) -> Result<(), NotDriving> {
         let me = self.me();
         let epoch = match self.view().driver(mirror) {
@@ -331,7 +335,7 @@ impl PeerLink {
                     by: a.by.clone(),
                 })
             }
-            Some(a) if a.failover_id == fid => a.epoch,
+            Some(a) if a.failover_id == fid => return self.check_driving(mirror, fid),
             _ => 1,
         };
         self.log

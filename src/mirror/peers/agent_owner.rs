@@ -54,6 +54,16 @@ impl AgentOwners {
             .insert(mirror.to_string(), (owner.to_string(), epoch));
     }
 
+    /// The owners and who could run each agent, in a stable order (compaction tests).
+    #[cfg(test)]
+    pub fn conclusions(&self) -> String {
+        let mut owners: Vec<_> = self.owners.iter().collect();
+        owners.sort();
+        let mut capable: Vec<_> = self.capable.iter().collect();
+        capable.sort();
+        format!("owners {owners:?} capable {capable:?}")
+    }
+
     /// The owner of `mirror`'s agent and its epoch.
     pub fn owner(&self, mirror: &str) -> Option<(&str, u32)> {
         self.owners.get(mirror).map(|(o, e)| (o.as_str(), *e))

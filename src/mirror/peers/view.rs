@@ -203,19 +203,32 @@ impl Follow {
 }
 
 impl PeerRecord {
-    /// The compaction key: the latest record per instance, mirror, or mirror and instance.
+    /// The compaction key. Records whose meaning is their latest value (a heartbeat, the
+    /// maps, a fence, a handover) share a key per instance, mirror, or mirror and instance.
+    /// Records whose *order* decides (the claims of a failover or an agent: the first of an
+    /// epoch wins) get a key of their own per append, so compaction keeps every one of them
+    /// where it was written and a reader of the compacted topic concludes what a reader of the
+    /// whole log did (`compaction_tests.rs`).
     pub fn key(&self) -> String {
         match self {
             PeerRecord::Heartbeat { instance, .. } => format!("instance/{instance}"),
-            // One key per claim: compaction keeps every claim, so the first of an epoch stays.
             PeerRecord::AgentOwner {
                 mirror,
                 owner,
                 epoch,
-                ..
-            } => format!("agent_owner/{mirror}/{epoch}/{owner}"),
+                at_ms,
+            } => format!("agent_owner/{mirror}/{epoch}/{owner}/{at_ms}"),
             PeerRecord::AgentOffsets { mirror, .. } => format!("agent_offsets/{mirror}"),
-            PeerRecord::Failover { mirror, .. } => format!("failover/{mirror}"),
+            PeerRecord::Failover {
+                mirror,
+                failover_id,
+                by,
+                at_ms,
+                epoch,
+            } => format!(
+                "failover/{mirror}/{}/{epoch}/{by}/{at_ms}",
+                failover_id.as_deref().unwrap_or("-")
+            ),
             PeerRecord::Fenced {
                 mirror, instance, ..
             } => format!("fenced/{mirror}/{instance}"),
@@ -560,6 +573,28 @@ impl PeerView {
             .iter()
             .filter_map(|(m, a)| a.as_ref().map(|a| (m, a)))
     }
+
+    /// Everything this view concluded from the records it read, in a stable order (the
+    /// compaction tests compare two readers).
+    #[cfg(test)]
+    pub fn conclusions(&self) -> String {
+        fn sorted<T: std::fmt::Debug>(it: impl Iterator<Item = T>) -> Vec<String> {
+            let mut v: Vec<String> = it.map(|x| format!("{x:?}")).collect();
+            v.sort();
+            v
+        }
+        format!(
+            "failovers {:?}\nmirroring {:?}\nstopped {:?}\nbarrier producers {:?}\nfenced {:?}\nseen {:?}\nagents {}\nagent offsets {:?}",
+            self.failovers,
+            sorted(self.mirroring.iter()),
+            sorted(self.stopped.iter()),
+            sorted(self.barrier_producers.iter()),
+            sorted(self.fenced.iter()),
+            sorted(self.seen.keys()),
+            self.agents.conclusions(),
+            sorted(self.agent_offsets.iter()),
+        )
+    }
 }
 
 #[cfg(test)]
@@ -607,7 +642,7 @@ mod tests {
             assert_eq!(back, r);
         }
         assert_eq!(hb("a", 1).key(), "instance/a");
-        assert_eq!(announce("m", "f", "a").key(), "failover/m");
+        assert_eq!(announce("m", "f", "a").key(), "failover/m/f/1/a/0");
         assert_eq!(fenced("m", "f", "b").key(), "fenced/m/b");
     }
 
