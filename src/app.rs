@@ -22,6 +22,7 @@ use crate::state::{StateError, StateStore};
 
 mod admin_backend;
 pub mod demo;
+mod maintain;
 pub mod peers;
 
 /// Why the gateway could not start.
@@ -175,7 +176,7 @@ impl Gateway {
                 &metrics,
                 config.failover.barrier != crate::config::BarrierMode::Data,
             ));
-            tokio::spawn(maintain_mirrors(
+            tokio::spawn(maintain::maintain_mirrors(
                 controller.clone(),
                 permissions.clone(),
                 metrics.clone(),
@@ -238,6 +239,15 @@ impl Gateway {
                     crate::mirror::report::ReportStore::new(StateStore::open(&config.state_dir)?);
                 let names: Vec<String> = config.mirrors.iter().map(|m| m.name.clone()).collect();
                 crate::mirror::report_follow::resume(&store, ctl, agent.as_ref(), &names);
+                if config.instances.is_some() {
+                    tokio::spawn(crate::mirror::report_follow::take_over_open_reports(
+                        store.clone(),
+                        ctl.clone(),
+                        agent.clone(),
+                        names,
+                        shutdown_rx.clone(),
+                    ));
+                }
                 Some(store)
             }
             None => None,
@@ -443,59 +453,6 @@ fn watch_certificate(
             Err(_) => error.inc(),
         }),
     );
-}
-
-/// Keep mirror partitions in step with the destination's metadata, resume failovers in
-/// progress once the partitions are known, and expire PID-screening entries.
-/// How often the gateway principal's permissions are checked again.
-const PERMISSION_CHECK_INTERVAL: Duration = Duration::from_secs(60);
-
-async fn maintain_mirrors(
-    controller: Arc<MirrorController>,
-    permissions: Arc<PermissionCheck>,
-    metrics: Arc<Metrics>,
-    cluster: Arc<ClusterView>,
-    exact_topics: Vec<String>,
-    timeout: Duration,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let mut resumed = false;
-    let mut permissions_checked: Option<tokio::time::Instant> = None;
-    loop {
-        if cluster.is_known() {
-            controller.sync_partitions();
-            if !resumed {
-                controller.resume_all();
-                resumed = true;
-                // Once per start: do the logs still hold the recorded barriers (review F6)?
-                let (ctl, cluster, metrics) =
-                    (controller.clone(), cluster.clone(), metrics.clone());
-                tokio::spawn(async move {
-                    crate::mirror::barrier_check::check_all(&ctl, &cluster, &metrics, timeout).await
-                });
-            }
-            controller.expire_screen();
-            if permissions_checked.is_none_or(|t| t.elapsed() >= PERMISSION_CHECK_INTERVAL) {
-                permissions_checked = Some(tokio::time::Instant::now());
-                // Mirror topics the gateway sees, and those named exactly in the configuration
-                // (a principal that may not describe a topic does not see it in metadata).
-                let mut topics: Vec<String> = cluster
-                    .topic_names()
-                    .into_iter()
-                    .filter(|t| controller.is_mirror_topic(t))
-                    .chain(exact_topics.iter().cloned())
-                    .collect();
-                topics.sort();
-                topics.dedup();
-                let (check, cluster) = (permissions.clone(), cluster.clone());
-                tokio::spawn(async move { check.run(&cluster, topics, timeout).await });
-            }
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-            _ = shutdown.changed() => return,
-        }
-    }
 }
 
 /// One INFO line once the gateway is ready (or after 60 s, with the reasons it is not):

@@ -10,7 +10,7 @@ use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::json;
 
-use crate::mirror::controller::{FailoverError, StartError};
+use crate::mirror::controller::{FailoverError, PauseError, StartError};
 use crate::mirror::state::{MirrorRecord, PartitionRecord, PartitionState};
 
 use super::{check_token, error_reply, json_reply, preflight, AdminBackend};
@@ -254,22 +254,19 @@ pub(super) async fn mirrors(
                 note.reason = Some("admin token missing or wrong".into());
                 return denied;
             }
-            match ctl.start_mirroring(name) {
-                Ok(moved) => {
-                    // The other instances stop fencing the mirror's writes.
-                    if let Err(e) = ctl.announce_mirroring(name).await {
-                        tracing::warn!(mirror = %name, error = %e, "the other instances were not told that the mirror mirrors again: they keep its mirror writes fenced until they are");
-                    }
-                    json_reply(
-                        StatusCode::ACCEPTED,
-                        &json!({ "mirror": name, "partitions_started": moved,
+            match ctl.start_mirroring(name).await {
+                Ok(moved) => json_reply(
+                    StatusCode::ACCEPTED,
+                    &json!({ "mirror": name, "partitions_started": moved,
                              "note": "the agent verifies each partition is empty or aligned with the source before mirroring; a partition that is not goes FAILED with the reason" }),
-                    )
-                }
+                ),
                 Err(e) => {
                     note.reason = Some(e.to_string());
                     match e {
                         StartError::Failover(e) => failover_error_reply(e),
+                        e @ StartError::StateTopic(_) => {
+                            error_reply(StatusCode::SERVICE_UNAVAILABLE, &e.to_string())
+                        }
                         e => error_reply(StatusCode::CONFLICT, &e.to_string()),
                     }
                 }
@@ -280,14 +277,19 @@ pub(super) async fn mirrors(
                 note.reason = Some("admin token missing or wrong".into());
                 return denied;
             }
-            match ctl.set_paused(name, *action == "pause") {
+            match ctl.pause(name, *action == "pause").await {
                 Ok(moved) => json_reply(
                     StatusCode::OK,
                     &json!({ "mirror": name, "action": action, "partitions_moved": moved }),
                 ),
                 Err(e) => {
                     note.reason = Some(e.to_string());
-                    failover_error_reply(e)
+                    match e {
+                        PauseError::Mirror(e) => failover_error_reply(e),
+                        e @ PauseError::StateTopic(_) => {
+                            error_reply(StatusCode::SERVICE_UNAVAILABLE, &e.to_string())
+                        }
+                    }
                 }
             }
         }

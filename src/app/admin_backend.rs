@@ -74,9 +74,17 @@ impl crate::admin::AdminBackend for Gateway {
         &self,
         mirror: &str,
     ) -> Result<Vec<crate::mirror::report::FailoverReport>, String> {
+        let published = self
+            .mirrors
+            .as_ref()
+            .map(|ctl| ctl.published_reports(mirror))
+            .unwrap_or_default();
         match &self.reports {
-            Some(store) => store.list(mirror),
-            None => Ok(Vec::new()),
+            Some(store) => Ok(crate::mirror::report::merged(
+                store.list(mirror)?,
+                published,
+            )),
+            None => Ok(published),
         }
     }
     fn mirror_sync(&self, mirror: &str) -> Option<serde_json::Value> {

@@ -442,6 +442,10 @@ impl FailoverIo for KafkaFailoverIo {
         }
     }
 
+    fn announced_barrier_producer(&self, mirror: &str, fid: &str) -> Option<BarrierProducer> {
+        self.peers.get()?.barrier_producer(mirror, fid)
+    }
+
     async fn publish_stopped(&self, stopped: super::peers::view::Stopped) -> Result<(), String> {
         match self.peers.get() {
             Some(p) => p.publish_stopped(stopped).await,

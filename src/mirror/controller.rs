@@ -26,7 +26,7 @@ use super::barrier_io::KafkaFailoverIo;
 use super::failover::{Failover, FailoverSettings};
 use super::fault_hooks::FaultHooks;
 use super::mirror_metrics::MirrorMetrics;
-use super::records::{usable_slot, Records};
+use super::records::Records;
 use super::screening::{now_ms, Screening};
 use super::state::{MirrorRecord, PartitionRecord, PartitionState};
 
@@ -50,6 +50,10 @@ pub enum StartError {
     FailoverInProgress(String),
     #[error("mirror {0:?} has no STOPPED partition to start")]
     NothingStopped(String),
+    /// Several instances: the failback could not be recorded on the state topic (nothing
+    /// changed on any instance).
+    #[error("{0}")]
+    StateTopic(String),
 }
 
 /// The controller of every configured mirror.
@@ -77,8 +81,11 @@ pub struct MirrorController {
     peers: std::sync::OnceLock<Arc<super::peers::PeerLink>>,
 }
 
+mod pause;
 mod peer_adopt;
 mod peer_fence;
+
+pub use pause::PauseError;
 
 impl MirrorController {
     /// Load (or create) the state of every mirror of `config`; `hooks`: the fault-injection
@@ -492,41 +499,13 @@ impl MirrorController {
         self.executor.start(name)
     }
 
-    /// MIRRORING → PAUSED (`pause`) or PAUSED → MIRRORING for every partition of a mirror that
-    /// can make the move. Returns how many partitions moved.
-    pub fn set_paused(&self, name: &str, paused: bool) -> Result<usize, FailoverError> {
-        let mut slots = self.records.lock();
-        let slot = usable_slot(&mut slots, name)?;
-        let now = now_ms();
-        let before = slot.record.clone();
-        let from = if paused {
-            PartitionState::Mirroring
-        } else {
-            PartitionState::Paused
-        };
-        let moved = self.records.transition(
-            slot,
-            |p| p.state == from,
-            |p| Ok(if paused { p.pause(now) } else { p.resume(now) }?),
-        );
-        let moved = match moved {
-            Ok(n) => n,
-            Err(e) => {
-                slot.record = before;
-                return Err(e);
-            }
-        };
-        self.records.persist_or_revert(slot, before)?;
-        drop(slots);
-        self.records.refresh();
-        Ok(moved)
-    }
-
     /// Failback: STOPPED partitions of mirror `name` back to MIRRORING. Only for a mirror with a
     /// `source` (the built-in agent): before appending anything it verifies, batch for batch, that
     /// the destination partition is empty or aligned with the source, and otherwise marks the
-    /// partition FAILED with what to do. Returns how many partitions moved.
-    pub fn start_mirroring(&self, name: &str) -> Result<usize, StartError> {
+    /// partition FAILED with what to do. With several instances the failback is recorded on the
+    /// state topic first (every instance follows it; refused, changing nothing, when it cannot
+    /// be). Returns how many partitions moved.
+    pub async fn start_mirroring(&self, name: &str) -> Result<usize, StartError> {
         if !self.with_source.iter().any(|n| n == name) {
             if !self.names.iter().any(|n| n == name) {
                 return Err(StartError::Failover(FailoverError::UnknownMirror(
@@ -534,6 +513,12 @@ impl MirrorController {
                 )));
             }
             return Err(StartError::NoAgent(name.to_string()));
+        }
+        if let Some(p) = self.peers.get() {
+            self.startable(name)?;
+            p.announce_mirroring(name)
+                .await
+                .map_err(StartError::StateTopic)?;
         }
         self.stopped_to_mirroring(name)
     }

@@ -378,6 +378,10 @@ impl FailoverIo for Fake {
         Ok(())
     }
 
+    fn announced_barrier_producer(&self, _mirror: &str, _fid: &str) -> Option<BarrierProducer> {
+        self.state().barrier_producers_published.last().copied()
+    }
+
     async fn wait_peers_fenced(&self, _mirror: &str, _fid: &str) -> Result<(), String> {
         self.call(Call::WaitPeersFenced);
         self.state().peers_not_fenced.clone().map_or(Ok(()), Err)
@@ -1152,6 +1156,32 @@ async fn an_instance_taking_over_after_the_first_driver_wrote_its_barriers_finds
     next.assert_stopped_with_one_barrier_each();
     assert_eq!(next.fake.barriers(), written, "no barrier written again");
     assert_eq!(next.on_disk().failover_id.as_deref(), Some(fid.as_str()));
+}
+
+#[tokio::test]
+async fn a_driver_whose_records_lack_the_announced_barrier_producer_still_finds_the_markers() {
+    // A partition that joined the failover after the takeover, or a driver whose state
+    // directory was lost: its records carry no barrier producer, the state topic does.
+    let first = rig("auto");
+    let crashing = first.crashing_after(CrashPoint::BarrierWritten);
+    crashing.begin(MIRROR).unwrap();
+    let r = tokio::spawn(async move {
+        let _ = crashing.run_pass(MIRROR, false).await;
+    })
+    .await;
+    assert!(r.is_err(), "the first driver crashed after its barriers");
+    let written = first.fake.barriers();
+    let fid = first.on_disk().failover_id.unwrap();
+    let mut next = rig("auto");
+    next.fake = Fake {
+        state: first.fake.state.clone(),
+        dir: next.dir.path().to_path_buf(),
+    };
+    let exec = next.executor(FaultHooks::default());
+    exec.take_over(MIRROR, &fid, None).unwrap();
+    run_to_completion(&exec, true).await;
+    next.assert_stopped_with_one_barrier_each();
+    assert_eq!(next.fake.barriers(), written, "no barrier written again");
 }
 
 #[tokio::test]

@@ -27,6 +27,7 @@ mod agents;
 #[cfg(test)]
 mod compaction_tests;
 pub mod log;
+pub mod records;
 pub mod view;
 
 use std::collections::HashSet;
@@ -39,6 +40,7 @@ use tokio::sync::watch;
 use self::agent_owner::AgentTurn;
 use self::log::{BoxFuture, StateLog};
 use self::view::{Follow, NotDriving, PeerRecord, PeerView, Stopped};
+use super::report::FailoverReport;
 use super::screening::now_ms;
 use super::state::BarrierProducer;
 
@@ -52,7 +54,8 @@ pub enum PeerRefusal {
     /// Passing: this instance has not confirmed its view of the state topic lately (it just
     /// started, was paused, or cannot reach the topic); a retry may be admitted.
     NoLease(String),
-    /// Lasting: another instance failed the mirror over.
+    /// Lasting: the mirror is failed over (announced on the state topic, through any
+    /// instance), or paused.
     FailedOver(String),
 }
 
@@ -299,6 +302,9 @@ impl PeerLink {
     }
 
     /// Why a mirror write of `mirror` is refused here (`None`: admitted as far as the peers go).
+    /// The state topic decides, whatever this instance's own records say: a failover announced
+    /// through any instance (this one included: its records may have been lost) or a pause
+    /// refuses them.
     pub fn mirror_write_refusal(&self, mirror: &str) -> Option<PeerRefusal> {
         let v = self.view();
         if let Some(p) = v.lease_problem(Instant::now()) {
@@ -307,10 +313,16 @@ impl PeerLink {
                 self.topic
             )));
         }
-        v.fenced_by_peer(mirror).map(|a| {
-            PeerRefusal::FailedOver(format!(
+        if let Some(a) = v.driver(mirror) {
+            return Some(PeerRefusal::FailedOver(format!(
                 "mirror {mirror} is failed over through instance {} (failover {})",
                 a.by, a.failover_id
+            )));
+        }
+        v.paused(mirror).then(|| {
+            PeerRefusal::FailedOver(format!(
+                "mirror {mirror} is paused (state topic {})",
+                self.topic
             ))
         })
     }
@@ -328,11 +340,12 @@ impl PeerLink {
     /// ([`Self::check_driving`]). `TakenOver` once another instance drives it.
     pub async fn announce(&self, mirror: &str, fid: &str) -> Result<(), NotDriving> {
         let me = self.me();
-        let epoch = match self.view().driver(mirror) {
+        let driver = self.view().driver(mirror).cloned();
+        let epoch = match driver {
             Some(a) if a.failover_id == fid && a.by != me => {
                 return Err(NotDriving::TakenOver {
                     failover_id: fid.to_string(),
-                    by: a.by.clone(),
+                    by: a.by,
                 })
             }
             Some(a) if a.failover_id == fid => return self.check_driving(mirror, fid),
@@ -411,12 +424,38 @@ impl PeerLink {
             })
     }
 
+    /// Publish failover report `r` (opened or completed here) for every instance.
+    pub async fn publish_report(&self, r: &FailoverReport) -> Result<(), String> {
+        self.log
+            .append(&PeerRecord::Report(Box::new(r.clone())))
+            .await
+            .map_err(|e| {
+                format!(
+                    "cannot publish the failover report on the state topic {}: {e}",
+                    self.topic
+                )
+            })
+    }
+
+    /// The failover reports of `mirror` published on the state topic.
+    pub fn reports(&self, mirror: &str) -> Vec<FailoverReport> {
+        self.view().reports(mirror)
+    }
+
+    /// The latest handover of failover `fid` of `mirror` (by whichever instance drove it).
+    pub fn handover(&self, mirror: &str, fid: &str) -> Option<Stopped> {
+        self.view()
+            .stopped(mirror)
+            .filter(|s| s.failover_id == fid)
+            .cloned()
+    }
+
     /// The control barriers' producer another instance announced for failover `fid`.
     pub fn barrier_producer(&self, mirror: &str, fid: &str) -> Option<BarrierProducer> {
         self.view().barrier_producer(mirror, fid)
     }
 
-    /// Announce that `mirror` mirrors again (failback): the others unfence it.
+    /// Record that `mirror` mirrors again (failback): every instance follows.
     pub async fn announce_mirroring(&self, mirror: &str) -> Result<(), String> {
         self.log
             .append(&PeerRecord::Failover {
@@ -427,6 +466,31 @@ impl PeerLink {
                 epoch: 0,
             })
             .await
+            .map_err(|e| {
+                format!(
+                    "cannot record the failback on the state topic {}: {e}",
+                    self.topic
+                )
+            })
+    }
+
+    /// Record that `mirror` is paused (or resumed): every instance follows.
+    pub async fn announce_paused(&self, mirror: &str, paused: bool) -> Result<(), String> {
+        self.log
+            .append(&PeerRecord::Paused {
+                mirror: mirror.to_string(),
+                paused,
+                by: self.me(),
+                at_ms: now_ms(),
+            })
+            .await
+            .map_err(|e| {
+                format!(
+                    "cannot record the {} on the state topic {}: {e}",
+                    if paused { "pause" } else { "resume" },
+                    self.topic
+                )
+            })
     }
 
     /// Wait until every other instance alive acknowledged the fence of failover `fid`, or
@@ -637,6 +701,30 @@ mod tests {
         let p = a.problem().expect("not ready");
         assert!(p.contains("down"), "{p}");
         assert!(a.mirror_write_refusal("m").is_some());
+    }
+
+    #[tokio::test]
+    async fn a_failover_read_back_is_not_announced_again_by_its_later_passes() {
+        let t = Arc::new(Topic::default());
+        let a = PeerLink::new("a", "st", Duration::from_secs(10), t.clone());
+        let mut n = 0;
+        step(&a, &mut n).await;
+        a.announce("m", "f1").await.unwrap();
+        step(&a, &mut n).await;
+        let announced = || {
+            t.records
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|r| matches!(r, PeerRecord::Failover { .. }))
+                .count()
+        };
+        assert_eq!(announced(), 1);
+        tokio::time::timeout(Duration::from_secs(5), a.announce("m", "f1"))
+            .await
+            .expect("answered")
+            .expect("still driving it, with a lease");
+        assert_eq!(announced(), 1, "appended again");
     }
 
     #[tokio::test]

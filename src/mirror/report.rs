@@ -294,6 +294,24 @@ pub fn complete(
     report
 }
 
+/// The reports of one mirror this instance stored and those published on the state topic
+/// (several instances), one per failover: a completed one wins over one in progress, this
+/// instance's own over an equal published one. Oldest call first.
+pub fn merged(local: Vec<FailoverReport>, published: Vec<FailoverReport>) -> Vec<FailoverReport> {
+    let mut by_id: HashMap<String, FailoverReport> = HashMap::new();
+    for r in local.into_iter().chain(published) {
+        match by_id.get(&r.failover_id) {
+            Some(kept) if kept.is_complete() || !r.is_complete() => {}
+            _ => {
+                by_id.insert(r.failover_id.clone(), r);
+            }
+        }
+    }
+    let mut v: Vec<FailoverReport> = by_id.into_values().collect();
+    v.sort_by(|a, b| (a.called_ms, &a.failover_id).cmp(&(b.called_ms, &b.failover_id)));
+    v
+}
+
 /// The reports' files.
 #[derive(Clone)]
 pub struct ReportStore {

@@ -164,3 +164,21 @@ fn a_partition_that_mirrors_again_forgets_the_step_times_of_its_last_failover() 
     p.start_mirroring(true, 20_000).unwrap();
     assert!(p.step_ms.is_empty());
 }
+
+#[test]
+fn the_reports_of_every_instance_merge_to_one_per_failover_the_completed_one_winning() {
+    let mut done = opened();
+    done.status = "complete".into();
+    let mut other = opened();
+    other.failover_id = "f0".into();
+    other.called_ms = 1;
+    let v = merged(vec![opened()], vec![done.clone(), other.clone()]);
+    assert_eq!(v, vec![other.clone(), done.clone()], "oldest call first");
+    let v = merged(vec![done.clone()], vec![opened()]);
+    assert_eq!(
+        v,
+        vec![done],
+        "a published report in progress does not hide a completed one"
+    );
+    assert_eq!(merged(vec![], vec![other.clone()]), vec![other]);
+}

@@ -11,6 +11,7 @@ use std::time::Duration;
 use super::super::failover::FailoverIo;
 use super::super::peers::agent_owner::AgentTurn;
 use super::super::peers::{FenceHook, PeerLink};
+use super::super::report::FailoverReport;
 use super::MirrorController;
 
 /// How long one fence attempt waits for the mirror writes to end before it answers "not yet"
@@ -81,12 +82,22 @@ impl MirrorController {
         }
     }
 
-    /// After a failback on this instance: the others stop fencing the mirror's writes.
-    pub async fn announce_mirroring(&self, mirror: &str) -> Result<(), String> {
+    /// Publish failover report `r` for every instance (nothing to do when this is the only
+    /// one).
+    pub async fn publish_report(&self, r: &FailoverReport) -> Result<(), String> {
         match self.peers.get() {
-            Some(p) => p.announce_mirroring(mirror).await,
+            Some(p) => p.publish_report(r).await,
             None => Ok(()),
         }
+    }
+
+    /// The failover reports of `mirror` published on the state topic (none when this is the
+    /// only instance).
+    pub fn published_reports(&self, mirror: &str) -> Vec<FailoverReport> {
+        self.peers
+            .get()
+            .map(|p| p.reports(mirror))
+            .unwrap_or_default()
     }
 
     /// The peers' status (`GET /v1/instances`); `None` when this is the only instance.

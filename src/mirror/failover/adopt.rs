@@ -233,7 +233,7 @@ impl<Io: FailoverIo> Failover<Io> {
         producer: Option<BarrierProducer>,
     ) -> Result<(), AdoptError> {
         self.take_failover(name, fid, None, producer)?;
-        tracing::warn!(mirror = name, failover_id = fid, "the instance driving this failover is gone: this instance took it over and drives it from the recorded steps");
+        tracing::warn!(mirror = name, failover_id = fid, "the state topic names this instance as this failover's driver (its claim came first, or its own records of the failover were lost): it drives it from the recorded steps and the partitions' logs");
         Ok(())
     }
 

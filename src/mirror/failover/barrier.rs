@@ -41,8 +41,11 @@ impl<Io: FailoverIo> Failover<Io> {
         self.io.check_driving(name, fid)?;
         let mut found: Found = HashMap::new();
         if resumed {
+            // A partition that joined after a takeover, or a driver whose records were lost,
+            // has no producer recorded: the one announced on the state topic finds its marker.
+            let announced = self.io.announced_barrier_producer(name, fid);
             for p in &need {
-                let pid = p.barrier_producer.map(|b| b.producer_id);
+                let pid = p.barrier_producer.or(announced).map(|b| b.producer_id);
                 if let Some(b) = self.io.find_barrier(&p.topic, p.partition, fid, pid).await {
                     found.insert(key(p), b);
                 }
@@ -140,11 +143,16 @@ impl<Io: FailoverIo> Failover<Io> {
                 (k.clone(), last)
             })
             .collect();
+        let announced = self.io.announced_barrier_producer(name, fid);
         self.records.update_stopping(name, |p| {
             let k = key(p);
             let Some(b) = found.get(&k) else {
                 return Ok(());
             };
+            if p.barrier_producer.is_none() {
+                // A marker found with the producer announced on the state topic.
+                p.barrier_producer = announced.filter(|a| Some(a.producer_id) == b.producer_id);
+            }
             p.advance(FailoverStep::BarrierWritten { offset: b.offset }, now)?;
             p.advance(FailoverStep::BarrierPersisted { offset: b.offset }, now)?;
             p.barrier_topic_id = self.io.topic_id(&p.topic).map(|id| id.to_string());
@@ -216,9 +224,9 @@ impl<Io: FailoverIo> Failover<Io> {
 
     /// The producer id and epoch of this failover's control barriers: the one recorded in a
     /// partition of the failover (a retry or a late-write round reuses it: the broker accepts a
-    /// second marker with the same producer id, epoch and coordinator epoch), else a new one
-    /// from an *idempotent* InitProducerId. It is recorded in `parts` (persisted) before any
-    /// marker is written with it.
+    /// second marker with the same producer id, epoch and coordinator epoch), or announced for
+    /// it on the state topic, else a new one from an *idempotent* InitProducerId. It is
+    /// recorded in `parts` (persisted) before any marker is written with it.
     async fn barrier_producer(
         &self,
         name: &str,
@@ -230,6 +238,10 @@ impl<Io: FailoverIo> Failover<Io> {
                 .iter()
                 .filter(|p| p.failover_id == r.failover_id)
                 .find_map(|p| p.barrier_producer)
+                .or_else(|| {
+                    let fid = r.failover_id.as_deref()?;
+                    self.io.announced_barrier_producer(name, fid)
+                })
         });
         let producer_of = |k: &PartitionKey| {
             record

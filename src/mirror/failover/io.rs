@@ -216,6 +216,11 @@ pub trait FailoverIo: Send + Sync + 'static {
         fid: &str,
         producer: BarrierProducer,
     ) -> impl Future<Output = Result<(), String>> + Send;
+    /// The producer id of failover `fid`'s control barriers as announced on the state topic
+    /// (several instances; `None` when none is, or this is the only instance).
+    fn announced_barrier_producer(&self, _mirror: &str, _fid: &str) -> Option<BarrierProducer> {
+        None
+    }
     /// Wait until every other instance alive has fenced and drained its mirror writes for
     /// failover `fid` (or was waited out). `Err`: one is alive and did not, in time.
     fn wait_peers_fenced(

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 
 use super::view::{PeerRecord, PeerView, ScreenedProducer, Stopped, StoppedPartition};
+use crate::mirror::report::FailoverReport;
 use crate::mirror::screening::ScreenEntry;
 use crate::mirror::state::{BarrierKind, BarrierProducer};
 
@@ -139,6 +140,27 @@ fn record() -> impl Strategy<Value = PeerRecord> {
                 }],
             })
         }),
+        (m(), f(), any::<bool>()).prop_map(|(mirror, failover_id, done)| {
+            let mut r = FailoverReport::open(
+                &mirror,
+                &failover_id,
+                "token".into(),
+                0,
+                (None, None, false),
+                Vec::new(),
+                None,
+            );
+            if done {
+                r.status = "complete".into();
+            }
+            PeerRecord::Report(Box::new(r))
+        }),
+        (m(), any::<bool>(), i()).prop_map(|(mirror, paused, by)| PeerRecord::Paused {
+            mirror,
+            paused,
+            by,
+            at_ms: 0,
+        }),
         (m(), f(), i(), 0..3i64).prop_map(|(mirror, failover_id, by, id)| {
             PeerRecord::BarrierProducer {
                 mirror,
@@ -158,11 +180,13 @@ fn at(mut r: PeerRecord, t: i64) -> PeerRecord {
     match &mut r {
         PeerRecord::AgentOwner { at_ms, .. }
         | PeerRecord::Failover { at_ms, .. }
-        | PeerRecord::Fenced { at_ms, .. } => *at_ms = t,
+        | PeerRecord::Fenced { at_ms, .. }
+        | PeerRecord::Paused { at_ms, .. } => *at_ms = t,
         PeerRecord::Stopped(s) => s.at_ms = t,
         PeerRecord::Heartbeat { .. }
         | PeerRecord::AgentOffsets { .. }
         | PeerRecord::BarrierProducer { .. } => {}
+        PeerRecord::Report(r) => r.called_ms = t,
     }
     r
 }

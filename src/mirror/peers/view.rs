@@ -14,118 +14,22 @@
 //! - The announcing instance waits, before its barrier, for every instance alive to acknowledge
 //!   the fence; one that stops answering is waited out (its lease has then expired).
 //!
-//! Owns: those rules and the record format. Must not touch: the state topic's I/O, the
-//! admission of requests, the failover's steps.
+//! Owns: those rules (the records themselves are [`super::records`]). Must not touch: the
+//! state topic's I/O, the admission of requests, the failover's steps.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use super::super::screening::ScreenEntry;
-use super::super::state::{BarrierKind, BarrierProducer};
+use super::super::report::FailoverReport;
+use super::super::state::BarrierProducer;
 use super::agent_owner::{AgentOwners, AgentTurn};
+pub use super::records::{PeerRecord, ScreenedProducer, Stopped, StoppedPartition};
 
 /// Added to the session timeout before another instance counts as gone: heartbeats are read
 /// with some delay after they are written.
 pub const MARGIN: Duration = Duration::from_secs(2);
-
-/// One record of the state topic (JSON value; the key is [`PeerRecord::key`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum PeerRecord {
-    /// An instance is alive (written every session timeout / 4); `agents`: the mirrors it
-    /// could run the built-in agent for.
-    Heartbeat {
-        instance: String,
-        at_ms: i64,
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        agents: Vec<String>,
-    },
-    /// `owner` claims the built-in agent of `mirror` at `epoch` ([`super::agent_owner`]).
-    AgentOwner {
-        mirror: String,
-        owner: String,
-        epoch: u32,
-        at_ms: i64,
-    },
-    /// The agent's offset maps of `mirror` as its owner `by` last published them (the agent's
-    /// own JSON format), so that the next owner resumes from them.
-    AgentOffsets {
-        mirror: String,
-        by: String,
-        epoch: u32,
-        offsets: serde_json::Value,
-    },
-    /// A failover of `mirror` was started on instance `by` (`failover_id` `None`: the mirror
-    /// was started again, mirroring).
-    ///
-    /// `epoch` counts who drives a failover: 1 for the instance it was called on, one more
-    /// for each instance that took it over. Of the records of one failover, only the first
-    /// of each next epoch in the log counts, so when two instances claim it at once the log's
-    /// order decides, the same for every reader.
-    Failover {
-        mirror: String,
-        failover_id: Option<String>,
-        by: String,
-        at_ms: i64,
-        #[serde(default)]
-        epoch: u32,
-    },
-    /// The producer id of failover `failover_id`'s control barriers, appended before any
-    /// marker is written with it: an instance that takes the failover over finds them.
-    BarrierProducer {
-        mirror: String,
-        failover_id: String,
-        producer: BarrierProducer,
-        by: String,
-    },
-    /// `instance` fenced and drained its mirror writes for that failover.
-    Fenced {
-        mirror: String,
-        failover_id: String,
-        instance: String,
-        at_ms: i64,
-    },
-    /// The partitions the failover STOPPED so far, with their barriers and the producer ids
-    /// it screened (cumulative: the latest record of a failover holds all of them).
-    Stopped(Stopped),
-}
-
-/// What the instance that ran a failover hands to the others: every other instance makes a
-/// partition writable only once it has read it here, and screens the same producer ids.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Stopped {
-    pub mirror: String,
-    pub failover_id: String,
-    pub by: String,
-    pub at_ms: i64,
-    pub partitions: Vec<StoppedPartition>,
-    pub screened: Vec<ScreenedProducer>,
-}
-
-/// One STOPPED partition, as the instance that wrote its barrier recorded it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StoppedPartition {
-    pub topic: String,
-    pub partition: i32,
-    pub barrier_offset: i64,
-    pub kind: BarrierKind,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub producer: Option<BarrierProducer>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub topic_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_mirrored_offset: Option<i64>,
-}
-
-/// A producer id a failover screened (mirrored traffic left it in the brokers).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct ScreenedProducer {
-    pub producer_id: i64,
-    #[serde(flatten)]
-    pub entry: ScreenEntry,
-}
 
 /// Why this instance may not drive a failover's next step (several instances).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -144,9 +48,17 @@ pub enum NotDriving {
 pub enum Follow {
     /// Make the partitions another instance STOPPED writable here too (after screening).
     Stopped(std::sync::Arc<Stopped>),
-    /// Another instance started `mirror` mirroring again: its STOPPED partitions here follow.
+    /// `mirror` was started mirroring again (failback, through any instance, this one
+    /// included): its STOPPED partitions here follow.
     Mirroring {
         mirror: String,
+        by: String,
+        at_ms: i64,
+    },
+    /// `mirror` was paused or resumed (through any instance): its partitions here follow.
+    Paused {
+        mirror: String,
+        paused: bool,
         by: String,
         at_ms: i64,
     },
@@ -178,6 +90,12 @@ impl Follow {
                 s.partitions.len()
             ),
             Follow::Mirroring { mirror, by, at_ms } => format!("mirroring/{mirror}/{by}/{at_ms}"),
+            Follow::Paused {
+                mirror,
+                paused,
+                by,
+                at_ms,
+            } => format!("paused/{mirror}/{paused}/{by}/{at_ms}"),
             Follow::TakeOver {
                 mirror,
                 failover_id,
@@ -196,44 +114,9 @@ impl Follow {
         match self {
             Follow::Stopped(s) => &s.mirror,
             Follow::Mirroring { mirror, .. }
+            | Follow::Paused { mirror, .. }
             | Follow::TakeOver { mirror, .. }
             | Follow::Drive { mirror, .. } => mirror,
-        }
-    }
-}
-
-impl PeerRecord {
-    /// The compaction key. Records whose meaning is their latest value (a heartbeat, the
-    /// maps, a fence, a handover) share a key per instance, mirror, or mirror and instance.
-    /// Records whose *order* decides (the claims of a failover or an agent: the first of an
-    /// epoch wins) get a key of their own per append, so compaction keeps every one of them
-    /// where it was written and a reader of the compacted topic concludes what a reader of the
-    /// whole log did (`compaction_tests.rs`).
-    pub fn key(&self) -> String {
-        match self {
-            PeerRecord::Heartbeat { instance, .. } => format!("instance/{instance}"),
-            PeerRecord::AgentOwner {
-                mirror,
-                owner,
-                epoch,
-                at_ms,
-            } => format!("agent_owner/{mirror}/{epoch}/{owner}/{at_ms}"),
-            PeerRecord::AgentOffsets { mirror, .. } => format!("agent_offsets/{mirror}"),
-            PeerRecord::Failover {
-                mirror,
-                failover_id,
-                by,
-                at_ms,
-                epoch,
-            } => format!(
-                "failover/{mirror}/{}/{epoch}/{by}/{at_ms}",
-                failover_id.as_deref().unwrap_or("-")
-            ),
-            PeerRecord::Fenced {
-                mirror, instance, ..
-            } => format!("fenced/{mirror}/{instance}"),
-            PeerRecord::Stopped(s) => format!("stopped/{}", s.mirror),
-            PeerRecord::BarrierProducer { mirror, .. } => format!("barrier_producer/{mirror}"),
         }
     }
 }
@@ -273,6 +156,11 @@ pub struct PeerView {
     agents: AgentOwners,
     /// Mirror → the agent's offset maps as last published.
     agent_offsets: HashMap<String, serde_json::Value>,
+    /// Mirror → (paused, by, at_ms) of its latest pause or resume since its last failover
+    /// record.
+    paused: HashMap<String, (bool, String, i64)>,
+    /// (mirror, failover id) → its report as last published.
+    reports: BTreeMap<(String, String), Box<FailoverReport>>,
 }
 
 impl PeerView {
@@ -291,6 +179,8 @@ impl PeerView {
             last_error: None,
             agents: AgentOwners::default(),
             agent_offsets: HashMap::new(),
+            paused: HashMap::new(),
+            reports: BTreeMap::new(),
         }
     }
 
@@ -364,6 +254,8 @@ impl PeerView {
                     None => self.mirroring.insert(mirror.clone(), (by.clone(), at_ms)),
                     Some(_) => self.mirroring.remove(&mirror),
                 };
+                // A failover, or a failback, ends a pause (as it does on one instance).
+                self.paused.remove(&mirror);
                 let a = failover_id.map(|failover_id| Announced {
                     failover_id,
                     by,
@@ -391,6 +283,18 @@ impl PeerView {
                 ..
             } => {
                 self.fenced.insert((mirror, instance), failover_id);
+            }
+            PeerRecord::Paused {
+                mirror,
+                paused,
+                by,
+                at_ms,
+            } => {
+                self.paused.insert(mirror, (paused, by, at_ms));
+            }
+            PeerRecord::Report(r) => {
+                self.reports
+                    .insert((r.mirror.clone(), r.failover_id.clone()), r);
             }
         }
     }
@@ -492,9 +396,13 @@ impl PeerView {
         v
     }
 
-    /// What this instance must follow of the others' records: the STOPPED partitions of the
-    /// failover announced now for a mirror (by another instance), and a mirror another
-    /// instance started mirroring again.
+    /// What this instance must follow of the state topic: it is the state of record, so
+    /// every instance follows it, the one whose call appended a record included (its own
+    /// records usually know it already, and the follower then has nothing to do; they do not
+    /// when its state directory was lost):
+    /// - the STOPPED partitions handed over for the failover announced now for a mirror;
+    /// - the failover announced now, to drive when this instance is its driver;
+    /// - a mirror started mirroring again (failback), paused or resumed.
     ///
     /// A failover whose driver is gone (not alive at `now`) is taken over by the instance of
     /// the lowest id among those alive, this one included, once it holds its lease.
@@ -505,7 +413,7 @@ impl PeerView {
         let lease = self.lease_problem(now).is_none();
         for (mirror, a) in &self.failovers {
             match a {
-                Some(a) if a.by != self.me => {
+                Some(a) => {
                     if let Some(s) = self
                         .stopped
                         .get(mirror)
@@ -513,7 +421,13 @@ impl PeerView {
                     {
                         out.push(Follow::Stopped(s.clone()));
                     }
-                    if lease && first && !alive.contains(&a.by) {
+                    if a.by == self.me {
+                        out.push(Follow::Drive {
+                            mirror: mirror.clone(),
+                            failover_id: a.failover_id.clone(),
+                            epoch: a.epoch,
+                        });
+                    } else if lease && first && !alive.contains(&a.by) {
                         out.push(Follow::TakeOver {
                             mirror: mirror.clone(),
                             failover_id: a.failover_id.clone(),
@@ -522,16 +436,8 @@ impl PeerView {
                         });
                     }
                 }
-                Some(a) if a.epoch > 1 => out.push(Follow::Drive {
-                    mirror: mirror.clone(),
-                    failover_id: a.failover_id.clone(),
-                    epoch: a.epoch,
-                }),
-                Some(_) => {}
                 None => {
-                    if let Some((by, at_ms)) =
-                        self.mirroring.get(mirror).filter(|(by, _)| *by != self.me)
-                    {
+                    if let Some((by, at_ms)) = self.mirroring.get(mirror) {
                         out.push(Follow::Mirroring {
                             mirror: mirror.clone(),
                             by: by.clone(),
@@ -541,7 +447,30 @@ impl PeerView {
                 }
             }
         }
+        for (mirror, (paused, by, at_ms)) in &self.paused {
+            out.push(Follow::Paused {
+                mirror: mirror.clone(),
+                paused: *paused,
+                by: by.clone(),
+                at_ms: *at_ms,
+            });
+        }
         out
+    }
+
+    /// The failover reports of `mirror` published on the state topic.
+    pub fn reports(&self, mirror: &str) -> Vec<FailoverReport> {
+        self.reports
+            .iter()
+            .filter(|((m, _), _)| m == mirror)
+            .map(|(_, r)| r.as_ref().clone())
+            .collect()
+    }
+
+    /// Whether `mirror` is paused on the state topic (a pause not ended by a resume, a
+    /// failover or a failback since).
+    pub fn paused(&self, mirror: &str) -> bool {
+        self.paused.get(mirror).is_some_and(|(p, _, _)| *p)
     }
 
     /// The instance driving `mirror`'s failover now, if one is announced.
@@ -593,12 +522,18 @@ impl PeerView {
             sorted(self.seen.keys()),
             self.agents.conclusions(),
             sorted(self.agent_offsets.iter()),
+        ) + &format!(
+            "\npaused {:?}\nreports {:?}",
+            sorted(self.paused.iter()),
+            self.reports
         )
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::super::screening::ScreenEntry;
+    use super::super::super::state::BarrierKind;
     use super::*;
 
     const T: Duration = Duration::from_secs(10);
@@ -772,7 +707,7 @@ mod tests {
     }
 
     #[test]
-    fn only_the_handover_of_the_failover_announced_now_by_another_instance_is_followed() {
+    fn only_the_handover_of_the_failover_announced_now_is_followed() {
         let now = Instant::now();
         let mut v = PeerView::new("b", T);
         v.apply(stopped("m", "f0", "a"), now, 0);
@@ -780,10 +715,52 @@ mod tests {
         assert!(v.to_follow(now).is_empty(), "an older failover's handover");
         v.apply(stopped("m", "f1", "a"), now, 0);
         assert!(matches!(&v.to_follow(now)[..], [Follow::Stopped(s)] if s.failover_id == "f1"));
+    }
+
+    #[test]
+    fn the_driver_follows_its_own_failover_from_the_state_topic_too() {
+        // Its records know the failover (the follower then does nothing), unless its state
+        // directory was lost: the state topic is the state of record.
+        let now = Instant::now();
         let mut own = PeerView::new("a", T);
         own.apply(announce("m", "f1", "a"), now, 0);
+        assert!(
+            matches!(&own.to_follow(now)[..], [Follow::Drive { epoch: 1, .. }]),
+            "{:?}",
+            own.to_follow(now)
+        );
         own.apply(stopped("m", "f1", "a"), now, 0);
-        assert!(own.to_follow(now).is_empty(), "its own handover");
+        assert!(matches!(
+            &own.to_follow(now)[..],
+            [Follow::Stopped(s), Follow::Drive { .. }] if s.by == "a"
+        ));
+    }
+
+    #[test]
+    fn a_pause_is_followed_by_every_instance_until_a_failover_or_failback_of_the_mirror() {
+        let now = Instant::now();
+        let mut v = PeerView::new("b", T);
+        let pause = |paused: bool, at_ms: i64| PeerRecord::Paused {
+            mirror: "m".into(),
+            paused,
+            by: "a".into(),
+            at_ms,
+        };
+        v.apply(pause(true, 1), now, 0);
+        assert!(v.paused("m"));
+        assert!(matches!(
+            &v.to_follow(now)[..],
+            [Follow::Paused { paused: true, .. }]
+        ));
+        v.apply(pause(false, 2), now, 0);
+        assert!(!v.paused("m"));
+        v.apply(pause(true, 3), now, 0);
+        v.apply(announce("m", "f1", "c"), now, 0);
+        assert!(!v.paused("m"), "the failover ended the pause");
+        assert!(!v
+            .to_follow(now)
+            .iter()
+            .any(|f| matches!(f, Follow::Paused { .. })));
     }
 
     #[test]

@@ -15,6 +15,8 @@ use crate::gw::{admin_call, try_admin_call, ProcessGateway, TestGateway};
 use crate::harness;
 use crate::psm_differential::{batch, RawConn};
 
+mod record;
+
 const SESSION_MS: u64 = 3_000;
 
 /// `mirror_config(name, [topic])` as instance `id` of those sharing `state_topic`.
@@ -112,6 +114,36 @@ fn wait_stopped(admins: &[String], mirror: &str) {
             panic!("mirror {mirror} not STOPPED: {m}\npartitions: {parts}\ninstances: {views:#?}");
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Wait (30 s at most) until the instance at `admin` lists the report of failover `fid` of
+/// `mirror` as complete (`GET /v1/mirrors/{mirror}/failovers`); the report.
+fn wait_report_complete(admin: &str, mirror: &str, fid: &str) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = admin_call(
+            admin,
+            hyper::Method::GET,
+            &format!("/v1/mirrors/{mirror}/failovers"),
+            None,
+        );
+        assert_eq!(status, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+        let found = v["failovers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|r| r["failover_id"] == fid && r["status"] == "complete")
+            .cloned();
+        if let Some(r) = found {
+            return r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{admin}: no complete report of failover {fid}: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
     }
 }
 
@@ -477,6 +509,16 @@ fn the_driver_killed_after(point: &str) {
         assert_eq!(code, 0, "a local write through {}: {msg}", gw.admin());
         assert!(offset > barrier);
         assert!(crate::failover::screened_ids(&gw.config.state_dir).contains(&pid));
+    }
+    // The result is visible from every instance: the report the instance driving the
+    // failover at its end completed, published on the state topic.
+    let fid = mirror_json(&b.admin(), &mirror)["failover_id"]
+        .as_str()
+        .expect("a failover id")
+        .to_string();
+    for admin in [b.admin(), c.admin()] {
+        let r = wait_report_complete(&admin, &mirror, &fid);
+        assert_eq!(r["partitions"].as_array().map(Vec::len), Some(1), "{r}");
     }
     eprintln!(
         "takeover after {point}: failover complete on b and c {:.1} s after the call",

@@ -1,0 +1,204 @@
+//! The state topic is the state of record of several instances: an instance whose state
+//! directory is lost or re-initialised learns from the state topic alone what its mirrors are
+//! (failed over, at which barrier, with which producer ids screened; paused), and a change of a
+//! mirror's state made through one instance is followed by all.
+
+use std::time::{Duration, Instant};
+
+use super::{init_state_topic, instance_config, mirror_topic, signal, wait_others_alive};
+use crate::failover::{failover, mirror_json, read_log, reported_barrier, screened_ids};
+use crate::gw::{admin_call, ProcessGateway, TestGateway};
+use crate::harness;
+use crate::psm_differential::{batch, RawConn};
+
+/// Stop `gw` (SIGTERM), replace its state directory by an empty one initialised with
+/// `mirrorgate state init` (a lost volume, re-created by an init container), start it again.
+fn restart_with_a_new_state_dir(gw: &mut ProcessGateway) {
+    signal(gw.pid().expect("runs"), libc::SIGTERM);
+    assert!(gw.wait_exit(Duration::from_secs(40)), "did not stop");
+    std::fs::remove_dir_all(&gw.config.state_dir).expect("remove the state directory");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mirrorgate"))
+        .args(["state", "init", "--config"])
+        .arg(&gw.config_path)
+        .output()
+        .expect("mirrorgate state init");
+    assert!(
+        out.status.success(),
+        "state init: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    gw.restart_unready(&[]);
+}
+
+/// The instance that ran a failover loses its state directory and starts with a new, empty
+/// one. It must not take its mirror for one still mirroring: it refuses the mirror's writes
+/// from the start, and it takes the failover back from the state topic (the barrier it wrote,
+/// the producer ids it screened), so that it turns writable at that barrier and nowhere else.
+#[test]
+fn the_instance_that_failed_over_follows_its_failover_from_the_state_topic_after_losing_its_state_directory(
+) {
+    let topic = mirror_topic("peers-lost");
+    let state_topic = harness::unique_topic("peers-lost-state");
+    let cfg = |id: &str| instance_config("lost", &topic, id, &state_topic);
+    init_state_topic(&cfg("a"));
+    let mut a = ProcessGateway::start(cfg("a"), &[]);
+    let b = TestGateway::start(cfg("b"));
+    wait_others_alive(&b.admin(), 1);
+    let pid = 8_100_000 + (std::process::id() as i64 % 1000) * 10;
+    let mut conn = RawConn::connect(&a.mirror_bootstrap());
+    for seq in 0..3 {
+        let (code, _, msg) = conn.produce_msg(&topic, 0, batch(pid, 0, seq, 1, "mirrored"));
+        assert_eq!(code, 0, "a mirror write through a: {msg}");
+    }
+    drop(conn);
+    failover(&a.admin(), "lost");
+    crate::failover::wait_stopped(&a.admin(), "lost");
+    crate::failover::wait_stopped(&b.admin(), "lost");
+    let barrier = reported_barrier(&a.admin(), "lost", &topic);
+
+    restart_with_a_new_state_dir(&mut a);
+    // From the first moment it answers, and until it has the failover back: no mirror write,
+    // and a local write only once the partition is STOPPED at the barrier.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut conn = RawConn::connect(&a.mirror_bootstrap());
+    let mut seq = 3;
+    loop {
+        let (code, _, msg) = conn.produce_msg(&topic, 0, batch(pid, 0, seq, 1, "late"));
+        assert_ne!(
+            code, 0,
+            "a, with a new state directory, admitted a mirror write after its own failover"
+        );
+        assert!(msg.contains("is fenced"), "{msg}");
+        seq += 1;
+        let m = mirror_json(&a.admin(), "lost");
+        if m["states"]["STOPPED"] == 1 {
+            break;
+        }
+        let (code, _, msg) =
+            RawConn::connect(&a.bootstrap()).produce_msg(&topic, 0, batch(-1, -1, -1, 1, "early"));
+        if code == 0 {
+            let m = mirror_json(&a.admin(), "lost");
+            assert_eq!(
+                m["states"]["STOPPED"], 1,
+                "a local write before STOPPED: {m}"
+            );
+            break;
+        }
+        assert!(msg.contains("read-only"), "{msg}");
+        assert!(
+            Instant::now() < deadline,
+            "a never took its failover back from the state topic: {m}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(reported_barrier(&a.admin(), "lost", &topic), barrier);
+    assert!(
+        screened_ids(&a.config.state_dir).contains(&pid),
+        "the mirrored producer id is screened again"
+    );
+    let (code, offset, msg) =
+        RawConn::connect(&a.bootstrap()).produce_msg(&topic, 0, batch(-1, -1, -1, 1, "local"));
+    assert_eq!(code, 0, "a local write through a: {msg}");
+    assert!(offset > barrier);
+    // Its report of the failover is back too, from the state topic.
+    let fid = mirror_json(&b.admin(), "lost")["failover_id"]
+        .as_str()
+        .expect("a failover id")
+        .to_string();
+    let r = super::wait_report_complete(&a.admin(), "lost", &fid);
+    assert_eq!(r["partitions"][0]["barrier_offset"], barrier, "{r}");
+    let log = read_log(&harness::cluster("destination"), &topic, 0);
+    assert_eq!(log.barriers.len(), 1, "{:?}", log.barriers);
+    assert!(
+        log.records
+            .iter()
+            .filter(|r| r.producer_id == pid)
+            .all(|r| r.offset < barrier),
+        "a mirrored record after the barrier"
+    );
+}
+
+/// Wait (20 s at most) until mirror `name` on the instance at `admin` has `n` partitions in
+/// `state`.
+fn wait_state(admin: &str, name: &str, state: &str, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let m = mirror_json(admin, name);
+        if m["states"][state] == n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{admin}: never {n} partitions {state}: {m}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A pause called on one instance pauses the mirror on every instance, an instance started
+/// afterwards with an empty state directory included: the mirror's writes are refused through
+/// each of them. A resume called on another instance resumes it everywhere.
+#[test]
+fn a_pause_through_one_instance_pauses_the_mirror_on_every_instance_until_a_resume_through_any() {
+    let topic = mirror_topic("peers-pause");
+    let state_topic = harness::unique_topic("peers-pause-state");
+    let cfg = |id: &str| instance_config("pause", &topic, id, &state_topic);
+    init_state_topic(&cfg("a"));
+    let a = TestGateway::start(cfg("a"));
+    let b = TestGateway::start(cfg("b"));
+    wait_others_alive(&a.admin(), 1);
+    wait_others_alive(&b.admin(), 1);
+    let pid = 8_200_000 + (std::process::id() as i64 % 1000) * 10;
+    let (status, body) = admin_call(
+        &a.admin(),
+        hyper::Method::POST,
+        "/v1/mirrors/pause/pause",
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    wait_state(&b.admin(), "pause", "PAUSED", 1);
+    let c = TestGateway::start(cfg("c"));
+    wait_state(&c.admin(), "pause", "PAUSED", 1);
+    for gw in [&a, &b, &c] {
+        let (code, _, msg) = RawConn::connect(&gw.mirror_bootstrap()).produce_msg(
+            &topic,
+            0,
+            batch(pid, 0, 0, 1, "paused"),
+        );
+        assert_ne!(
+            code,
+            0,
+            "a mirror write through {} while paused",
+            gw.admin()
+        );
+        assert!(msg.contains("PAUSED") || msg.contains("paused"), "{msg}");
+    }
+    let (status, body) = admin_call(
+        &b.admin(),
+        hyper::Method::POST,
+        "/v1/mirrors/pause/resume",
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    for gw in [&a, &b, &c] {
+        wait_state(&gw.admin(), "pause", "MIRRORING", 1);
+    }
+    let (code, _, msg) = RawConn::connect(&c.mirror_bootstrap()).produce_msg(
+        &topic,
+        0,
+        batch(pid, 0, 0, 1, "resumed"),
+    );
+    assert_eq!(code, 0, "a mirror write through c after the resume: {msg}");
+    let log = read_log(&harness::cluster("destination"), &topic, 0);
+    let mirrored: Vec<i64> = log
+        .records
+        .iter()
+        .filter(|r| r.producer_id == pid)
+        .map(|r| r.offset)
+        .collect();
+    assert_eq!(
+        mirrored.len(),
+        1,
+        "only the write after the resume: {mirrored:?}"
+    );
+}
