@@ -133,6 +133,19 @@ enum StateAction {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// With `instances`: move what the state directory holds and the state topic does not (a
+    /// failover completed here, a pause, the failover reports, the agent's offset maps) into
+    /// the state topic, so that every instance knows it. Run it once on a gateway that ran alone
+    /// before `instances` was configured. Appends nothing when run again; exit 1 when something
+    /// could not be moved (each is named, with what to do).
+    Migrate {
+        /// Configuration file (YAML).
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Say what would be moved, and move nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 fn init_logging(cfg: Option<&Config>) {
@@ -197,7 +210,9 @@ fn main() -> ExitCode {
             runtime().block_on(run(cfg, None))
         }
         Command::State { action } => {
-            let (StateAction::Init { config, .. } | StateAction::Check { config }) = &action;
+            let (StateAction::Init { config, .. }
+            | StateAction::Check { config }
+            | StateAction::Migrate { config, .. }) = &action;
             let cfg = match load(config) {
                 Ok(c) => c,
                 Err(code) => return code,
@@ -220,6 +235,13 @@ fn main() -> ExitCode {
                     .and_then(|s| s.check())
                     .map_err(|e| e.to_string())
                     .map(|_| format!("state directory {dir} is initialised")),
+                StateAction::Migrate { dry_run, .. } => {
+                    match runtime().block_on(mirrorgate::app::peers::migrate_state(&cfg, dry_run)) {
+                        Ok((done, true)) => Ok(done),
+                        Ok((done, false)) => Err(format!("not everything was moved\n{done}")),
+                        Err(e) => Err(e),
+                    }
+                }
             };
             match result {
                 Ok(msg) => {

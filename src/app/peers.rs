@@ -132,3 +132,105 @@ pub async fn init_state_topic(config: &Config) -> Result<Option<String>, String>
         i.state_topic
     )))
 }
+
+/// `mirrorgate state migrate`: move what the state directory holds and the state topic lacks
+/// into the state topic (`mirror/peers/migrate.rs` decides what). Returns what was moved (or
+/// would be, `dry_run`), and whether everything could be.
+pub async fn migrate_state(config: &Config, dry_run: bool) -> Result<(String, bool), String> {
+    use crate::mirror::peers::log::StateLog;
+    use crate::mirror::peers::migrate::{plan, Local};
+    use crate::mirror::peers::records::ScreenedProducer;
+    use crate::mirror::peers::view::PeerView;
+    let Some(i) = &config.instances else {
+        return Err(
+            "state migrate moves a state directory into the state topic of several instances: configure `instances` first"
+                .into(),
+        );
+    };
+    let store = crate::state::StateStore::open(&config.state_dir).map_err(|e| e.to_string())?;
+    store.check().map_err(|e| e.to_string())?;
+    let mut local = Local::default();
+    for m in &config.mirrors {
+        let file = format!("{}.json", m.name);
+        if let Some(b) = store
+            .read(crate::mirror::records::MIRRORS_AREA, &file)
+            .map_err(|e| e.to_string())?
+        {
+            local.records.push(
+                crate::mirror::state::MirrorRecord::decode(&b)
+                    .map_err(|e| format!("mirror {}: its state file: {e}", m.name))?,
+            );
+        }
+        let offsets = crate::mirror::agent::offsets::MirrorOffsets::file_name(&m.name);
+        if let Some(b) = store
+            .read(crate::mirror::agent::offsets::AGENT_AREA, &offsets)
+            .map_err(|e| e.to_string())?
+        {
+            let maps = serde_json::from_slice(&b)
+                .map_err(|e| format!("mirror {}: the agent's offset maps: {e}", m.name))?;
+            local.agent_offsets.push((m.name.clone(), maps));
+        }
+        local
+            .reports
+            .extend(crate::mirror::report::ReportStore::new(store.clone()).list(&m.name)?);
+    }
+    let screening = crate::mirror::screening::Screening::load(store.clone(), false, None, 0);
+    if let Some(e) = screening.unreadable() {
+        return Err(e.to_string());
+    }
+    local.screened = ScreenedProducer::all_of(&screening);
+
+    let connector =
+        crate::client::Connector::for_cluster(&config.destination).map_err(|e| e.to_string())?;
+    let cluster = ClusterView::new(config.destination.clone(), connector, Metrics::new());
+    cluster.refresh().await.map_err(|e| e.to_string())?;
+    let timeout = Duration::from_millis(config.destination.connect_timeout_ms);
+    let log = KafkaStateLog::new(cluster, i.state_topic.clone(), timeout);
+    let mut view = PeerView::new(&i.id, Duration::from_millis(i.session_timeout_ms));
+    let (mut next, mut reads) = (0i64, 0u32);
+    loop {
+        let r = log.read(next).await?;
+        let (now, ms) = (
+            std::time::Instant::now(),
+            crate::mirror::screening::now_ms(),
+        );
+        for rec in r.records {
+            view.apply(rec, now, ms);
+        }
+        let progressed = r.next > next;
+        next = r.next;
+        if next >= r.high_watermark {
+            break;
+        }
+        reads += 1;
+        if !progressed && reads > 100 {
+            return Err(format!(
+                "the state topic {} cannot be read to its end (stuck at offset {next})",
+                i.state_topic
+            ));
+        }
+    }
+    let p = plan(&i.id, &view, &local, crate::mirror::screening::now_ms());
+    if !dry_run {
+        for rec in &p.records {
+            log.append(rec).await.map_err(|e| {
+                format!(
+                    "cannot append to the state topic {} ({e}); nothing after this was moved: run it again",
+                    i.state_topic
+                )
+            })?;
+        }
+    }
+    let verb = if dry_run { "would move" } else { "moved" };
+    let mut out = Vec::new();
+    if p.records.is_empty() {
+        out.push(format!(
+            "state topic {}: nothing to move from {}",
+            i.state_topic,
+            config.state_dir.display()
+        ));
+    }
+    out.extend(p.notes.iter().map(|n| format!("{verb}: {n}")));
+    out.extend(p.problems.iter().map(|n| format!("not moved: {n}")));
+    Ok((out.join("\n"), p.problems.is_empty()))
+}

@@ -484,6 +484,7 @@ impl MirrorController {
             .collect();
         v.extend(self.screening.unreadable().map(|e| e.to_string()));
         v.extend(self.peers.get().and_then(|p| p.problem()));
+        v.extend(self.unmigrated());
         if !self.barriers_checked.load(Ordering::SeqCst) && !self.recorded_barriers().is_empty() {
             v.push("failover barriers not yet checked against the partitions' logs".to_string());
         }

@@ -27,6 +27,7 @@ mod agents;
 #[cfg(test)]
 mod compaction_tests;
 pub mod log;
+pub mod migrate;
 pub mod records;
 pub mod view;
 
@@ -435,6 +436,11 @@ impl PeerLink {
                     self.topic
                 )
             })
+    }
+
+    /// Whether the state topic ever named failover `fid` of `mirror`.
+    pub fn knows_failover(&self, mirror: &str, fid: &str) -> bool {
+        self.view().knows_failover(mirror, fid)
     }
 
     /// The failover reports of `mirror` published on the state topic.

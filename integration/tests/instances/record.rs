@@ -202,3 +202,93 @@ fn a_pause_through_one_instance_pauses_the_mirror_on_every_instance_until_a_resu
         "only the write after the resume: {mirrored:?}"
     );
 }
+
+/// A gateway that ran alone and failed its mirror over is given `instances`: until `mirrorgate
+/// state migrate` has moved its failover into the state topic it is not ready (an instance
+/// beside it would take the mirror for one still mirroring). Migrated, a new instance with an
+/// empty state directory adopts the failover: it refuses the mirror's writes, turns writable at
+/// the barrier the first wrote, screens the mirrored producer id and lists the report. A second
+/// migration moves nothing.
+#[test]
+fn a_gateway_that_failed_over_alone_is_migrated_into_the_state_topic_and_a_new_instance_adopts_it()
+{
+    let topic = mirror_topic("peers-migrate");
+    let state_topic = harness::unique_topic("peers-migrate-state");
+    let cfg = |id: &str| instance_config("migrate", &topic, id, &state_topic);
+    let mut alone = cfg("a");
+    alone.instances = None;
+    let mut a = ProcessGateway::start(alone, &[]);
+    let pid = 8_300_000 + (std::process::id() as i64 % 1000) * 10;
+    let mut conn = RawConn::connect(&a.mirror_bootstrap());
+    for seq in 0..3 {
+        let (code, _, msg) = conn.produce_msg(&topic, 0, batch(pid, 0, seq, 1, "mirrored"));
+        assert_eq!(code, 0, "a mirror write: {msg}");
+    }
+    drop(conn);
+    let fid = failover(&a.admin(), "migrate");
+    crate::failover::wait_stopped(&a.admin(), "migrate");
+    let barrier = reported_barrier(&a.admin(), "migrate", &topic);
+    super::wait_report_complete(&a.admin(), "migrate", &fid);
+
+    // Now one of several instances.
+    signal(a.pid().expect("runs"), libc::SIGTERM);
+    assert!(a.wait_exit(Duration::from_secs(40)), "did not stop");
+    a.config.instances = cfg("a").instances;
+    std::fs::write(
+        &a.config_path,
+        mirrorgate::config::render_effective(&a.config),
+    )
+    .expect("config");
+    init_state_topic(&a.config);
+    a.restart_unready(&[]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = a.call(hyper::Method::GET, "/readyz");
+        if status == 503 && body.contains("state migrate") && body.contains(&fid) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a is not reported unready for its unmigrated failover: {status} {body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let migrate = || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mirrorgate"))
+            .args(["state", "migrate", "--config"])
+            .arg(&a.config_path)
+            .output()
+            .expect("mirrorgate state migrate");
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    };
+    let moved = migrate();
+    assert!(
+        moved.contains(&format!("moved: mirror migrate: failover {fid}")),
+        "{moved}"
+    );
+    a.wait_ready(Duration::from_secs(30));
+    assert!(
+        migrate().contains("nothing to move"),
+        "a second migration moved something"
+    );
+
+    let b = TestGateway::start(cfg("b"));
+    let (code, _, msg) =
+        RawConn::connect(&b.mirror_bootstrap()).produce_msg(&topic, 0, batch(pid, 0, 3, 1, "late"));
+    assert_ne!(code, 0, "b admitted a mirror write after a's failover");
+    assert!(msg.contains("is fenced"), "{msg}");
+    crate::failover::wait_stopped(&b.admin(), "migrate");
+    assert_eq!(reported_barrier(&b.admin(), "migrate", &topic), barrier);
+    assert!(screened_ids(&b.config.state_dir).contains(&pid));
+    super::wait_report_complete(&b.admin(), "migrate", &fid);
+    let (code, offset, msg) =
+        RawConn::connect(&b.bootstrap()).produce_msg(&topic, 0, batch(-1, -1, -1, 1, "local"));
+    assert_eq!(code, 0, "a local write through b: {msg}");
+    assert!(offset > barrier);
+}

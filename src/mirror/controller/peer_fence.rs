@@ -100,6 +100,31 @@ impl MirrorController {
             .unwrap_or_default()
     }
 
+    /// Several instances: each completed failover in this instance's state directory that the
+    /// state topic (read to its end) never named: the other instances do not know it, so an
+    /// instance without it would take the mirror for one still mirroring. Not ready until
+    /// `mirrorgate state migrate` has moved it.
+    pub(super) fn unmigrated(&self) -> Vec<String> {
+        let Some(p) = self.peers.get().filter(|p| p.problem().is_none()) else {
+            return Vec::new();
+        };
+        self.records
+            .lock()
+            .iter()
+            .filter_map(|s| {
+                let r = &s.record;
+                let fid = r.failover_id.as_deref()?;
+                (!r.partitions.is_empty() && r.all_stopped() && !p.knows_failover(&r.name, fid))
+                    .then(|| {
+                        format!(
+                            "mirror {}: failover {fid} is in this instance's state directory but not on the state topic, so the other instances do not know it: run `mirrorgate state migrate`",
+                            r.name
+                        )
+                    })
+            })
+            .collect()
+    }
+
     /// The peers' status (`GET /v1/instances`); `None` when this is the only instance.
     pub fn peers_status(&self) -> Option<serde_json::Value> {
         self.peers.get().map(|p| p.status())

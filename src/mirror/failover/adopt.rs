@@ -59,17 +59,7 @@ impl<Io: FailoverIo> Failover<Io> {
             .iter()
             .filter(|p| p.state == PartitionState::Stopped)
             .filter(|p| p.failover_id.as_deref() == Some(fid))
-            .filter_map(|p| {
-                Some(StoppedPartition {
-                    topic: p.topic.clone(),
-                    partition: p.partition,
-                    barrier_offset: p.barrier_offset?,
-                    kind: p.barrier_kind.unwrap_or(BarrierKind::Data),
-                    producer: p.barrier_producer,
-                    topic_id: p.barrier_topic_id.clone(),
-                    last_mirrored_offset: p.last_mirrored_offset,
-                })
-            })
+            .filter_map(StoppedPartition::of)
             .collect();
         if partitions.is_empty() {
             return Ok(());
@@ -84,17 +74,7 @@ impl<Io: FailoverIo> Failover<Io> {
         {
             return Ok(());
         }
-        let screened = self
-            .screening
-            .ids()
-            .into_iter()
-            .filter_map(|id| {
-                self.screening.screened(id).map(|entry| ScreenedProducer {
-                    producer_id: id,
-                    entry,
-                })
-            })
-            .collect();
+        let screened = ScreenedProducer::all_of(&self.screening);
         let handover = Stopped {
             mirror: name.to_string(),
             failover_id: fid.to_string(),

@@ -8,8 +8,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::super::report::FailoverReport;
-use super::super::screening::ScreenEntry;
-use super::super::state::{BarrierKind, BarrierProducer};
+use super::super::screening::{ScreenEntry, Screening};
+use super::super::state::{BarrierKind, BarrierProducer, PartitionRecord};
 
 /// One record of the state topic (JSON value; the key is [`PeerRecord::key`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -109,6 +109,36 @@ pub struct StoppedPartition {
     pub topic_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_mirrored_offset: Option<i64>,
+}
+
+impl ScreenedProducer {
+    /// Every producer id of the screening set `s`, as a handover carries them.
+    pub fn all_of(s: &Screening) -> Vec<ScreenedProducer> {
+        s.ids()
+            .into_iter()
+            .filter_map(|id| {
+                s.screened(id).map(|entry| ScreenedProducer {
+                    producer_id: id,
+                    entry,
+                })
+            })
+            .collect()
+    }
+}
+
+impl StoppedPartition {
+    /// The partition as its STOPPED record has it (`None` without a barrier offset).
+    pub fn of(p: &PartitionRecord) -> Option<StoppedPartition> {
+        Some(StoppedPartition {
+            topic: p.topic.clone(),
+            partition: p.partition,
+            barrier_offset: p.barrier_offset?,
+            kind: p.barrier_kind.unwrap_or(BarrierKind::Data),
+            producer: p.barrier_producer,
+            topic_id: p.barrier_topic_id.clone(),
+            last_mirrored_offset: p.last_mirrored_offset,
+        })
+    }
 }
 
 /// A producer id a failover screened (mirrored traffic left it in the brokers).

@@ -161,6 +161,8 @@ pub struct PeerView {
     paused: HashMap<String, (bool, String, i64)>,
     /// (mirror, failover id) → its report as last published.
     reports: BTreeMap<(String, String), Box<FailoverReport>>,
+    /// Every (mirror, failover id) a failover record named (its records are never compacted).
+    known: std::collections::BTreeSet<(String, String)>,
 }
 
 impl PeerView {
@@ -181,6 +183,7 @@ impl PeerView {
             agent_offsets: HashMap::new(),
             paused: HashMap::new(),
             reports: BTreeMap::new(),
+            known: Default::default(),
         }
     }
 
@@ -244,6 +247,9 @@ impl PeerView {
                 at_ms,
                 epoch,
             } => {
+                if let Some(fid) = &failover_id {
+                    self.known.insert((mirror.clone(), fid.clone()));
+                }
                 if let (Some(fid), Some(Some(cur))) = (&failover_id, self.failovers.get(&mirror)) {
                     // The same failover again: only the first claim of the next epoch counts.
                     if cur.failover_id == *fid && epoch != cur.epoch + 1 {
@@ -458,6 +464,11 @@ impl PeerView {
         out
     }
 
+    /// Whether the state topic ever named failover `fid` of `mirror`.
+    pub fn knows_failover(&self, mirror: &str, fid: &str) -> bool {
+        self.known.contains(&(mirror.to_string(), fid.to_string()))
+    }
+
     /// The failover reports of `mirror` published on the state topic.
     pub fn reports(&self, mirror: &str) -> Vec<FailoverReport> {
         self.reports
@@ -523,9 +534,10 @@ impl PeerView {
             self.agents.conclusions(),
             sorted(self.agent_offsets.iter()),
         ) + &format!(
-            "\npaused {:?}\nreports {:?}",
+            "\npaused {:?}\nreports {:?}\nknown {:?}",
             sorted(self.paused.iter()),
-            self.reports
+            self.reports,
+            self.known
         )
     }
 }
