@@ -6,8 +6,9 @@
 //! stop under the same gate ([`wire`]). After the failover the destination belongs to the
 //! applications.
 //!
-//! Sync state (what was in step, what was created, drift) lives in memory per gateway: issue 15
-//! (state in Kafka, several instances) is not built yet.
+//! Several instances: the instance that runs the mirror's built-in agent (its owner on the state
+//! topic) alone syncs; the others stand by, and take over with the agent. Sync state (what was in
+//! step, what was created, drift) lives in memory on the instance syncing.
 //!
 //! Owns: the per-mirror sync loops, their status (admin API) and metrics
 //! (`mirrorgate_config_sync_*`, `mirrorgate_config_drift_*`, `mirrorgate_acl_sync_*`).
@@ -37,6 +38,8 @@ use wire::SyncIo;
 
 /// How long a failover waits for a sync write in flight.
 const STOP_WAIT: Duration = Duration::from_secs(10);
+/// How often an instance standing by looks whether it runs the mirror's agent now.
+const STANDBY_POLL: Duration = Duration::from_secs(1);
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -62,6 +65,9 @@ pub struct RunStatus {
     pub errors: Vec<String>,
     /// Stopped by the mirror's failover: nothing is written any more.
     pub stopped: bool,
+    /// Several instances: why this one does not sync now (another runs the mirror's agent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub standby: Option<String>,
 }
 
 /// `GET /v1/mirrors/{name}` → `config_sync`.
@@ -298,11 +304,36 @@ impl MirrorSync {
         !*shutdown.borrow() && !self.io.failover_started()
     }
 
+    /// Several instances: while another instance runs the mirror's agent (and syncs), wait,
+    /// looking again every [`STANDBY_POLL`], with the reason in `status`. `false` on shutdown
+    /// or once the failover started.
+    async fn until_turn(
+        &self,
+        status: impl Fn(Option<String>),
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> bool {
+        loop {
+            let why = self.io.standby();
+            let turn = why.is_none();
+            status(why);
+            if turn {
+                return true;
+            }
+            if !self.wait(STANDBY_POLL.as_millis() as u64, shutdown).await {
+                return false;
+            }
+        }
+    }
+
     async fn run_configs(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         let mut sync = ConfigSync::default();
         let labels = [self.name.as_str()];
         loop {
             if *shutdown.borrow() || self.io.failover_started() {
+                break;
+            }
+            let standby = |why| lock(&self.config_status).run.standby = why;
+            if !self.until_turn(standby, &mut shutdown).await {
                 break;
             }
             let result = sync.round(&self.io, &self.configs).await;
@@ -386,6 +417,10 @@ impl MirrorSync {
         let labels = [self.name.as_str()];
         loop {
             if *shutdown.borrow() || self.io.failover_started() {
+                break;
+            }
+            let standby = |why| lock(&self.acl_status).run.standby = why;
+            if !self.until_turn(standby, &mut shutdown).await {
                 break;
             }
             let result = sync.round(&self.io).await;

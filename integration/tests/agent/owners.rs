@@ -110,3 +110,73 @@ fn the_agents_owner_killed_during_mirroring_is_taken_over_without_duplicating_or
         || b.metric("mirrorgate_agent_runs_here{mirror=\"owners\"}") == 1.0,
     );
 }
+
+/// Config sync of a mirror whose agent is configured on two instances runs on the agent's
+/// owner alone (the other says why it stands by, and counts no round), and moves with the
+/// agent: once the owner is killed, the instance that takes the agent over syncs a later
+/// source change.
+#[test]
+fn config_sync_runs_on_the_agents_owner_alone_and_moves_with_the_agent() {
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("owner-cfg");
+    harness::create_topic(&source, &topic, 1, None);
+    let state_topic = harness::unique_topic("owner-cfg-state");
+    let cfg = |id: &str| {
+        let mut cfg = agent_config("ownercfg", &[&topic], &source);
+        cfg.mirrors[0].configs.sync_interval_ms = 1000;
+        cfg.instances = Some(InstancesConfig {
+            id: id.into(),
+            state_topic: state_topic.clone(),
+            session_timeout_ms: 3000,
+        });
+        cfg
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(mirrorgate::app::peers::init_state_topic(&cfg("a")))
+        .expect("state topic created");
+    let mut a = ProcessGateway::start(cfg("a"), &[]);
+    let b = TestGateway::start(cfg("b"));
+    wait_for("a runs the agent", Duration::from_secs(30), || {
+        let s = agent_status(&b.admin(), "ownercfg");
+        s["owner"] == "a" && s["runs_here"] == false
+    });
+    let synced = |value: &str| {
+        wait_for(
+            &format!("the destination's retention.ms is {value}"),
+            Duration::from_secs(30),
+            || {
+                crate::sync::topic_config(&destination, &topic, "retention.ms").as_deref()
+                    == Some(value)
+            },
+        )
+    };
+    crate::failover::wait_mirroring(&b.admin(), "ownercfg", 1);
+    crate::sync::alter_topic_config(&source, &topic, "retention.ms", Some("7200000"));
+    synced("7200000");
+    let standby = crate::failover::mirror_json(&b.admin(), "ownercfg")["config_sync"].clone();
+    assert!(
+        standby["standby"]
+            .as_str()
+            .is_some_and(|w| w.contains("instance a runs the agent")),
+        "b says why it does not sync: {standby}"
+    );
+    assert_eq!(
+        b.metric("mirrorgate_config_sync_runs_total{mirror=\"ownercfg\",result=\"ok\"}"),
+        0.0,
+        "b ran a config sync round while a owned the agent"
+    );
+    a.kill9();
+    wait_for("b runs the agent", Duration::from_secs(30), || {
+        let s = agent_status(&b.admin(), "ownercfg");
+        s["owner"] == "b" && s["runs_here"] == true
+    });
+    crate::sync::alter_topic_config(&source, &topic, "retention.ms", Some("3600000"));
+    synced("3600000");
+    let now = crate::failover::mirror_json(&b.admin(), "ownercfg")["config_sync"].clone();
+    assert!(now["standby"].is_null(), "{now}");
+    assert!(b.metric("mirrorgate_config_sync_runs_total{mirror=\"ownercfg\",result=\"ok\"}") > 0.0);
+}

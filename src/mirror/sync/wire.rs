@@ -5,7 +5,7 @@
 //!
 //! Owns: request shapes and versions (DescribeConfigs v4, IncrementalAlterConfigs v1,
 //! DescribeAcls / CreateAcls / DeleteAcls v3), the may-write rule (every partition MIRRORING, no
-//! failover started). Must not touch: the policies' decisions, partition states.
+//! failover started, and — several instances — this instance runs the mirror's built-in agent). Must not touch: the policies' decisions, partition states.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,6 +28,7 @@ use crate::client::{Connector, KafkaClient};
 use crate::cluster::ClusterView;
 use crate::config::TopicRouter;
 use crate::mirror::controller::MirrorController;
+use crate::mirror::peers::agent_owner::AgentTurn;
 use crate::mirror::PartitionState;
 
 use super::acls::{AclBinding, AclIo, PATTERN_LITERAL, RESOURCE_GROUP, RESOURCE_TOPIC};
@@ -105,7 +106,20 @@ impl SyncIo {
         Err(last)
     }
 
-    /// Run `write` under the gate unless sync was stopped.
+    /// Why this instance does not sync the mirror now (several instances: another one runs
+    /// its built-in agent, and the agent's owner alone syncs); `None` when it does.
+    pub fn standby(&self) -> Option<String> {
+        match self.controller.agent_turn(&self.name) {
+            AgentTurn::Run { .. } => None,
+            AgentTurn::Claim { epoch } => Some(format!(
+                "this instance is about to claim the built-in agent (ownership epoch {epoch})"
+            )),
+            AgentTurn::Standby(why) => Some(why),
+        }
+    }
+
+    /// Run `write` under the gate unless sync was stopped, or this instance no longer runs
+    /// the mirror's agent.
     async fn gated<T>(
         &self,
         write: impl std::future::Future<Output = Result<T, String>>,
@@ -113,6 +127,11 @@ impl SyncIo {
         let _g = self.gate.lock().await;
         if self.failover_started() {
             return Err("not written: the mirror is failing over (sync stopped)".into());
+        }
+        if let Some(why) = self.standby() {
+            return Err(format!(
+                "not written: the instance running the mirror's built-in agent syncs it ({why})"
+            ));
         }
         write.await
     }
