@@ -180,3 +180,165 @@ fn config_sync_runs_on_the_agents_owner_alone_and_moves_with_the_agent() {
     assert!(now["standby"].is_null(), "{now}");
     assert!(b.metric("mirrorgate_config_sync_runs_total{mirror=\"ownercfg\",result=\"ok\"}") > 0.0);
 }
+
+/// The instance that runs a mirror's agent, and drives the mirror's failover, ends (as SIGKILL
+/// would: the process aborts) right after failover step `point`, while an idempotent and a
+/// plain source producer write. The other instance takes the agent and the failover over: per
+/// partition one barrier, the records before it the source's first records once each, in
+/// order (no batch appended twice by the two agents, none skipped), nothing mirrored after it,
+/// and the report completed there.
+fn the_owner_killed_during_a_failover_after(point: &str) {
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let tag = point.replace('_', "-");
+    let idempotent = harness::unique_topic(&format!("ownfo-idem-{tag}"));
+    let plain = harness::unique_topic(&format!("ownfo-plain-{tag}"));
+    for t in [&idempotent, &plain] {
+        harness::create_topic(&source, t, 1, None);
+    }
+    let mirror = format!("ownfo{}", point.len());
+    let state_topic = harness::unique_topic("ownfo-state");
+    let cfg = |id: &str| {
+        let mut cfg = agent_config(&mirror, &[&idempotent, &plain], &source);
+        cfg.instances = Some(InstancesConfig {
+            id: id.into(),
+            state_topic: state_topic.clone(),
+            session_timeout_ms: 3000,
+        });
+        cfg
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(mirrorgate::app::peers::init_state_topic(&cfg("a")))
+        .expect("state topic created");
+    let mut a = ProcessGateway::start(cfg("a"), &[("MIRRORGATE_CRASH_AFTER", point)]);
+    let b = TestGateway::start(cfg("b"));
+    wait_for("a runs the agent", Duration::from_secs(30), || {
+        agent_status(&b.admin(), &mirror)["owner"] == "a"
+    });
+    let idem_writer = SourceWriter::start(&source, &idempotent, "idem", 4000, 300);
+    let plain_writer = SourceWriter::start_without_producer_id(&source, &plain, "plain", 4000, 300);
+    wait_for(
+        "records mirrored through a",
+        Duration::from_secs(30),
+        || log_end(&destination, &idempotent, 0) > 300 && log_end(&destination, &plain, 0) > 300,
+    );
+    // The call itself may see the process end (the first crash point is inside it).
+    let _ = crate::gw::try_admin_call(
+        &a.admin(),
+        Method::POST,
+        &format!("/v1/mirrors/{mirror}/failover"),
+        None,
+    );
+    assert!(
+        a.wait_exit(Duration::from_secs(30)),
+        "a did not end after {point}"
+    );
+    if point == "fenced_persisted" {
+        // Never announced: b takes the agent over and mirrors on; the failover is called again
+        // on b.
+        wait_for("b runs the agent", Duration::from_secs(30), || {
+            agent_status(&b.admin(), &mirror)["runs_here"] == true
+        });
+        failover(&b.admin(), &mirror);
+    }
+    wait_stopped(&b.admin(), &mirror);
+    idem_writer.finish(true);
+    plain_writer.finish(true);
+    for t in [&idempotent, &plain] {
+        let d = read_log(&destination, t, 0);
+        let s = read_log(&source, t, 0);
+        assert_eq!(d.barriers.len(), 1, "{t} after {point}: {:?}", d.barriers);
+        let barrier = d.barriers[0];
+        assert!(
+            d.records.iter().all(|r| r.0 < barrier),
+            "{t} after {point}: a record mirrored after the barrier"
+        );
+        assert!(!d.records.is_empty(), "{t}: nothing mirrored");
+        assert!(
+            d.records.len() <= s.records.len(),
+            "{t}: more than the source"
+        );
+        assert_eq!(
+            kv(&d),
+            kv(&s)[..d.records.len()].to_vec(),
+            "{t} after {point}: the destination is not the source's first records once each"
+        );
+    }
+    let mut report = serde_json::Value::Null;
+    wait_for(
+        "b lists the failover's report, completed",
+        Duration::from_secs(30),
+        || {
+            let (_, body) = admin_call(
+                &b.admin(),
+                Method::GET,
+                &format!("/v1/mirrors/{mirror}/failovers"),
+                None,
+            );
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+            report = v["failovers"]
+                .as_array()
+                .and_then(|r| r.iter().find(|r| r["status"] == "complete").cloned())
+                .unwrap_or_default();
+            !report.is_null()
+        },
+    );
+    // The report's figures are the destination's: b's offset maps reach the barrier although
+    // a appended the last batches.
+    for t in [&idempotent, &plain] {
+        let d = read_log(&destination, t, 0);
+        let p = report["partitions"]
+            .as_array()
+            .and_then(|ps| ps.iter().find(|p| p["topic"] == t.as_str()))
+            .cloned()
+            .unwrap_or_default();
+        let last = d.records.last().map(|r| r.0);
+        assert_eq!(
+            p["last_mirrored_destination_offset"].as_i64(),
+            last,
+            "{t} after {point}: {p}; b's map: {:?}; b's agent: {}",
+            agent_map_next(&b, &mirror, t, 0),
+            agent_status(&b.admin(), &mirror)
+        );
+        assert_eq!(
+            p["last_mirrored_source_offset"].as_i64(),
+            Some(d.records.len() as i64 - 1),
+            "{t} after {point}: {p}"
+        );
+    }
+}
+
+#[test]
+fn the_agents_owner_dying_before_announcing_its_failover_leaves_the_agent_and_the_failover_to_another(
+) {
+    the_owner_killed_during_a_failover_after("fenced_persisted");
+}
+
+#[test]
+fn the_agents_owner_dying_after_fencing_its_failover_is_taken_over_without_a_duplicate_batch() {
+    the_owner_killed_during_a_failover_after("fenced");
+}
+
+#[test]
+fn the_agents_owner_dying_after_writing_its_barriers_is_taken_over_without_a_duplicate_batch() {
+    the_owner_killed_during_a_failover_after("barrier_written");
+}
+
+#[test]
+fn the_agents_owner_dying_after_screening_is_taken_over_without_a_duplicate_batch() {
+    the_owner_killed_during_a_failover_after("screen_persisted");
+}
+
+#[test]
+fn the_agents_owner_dying_after_recording_its_barriers_is_taken_over_without_a_duplicate_batch() {
+    the_owner_killed_during_a_failover_after("barrier_persisted");
+}
+
+#[test]
+fn the_agents_owner_dying_before_handing_its_failover_over_is_taken_over_without_a_duplicate_batch()
+{
+    the_owner_killed_during_a_failover_after("psm_cleared");
+}

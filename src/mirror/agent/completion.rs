@@ -1,5 +1,6 @@
 //! What a failover report reads from the agent and the source once a failover completed: per
-//! partition the offset map's next offsets, the source's log end and the timestamp of its first
+//! partition the offset map's next offsets (a map taken from a previous owner matched to the
+//! destination's tail first), the source's log end and the timestamp of its first
 //! record not mirrored (read from the source leader now, bounded in time), and the agent's last
 //! known lag when the source cannot be read.
 //!
@@ -27,6 +28,25 @@ impl Agent {
         let Some(m) = self.mirror(mirror) else {
             return out;
         };
+        // Several instances: the maps another instance published may reach further than this
+        // one's (it ran the agent, this one drove the failover on); each taken is matched to
+        // the destination's tail, which the previous owner may have appended to since, and so
+        // is each partition this instance has no mirrored range of (its owner died before it
+        // published one). Off the failover's path: the partitions are STOPPED already.
+        m.adopt_published_offsets();
+        let mut todo: Vec<(String, i32)> = lock(&m.stale).iter().cloned().collect();
+        {
+            let maps = lock(&m.offsets);
+            todo.extend(
+                parts
+                    .iter()
+                    .filter(|(t, p)| maps.get(t, *p).and_then(|map| map.next()).is_none())
+                    .cloned(),
+            );
+        }
+        todo.sort();
+        todo.dedup();
+        m.match_tails(todo).await;
         for (topic, partition) in parts {
             let next = lock(&m.offsets)
                 .get(topic, *partition)

@@ -245,20 +245,19 @@ impl MirrorOffsets {
     /// Take from `published` (the maps another instance published when it ran this mirror's
     /// agent) every partition it mirrored further than this map, except `busy` ones (a task
     /// runs them here), and the identities this map lacks. Each map is a prefix of the same
-    /// exact mapping, so the longer one holds the shorter. Returns how many partitions were
-    /// taken.
+    /// exact mapping, so the longer one holds the shorter. Returns the partitions taken.
     pub fn adopt_published(
         &mut self,
         published: MirrorOffsets,
         busy: impl Fn(&str, i32) -> bool,
-    ) -> usize {
+    ) -> Vec<(String, i32)> {
         if self.source_cluster_id.is_none() {
             self.source_cluster_id = published.source_cluster_id;
         }
         for (topic, id) in published.topics {
             self.topics.entry(topic).or_insert(id);
         }
-        let mut taken = 0;
+        let mut taken = Vec::new();
         for (topic, maps) in published.partitions {
             for (p, map) in maps {
                 if busy(&topic, p) {
@@ -272,7 +271,7 @@ impl MirrorOffsets {
                 };
                 if further {
                     here.insert(p, map);
-                    taken += 1;
+                    taken.push((topic.clone(), p));
                 }
             }
         }
@@ -332,20 +331,18 @@ mod tests {
             .entry("t".into())
             .or_default()
             .insert(0, PartitionMap::starting_at(5, 0));
-        assert_eq!(mine.adopt_published(back.clone(), |_, _| false), 1);
+        assert_eq!(mine.adopt_published(back.clone(), |_, _| false).len(), 1);
         assert_eq!(
             mine.get("t", 0).and_then(PartitionMap::next),
             Some((15, 10))
         );
-        assert_eq!(
-            mine.adopt_published(back.clone(), |_, _| false),
-            0,
+        assert!(
+            mine.adopt_published(back.clone(), |_, _| false).is_empty(),
             "not further"
         );
         let mut busy = MirrorOffsets::new("m");
-        assert_eq!(
-            busy.adopt_published(back, |_, _| true),
-            0,
+        assert!(
+            busy.adopt_published(back, |_, _| true).is_empty(),
             "a task runs it here"
         );
     }

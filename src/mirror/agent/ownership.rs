@@ -19,6 +19,10 @@ use super::{lock, MirrorAgent};
 /// the next owner reconciles batch by batch against the source is at most this much mirroring.
 const PUBLISH_EVERY: Duration = Duration::from_secs(2);
 
+/// How long a failover waits for the maps taken from the previous owner to be matched to the
+/// destination's tail.
+const MATCH_TAILS: Duration = Duration::from_secs(10);
+
 impl MirrorAgent {
     /// Whether the agent runs on this instance now ([`crate::mirror::peers::agent_owner`]).
     /// On becoming the owner it first takes the offset maps the previous owner published.
@@ -43,7 +47,7 @@ impl MirrorAgent {
 
     /// Take the offset maps the previous owner published where they reach further than this
     /// instance's own (partitions with a task still running here excepted).
-    fn adopt_published_offsets(&self) {
+    pub(super) fn adopt_published_offsets(&self) {
         let Some(v) = self.controller.published_agent_offsets(&self.name) else {
             return;
         };
@@ -64,9 +68,63 @@ impl MirrorAgent {
             .collect();
         let taken = lock(&self.offsets)
             .adopt_published(published, |t, p| busy.contains(&(t.to_string(), p)));
-        if taken > 0 {
+        if !taken.is_empty() {
             self.offsets_dirty.store(true, Ordering::SeqCst);
-            tracing::info!(mirror = %self.name, partitions = taken, "the agent resumes from the offset maps the previous owner published");
+            tracing::info!(mirror = %self.name, partitions = taken.len(), "the agent resumes from the offset maps the previous owner published");
+            lock(&self.stale).extend(taken);
+        }
+    }
+
+    /// A failover stopped the agent: match the destination's tail beyond each map taken from
+    /// the previous owner and not matched here yet (the previous owner appended after its last
+    /// publication), so that the maps reach the barrier and the report and the final group
+    /// sync translate with them. Bounded by [`MATCH_TAILS`]; a partition whose source cannot
+    /// be read keeps its published map (its report figures fall short, they do not skip).
+    pub(super) async fn match_stale_tails(self: &Arc<Self>) {
+        let stale: Vec<(String, i32)> = lock(&self.stale).iter().cloned().collect();
+        self.match_tails(stale).await;
+    }
+
+    /// [`Self::match_stale_tails`] for the partitions `todo`.
+    pub(super) async fn match_tails(self: &Arc<Self>, todo: Vec<(String, i32)>) {
+        if todo.is_empty() {
+            return;
+        }
+        let stale = todo;
+        let (_stop, stop_rx) = tokio::sync::watch::channel(false);
+        let matched = tokio::time::timeout(MATCH_TAILS, async {
+            let mut matched = 0;
+            for (topic, p) in stale {
+                let stats = Arc::new(super::PartStats::default());
+                let task = super::partition::Task::new(
+                    self.clone(),
+                    topic.clone(),
+                    p,
+                    stats,
+                    stop_rx.clone(),
+                );
+                match task.match_tail().await {
+                    Ok(()) => {
+                        lock(&self.stale).remove(&(topic, p));
+                        matched += 1;
+                    }
+                    Err(e) => {
+                        tracing::warn!(mirror = %self.name, topic = %topic, partition = p, error = %e,
+                            "the destination's tail beyond the published offset map could not be matched to the source; the map stays where the previous owner published it")
+                    }
+                }
+            }
+            matched
+        })
+        .await;
+        self.flush();
+        match matched {
+            Ok(n) => {
+                tracing::info!(mirror = %self.name, partitions = n, "offset maps taken from the previous owner matched to the destination's tail")
+            }
+            Err(_) => {
+                tracing::warn!(mirror = %self.name, "matching the destination's tail to the source took longer than {MATCH_TAILS:?}; the rest keep their published maps")
+            }
         }
     }
 

@@ -36,7 +36,7 @@ mod logs;
 mod txn;
 
 use super::offsets::PartitionMap;
-use super::{MirrorAgent, PartStats};
+use super::{lock, MirrorAgent, PartStats};
 
 /// How a partition task ended.
 pub enum Exit {
@@ -148,6 +148,26 @@ impl Task {
         // does not (bounded; best effort).
         let _ = tokio::time::timeout(Duration::from_secs(5), self.note_failed_lag()).await;
         exit
+    }
+
+    /// Match the destination's tail beyond the partition's offset map to the source and
+    /// record it, appending nothing (the agent is stopped: a failover). Retried briefly while
+    /// a log cannot be read.
+    pub async fn match_tail(mut self) -> Result<(), String> {
+        let mut attempt = 0u32;
+        loop {
+            match self.start_position().await {
+                Ok(()) => return Ok(()),
+                Err(Halt::Retry(e)) if attempt < 3 => {
+                    attempt += 1;
+                    tracing::debug!(topic = %self.topic, partition = self.partition, error = %e, "matching the tail: retried");
+                    tokio::time::sleep(backoff(attempt)).await;
+                }
+                Err(Halt::Fail(e) | Halt::Retry(e)) => return Err(e),
+                Err(Halt::Stop) => return Err("stopped".into()),
+                Err(Halt::Sequence) => return Err("a batch out of sequence".into()),
+            }
+        }
     }
 
     /// The lag figures of a partition that failed: the next source offset (the map's, else
@@ -327,7 +347,11 @@ impl Task {
         let mut attempt = 0u32;
         loop {
             match self.start_position().await {
-                Ok(()) => break,
+                Ok(()) => {
+                    // Its tail is matched here now: exact, as if this instance had mirrored it.
+                    lock(&self.m.stale).remove(&(self.topic.clone(), self.partition));
+                    break;
+                }
                 Err(Halt::Retry(e)) => {
                     attempt += 1;
                     tracing::debug!(topic = %self.topic, partition = self.partition, error = %e, "start position not known yet");
