@@ -78,8 +78,22 @@ pub(super) fn start(
         ),
         &["mirror"],
     );
-    let (Ok(alive), Ok(lease), Ok(read_age), Ok(driving), Ok(agent_here)) =
-        (alive, lease, read_age, driving, agent_here)
+    let info = prometheus::IntGaugeVec::new(
+        prometheus::Opts::new(
+            "mirrorgate_instance_info",
+            "1, labelled with this instance's id and its state topic (with `instances`)",
+        ),
+        &["instance", "state_topic"],
+    );
+    let fences = prometheus::IntGaugeVec::new(
+        prometheus::Opts::new(
+            "mirrorgate_failover_fences_acknowledged",
+            "For each mirror with a failover announced: how many instances other than its driver acknowledged that they fenced and drained their mirror writes for it",
+        ),
+        &["mirror"],
+    );
+    let (Ok(alive), Ok(lease), Ok(read_age), Ok(driving), Ok(agent_here), Ok(info), Ok(fences)) =
+        (alive, lease, read_age, driving, agent_here, info, fences)
     else {
         return;
     };
@@ -89,9 +103,12 @@ pub(super) fn start(
         Box::new(read_age.clone()),
         Box::new(driving.clone()),
         Box::new(agent_here.clone()),
+        Box::new(info.clone()),
+        Box::new(fences.clone()),
     ] {
         let _ = metrics.registry().register(g);
     }
+    info.with_label_values(&[&i.id, &i.state_topic]).set(1);
     let mut shutdown = shutdown.clone();
     tokio::spawn(async move {
         loop {
@@ -100,6 +117,9 @@ pub(super) fn start(
             read_age.set(link.read_age().map_or(f64::INFINITY, |d| d.as_secs_f64()));
             for (mirror, here) in link.drivers() {
                 driving.with_label_values(&[&mirror]).set(i64::from(here));
+            }
+            for (mirror, n) in link.fences_acknowledged() {
+                fences.with_label_values(&[&mirror]).set(n as i64);
             }
             for (mirror, here) in link.agents_here() {
                 agent_here

@@ -590,6 +590,22 @@ impl PeerLink {
             .collect()
     }
 
+    /// Every mirror with a failover announced, and how many instances other than its driver
+    /// acknowledged its fence.
+    pub fn fences_acknowledged(&self) -> Vec<(String, usize)> {
+        let v = self.view();
+        v.failovers()
+            .map(|(m, a)| {
+                let n = v
+                    .acknowledged(m, &a.failover_id)
+                    .iter()
+                    .filter(|i| **i != a.by)
+                    .count();
+                (m.clone(), n)
+            })
+            .collect()
+    }
+
     /// Other instances alive now (instance, ms since seen).
     pub fn others_alive(&self) -> Vec<(String, u64)> {
         self.view()

@@ -292,6 +292,31 @@ fn every_instance_turns_writable_only_after_the_barrier_of_a_failover_run_throug
             std::thread::sleep(Duration::from_millis(200));
         }
     }
+    // b and c acknowledged a's fence: every instance counts both.
+    for gw in [&a, &b, &c] {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while gw.metric("mirrorgate_failover_fences_acknowledged{mirror=\"adopt\"}") != 2.0 {
+            assert!(
+                Instant::now() < deadline,
+                "fences acknowledged on {}",
+                gw.admin()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    let state_topic = a
+        .config
+        .instances
+        .as_ref()
+        .expect("instances")
+        .state_topic
+        .clone();
+    assert_eq!(
+        c.metric(&format!(
+            "mirrorgate_instance_info{{instance=\"c\",state_topic=\"{state_topic}\"}}"
+        )),
+        1.0
+    );
     for gw in [&b, &c] {
         assert_eq!(
             reported_barrier(&gw.admin(), "adopt", &topic),
