@@ -54,6 +54,10 @@ enum Bench {
         /// Repetitions per mode and phase (at least 3).
         #[arg(long, default_value_t = 3)]
         runs: usize,
+        /// One repetition per mode and phase, to check that every mode runs (the test
+        /// command's smoke run); its figures are not comparable.
+        #[arg(long)]
+        smoke: bool,
         /// Records per saturation run (default 200000, or 50000 with --quick).
         #[arg(long)]
         records: Option<u64>,
@@ -349,6 +353,7 @@ fn main() -> ExitCode {
         Bench::Proxy {
             quick,
             runs,
+            smoke,
             records,
             rate_seconds,
             no_peer,
@@ -356,6 +361,7 @@ fn main() -> ExitCode {
         } => proxy::run(proxy::Options {
             quick,
             runs,
+            smoke,
             records,
             rate_seconds,
             peer: !no_peer,

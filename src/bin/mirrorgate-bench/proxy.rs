@@ -65,6 +65,9 @@ const WARMUP: Duration = Duration::from_secs(2);
 pub struct Options {
     pub quick: bool,
     pub runs: usize,
+    /// One repetition per mode and phase: checks that every mode runs (CI); its figures are
+    /// not comparable and are not reported.
+    pub smoke: bool,
     pub records: Option<u64>,
     pub rate_seconds: Option<u64>,
     pub peer: bool,
@@ -250,7 +253,7 @@ pub(crate) fn round3(x: f64) -> f64 {
 }
 
 pub fn run(opts: Options) -> Result<Value, String> {
-    let runs = opts.runs.max(3);
+    let runs = if opts.smoke { 1 } else { opts.runs.max(3) };
     let records = opts
         .records
         .unwrap_or(if opts.quick { 50_000 } else { 200_000 });
