@@ -17,6 +17,43 @@ fn agent_status(admin: &str, name: &str) -> serde_json::Value {
         .unwrap_or_default()
 }
 
+/// Instances a (a `mirrorgate run` process, with `env`) and b (in this process) of mirror
+/// `name`, each with the agent of `topics` from `source`, sharing a new state topic (session
+/// timeout 3 s; `tweak` adjusts both configurations). Returns once b reads that a runs the
+/// agent.
+fn two_instances_with_the_agent(
+    name: &str,
+    topics: &[&str],
+    source: &str,
+    tweak: impl Fn(&mut mirrorgate::config::Config),
+    env: &[(&str, &str)],
+) -> (ProcessGateway, TestGateway) {
+    let state_topic = harness::unique_topic(&format!("{name}-state"));
+    let cfg = |id: &str| {
+        let mut cfg = agent_config(name, topics, source);
+        cfg.instances = Some(InstancesConfig {
+            id: id.into(),
+            state_topic: state_topic.clone(),
+            session_timeout_ms: 3000,
+        });
+        tweak(&mut cfg);
+        cfg
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(mirrorgate::app::peers::init_state_topic(&cfg("a")))
+        .expect("state topic created");
+    let a = ProcessGateway::start(cfg("a"), env);
+    let b = TestGateway::start(cfg("b"));
+    wait_for("a runs the agent", Duration::from_secs(30), || {
+        let s = agent_status(&b.admin(), name);
+        s["owner"] == "a" && s["runs_here"] == false
+    });
+    (a, b)
+}
+
 /// Two instances with the agent of the same mirror, over an idempotent and a plain (no producer
 /// id) source producer. The source's first records are deleted before mirroring starts, so the
 /// destination's offsets are not the source's: only the offset maps say where to resume. The
@@ -36,28 +73,8 @@ fn the_agents_owner_killed_during_mirroring_is_taken_over_without_duplicating_or
     for t in [&idempotent, &plain] {
         crate::protection::delete_records_on_the_broker(&source, t, 0, 5);
     }
-    let state_topic = harness::unique_topic("owner-state");
-    let cfg = |id: &str| {
-        let mut cfg = agent_config("owners", &[&idempotent, &plain], &source);
-        cfg.instances = Some(InstancesConfig {
-            id: id.into(),
-            state_topic: state_topic.clone(),
-            session_timeout_ms: 3000,
-        });
-        cfg
-    };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(mirrorgate::app::peers::init_state_topic(&cfg("a")))
-        .expect("state topic created");
-    let mut a = ProcessGateway::start(cfg("a"), &[]);
-    let b = TestGateway::start(cfg("b"));
-    wait_for("a runs the agent", Duration::from_secs(30), || {
-        let s = agent_status(&b.admin(), "owners");
-        s["owner"] == "a" && s["runs_here"] == false
-    });
+    let (mut a, b) =
+        two_instances_with_the_agent("owners", &[&idempotent, &plain], &source, |_| {}, &[]);
     let idem_writer = SourceWriter::start(&source, &idempotent, "idem", 3000, 300);
     let plain_writer = SourceWriter::start_without_producer_id(&source, &plain, "plain", 3000, 300);
     wait_for(
@@ -121,29 +138,13 @@ fn config_sync_runs_on_the_agents_owner_alone_and_moves_with_the_agent() {
     let destination = harness::cluster("destination");
     let topic = harness::unique_topic("owner-cfg");
     harness::create_topic(&source, &topic, 1, None);
-    let state_topic = harness::unique_topic("owner-cfg-state");
-    let cfg = |id: &str| {
-        let mut cfg = agent_config("ownercfg", &[&topic], &source);
-        cfg.mirrors[0].configs.sync_interval_ms = 1000;
-        cfg.instances = Some(InstancesConfig {
-            id: id.into(),
-            state_topic: state_topic.clone(),
-            session_timeout_ms: 3000,
-        });
-        cfg
-    };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(mirrorgate::app::peers::init_state_topic(&cfg("a")))
-        .expect("state topic created");
-    let mut a = ProcessGateway::start(cfg("a"), &[]);
-    let b = TestGateway::start(cfg("b"));
-    wait_for("a runs the agent", Duration::from_secs(30), || {
-        let s = agent_status(&b.admin(), "ownercfg");
-        s["owner"] == "a" && s["runs_here"] == false
-    });
+    let (mut a, b) = two_instances_with_the_agent(
+        "ownercfg",
+        &[&topic],
+        &source,
+        |c| c.mirrors[0].configs.sync_interval_ms = 1000,
+        &[],
+    );
     let synced = |value: &str| {
         wait_for(
             &format!("the destination's retention.ms is {value}"),
@@ -197,27 +198,13 @@ fn the_owner_killed_during_a_failover_after(point: &str) {
         harness::create_topic(&source, t, 1, None);
     }
     let mirror = format!("ownfo{}", point.len());
-    let state_topic = harness::unique_topic("ownfo-state");
-    let cfg = |id: &str| {
-        let mut cfg = agent_config(&mirror, &[&idempotent, &plain], &source);
-        cfg.instances = Some(InstancesConfig {
-            id: id.into(),
-            state_topic: state_topic.clone(),
-            session_timeout_ms: 3000,
-        });
-        cfg
-    };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(mirrorgate::app::peers::init_state_topic(&cfg("a")))
-        .expect("state topic created");
-    let mut a = ProcessGateway::start(cfg("a"), &[("MIRRORGATE_CRASH_AFTER", point)]);
-    let b = TestGateway::start(cfg("b"));
-    wait_for("a runs the agent", Duration::from_secs(30), || {
-        agent_status(&b.admin(), &mirror)["owner"] == "a"
-    });
+    let (mut a, b) = two_instances_with_the_agent(
+        &mirror,
+        &[&idempotent, &plain],
+        &source,
+        |_| {},
+        &[("MIRRORGATE_CRASH_AFTER", point)],
+    );
     let idem_writer = SourceWriter::start(&source, &idempotent, "idem", 4000, 300);
     let plain_writer = SourceWriter::start_without_producer_id(&source, &plain, "plain", 4000, 300);
     wait_for(

@@ -292,3 +292,41 @@ fn a_gateway_that_failed_over_alone_is_migrated_into_the_state_topic_and_a_new_i
     assert_eq!(code, 0, "a local write through b: {msg}");
     assert!(offset > barrier);
 }
+
+/// A mirror's handover, offset maps and reports are one state-topic record each: with thousands
+/// of partitions they outgrow the brokers' default 1 MiB. The state topic `state init` creates
+/// takes a 3 MiB record, and the state log reads it back whole.
+#[test]
+fn the_state_topic_takes_a_record_of_several_mebibytes_and_reads_it_back() {
+    use mirrorgate::mirror::peers::log::{KafkaStateLog, StateLog};
+    use mirrorgate::mirror::peers::records::PeerRecord;
+    let topic = mirror_topic("peers-big");
+    let state_topic = harness::unique_topic("peers-big-state");
+    let cfg = instance_config("big", &topic, "a", &state_topic);
+    init_state_topic(&cfg);
+    let maps = serde_json::json!({ "padding": "x".repeat(3 << 20) });
+    let rec = PeerRecord::AgentOffsets {
+        mirror: "big".into(),
+        by: "a".into(),
+        epoch: 1,
+        offsets: maps,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let read = rt.block_on(async {
+        let connector =
+            mirrorgate::client::Connector::for_cluster(&cfg.destination).expect("connector");
+        let view = mirrorgate::cluster::ClusterView::new(
+            cfg.destination.clone(),
+            connector,
+            mirrorgate::metrics::Metrics::new(),
+        );
+        view.refresh().await.expect("metadata");
+        let log = KafkaStateLog::new(view, state_topic.clone(), Duration::from_secs(10));
+        log.append(&rec).await.expect("a 3 MiB record appended");
+        log.read(0).await.expect("read")
+    });
+    assert_eq!(read.records, vec![rec], "read back whole");
+}

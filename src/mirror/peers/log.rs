@@ -19,6 +19,8 @@ use crate::protocol::batch::BatchWalker;
 
 /// Error code TOPIC_AUTHORIZATION_FAILED.
 const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+/// Error code MESSAGE_TOO_LARGE.
+const MESSAGE_TOO_LARGE: i16 = 10;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -179,8 +181,12 @@ impl StateLog for KafkaStateLog {
             let topic = self.topic.clone();
             self.with_client(move |c| {
                 Box::pin(async move {
+                    let size = batch.len();
                     match ops::produce_one(c, &topic, 0, batch, None).await {
                         Ok((0, _, _)) => Ok(()),
+                        Ok((MESSAGE_TOO_LARGE, _, _)) => Err(format!(
+                            "Produce to {topic}-0 answered MESSAGE_TOO_LARGE: this record of {size} bytes is above the state topic's max.message.bytes (raise it to {MAX_RECORD_BYTES}, as `mirrorgate state init` creates it)"
+                        )),
                         Ok((code, _, msg)) => Err(format!(
                             "Produce to {topic}-0 answered error code {code}{}",
                             msg.map(|m| format!(" ({m})")).unwrap_or_default()
@@ -238,8 +244,14 @@ impl StateLog for KafkaStateLog {
     }
 }
 
+/// The state topic's `max.message.bytes`: a mirror's handover, offset maps and failover
+/// reports are one record each, which with thousands of partitions outgrows the brokers'
+/// default of 1 MiB. Reads get a record larger than their fetch size whole (KIP-74).
+pub const MAX_RECORD_BYTES: u32 = 16 << 20;
+
 /// Create the state topic (`mirrorgate state init`): one partition, compacted, replicated to
-/// up to 3 brokers. An existing topic is fine.
+/// up to 3 brokers, records up to [`MAX_RECORD_BYTES`]. An existing topic is fine (its
+/// configuration is left as it is).
 pub async fn create(view: &ClusterView, topic: &str, timeout: Duration) -> Result<i16, String> {
     view.refresh().await.map_err(|e| e.to_string())?;
     let brokers = view.brokers();
@@ -260,6 +272,7 @@ pub async fn create(view: &ClusterView, topic: &str, timeout: Duration) -> Resul
         &[
             ("cleanup.policy".into(), "compact".into()),
             ("min.insync.replicas".into(), min_isr),
+            ("max.message.bytes".into(), MAX_RECORD_BYTES.to_string()),
         ],
     )
     .await?;
