@@ -326,6 +326,19 @@ fn a_real_prometheus_evaluates_every_dashboard_query_and_alert_rule() {
     cfg.failover.refuse_mirrored_producer_ids = false;
     // The data barrier (the fallback form), so that consumers' fetches have one to hide.
     cfg.failover.barrier = mirrorgate::config::BarrierMode::Data;
+    // One instance of its own state topic: the dashboard's row for several instances has its
+    // series (lease, read age, the failover it drives, the agent it runs).
+    cfg.instances = Some(mirrorgate::config::InstancesConfig {
+        id: "obs".into(),
+        state_topic: harness::unique_topic("obs-state"),
+        session_timeout_ms: 10_000,
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(mirrorgate::app::peers::init_state_topic(&cfg))
+        .expect("state topic created");
     let gw = TestGateway::start(cfg);
     let admin = gw.admin();
     wait_mirroring(&admin, "obs-live", 1);
