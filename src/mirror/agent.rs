@@ -126,9 +126,11 @@ pub struct MirrorAgent {
     owner_epoch: Mutex<Option<u32>>,
     /// When, and what, this instance last published of its offset maps on the state topic.
     published: Mutex<Option<(Instant, serde_json::Value)>>,
-    /// Partitions whose map was taken from the previous owner's publication and not yet
-    /// matched against the destination's tail here (`ownership.rs`).
-    stale: Mutex<HashSet<(String, i32)>>,
+    /// Partitions whose map is not known to reach the destination's tail: taken from the
+    /// previous owner's publication (`ownership.rs`), or their task stopped before it matched
+    /// its start position or while an append's outcome was unknown (`partition.rs`). Matched
+    /// to the destination's tail when a failover stops the agent and at its completion.
+    unmatched: Mutex<HashSet<(String, i32)>>,
 }
 
 /// The group offset sync of one mirror, over the clusters.
@@ -245,7 +247,7 @@ pub fn start(
             lose_append_answers: AtomicI64::new(lose_append_answers),
             owner_epoch: Mutex::new(None),
             published: Mutex::new(None),
-            stale: Mutex::new(HashSet::new()),
+            unmatched: Mutex::new(HashSet::new()),
         }));
     }
     let sync = crate::mirror::sync::start(config, controller, cluster, metrics, shutdown)?;
@@ -265,7 +267,7 @@ pub fn start(
             }
             if let Some(m) = agent.as_ref().and_then(|a| a.mirror(&name)) {
                 m.stop_and_drain().await;
-                m.match_stale_tails().await;
+                m.match_unmatched_tails().await;
             }
             if let Some(g) = agent.as_ref().and_then(|a| a.group_sync(&name)) {
                 g.final_sync(FINAL_SYNC_BUDGET).await;

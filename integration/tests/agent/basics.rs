@@ -186,6 +186,92 @@ fn a_restarted_gateway_resumes_from_the_offset_map_without_duplicates() {
     assert_eq!(map.next(), Some((400, 400)));
 }
 
+/// A gateway that starts without the offset map of a destination that already holds the
+/// source's batches (another gateway mirrored them; its state directory is gone) matches them
+/// one by one before it mirrors on. A failover called during that matching stops it part-way;
+/// the report still names the destination's last mirrored record, not where the matching
+/// stopped (before the fix it reported the part-way offset).
+#[test]
+fn a_failover_called_while_the_agent_matches_the_destination_reports_its_last_mirrored_record() {
+    const RECORDS: i64 = 4000;
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("agent-startmatch");
+    harness::create_topic(&source, &topic, 1, None);
+    write_one_record_batches(&source, &topic, RECORDS);
+    let first = TestGateway::start(agent_config("startmatch", &[&topic], &source));
+    wait_caught_up(&first.admin(), "startmatch", &source, &topic, 1);
+    drop(first);
+    // A fresh state directory: no offset map.
+    let gw = TestGateway::start(agent_config("startmatch", &[&topic], &source));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let part_way = loop {
+        if let Some((next, _)) = agent_map_next(&gw, "startmatch", &topic, 0) {
+            if next > 0 {
+                break next;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the agent never started matching"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert!(
+        part_way < RECORDS,
+        "the agent matched all {RECORDS} batches before the failover could be called"
+    );
+    failover(&gw.admin(), "startmatch");
+    wait_stopped(&gw.admin(), "startmatch");
+    let d = read_log(&destination, &topic, 0);
+    assert_eq!(d.records.len() as i64, RECORDS, "nothing appended twice");
+    let report = completed_report(&gw.admin(), "startmatch");
+    let p = &report["partitions"][0];
+    assert_eq!(
+        p["last_mirrored_destination_offset"].as_i64(),
+        Some(RECORDS - 1),
+        "matching stopped at {part_way}: {p}"
+    );
+    assert_eq!(
+        p["last_mirrored_source_offset"].as_i64(),
+        Some(RECORDS - 1),
+        "{p}"
+    );
+}
+
+/// `n` records on partition 0 of `topic`, each a batch of its own (no producer id).
+fn write_one_record_batches(bootstrap: &str, topic: &str, n: i64) {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("enable.idempotence", "false")
+        .set("acks", "1")
+        .set("linger.ms", "0")
+        .set("batch.size", "1")
+        .create()
+        .expect("producer");
+    for i in 0..n {
+        let key = format!("k-{i}");
+        let value = format!("v-{i}");
+        let mut rec = BaseRecord::to(topic).key(&key).payload(&value).partition(0);
+        while let Err((e, r)) = producer.send(rec) {
+            assert!(
+                matches!(
+                    e,
+                    rdkafka::error::KafkaError::MessageProduction(
+                        rdkafka::types::RDKafkaErrorCode::QueueFull
+                    )
+                ),
+                "{e}"
+            );
+            rec = r;
+            producer.poll(Duration::from_millis(10));
+        }
+        producer.poll(Duration::ZERO);
+    }
+    producer.flush(Duration::from_secs(60)).expect("flush");
+    assert_eq!(log_end(bootstrap, topic, 0), n, "every record written");
+}
+
 #[test]
 fn a_non_empty_destination_partition_that_does_not_match_the_source_is_failed_not_overwritten() {
     let source = harness::cluster("source");

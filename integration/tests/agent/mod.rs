@@ -241,6 +241,30 @@ fn kv(log: &Log) -> Vec<(Option<String>, Option<String>)> {
         .collect()
 }
 
+/// The first completed report `admin` lists for `mirror` (waits 30 s for it).
+fn completed_report(admin: &str, mirror: &str) -> serde_json::Value {
+    let mut report = serde_json::Value::Null;
+    wait_for(
+        "the failover's report listed, completed",
+        Duration::from_secs(30),
+        || {
+            let (_, body) = admin_call(
+                admin,
+                Method::GET,
+                &format!("/v1/mirrors/{mirror}/failovers"),
+                None,
+            );
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+            report = v["failovers"]
+                .as_array()
+                .and_then(|r| r.iter().find(|r| r["status"] == "complete").cloned())
+                .unwrap_or_default();
+            !report.is_null()
+        },
+    );
+    report
+}
+
 /// Poll `cond` every 100 ms until it holds; panic after `timeout`.
 fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;

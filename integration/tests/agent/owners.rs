@@ -229,6 +229,7 @@ fn the_owner_killed_during_a_failover_after(point: &str) {
         wait_for("b runs the agent", Duration::from_secs(30), || {
             agent_status(&b.admin(), &mirror)["runs_here"] == true
         });
+        crate::failover::wait_mirroring(&b.admin(), &mirror, 2);
         failover(&b.admin(), &mirror);
     }
     wait_stopped(&b.admin(), &mirror);
@@ -254,25 +255,7 @@ fn the_owner_killed_during_a_failover_after(point: &str) {
             "{t} after {point}: the destination is not the source's first records once each"
         );
     }
-    let mut report = serde_json::Value::Null;
-    wait_for(
-        "b lists the failover's report, completed",
-        Duration::from_secs(30),
-        || {
-            let (_, body) = admin_call(
-                &b.admin(),
-                Method::GET,
-                &format!("/v1/mirrors/{mirror}/failovers"),
-                None,
-            );
-            let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-            report = v["failovers"]
-                .as_array()
-                .and_then(|r| r.iter().find(|r| r["status"] == "complete").cloned())
-                .unwrap_or_default();
-            !report.is_null()
-        },
-    );
+    let report = completed_report(&b.admin(), &mirror);
     // The report's figures are the destination's: b's offset maps reach the barrier although
     // a appended the last batches.
     for t in [&idempotent, &plain] {

@@ -34,7 +34,7 @@ impl Agent {
         // is each partition this instance has no mirrored range of (its owner died before it
         // published one). Off the failover's path: the partitions are STOPPED already.
         m.adopt_published_offsets();
-        let mut todo: Vec<(String, i32)> = lock(&m.stale).iter().cloned().collect();
+        let mut todo: Vec<(String, i32)> = lock(&m.unmatched).iter().cloned().collect();
         {
             let maps = lock(&m.offsets);
             todo.extend(

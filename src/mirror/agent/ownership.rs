@@ -19,8 +19,7 @@ use super::{lock, MirrorAgent};
 /// the next owner reconciles batch by batch against the source is at most this much mirroring.
 const PUBLISH_EVERY: Duration = Duration::from_secs(2);
 
-/// How long a failover waits for the maps taken from the previous owner to be matched to the
-/// destination's tail.
+/// How long a failover waits for unmatched offset maps to be matched to the destination's tail.
 const MATCH_TAILS: Duration = Duration::from_secs(10);
 
 impl MirrorAgent {
@@ -71,30 +70,29 @@ impl MirrorAgent {
         if !taken.is_empty() {
             self.offsets_dirty.store(true, Ordering::SeqCst);
             tracing::info!(mirror = %self.name, partitions = taken.len(), "the agent resumes from the offset maps the previous owner published");
-            lock(&self.stale).extend(taken);
+            lock(&self.unmatched).extend(taken);
         }
     }
 
-    /// A failover stopped the agent: match the destination's tail beyond each map taken from
-    /// the previous owner and not matched here yet (the previous owner appended after its last
-    /// publication), so that the maps reach the barrier and the report and the final group
-    /// sync translate with them. Bounded by [`MATCH_TAILS`]; a partition whose source cannot
+    /// A failover stopped the agent: match the destination's tail beyond each map not known
+    /// to reach it (taken from the previous owner, which appended after its last publication;
+    /// a task stopped while matching its start or with an append's outcome unknown), so that
+    /// the maps reach the barrier and the report and the final group sync translate with them. Bounded by [`MATCH_TAILS`]; a partition whose source cannot
     /// be read keeps its published map (its report figures fall short, they do not skip).
-    pub(super) async fn match_stale_tails(self: &Arc<Self>) {
-        let stale: Vec<(String, i32)> = lock(&self.stale).iter().cloned().collect();
-        self.match_tails(stale).await;
+    pub(super) async fn match_unmatched_tails(self: &Arc<Self>) {
+        let todo: Vec<(String, i32)> = lock(&self.unmatched).iter().cloned().collect();
+        self.match_tails(todo).await;
     }
 
-    /// [`Self::match_stale_tails`] for the partitions `todo`.
+    /// [`Self::match_unmatched_tails`] for the partitions `todo`.
     pub(super) async fn match_tails(self: &Arc<Self>, todo: Vec<(String, i32)>) {
         if todo.is_empty() {
             return;
         }
-        let stale = todo;
         let (_stop, stop_rx) = tokio::sync::watch::channel(false);
         let matched = tokio::time::timeout(MATCH_TAILS, async {
             let mut matched = 0;
-            for (topic, p) in stale {
+            for (topic, p) in todo {
                 let stats = Arc::new(super::PartStats::default());
                 let task = super::partition::Task::new(
                     self.clone(),
@@ -105,12 +103,12 @@ impl MirrorAgent {
                 );
                 match task.match_tail().await {
                     Ok(()) => {
-                        lock(&self.stale).remove(&(topic, p));
+                        lock(&self.unmatched).remove(&(topic, p));
                         matched += 1;
                     }
                     Err(e) => {
                         tracing::warn!(mirror = %self.name, topic = %topic, partition = p, error = %e,
-                            "the destination's tail beyond the published offset map could not be matched to the source; the map stays where the previous owner published it")
+                            "the destination's tail beyond the offset map could not be matched to the source; the map stays where it is (report figures fall short, the final group sync may re-read, never skip)")
                     }
                 }
             }
@@ -120,7 +118,7 @@ impl MirrorAgent {
         self.flush();
         match matched {
             Ok(n) => {
-                tracing::info!(mirror = %self.name, partitions = n, "offset maps taken from the previous owner matched to the destination's tail")
+                tracing::info!(mirror = %self.name, partitions = n, "offset maps matched to the destination's tail")
             }
             Err(_) => {
                 tracing::warn!(mirror = %self.name, "matching the destination's tail to the source took longer than {MATCH_TAILS:?}; the rest keep their published maps")

@@ -151,12 +151,17 @@ impl Task {
     }
 
     /// Match the destination's tail beyond the partition's offset map to the source and
-    /// record it, appending nothing (the agent is stopped: a failover). Retried briefly while
-    /// a log cannot be read.
+    /// record it, appending nothing (the agent is stopped: a failover). A partition STOPPED
+    /// already is matched up to its barrier (the barrier and local writes after it are not
+    /// the source's). Retried briefly while a log cannot be read.
     pub async fn match_tail(mut self) -> Result<(), String> {
+        let barrier = self
+            .m
+            .controller
+            .barrier_offset(&self.topic, self.partition);
         let mut attempt = 0u32;
         loop {
-            match self.start_position().await {
+            match self.start_position_up_to(barrier).await {
                 Ok(()) => return Ok(()),
                 Err(Halt::Retry(e)) if attempt < 3 => {
                     attempt += 1;
@@ -230,6 +235,18 @@ impl Task {
         }
     }
 
+    /// Whether the partition's map may fall short of the destination's tail (see
+    /// `MirrorAgent::unmatched`).
+    fn mark_unmatched(&self, unmatched: bool) {
+        let key = (self.topic.clone(), self.partition);
+        let mut set = lock(&self.m.unmatched);
+        if unmatched {
+            set.insert(key);
+        } else {
+            set.remove(&key);
+        }
+    }
+
     fn record(&mut self, src_base: i64, dst_base: i64, count: i64) {
         self.m
             .offsets
@@ -247,6 +264,12 @@ impl Task {
 
     /// Start position (module doc).
     async fn start_position(&mut self) -> Step<()> {
+        self.start_position_up_to(None).await
+    }
+
+    /// [`Self::start_position`], matching the destination's log only below `limit` when
+    /// given (a barrier offset).
+    async fn start_position_up_to(&mut self, limit: Option<i64>) -> Step<()> {
         if let Some(e) = &self.m.offsets_error {
             return Err(Halt::Fail(format!(
                 "the agent's offset map cannot be read ({e}); repair or remove state_dir/agent/{}.json",
@@ -254,6 +277,7 @@ impl Task {
             )));
         }
         let end = self.dest_end().await?;
+        let end = limit.map_or(end, |l| l.min(end));
         match self.map().and_then(|m| m.next()) {
             Some((s, d)) => {
                 self.next_src = s;
@@ -344,12 +368,15 @@ impl Task {
     // ------------------------------------------------------------------ main loop
 
     async fn run_inner(&mut self) -> Step<()> {
+        // Until its start position is matched, the map may fall short of the destination's
+        // tail (a failover stopping the task now matches it then).
+        self.mark_unmatched(true);
         let mut attempt = 0u32;
         loop {
             match self.start_position().await {
                 Ok(()) => {
                     // Its tail is matched here now: exact, as if this instance had mirrored it.
-                    lock(&self.m.stale).remove(&(self.topic.clone(), self.partition));
+                    self.mark_unmatched(false);
                     break;
                 }
                 Err(Halt::Retry(e)) => {

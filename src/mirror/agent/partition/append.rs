@@ -22,6 +22,7 @@ impl Task {
     pub(super) async fn append(&mut self, h: &BatchHeader, batch: Bytes) -> Step<i64> {
         let mut attempt = 0u32;
         let mut verification_refusals = 0u32;
+        let mut outcome_unknown = false;
         if h.is_transactional() && !self.m.transactions.known_off() {
             // Checked before the first transactional batch (not only on its refusal).
             self.verification_off(0, None).await?;
@@ -45,6 +46,9 @@ impl Task {
                 }
                 Ok((0, base, _)) => {
                     check_ack(self.next_dst, base).map_err(Halt::Fail)?;
+                    if outcome_unknown {
+                        self.mark_unmatched(false);
+                    }
                     return Ok(base);
                 }
                 Ok((44, _, msg)) => {
@@ -94,11 +98,18 @@ impl Task {
                 }
             };
             if unknown {
+                // Until an answer says where the batch is, the destination may hold it beyond
+                // the map (a failover stopping the task now matches the tail).
+                if !outcome_unknown {
+                    outcome_unknown = true;
+                    self.mark_unmatched(true);
+                }
                 // No producer id: the broker cannot deduplicate; look before resending.
                 if h.producer_id < 0 {
                     if let Some(base) = self.appended_already(&batch).await? {
                         tracing::info!(topic = %self.topic, partition = self.partition, offset = base, "an append whose answer was lost is in the destination log: not resent");
                         self.m.count_unknown_outcome("already_appended");
+                        self.mark_unmatched(false);
                         return Ok(base);
                     }
                 }
