@@ -171,6 +171,18 @@ pub(super) async fn mirrors(
                     return error_reply(StatusCode::BAD_REQUEST, &e);
                 }
             };
+            // A mirror topic created since the last periodic metadata refresh is part of the
+            // failover (and of its preflight): read the destination's metadata first. Bounded;
+            // on failure the failover goes on with the partitions known.
+            match tokio::time::timeout(FAILOVER_METADATA_WAIT, gw.cluster().refresh()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(mirror = %name, error = %e, "destination metadata not refreshed before the failover; it covers the partitions known")
+                }
+                Err(_) => {
+                    tracing::warn!(mirror = %name, "destination metadata not refreshed within {FAILOVER_METADATA_WAIT:?} before the failover; it covers the partitions known")
+                }
+            }
             note.dry_run = options.dry_run;
             note.force = options.force;
             note.max_lag_records = options.max_lag_records;
@@ -307,6 +319,9 @@ pub(super) async fn mirrors(
         ),
     }
 }
+
+/// How long a failover call waits for the destination's metadata before it starts.
+const FAILOVER_METADATA_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// The answer to a failover call the controller refused.
 fn failover_error_reply(e: FailoverError) -> Response<Full<Bytes>> {

@@ -1,5 +1,6 @@
 //! Mirror topics are read-only while mirrored, with clear refusals that leave the producer
-//! working for other topics, and the admin API refuses bad failover calls.
+//! working for other topics; a failover covers the topics created just before it; and the admin
+//! API refuses bad failover calls.
 
 use super::*;
 
@@ -81,6 +82,31 @@ fn local_produce_is_rejected_while_mirroring_and_accepted_after_failover() {
     assert!(
         text.contains("fenced") && text.contains("STOPPED"),
         "{text}"
+    );
+}
+
+/// A mirror topic created on the destination moments before the failover call, which the
+/// gateway's periodic metadata refresh has not seen yet, is part of the failover: the call reads
+/// the destination's metadata first. Red before: the failover covered the known topic alone.
+#[test]
+fn a_failover_called_right_after_a_mirror_topic_was_created_includes_it() {
+    let destination = harness::cluster("destination");
+    let known = harness::unique_topic("fresh-known");
+    let created = harness::unique_topic("fresh-new");
+    harness::create_topic(&destination, &known, 1, None);
+    let mut cfg = mirror_config("fresh", &[&known, &created]);
+    cfg.destination.metadata_refresh_ms = 600_000;
+    let gw = TestGateway::start(cfg);
+    wait_mirroring(&gw.admin(), "fresh", 1);
+    harness::create_topic(&destination, &created, 2, None);
+    failover(&gw.admin(), "fresh");
+    wait_stopped(&gw.admin(), "fresh");
+    let m = mirror_json(&gw.admin(), "fresh");
+    assert_eq!(m["states"]["STOPPED"].as_u64(), Some(3), "{m}");
+    assert_eq!(
+        harness::produce_keyed(&gw.bootstrap(), &created, 10, &[]).len(),
+        10,
+        "the new topic is writable after the failover"
     );
 }
 
