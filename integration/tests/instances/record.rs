@@ -330,3 +330,51 @@ fn the_state_topic_takes_a_record_of_several_mebibytes_and_reads_it_back() {
     });
     assert_eq!(read.records, vec![rec], "read back whole");
 }
+
+/// A mirror topic created moments before a failover called on one instance: the instance
+/// called includes it (it reads the destination's metadata first); another instance, whose
+/// periodic metadata refresh comes later, keeps it read-only until it knows the topic, and then
+/// turns it writable at the barrier the driver wrote.
+#[test]
+fn a_topic_created_just_before_a_failover_turns_writable_on_every_instance() {
+    let destination = harness::cluster("destination");
+    let known = mirror_topic("peers-fresh-known");
+    let created = harness::unique_topic("peers-fresh-new");
+    let state_topic = harness::unique_topic("peers-fresh-state");
+    let cfg = |id: &str, refresh_ms: u64| {
+        let mut c = instance_config("fresh", &known, id, &state_topic);
+        c.mirrors[0].topics.push(created.clone());
+        c.destination.metadata_refresh_ms = refresh_ms;
+        c
+    };
+    init_state_topic(&cfg("a", 2000));
+    let a = TestGateway::start(cfg("a", 600_000));
+    let b = TestGateway::start(cfg("b", 8_000));
+    for gw in [&a, &b] {
+        wait_others_alive(&gw.admin(), 1);
+        crate::failover::wait_mirroring(&gw.admin(), "fresh", 1);
+    }
+    harness::create_topic(&destination, &created, 1, Some(&[1]));
+    failover(&a.admin(), "fresh");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for gw in [&a, &b] {
+        loop {
+            let m = mirror_json(&gw.admin(), "fresh");
+            if m["partitions"] == 2 && m["states"]["STOPPED"] == 2 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "not both STOPPED: {m}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let barrier = reported_barrier(&a.admin(), "fresh", &created);
+    assert_eq!(reported_barrier(&b.admin(), "fresh", &created), barrier);
+    assert_eq!(
+        harness::produce_keyed(&b.bootstrap(), &created, 10, &[]).len(),
+        10,
+        "the new topic is writable through b after the failover"
+    );
+    let log = read_log(&destination, &created, 0);
+    let barriers: Vec<i64> = log.barriers.iter().map(|b| b.0).collect();
+    assert_eq!(barriers, vec![barrier], "one barrier, the driver's");
+}
