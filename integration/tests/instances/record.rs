@@ -369,11 +369,13 @@ fn a_topic_created_just_before_a_failover_turns_writable_on_every_instance() {
     }
     let barrier = reported_barrier(&a.admin(), "fresh", &created);
     assert_eq!(reported_barrier(&b.admin(), "fresh", &created), barrier);
-    assert_eq!(
-        harness::produce_keyed(&b.bootstrap(), &created, 10, &[]).len(),
-        10,
-        "the new topic is writable through b after the failover"
-    );
+    for (gw, id) in [(&a, "a"), (&b, "b")] {
+        assert_eq!(
+            harness::produce_keyed(&gw.bootstrap(), &created, 10, &[]).len(),
+            10,
+            "the new topic is writable through {id} after the failover"
+        );
+    }
     let log = read_log(&destination, &created, 0);
     let barriers: Vec<i64> = log.barriers.iter().map(|b| b.0).collect();
     assert_eq!(barriers, vec![barrier], "one barrier, the driver's");

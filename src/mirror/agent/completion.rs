@@ -1,6 +1,6 @@
 //! What a failover report reads from the agent and the source once a failover completed: per
-//! partition the offset map's next offsets (a map taken from a previous owner matched to the
-//! destination's tail first), the source's log end and the timestamp of its first
+//! partition the offset map's next offsets (an unmatched map matched to the destination's tail
+//! first), the source's log end and the timestamp of its first
 //! record not mirrored (read from the source leader now, bounded in time), and the agent's last
 //! known lag when the source cannot be read.
 //!
@@ -28,10 +28,11 @@ impl Agent {
         let Some(m) = self.mirror(mirror) else {
             return out;
         };
-        // Several instances: the maps another instance published may reach further than this
-        // one's (it ran the agent, this one drove the failover on); each taken is matched to
-        // the destination's tail, which the previous owner may have appended to since, and so
-        // is each partition this instance has no mirrored range of (its owner died before it
+        // The maps another instance published may reach further than this one's (it ran the
+        // agent, this one drove the failover on): they are taken. Every unmatched map (taken
+        // so, or left short by a task stopped while matching its start or with an append's
+        // outcome unknown) is matched to the destination's tail up to the barrier, and so is
+        // each partition this instance has no mirrored range of (its owner died before it
         // published one). Off the failover's path: the partitions are STOPPED already.
         m.adopt_published_offsets();
         let mut todo: Vec<(String, i32)> = lock(&m.unmatched).iter().cloned().collect();

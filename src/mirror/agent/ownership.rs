@@ -77,8 +77,9 @@ impl MirrorAgent {
     /// A failover stopped the agent: match the destination's tail beyond each map not known
     /// to reach it (taken from the previous owner, which appended after its last publication;
     /// a task stopped while matching its start or with an append's outcome unknown), so that
-    /// the maps reach the barrier and the report and the final group sync translate with them. Bounded by [`MATCH_TAILS`]; a partition whose source cannot
-    /// be read keeps its published map (its report figures fall short, they do not skip).
+    /// the maps reach the barrier and the report and the final group sync translate with them.
+    /// Bounded by [`MATCH_TAILS`]; a partition whose source cannot be read keeps its map as it
+    /// is (its report figures fall short; the group sync may re-read, never skip).
     pub(super) async fn match_unmatched_tails(self: &Arc<Self>) {
         let todo: Vec<(String, i32)> = lock(&self.unmatched).iter().cloned().collect();
         self.match_tails(todo).await;
@@ -121,7 +122,7 @@ impl MirrorAgent {
                 tracing::info!(mirror = %self.name, partitions = n, "offset maps matched to the destination's tail")
             }
             Err(_) => {
-                tracing::warn!(mirror = %self.name, "matching the destination's tail to the source took longer than {MATCH_TAILS:?}; the rest keep their published maps")
+                tracing::warn!(mirror = %self.name, "matching the destination's tail to the source took longer than {MATCH_TAILS:?}; the rest keep their maps as they are")
             }
         }
     }
