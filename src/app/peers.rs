@@ -39,6 +39,7 @@ pub(super) fn start(
         Duration::from_millis(i.session_timeout_ms),
         log,
     );
+    link.set_clock_skew_ms(crate::mirror::fault_hooks::FaultHooks::from_env().peer_clock_skew_ms);
     link.set_agents(
         config
             .mirrors

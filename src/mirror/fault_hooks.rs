@@ -92,6 +92,10 @@ pub struct FaultHooks {
     /// `MIRRORGATE_TEST_BARRIER_CLOCK_SKEW_MS`: shifts the gateway clock as barrier writes see
     /// it, standing for a gateway whose wall clock is off from the brokers'.
     pub barrier_clock_skew_ms: i64,
+    /// `MIRRORGATE_TEST_PEER_CLOCK_SKEW_MS`: shifts the wall clock this instance writes into its
+    /// state-topic records (heartbeats, claims), standing for a host whose clock is off from the
+    /// other instances' (review G5).
+    pub peer_clock_skew_ms: i64,
 }
 
 impl FaultHooks {
@@ -116,6 +120,7 @@ impl FaultHooks {
                 .and_then(|v| v.parse().ok()),
             lose_marker_answers: num("MIRRORGATE_TEST_LOSE_BARRIER_MARKER_ANSWERS").unwrap_or(0),
             barrier_clock_skew_ms: num("MIRRORGATE_TEST_BARRIER_CLOCK_SKEW_MS").unwrap_or(0),
+            peer_clock_skew_ms: num("MIRRORGATE_TEST_PEER_CLOCK_SKEW_MS").unwrap_or(0),
         }
     }
 

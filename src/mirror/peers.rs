@@ -86,6 +86,9 @@ pub struct PeerLink {
     followed: Mutex<std::collections::HashMap<String, Followed>>,
     /// The mirrors this instance could run the built-in agent for (set once, at start).
     agents: std::sync::OnceLock<Vec<String>>,
+    /// Added to the wall clock written into this instance's records (a test hook: a host whose
+    /// clock is off).
+    clock_skew_ms: std::sync::atomic::AtomicI64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -107,7 +110,23 @@ impl PeerLink {
             fencing: Mutex::new(HashSet::new()),
             followed: Mutex::new(std::collections::HashMap::new()),
             agents: std::sync::OnceLock::new(),
+            clock_skew_ms: std::sync::atomic::AtomicI64::new(0),
         })
+    }
+
+    /// Shift the wall clock written into this instance's records by `ms` (a test hook standing
+    /// for a host whose clock is off, `MIRRORGATE_TEST_PEER_CLOCK_SKEW_MS`).
+    pub fn set_clock_skew_ms(&self, ms: i64) {
+        self.clock_skew_ms
+            .store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// This host's wall clock as written into the records, ms since the epoch.
+    fn now_ms(&self) -> i64 {
+        now_ms()
+            + self
+                .clock_skew_ms
+                .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn view(&self) -> std::sync::MutexGuard<'_, PeerView> {
@@ -158,7 +177,7 @@ impl PeerLink {
             .log
             .append(&PeerRecord::Heartbeat {
                 instance: me,
-                at_ms: now_ms(),
+                at_ms: self.now_ms(),
                 agents: self.agents.get().cloned().unwrap_or_default(),
             })
             .await;
@@ -290,7 +309,7 @@ impl PeerLink {
             mirror: mirror.to_string(),
             failover_id: fid.to_string(),
             instance: self.me(),
-            at_ms: now_ms(),
+            at_ms: self.now_ms(),
         };
         self.log.append(&rec).await?;
         tracing::info!(target: "mirrorgate::peers", mirror, failover_id = fid, "mirror writes fenced and drained here; acknowledged on the state topic");
@@ -357,7 +376,7 @@ impl PeerLink {
                 mirror: mirror.to_string(),
                 failover_id: Some(fid.to_string()),
                 by: me,
-                at_ms: now_ms(),
+                at_ms: self.now_ms(),
                 epoch,
             })
             .await
@@ -396,7 +415,7 @@ impl PeerLink {
                 mirror: mirror.to_string(),
                 failover_id: Some(fid.to_string()),
                 by: self.me(),
-                at_ms: now_ms(),
+                at_ms: self.now_ms(),
                 epoch,
             })
             .await
@@ -468,7 +487,7 @@ impl PeerLink {
                 mirror: mirror.to_string(),
                 failover_id: None,
                 by: self.me(),
-                at_ms: now_ms(),
+                at_ms: self.now_ms(),
                 epoch: 0,
             })
             .await
@@ -487,7 +506,7 @@ impl PeerLink {
                 mirror: mirror.to_string(),
                 paused,
                 by: self.me(),
-                at_ms: now_ms(),
+                at_ms: self.now_ms(),
             })
             .await
             .map_err(|e| {

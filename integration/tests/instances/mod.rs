@@ -15,6 +15,7 @@ use crate::gw::{admin_call, try_admin_call, ProcessGateway, TestGateway};
 use crate::harness;
 use crate::psm_differential::{batch, RawConn};
 
+mod liveness;
 mod record;
 
 const SESSION_MS: u64 = 3_000;
@@ -879,19 +880,39 @@ fn authz_sasl(authz: &str) -> String {
 /// (as its super user); the guard removes it when dropped.
 struct DeniedTopic(String, String);
 
+/// ACL operation codes (`AclOperation`) and permission types (`AclPermissionType`).
+const ACL_ALL: i8 = 2;
+const ACL_READ: i8 = 3;
+const ACL_WRITE: i8 = 4;
+const ACL_DESCRIBE: i8 = 8;
+const ACL_DENY: i8 = 2;
+const ACL_ALLOW: i8 = 3;
+
 impl DeniedTopic {
     fn create(plaintext: &str, topic: &str, principal: &str) -> DeniedTopic {
+        Self::with_acls(plaintext, topic, principal, &[(ACL_ALL, ACL_DENY)])
+    }
+
+    /// ACLs on `topic` for `principal`: each (operation, permission type). The cluster allows
+    /// everyone what no ACL names, so an ACL on the topic takes every other operation away.
+    fn with_acls(plaintext: &str, topic: &str, principal: &str, acls: &[(i8, i8)]) -> DeniedTopic {
         use kafka_protocol::messages::create_acls_request::AclCreation;
         use kafka_protocol::messages::CreateAclsRequest;
         use kafka_protocol::protocol::StrBytes;
-        let req = CreateAclsRequest::default().with_creations(vec![AclCreation::default()
-            .with_resource_type(2) // TOPIC
-            .with_resource_name(StrBytes::from_string(topic.to_string()))
-            .with_resource_pattern_type(3) // LITERAL
-            .with_principal(StrBytes::from_string(principal.to_string()))
-            .with_host(StrBytes::from_static_str("*"))
-            .with_operation(2) // ALL
-            .with_permission_type(2)]); // DENY
+        let req = CreateAclsRequest::default().with_creations(
+            acls.iter()
+                .map(|(operation, permission)| {
+                    AclCreation::default()
+                        .with_resource_type(2) // TOPIC
+                        .with_resource_name(StrBytes::from_string(topic.to_string()))
+                        .with_resource_pattern_type(3) // LITERAL
+                        .with_principal(StrBytes::from_string(principal.to_string()))
+                        .with_host(StrBytes::from_static_str("*"))
+                        .with_operation(*operation)
+                        .with_permission_type(*permission)
+                })
+                .collect(),
+        );
         let resp = crate::sync::with_client(plaintext, |c| {
             Box::pin(async move { c.send(&req, 3).await.expect("CreateAcls") })
         });
@@ -923,21 +944,20 @@ impl Drop for DeniedTopic {
     }
 }
 
-/// Three instances in front of one cluster (`authz`, with an authorizer); the third
-/// authenticates as its own principal. Once an ACL denies that principal the state topic, that
-/// instance cannot read it: it goes not ready, says why, holds no lease, refuses mirror writes
-/// (retriable) and local writes. The other two wait it out, then see only each other, take
-/// mirror writes, fail over and turn writable at the barrier.
-#[test]
-fn an_instance_that_may_not_read_the_state_topic_goes_read_only_and_not_ready_and_the_others_carry_on(
-) {
+/// Instances a and b (in this process) and c (a `mirrorgate run` process authenticating as
+/// `alice`) of mirror `name` in front of the `authz` cluster, sharing a new state topic; every
+/// one ready and a and b seeing the other two alive. Returns the authz cluster, the mirror
+/// topic, the state topic and the three instances.
+fn three_in_front_of_authz(
+    name: &str,
+) -> (String, String, String, [TestGateway; 2], ProcessGateway) {
     use mirrorgate::config::{SaslConfig, SaslMechanism, SecretSource};
     let authz = harness::cluster("authz");
-    let topic = harness::unique_topic("peers-acl");
+    let topic = harness::unique_topic(&format!("peers-{name}"));
     harness::create_topic(&authz, &topic, 1, None);
-    let state_topic = harness::unique_topic("peers-acl-state");
+    let state_topic = harness::unique_topic(&format!("peers-{name}-state"));
     let cfg = |id: &str| {
-        let mut cfg = instance_config("acl", &topic, id, &state_topic);
+        let mut cfg = instance_config(name, &topic, id, &state_topic);
         cfg.destination.bootstrap = vec![authz.clone()];
         cfg
     };
@@ -962,6 +982,18 @@ fn an_instance_that_may_not_read_the_state_topic_goes_read_only_and_not_ready_an
         wait_others_alive(&admin, 2);
     }
     c.wait_ready(Duration::from_secs(30));
+    (authz, topic, state_topic, [a, b], c)
+}
+
+/// Three instances in front of one cluster (`authz`, with an authorizer); the third
+/// authenticates as its own principal. Once an ACL denies that principal the state topic, that
+/// instance cannot read it: it goes not ready, says why, holds no lease, refuses mirror writes
+/// (retriable) and local writes. The other two wait it out, then see only each other, take
+/// mirror writes, fail over and turn writable at the barrier.
+#[test]
+fn an_instance_that_may_not_read_the_state_topic_goes_read_only_and_not_ready_and_the_others_carry_on(
+) {
+    let (authz, topic, state_topic, [a, b], c) = three_in_front_of_authz("acl");
     let pid = 7_900_000 + (std::process::id() as i64 % 1000) * 10;
     let _denied = DeniedTopic::create(&authz, &state_topic, "User:alice");
     wait_others_alive(&a.admin(), 1);

@@ -7,7 +7,6 @@
 use std::time::Instant;
 
 use super::agent_owner::AgentTurn;
-use super::now_ms;
 use super::view::PeerRecord;
 use super::PeerLink;
 
@@ -72,7 +71,7 @@ impl PeerLink {
                 mirror: mirror.clone(),
                 owner: me.clone(),
                 epoch,
-                at_ms: now_ms(),
+                at_ms: self.now_ms(),
             };
             match self.log.append(&rec).await {
                 Ok(()) => {

@@ -1,0 +1,154 @@
+//! Who counts as alive, and who may hold a lease, on the bad days of the second review: an
+//! instance whose wall clock is off (G5), one that can write the state topic but not read it
+//! (G10), and two processes started with one instance id (G12).
+
+use super::*;
+
+/// An instance whose wall clock lags the others' by more than ten session timeouts (its
+/// heartbeats carry its own time) is still alive to them: liveness is judged by when a
+/// heartbeat was read, never by the writer's clock. A failover through another instance waits
+/// for its fence, and none of its mirror writes lands after the barrier.
+#[test]
+fn an_instance_whose_clock_lags_is_waited_for_and_none_of_its_mirror_writes_lands_after_the_barrier(
+) {
+    let topic = mirror_topic("peers-skew");
+    let state_topic = harness::unique_topic("peers-skew-state");
+    let cfg = |id: &str| instance_config("skew", &topic, id, &state_topic);
+    init_state_topic(&cfg("a"));
+    let a = TestGateway::start(cfg("a"));
+    let lag = format!("-{}", 10 * SESSION_MS + 5_000);
+    let x = ProcessGateway::start(
+        cfg("x"),
+        &[("MIRRORGATE_TEST_PEER_CLOCK_SKEW_MS", lag.as_str())],
+    );
+    wait_others_alive(&x.admin(), 1);
+    wait_others_alive(&a.admin(), 1);
+    let stop = Arc::new(AtomicBool::new(false));
+    let pid = 8_100_000 + (std::process::id() as i64 % 1000) * 10;
+    let writer = write_mirror_batches(x.mirror_bootstrap(), topic.clone(), pid, stop.clone());
+    std::thread::sleep(Duration::from_millis(500));
+    failover(&a.admin(), "skew");
+    wait_stopped(&[a.admin()], "skew");
+    let fenced = wait_fenced_by(&a.admin(), "skew", &["x"]);
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::SeqCst);
+    let (acked, _) = writer.join().expect("writer");
+    assert!(
+        !acked.is_empty(),
+        "mirror writes through x before the failover"
+    );
+    let barrier = reported_barrier(&a.admin(), "skew", &topic);
+    let late: Vec<&i64> = acked.iter().filter(|o| **o >= barrier).collect();
+    assert!(
+        late.is_empty(),
+        "mirror writes acknowledged through x after a's barrier at {barrier}: {late:?} ({fenced})"
+    );
+    assert!(
+        data_after(&topic, barrier).is_empty(),
+        "data after the barrier at {barrier}"
+    );
+}
+
+/// An instance whose principal may append to the state topic but not read it (an ACL denies
+/// READ only) never learns of a failover, so it can never acknowledge one. It must not look
+/// alive to the others: it stops heartbeating while it cannot read, and a failover through
+/// another instance waits it out within the session timeout and completes.
+#[test]
+fn an_instance_that_may_write_but_not_read_the_state_topic_does_not_hold_up_a_failover() {
+    let (authz, topic, state_topic, [a, b], c) = three_in_front_of_authz("wonly");
+    let _denied = DeniedTopic::with_acls(
+        &authz,
+        &state_topic,
+        "User:alice",
+        &[
+            (ACL_WRITE, ACL_ALLOW),
+            (ACL_DESCRIBE, ACL_ALLOW),
+            (ACL_READ, ACL_DENY),
+        ],
+    );
+    // Its lease lapses (it cannot read to the end): not ready, naming the state topic.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, body) = c.call(hyper::Method::GET, "/readyz");
+        if status == 503 && body.contains(&state_topic) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "c stays ready without reading its state topic: {status} {body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let called = Instant::now();
+    failover(&b.admin(), "wonly");
+    let deadline = called + Duration::from_secs(30);
+    loop {
+        let m = mirror_json(&b.admin(), "wonly");
+        if m["partitions"].as_u64().is_some_and(|n| n > 0)
+            && m["states"]["STOPPED"] == m["partitions"]
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the failover through b waits for c, which cannot read the state topic: {m}\n{}",
+            instances(&b.admin())
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    crate::failover::wait_stopped(&a.admin(), "wonly");
+    let barrier = reported_barrier(&b.admin(), "wonly", &topic);
+    let (code, offset, msg) =
+        RawConn::connect(&a.bootstrap()).produce_msg(&topic, 0, batch(-1, -1, -1, 1, "local"));
+    assert_eq!(code, 0, "a local write through a after the failover: {msg}");
+    assert!(offset > barrier, "{offset} after the barrier {barrier}");
+}
+
+/// A second process started with an instance id that a running instance already has (a
+/// copy-pasted configuration, a replaced pod whose container still runs) cannot be told apart
+/// by its id. It must take no lease: it is not ready and says why, and refuses mirror writes,
+/// while the first keeps its lease and admits them.
+#[test]
+fn a_second_process_with_a_running_instances_id_takes_no_lease_and_says_so() {
+    let topic = mirror_topic("peers-twin");
+    let state_topic = harness::unique_topic("peers-twin-state");
+    let cfg = |id: &str| instance_config("twin", &topic, id, &state_topic);
+    init_state_topic(&cfg("a"));
+    let a = TestGateway::start(cfg("a"));
+    let b = TestGateway::start(cfg("b"));
+    wait_others_alive(&a.admin(), 1);
+    let twin = ProcessGateway::start_unready(cfg("a"), &[]);
+    // Long enough for the twin to read the state topic, heartbeat and take a lease, and for
+    // both to read each other's heartbeats several times.
+    std::thread::sleep(Duration::from_millis(3 * SESSION_MS));
+    let (status, body) = twin.call(hyper::Method::GET, "/readyz");
+    assert_eq!(
+        status, 503,
+        "a second process with instance id a is ready: {body}"
+    );
+    assert!(
+        body.contains("instance id") && body.contains("another process"),
+        "the reason names the duplicate id: {body}"
+    );
+    let pid = 8_200_000 + (std::process::id() as i64 % 1000) * 10;
+    let (code, _, msg) = RawConn::connect(&twin.mirror_bootstrap()).produce_msg(
+        &topic,
+        0,
+        batch(pid, 0, 0, 1, "twin"),
+    );
+    assert_ne!(code, 0, "a mirror write through the twin was admitted");
+    // The first process keeps its lease and admits mirror writes; b sees one instance a.
+    assert_eq!(
+        instances(&a.admin())["lease"],
+        "held",
+        "{}",
+        instances(&a.admin())
+    );
+    let (code, _, msg2) =
+        RawConn::connect(&a.mirror_bootstrap()).produce_msg(&topic, 0, batch(pid, 0, 0, 1, "a"));
+    assert_eq!(
+        code, 0,
+        "a mirror write through the first a: {msg2} (twin: {msg})"
+    );
+    wait_others_alive(&b.admin(), 1);
+}
