@@ -69,7 +69,7 @@ fn overlapping_ids(pos: &BTreeMap<i32, i64>, n: usize) -> Vec<i64> {
 /// of `topic` through the mirror listener at `addr`: requests are written by one thread while
 /// this one reads the answers (the gateway keeps them in order), so nothing waits for a round
 /// trip per batch.
-fn mirror_pipelined(addr: &str, topic: &str, partition: i32, ids: &[i64]) {
+pub(crate) fn mirror_pipelined(addr: &str, topic: &str, partition: i32, ids: &[i64]) {
     let mut reader = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
     reader
         .set_read_timeout(Some(Duration::from_secs(30)))

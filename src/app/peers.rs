@@ -211,6 +211,11 @@ pub async fn migrate_state(config: &Config, dry_run: bool) -> Result<(String, bo
     let (mut next, mut reads) = (0i64, 0u32);
     loop {
         let r = log.read(next).await?;
+        if r.reset.is_some() {
+            view = PeerView::new(&i.id, Duration::from_millis(i.session_timeout_ms));
+            next = r.next;
+            continue;
+        }
         let (now, ms) = (
             std::time::Instant::now(),
             crate::mirror::screening::now_ms(),

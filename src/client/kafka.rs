@@ -362,6 +362,39 @@ impl KafkaClient {
     }
 }
 
+impl KafkaClient {
+    /// Fetch one partition of the topic with id `topic_id` from `offset` (Fetch v13: by topic
+    /// id, so a topic deleted and created again under the same name answers UNKNOWN_TOPIC_ID
+    /// instead of the new topic's records), at once, up to `max_bytes`.
+    pub async fn fetch_partition_by_id(
+        &mut self,
+        topic_id: uuid::Uuid,
+        partition: i32,
+        offset: i64,
+        max_bytes: i32,
+    ) -> Result<FetchedPartition, PartitionRequestError> {
+        let mut req = single_partition_fetch("", partition, offset, max_bytes, 0);
+        for t in &mut req.topics {
+            t.topic_id = topic_id;
+        }
+        let resp = self.send(&req, 13).await?;
+        let p = resp
+            .responses
+            .into_iter()
+            .filter(|t| t.topic_id == topic_id)
+            .flat_map(|t| t.partitions.into_iter())
+            .find(|p| p.partition_index == partition);
+        let name = topic_id.to_string();
+        let p = self.partition_result(ApiKey::Fetch, &name, partition, p, |p| p.error_code)?;
+        Ok(FetchedPartition {
+            error_code: p.error_code,
+            high_watermark: p.high_watermark,
+            log_start_offset: p.log_start_offset,
+            records: p.records.unwrap_or_default(),
+        })
+    }
+}
+
 /// A Fetch (version 12 and below: by topic name) of one partition from `offset` that answers at
 /// once (no wait), as a replica-less consumer at `isolation_level` (0 READ_UNCOMMITTED,
 /// 1 READ_COMMITTED).

@@ -99,6 +99,13 @@ pub async fn produce_one(
 
 /// One batch (v2, uncompressed, no producer id) of `(key, value, timestamp)` records.
 pub fn plain_batch(records: impl Iterator<Item = (Bytes, Bytes, i64)>) -> Result<Bytes, String> {
+    plain_batch_of(records.map(|(k, v, t)| (k, Some(v), t)))
+}
+
+/// [`plain_batch`] whose records may have no value (tombstones of a compacted topic).
+pub fn plain_batch_of(
+    records: impl Iterator<Item = (Bytes, Option<Bytes>, i64)>,
+) -> Result<Bytes, String> {
     use kafka_protocol::records::{
         Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
     };
@@ -120,7 +127,7 @@ pub fn plain_batch(records: impl Iterator<Item = (Bytes, Bytes, i64)>) -> Result
             sequence: i as i32 - 1,
             timestamp,
             key: Some(key),
-            value: Some(value),
+            value,
             headers: Default::default(),
         })
         .collect();

@@ -86,6 +86,8 @@ pub struct PeerLink {
     followed: Mutex<std::collections::HashMap<String, Followed>>,
     /// The mirrors this instance could run the built-in agent for (set once, at start).
     agents: std::sync::OnceLock<Vec<String>>,
+    /// The incarnation of the other process with this id last logged (G12).
+    twin_reported: Mutex<Option<String>>,
     /// Added to the wall clock written into this instance's records (a test hook: a host whose
     /// clock is off).
     clock_skew_ms: std::sync::atomic::AtomicI64,
@@ -110,6 +112,7 @@ impl PeerLink {
             fencing: Mutex::new(HashSet::new()),
             followed: Mutex::new(std::collections::HashMap::new()),
             agents: std::sync::OnceLock::new(),
+            twin_reported: Mutex::new(None),
             clock_skew_ms: std::sync::atomic::AtomicI64::new(0),
         })
     }
@@ -149,9 +152,15 @@ impl PeerLink {
         let heartbeats = tokio::spawn(async move {
             let every = hb.view().session() / 4;
             loop {
-                hb.heartbeat_once().await;
+                // Not written (not read to the end lately, or given way to another process with
+                // this id): tried again soon, so the first one follows the first read at once.
+                let pause = if hb.heartbeat_once().await {
+                    every
+                } else {
+                    READ_PAUSE
+                };
                 tokio::select! {
-                    _ = tokio::time::sleep(every) => {}
+                    _ = tokio::time::sleep(pause) => {}
                     _ = hb_shutdown.changed() => break,
                 }
             }
@@ -169,27 +178,61 @@ impl PeerLink {
         heartbeats.abort();
     }
 
-    /// Write one heartbeat; the lease is renewed from the time it was sent.
-    pub async fn heartbeat_once(&self) {
+    /// Write one heartbeat, when this instance may ([`PeerView::may_heartbeat`]); the lease is
+    /// renewed from the time it was sent. Returns whether one was written.
+    pub async fn heartbeat_once(&self) -> bool {
         let sent = Instant::now();
-        let me = self.me();
+        let (me, incarnation) = {
+            let v = self.view();
+            if !v.may_heartbeat(sent) {
+                return false;
+            }
+            (v.me().to_string(), v.incarnation().to_string())
+        };
         let r = self
             .log
             .append(&PeerRecord::Heartbeat {
                 instance: me,
                 at_ms: self.now_ms(),
                 agents: self.agents.get().cloned().unwrap_or_default(),
+                incarnation: Some(incarnation),
             })
             .await;
         match r {
             Ok(()) => {
-                self.view().heartbeat_acked(sent);
+                self.view().heartbeat_acked(sent, Instant::now());
                 self.claim_agents().await;
+                true
             }
             Err(e) => {
                 tracing::warn!(target: "mirrorgate::peers", topic = %self.topic, error = %e, "heartbeat not written to the state topic");
                 self.view().io_failed(e);
+                false
             }
+        }
+    }
+
+    /// After a read: say loudly when another process runs with this instance's id, and forget
+    /// one gone (a yielded instance then starts over).
+    fn watch_twin(&self) {
+        let mut v = self.view();
+        let now = Instant::now();
+        if let Some(t) = v.forget_gone_twin(now) {
+            tracing::warn!(target: "mirrorgate::peers", topic = %self.topic, incarnation = %t.incarnation, yielded = t.yielded,
+                "the other process with this instance id is no longer seen on the state topic{}",
+                if t.yielded { ": this one starts over (heartbeat, grace, lease)" } else { "" });
+        }
+        let Some(t) = v.twin().cloned() else { return };
+        let mut reported = self.twin_reported.lock().unwrap_or_else(|e| e.into_inner());
+        if reported.as_deref() != Some(t.incarnation.as_str()) {
+            if t.yielded {
+                tracing::error!(target: "mirrorgate::peers", instance = %v.me(), topic = %self.topic, other_incarnation = %t.incarnation,
+                    "another process heartbeats with this instance's id: this one takes no lease, admits no mirror write, runs no agent and is not ready while that one runs; give every instance its own id");
+            } else {
+                tracing::error!(target: "mirrorgate::peers", instance = %v.me(), topic = %self.topic, other_incarnation = %t.incarnation,
+                    "another process heartbeats with this instance's id; this one holds the lease and goes on, the other stands by; give every instance its own id");
+            }
+            *reported = Some(t.incarnation);
         }
     }
 
@@ -205,6 +248,11 @@ impl PeerLink {
                 return true;
             }
         };
+        if let Some(why) = r.reset {
+            self.start_over(&why);
+            *next = r.next;
+            return false;
+        }
         let at_end = r.next >= r.high_watermark;
         {
             let mut v = self.view();
@@ -217,6 +265,11 @@ impl PeerLink {
             }
         }
         *next = r.next;
+        self.watch_twin();
+        if self.view().yielded() {
+            // Given way to another process with this id: that one acknowledges for the id.
+            return at_end;
+        }
         let todo = self.view().unacknowledged();
         for (mirror, a) in todo {
             let k = (mirror.clone(), a.failover_id.clone());
@@ -244,6 +297,26 @@ impl PeerLink {
             });
         }
         at_end
+    }
+
+    /// The state topic is another incarnation (review G6): forget everything read from the old
+    /// one — owners, claims, failovers, fences, handovers, reports, this instance's lease — and
+    /// read the new one from its start. Until then this instance holds no lease: it admits no
+    /// mirror write, runs no agent and writes no barrier.
+    fn start_over(&self, why: &str) {
+        let mut v = self.view();
+        let fresh = PeerView::with_incarnation(v.me(), v.session(), v.incarnation());
+        *v = fresh;
+        v.io_failed(format!(
+            "the state topic is read again from its start: {why}"
+        ));
+        drop(v);
+        self.followed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        tracing::warn!(target: "mirrorgate::peers", topic = %self.topic, reason = why,
+            "the state topic was replaced: this instance forgot what it had read of it (owners, claims, failovers, its lease) and reads it again from its start");
     }
 
     /// Start following what the others' records ask of this instance ([`PeerView::to_follow`]),
@@ -573,6 +646,12 @@ impl PeerLink {
             "session_timeout_ms": v.session().as_millis() as u64,
             "lease": if lease.is_none() { "held" } else { "stale" },
             "lease_problem": lease,
+            "incarnation": v.incarnation(),
+            "same_id_elsewhere": v.twin().map(|t| json!({
+                "incarnation": t.incarnation,
+                "last_seen_ms_ago": now.saturating_duration_since(t.seen).as_millis() as u64,
+                "this_one_stands_by": t.yielded,
+            })),
             "others_alive": v.alive(now).into_iter().map(|(i, ago)| json!({
                 "instance": i, "last_seen_ms_ago": ago.as_millis() as u64,
             })).collect::<Vec<_>>(),
@@ -645,6 +724,8 @@ mod tests {
     struct Topic {
         records: Mutex<Vec<PeerRecord>>,
         down: std::sync::atomic::AtomicBool,
+        /// The next read says the topic was replaced (why).
+        replaced: Mutex<Option<String>>,
     }
 
     impl StateLog for Topic {
@@ -665,13 +746,31 @@ mod tests {
                 }
                 let all = self.records.lock().unwrap();
                 let records: Vec<PeerRecord> = all.iter().skip(from as usize).cloned().collect();
+
+                if let Some(why) = self.replaced.lock().unwrap().take() {
+                    return Ok(ReadResult {
+                        next: 0,
+                        high_watermark: i64::MAX,
+                        reset: Some(why),
+                        ..Default::default()
+                    });
+                }
                 Ok(ReadResult {
                     records,
                     next: all.len() as i64,
                     high_watermark: all.len() as i64,
+                    reset: None,
                 })
             })
         }
+    }
+
+    /// A link of instance `me` without the grace before its first lease (these tests run in
+    /// real time; the grace has tests of its own in the view).
+    fn link(me: &str, session: Duration, t: &Arc<Topic>) -> Arc<PeerLink> {
+        let l = PeerLink::new(me, "st", session, t.clone());
+        l.view().set_grace(Duration::ZERO);
+        l
     }
 
     fn no_fence() -> FenceHook {
@@ -679,6 +778,7 @@ mod tests {
     }
 
     async fn step(l: &Arc<PeerLink>, next: &mut i64) {
+        l.read_once(next, &no_fence()).await;
         l.heartbeat_once().await;
         l.read_once(next, &no_fence()).await;
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -688,8 +788,8 @@ mod tests {
     #[tokio::test]
     async fn mirror_writes_are_refused_until_the_lease_is_held_then_fenced_by_anothers_failover() {
         let t = Arc::new(Topic::default());
-        let a = PeerLink::new("a", "st", Duration::from_secs(10), t.clone());
-        let b = PeerLink::new("b", "st", Duration::from_secs(10), t.clone());
+        let a = link("a", Duration::from_secs(10), &t);
+        let b = link("b", Duration::from_secs(10), &t);
         assert!(
             matches!(b.mirror_write_refusal("m"), Some(PeerRefusal::NoLease(m)) if m.contains("no lease"))
         );
@@ -716,8 +816,8 @@ mod tests {
     #[tokio::test]
     async fn the_barrier_waits_while_an_alive_instance_has_not_fenced() {
         let t = Arc::new(Topic::default());
-        let a = PeerLink::new("a", "st", Duration::from_secs(10), t.clone());
-        let b = PeerLink::new("b", "st", Duration::from_secs(10), t.clone());
+        let a = link("a", Duration::from_secs(10), &t);
+        let b = link("b", Duration::from_secs(10), &t);
         let (mut na, mut nb) = (0, 0);
         step(&b, &mut nb).await;
         step(&a, &mut na).await;
@@ -732,7 +832,7 @@ mod tests {
     #[tokio::test]
     async fn a_state_topic_that_cannot_be_reached_takes_the_lease_away() {
         let t = Arc::new(Topic::default());
-        let a = PeerLink::new("a", "st", Duration::from_millis(300), t.clone());
+        let a = link("a", Duration::from_millis(300), &t);
         let mut n = 0;
         step(&a, &mut n).await;
         assert_eq!(a.problem(), None);
@@ -747,7 +847,7 @@ mod tests {
     #[tokio::test]
     async fn a_failover_read_back_is_not_announced_again_by_its_later_passes() {
         let t = Arc::new(Topic::default());
-        let a = PeerLink::new("a", "st", Duration::from_secs(10), t.clone());
+        let a = link("a", Duration::from_secs(10), &t);
         let mut n = 0;
         step(&a, &mut n).await;
         a.announce("m", "f1").await.unwrap();
@@ -771,8 +871,8 @@ mod tests {
     #[tokio::test]
     async fn a_driver_whose_failover_was_claimed_by_another_instance_may_not_go_on() {
         let t = Arc::new(Topic::default());
-        let a = PeerLink::new("a", "st", Duration::from_secs(10), t.clone());
-        let b = PeerLink::new("b", "st", Duration::from_secs(10), t.clone());
+        let a = link("a", Duration::from_secs(10), &t);
+        let b = link("b", Duration::from_secs(10), &t);
         let (mut na, mut nb) = (0, 0);
         step(&a, &mut na).await;
         a.announce("m", "f1").await.unwrap();
@@ -793,5 +893,59 @@ mod tests {
         ));
         step(&b, &mut nb).await;
         assert_eq!(b.check_driving("m", "f1"), Ok(()));
+    }
+
+    #[tokio::test]
+    async fn a_replaced_state_topic_is_read_anew_and_every_conclusion_of_the_old_one_forgotten() {
+        // Review G6: b owned the agent and announced a failover in the old topic.
+        let t = Arc::new(Topic::default());
+        let a = link("a", Duration::from_secs(10), &t);
+        a.set_agents(vec!["m".into()]);
+        let mut n = 0;
+        step(&a, &mut n).await;
+        t.records.lock().unwrap().extend([
+            PeerRecord::Heartbeat {
+                instance: "b".into(),
+                at_ms: 0,
+                agents: vec!["m".into()],
+                incarnation: None,
+            },
+            PeerRecord::AgentOwner {
+                mirror: "m".into(),
+                owner: "b".into(),
+                epoch: 5,
+                at_ms: 0,
+            },
+            PeerRecord::Failover {
+                mirror: "m".into(),
+                failover_id: Some("f1".into()),
+                by: "b".into(),
+                at_ms: 0,
+                epoch: 1,
+            },
+        ]);
+        step(&a, &mut n).await;
+        assert_eq!(a.view().agent_owner("m"), Some(("b", 5)));
+        assert!(a.failed_over_by("m").is_some());
+        // The topic is deleted and created again, empty.
+        t.records.lock().unwrap().clear();
+        *t.replaced.lock().unwrap() = Some("recreated".into());
+        a.read_once(&mut n, &no_fence()).await;
+        assert_eq!(n, 0, "read again from the start");
+        assert_eq!(a.view().agent_owner("m"), None);
+        assert!(a.failed_over_by("m").is_none());
+        let p = a.lease_problem().expect("no lease until read again");
+        assert!(p.contains("recreated"), "{p}");
+        a.view().set_grace(Duration::ZERO);
+        step(&a, &mut n).await;
+        assert_eq!(a.lease_problem(), None);
+        assert!(
+            matches!(
+                a.agent_turn("m"),
+                AgentTurn::Claim { epoch: 1 } | AgentTurn::Run { .. }
+            ),
+            "{:?}",
+            a.agent_turn("m")
+        );
     }
 }

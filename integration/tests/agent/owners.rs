@@ -312,3 +312,87 @@ fn the_agents_owner_dying_before_handing_its_failover_over_is_taken_over_without
 {
     the_owner_killed_during_a_failover_after("psm_cleared");
 }
+
+/// The state topic deleted and created again (as `mirrorgate state init` does for a lost one)
+/// while the agent's owner runs, then the other instance restarted. Every instance forgets what
+/// it read of the old topic (its claims, owners and leases) and reads the new one from its
+/// start, so the restarted instance's claim of the agent in the new topic is the only one that
+/// counts: one agent runs, never two, and a plain source producer's records are on the
+/// destination once each.
+#[test]
+fn a_recreated_state_topic_never_leaves_two_agent_owners() {
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("owner-recreated");
+    harness::create_topic(&source, &topic, 1, None);
+    let state_topic = harness::unique_topic("owner-recreated-state");
+    let cfg = |id: &str| {
+        let mut cfg = agent_config("recreated", &[&topic], &source);
+        cfg.instances = Some(InstancesConfig {
+            id: id.into(),
+            state_topic: state_topic.clone(),
+            session_timeout_ms: 3000,
+        });
+        cfg
+    };
+    let init = || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(mirrorgate::app::peers::init_state_topic(&cfg("a")))
+            .expect("state topic created");
+    };
+    init();
+    // b alone claims the agent; a, started next, stands by (the owner keeps it).
+    let b = ProcessGateway::start(cfg("b"), &[]);
+    wait_for("b runs the agent", Duration::from_secs(30), || {
+        agent_status(&b.admin(), "recreated")["runs_here"] == true
+    });
+    let mut a = ProcessGateway::start(cfg("a"), &[]);
+    wait_for("a stands by", Duration::from_secs(30), || {
+        let s = agent_status(&a.admin(), "recreated");
+        s["owner"] == "b" && s["runs_here"] == false
+    });
+    let writer = SourceWriter::start_without_producer_id(&source, &topic, "plain", 3000, 300);
+    super::divergence::delete_topic_directly(&destination, &state_topic);
+    wait_for("the state topic deleted", Duration::from_secs(30), || {
+        harness::try_partition_leaders(&destination, &state_topic).is_err()
+    });
+    init();
+    wait_for(
+        "the state topic created again",
+        Duration::from_secs(30),
+        || harness::try_partition_leaders(&destination, &state_topic).is_ok(),
+    );
+    a.kill9();
+    a.restart(&[]);
+    // From now on, one agent at most at any time.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut runs_seen = false;
+    while Instant::now() < deadline {
+        let runs: Vec<bool> = [a.admin(), b.admin()]
+            .iter()
+            .map(|admin| agent_status(admin, "recreated")["runs_here"] == true)
+            .collect();
+        assert!(
+            runs != [true, true],
+            "both instances run the agent after the state topic was recreated: a {} / b {}",
+            agent_status(&a.admin(), "recreated"),
+            agent_status(&b.admin(), "recreated")
+        );
+        runs_seen |= runs.contains(&true);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        runs_seen,
+        "no instance runs the agent on the new state topic"
+    );
+    let sent = writer.finish(false);
+    wait_for(
+        "the destination holds the source's records once, in order",
+        Duration::from_secs(60),
+        || kv(&read_log(&source, &topic, 0)) == kv(&read_log(&destination, &topic, 0)),
+    );
+    assert_eq!(read_log(&destination, &topic, 0).records.len(), sent);
+}

@@ -380,3 +380,54 @@ fn a_topic_created_just_before_a_failover_turns_writable_on_every_instance() {
     let barriers: Vec<i64> = log.barriers.iter().map(|b| b.0).collect();
     assert_eq!(barriers, vec![barrier], "one barrier, the driver's");
 }
+
+/// A handover carries every producer id the failover screened. With more ids than one record
+/// of the state topic can hold — 12,000 mirrored producer ids, and a state topic created before
+/// with the brokers' 1 MiB `max.message.bytes` — it is still handed over (in parts): the other
+/// instance adopts it, screens every id, and turns writable (review G9).
+#[test]
+fn a_handover_of_twelve_thousand_screened_ids_reaches_the_others_over_a_one_mebibyte_state_topic() {
+    let topic = mirror_topic("peers-big");
+    let state_topic = harness::unique_topic("peers-big-state");
+    let cfg = |id: &str| instance_config("big", &topic, id, &state_topic);
+    init_state_topic(&cfg("a"));
+    crate::sync::alter_topic_config(
+        &harness::cluster("destination"),
+        &state_topic,
+        "max.message.bytes",
+        Some("1048576"),
+    );
+    let a = TestGateway::start(cfg("a"));
+    let b = TestGateway::start(cfg("b"));
+    wait_others_alive(&b.admin(), 1);
+    let first = 8_300_000_000 + (std::process::id() as i64 % 1000) * 100_000;
+    let ids: Vec<i64> = (first..first + 12_000).collect();
+    crate::pid_allocator::mirror_pipelined(&a.mirror_bootstrap(), &topic, 0, &ids);
+    failover(&a.admin(), "big");
+    crate::failover::wait_stopped(&a.admin(), "big");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let m = mirror_json(&b.admin(), "big");
+        if m["states"]["STOPPED"] == 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "b never adopted the handover of 12,000 screened ids: {m}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let screened = screened_ids(&b.config.state_dir);
+    let missing: Vec<&i64> = ids.iter().filter(|i| !screened.contains(i)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} of the mirrored ids are not screened on b, e.g. {:?}",
+        missing.len(),
+        &missing[..missing.len().min(5)]
+    );
+    let barrier = reported_barrier(&a.admin(), "big", &topic);
+    let (code, offset, msg) =
+        RawConn::connect(&b.bootstrap()).produce_msg(&topic, 0, batch(-1, -1, -1, 1, "local"));
+    assert_eq!(code, 0, "a local write through b: {msg}");
+    assert!(offset > barrier);
+}

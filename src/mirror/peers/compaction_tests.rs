@@ -84,6 +84,7 @@ fn record() -> impl Strategy<Value = PeerRecord> {
                 instance,
                 at_ms: 0,
                 agents,
+                incarnation: None,
             }
         }),
         (m(), i(), 1..4u32).prop_map(|(mirror, owner, epoch)| PeerRecord::AgentOwner {

@@ -19,9 +19,15 @@ pub enum PeerRecord {
     /// could run the built-in agent for.
     Heartbeat {
         instance: String,
+        /// The writer's wall clock: shown, never compared (review G5).
         at_ms: i64,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         agents: Vec<String>,
+        /// A random id of the writing process, new at each start: two processes started with
+        /// one instance id are told apart by it (review G12). Absent in records of older
+        /// versions.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        incarnation: Option<String>,
     },
     /// `owner` claims the built-in agent of `mirror` at `epoch` ([`super::agent_owner`]).
     AgentOwner {

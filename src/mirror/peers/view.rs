@@ -5,14 +5,36 @@
 //!
 //! The rules:
 //! - An instance is *alive* while a heartbeat of it was read less than the session timeout plus
-//!   [`MARGIN`] ago (by this instance's monotonic clock).
+//!   [`MARGIN`] ago, by this instance's monotonic clock. The writer's wall clock in the record
+//!   is never compared with this one's (review G5): a heartbeat read counts from the moment it
+//!   was read, so an instance gone long ago counts as alive for one session after this one read
+//!   its last heartbeat (this instance then waits longer, never less).
 //! - This instance's *lease* is fresh while both its last acknowledged heartbeat and its last
-//!   read that reached the state topic's end were *sent* less than the session timeout ago. A
-//!   process paused past the timeout therefore holds no lease when it resumes: it admits no
-//!   mirror write before it has read the state topic again, failovers included.
+//!   read that reached the state topic's end were *sent* less than the session timeout ago, and
+//!   the first read to the end since its first acknowledged heartbeat plus [`grace`] has been
+//!   made. A process paused past the timeout therefore holds no lease when it resumes: it admits
+//!   no mirror write before it has read the state topic again, failovers included.
+//! - It heartbeats only while it has read the state topic to its end within the session timeout
+//!   (and never before its first read): an instance that can append but not read never learns
+//!   of a failover, so it must not look alive to the others (review G10).
+//! - Each process heartbeats with a random *incarnation*. A heartbeat of this instance's id
+//!   with another incarnation, read after this instance's first read to the end, is another
+//!   process started with the same id (review G12). If this instance held no lease then (it
+//!   started second, or it resumes after a pause in which the other took its place), it
+//!   *yields*: no lease, no heartbeat, not ready, until the other has not been seen for the
+//!   session timeout plus the margin and a random part of a session; then it starts over. One
+//!   that holds its lease keeps it and says so loudly. The grace before the first lease is what
+//!   lets a process started second see the first's heartbeat before it takes one.
 //! - A failover announced by another instance fences the mirror's writes here.
 //! - The announcing instance waits, before its barrier, for every instance alive to acknowledge
 //!   the fence; one that stops answering is waited out (its lease has then expired).
+//!
+//! ```text
+//! twin state (this id's other process):  none ──read while holding the lease──► tolerated
+//!                                         none ──read while holding none──────► yielded
+//!                                         tolerated/yielded ──not seen for session + margin
+//!                                                              (+ jitter when yielded)──► none
+//! ```
 //!
 //! Owns: those rules (the records themselves are [`super::records`]). Must not touch: the
 //! state topic's I/O, the admission of requests, the failover's steps.
@@ -30,6 +52,23 @@ pub use super::records::{PeerRecord, ScreenedProducer, Stopped, StoppedPartition
 /// Added to the session timeout before another instance counts as gone: heartbeats are read
 /// with some delay after they are written.
 pub const MARGIN: Duration = Duration::from_secs(2);
+
+/// How long after its first acknowledged heartbeat an instance waits before it takes its first
+/// lease: a heartbeat interval (a quarter of the session) plus [`MARGIN`], so that a process
+/// already running with the same instance id has written a heartbeat it reads first (G12).
+pub fn grace(session: Duration) -> Duration {
+    session / 4 + MARGIN
+}
+
+/// Another process heartbeating with this instance's id (review G12).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Twin {
+    pub incarnation: String,
+    /// When its last heartbeat was read.
+    pub seen: Instant,
+    /// Whether this instance gave way to it (it held no lease when it first read it).
+    pub yielded: bool,
+}
 
 /// Why this instance may not drive a failover's next step (several instances).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -133,7 +172,19 @@ pub struct Announced {
 #[derive(Debug)]
 pub struct PeerView {
     me: String,
+    /// This process's incarnation (a random id, new at each start).
+    incarnation: String,
     session: Duration,
+    /// Another process with this instance's id, when one was read ([`Twin`]).
+    twin: Option<Twin>,
+    /// Added to how long a yielded instance waits before it starts over (a random part of a
+    /// session, so that two yielded processes do not start over together).
+    yield_jitter: Duration,
+    /// When this instance's first heartbeat since its start (or since it last started over)
+    /// was acknowledged: the grace before the first lease counts from it.
+    first_acked: Option<Instant>,
+    /// The grace before the first lease ([`grace`] of the session).
+    grace: Duration,
     /// Instance → when this instance read its last heartbeat.
     seen: HashMap<String, Instant>,
     /// Mirror → the failover announced for it (absent or `None`: mirroring).
@@ -167,9 +218,21 @@ pub struct PeerView {
 
 impl PeerView {
     pub fn new(me: &str, session: Duration) -> PeerView {
+        Self::with_incarnation(me, session, &uuid::Uuid::new_v4().simple().to_string())
+    }
+
+    /// A view of process `incarnation` of instance `me`.
+    pub fn with_incarnation(me: &str, session: Duration, incarnation: &str) -> PeerView {
+        let jitter_ms = session.as_millis().max(1) as u64;
+        let seed = uuid::Uuid::new_v4().as_u128() as u64;
         PeerView {
             me: me.to_string(),
+            incarnation: incarnation.to_string(),
             session,
+            twin: None,
+            yield_jitter: Duration::from_millis(seed % jitter_ms),
+            first_acked: None,
+            grace: grace(session),
             seen: HashMap::new(),
             failovers: BTreeMap::new(),
             mirroring: HashMap::new(),
@@ -214,19 +277,32 @@ impl PeerView {
         self.session
     }
 
-    /// Apply one record read at `now`. Heartbeats written long before (by wall clock: ten
-    /// session timeouts) are of instances gone before this one started reading.
-    pub fn apply(&mut self, r: PeerRecord, now: Instant, now_ms: i64) {
+    /// Set the grace before the first lease (unit tests of the link, which run in real time).
+    #[cfg(test)]
+    pub fn set_grace(&mut self, grace: Duration) {
+        self.grace = grace;
+    }
+
+    /// This process's incarnation, written into its heartbeats.
+    pub fn incarnation(&self) -> &str {
+        &self.incarnation
+    }
+
+    /// Apply one record read at `now` (`_now_ms`: this host's wall clock, kept for the records
+    /// that carry one; liveness never compares it with the writer's).
+    pub fn apply(&mut self, r: PeerRecord, now: Instant, _now_ms: i64) {
         match r {
             PeerRecord::Heartbeat {
                 instance,
-                at_ms,
                 agents,
+                incarnation,
+                ..
             } => {
-                let old = now_ms - at_ms > 10 * self.session.as_millis() as i64;
-                if !old && instance != self.me {
+                if instance != self.me {
                     self.agents.heartbeat(&instance, agents);
                     self.seen.insert(instance, now);
+                } else if let Some(i) = incarnation.filter(|i| *i != self.incarnation) {
+                    self.read_twin(i, now);
                 }
             }
             PeerRecord::AgentOwner {
@@ -305,10 +381,76 @@ impl PeerView {
         }
     }
 
-    /// A heartbeat sent at `sent` was acknowledged.
-    pub fn heartbeat_acked(&mut self, sent: Instant) {
+    /// A heartbeat sent at `sent` was acknowledged at `acked`.
+    pub fn heartbeat_acked(&mut self, sent: Instant, acked: Instant) {
         self.heartbeat_acked = Some(sent);
+        self.first_acked.get_or_insert(acked);
         self.last_error = None;
+    }
+
+    /// A heartbeat of this instance's id written by another process (`incarnation`), read at
+    /// `now`. Only once this instance has read the state topic to its end: what it reads
+    /// before was written before it started (a previous process with its id).
+    fn read_twin(&mut self, incarnation: String, now: Instant) {
+        if self.caught_up.is_none() {
+            return;
+        }
+        if let Some(t) = self.twin.as_mut().filter(|t| t.incarnation == incarnation) {
+            t.seen = now;
+            return;
+        }
+        let yielded = self.lease_problem(now).is_some();
+        self.twin = Some(Twin {
+            incarnation,
+            seen: now,
+            yielded,
+        });
+    }
+
+    /// Another process with this instance's id, as last read (G12).
+    pub fn twin(&self) -> Option<&Twin> {
+        self.twin.as_ref()
+    }
+
+    /// How long a twin must stay unseen before it counts as gone (a yielded instance then starts
+    /// over; jittered by a random part of a session).
+    fn twin_gone_after(&self, t: &Twin) -> Duration {
+        let gone = self.session + MARGIN;
+        if t.yielded {
+            gone + self.yield_jitter
+        } else {
+            gone
+        }
+    }
+
+    /// Forget a twin not seen for long enough (called after each read). A yielded instance then
+    /// starts over: its next heartbeat begins a new grace. Returns the twin forgotten.
+    pub fn forget_gone_twin(&mut self, now: Instant) -> Option<Twin> {
+        let t = self.twin.as_ref()?;
+        if now.saturating_duration_since(t.seen) < self.twin_gone_after(t) {
+            return None;
+        }
+        let t = self.twin.take()?;
+        if t.yielded {
+            self.first_acked = None;
+            self.heartbeat_acked = None;
+        }
+        Some(t)
+    }
+
+    /// Whether this instance gave way to another process with its id (G12) at `now`.
+    pub fn yielded(&self) -> bool {
+        self.twin.as_ref().is_some_and(|t| t.yielded)
+    }
+
+    /// Whether this instance may write a heartbeat at `now`: it read the state topic to its end
+    /// within the session timeout (G10), and it has not given way to another process with its
+    /// id (G12).
+    pub fn may_heartbeat(&self, now: Instant) -> bool {
+        !self.yielded()
+            && self
+                .caught_up
+                .is_some_and(|t| now.saturating_duration_since(t) < self.session)
     }
 
     /// A read sent at `sent` reached the end of the state topic and its records are applied.
@@ -322,6 +464,24 @@ impl PeerView {
 
     /// Why this instance holds no lease at `now` (`None`: it does).
     pub fn lease_problem(&self, now: Instant) -> Option<String> {
+        if let Some(t) = self.twin.as_ref().filter(|t| t.yielded) {
+            return Some(format!(
+                "another process runs with this instance id {:?} (incarnation {}, last seen {:.1} s ago): this one takes no lease and stands by until that one is gone; give every instance its own id",
+                self.me,
+                t.incarnation,
+                now.saturating_duration_since(t.seen).as_secs_f64()
+            ));
+        }
+        if let (Some(first), Some(read)) = (self.first_acked, self.caught_up) {
+            let grace = self.grace;
+            if read < first + grace {
+                return Some(format!(
+                    "starting: checking for {:.1} s that no other process runs with instance id {:?}",
+                    grace.as_secs_f64(),
+                    self.me
+                ));
+            }
+        }
         let why = |what: &str, t: Option<Instant>| match t {
             None => Some(format!("{what} yet")),
             Some(t) if now.saturating_duration_since(t) >= self.session => Some(format!(
@@ -555,7 +715,30 @@ mod tests {
             agents: vec![],
             instance: i.into(),
             at_ms,
+            incarnation: None,
         }
+    }
+
+    /// A heartbeat of instance `i` written by process `incarnation`.
+    fn hb_of(i: &str, incarnation: &str) -> PeerRecord {
+        PeerRecord::Heartbeat {
+            agents: vec![],
+            instance: i.into(),
+            at_ms: 0,
+            incarnation: Some(incarnation.into()),
+        }
+    }
+
+    /// A view of process "p1" of instance `me` that has read the state topic to its end and
+    /// holds its lease at `t0 + grace` (first heartbeat acknowledged at `t0`).
+    fn leased(me: &str, t0: Instant) -> (PeerView, Instant) {
+        let mut v = PeerView::with_incarnation(me, T, "p1");
+        v.caught_up(t0);
+        v.heartbeat_acked(t0, t0);
+        let t = t0 + grace(T);
+        v.caught_up(t);
+        assert_eq!(v.lease_problem(t), None);
+        (v, t)
     }
 
     fn announce(m: &str, fid: &str, by: &str) -> PeerRecord {
@@ -604,11 +787,95 @@ mod tests {
     }
 
     #[test]
-    fn heartbeats_written_long_before_this_instance_read_them_are_of_gone_instances() {
+    fn a_heartbeat_counts_from_when_it_was_read_whatever_the_writers_clock_says() {
+        // Review G5: b's wall clock lags by eleven sessions; it is alive all the same.
+        let t0 = Instant::now();
+        let (mut v, t) = leased("a", t0);
+        v.apply(hb("b", 0), t, 11 * 10_000 + 1);
+        assert_eq!(v.alive(t).len(), 1);
+        assert!(v.alive(t + T + MARGIN).is_empty());
+    }
+
+    #[test]
+    fn no_heartbeat_is_written_before_the_first_read_to_the_end_nor_once_reads_lag_a_session() {
+        // Review G10: an instance that can append but not read must not look alive.
         let t0 = Instant::now();
         let mut v = PeerView::new("a", T);
-        v.apply(hb("b", 0), t0, 10 * 10_000 + 1);
-        assert!(v.alive(t0).is_empty());
+        assert!(!v.may_heartbeat(t0), "before the first read");
+        v.caught_up(t0);
+        assert!(v.may_heartbeat(t0 + T / 2));
+        assert!(!v.may_heartbeat(t0 + T), "reads lag a session");
+    }
+
+    #[test]
+    fn the_first_lease_waits_a_grace_after_the_first_acknowledged_heartbeat() {
+        let t0 = Instant::now();
+        let mut v = PeerView::new("a", T);
+        v.caught_up(t0);
+        v.heartbeat_acked(t0, t0);
+        v.caught_up(t0 + Duration::from_millis(100));
+        let p = v
+            .lease_problem(t0 + Duration::from_millis(100))
+            .expect("in its grace");
+        assert!(p.contains("no other process runs with instance id"), "{p}");
+        v.caught_up(t0 + grace(T));
+        assert_eq!(v.lease_problem(t0 + grace(T)), None);
+    }
+
+    #[test]
+    fn another_process_with_this_id_read_before_the_first_lease_makes_this_one_yield() {
+        // Review G12: this process started second.
+        let t0 = Instant::now();
+        let mut v = PeerView::with_incarnation("a", T, "p2");
+        v.caught_up(t0);
+        v.heartbeat_acked(t0, t0);
+        v.apply(hb_of("a", "p1"), t0 + Duration::from_secs(1), 0);
+        let t = t0 + grace(T) + Duration::from_secs(1);
+        v.caught_up(t);
+        assert!(v.yielded());
+        let p = v.lease_problem(t).expect("no lease");
+        assert!(p.contains("another process") && p.contains("p1"), "{p}");
+        assert!(!v.may_heartbeat(t), "a yielded instance stays silent");
+    }
+
+    #[test]
+    fn an_instance_holding_its_lease_keeps_it_when_another_process_with_its_id_appears() {
+        let t0 = Instant::now();
+        let (mut v, t) = leased("a", t0);
+        v.apply(hb_of("a", "p2"), t, 0);
+        assert!(!v.yielded());
+        assert_eq!(v.twin().map(|t| t.incarnation.as_str()), Some("p2"));
+        assert_eq!(v.lease_problem(t), None);
+        assert!(v.may_heartbeat(t));
+    }
+
+    #[test]
+    fn heartbeats_of_a_previous_process_with_this_id_read_while_catching_up_are_no_twin() {
+        let t0 = Instant::now();
+        let mut v = PeerView::with_incarnation("a", T, "p2");
+        v.apply(hb_of("a", "p1"), t0, 0);
+        v.apply(hb("a", 0), t0, 0);
+        v.caught_up(t0);
+        assert_eq!(v.twin(), None);
+        v.apply(hb_of("a", "p2"), t0, 0);
+        assert_eq!(v.twin(), None, "its own heartbeat");
+    }
+
+    #[test]
+    fn a_yielded_instance_starts_over_once_the_other_process_is_gone() {
+        let t0 = Instant::now();
+        let mut v = PeerView::with_incarnation("a", T, "p2");
+        v.caught_up(t0);
+        v.heartbeat_acked(t0, t0);
+        v.apply(hb_of("a", "p1"), t0, 0);
+        assert!(v.forget_gone_twin(t0 + T).is_none(), "seen a session ago");
+        let gone = t0 + 2 * T + MARGIN;
+        v.caught_up(gone);
+        assert!(v.forget_gone_twin(gone).is_some_and(|t| t.yielded));
+        assert!(!v.yielded());
+        assert!(v.may_heartbeat(gone));
+        let p = v.lease_problem(gone).expect("starts over");
+        assert!(p.contains("no heartbeat acknowledged"), "{p}");
     }
 
     #[test]
@@ -616,7 +883,7 @@ mod tests {
         let t0 = Instant::now();
         let mut v = PeerView::new("a", T);
         assert!(v.lease_problem(t0).is_some(), "none at start");
-        v.heartbeat_acked(t0);
+        v.heartbeat_acked(t0, t0);
         assert!(v.lease_problem(t0).is_some(), "not read yet");
         v.caught_up(t0 + Duration::from_secs(5));
         assert_eq!(v.lease_problem(t0 + Duration::from_secs(9)), None);
@@ -818,7 +1085,8 @@ mod tests {
         b.apply(hb("a", 0), t0, 0);
         b.apply(hb("c", 0), t0, 0);
         b.apply(announce("m", "f1", "a"), t0, 0);
-        b.heartbeat_acked(t0 + T);
+        b.heartbeat_acked(t0, t0);
+        b.heartbeat_acked(t0 + T, t0 + T);
         b.caught_up(t0 + T);
         let now = t0 + T + MARGIN;
         assert!(
@@ -833,7 +1101,8 @@ mod tests {
         let mut c = PeerView::new("c", T);
         c.apply(hb("b", 0), t0 + T, 0);
         c.apply(announce("m", "f1", "a"), t0, 0);
-        c.heartbeat_acked(now);
+        c.heartbeat_acked(t0, t0);
+        c.heartbeat_acked(now, now);
         c.caught_up(now);
         assert!(c.to_follow(now).is_empty(), "b, alive, comes first");
         let mut lone = PeerView::new("d", T);
