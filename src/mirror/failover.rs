@@ -302,6 +302,7 @@ impl<Io: FailoverIo> Failover<Io> {
         self.wait_peers(name, &fid).await?;
         self.barrier(name, &fid, resumed).await?;
         self.clear_psm(name).await?;
+        self.hooks.hold_before_handover().await;
         self.io.check_driving(name, &fid)?;
         self.publish(name, &fid).await?;
         Ok(self.outcome(name, &fid))

@@ -79,6 +79,10 @@ pub struct FaultHooks {
     /// `MIRRORGATE_TEST_HOLD_AFTER_FENCE_UNTIL=PATH`: hold the failover after fencing until PATH
     /// exists (120 s at most), so a test can act inside that window without racing a timer.
     pub hold_after_fence_until: Option<PathBuf>,
+    /// `MIRRORGATE_TEST_HOLD_BEFORE_HANDOVER_UNTIL=PATH`: hold the failover after its barriers
+    /// are recorded and the PSM cleared, before the partitions are handed to the other
+    /// instances, until PATH exists (120 s at most): a test can kill the driver there.
+    pub hold_before_handover_until: Option<PathBuf>,
     /// `MIRRORGATE_TEST_FAIL_BARRIER_WRITES=N`: the first N barrier writes fail.
     pub fail_barrier_writes: i64,
     /// `MIRRORGATE_TEST_TXN_MARKERS_ERROR=CODE`: every barrier marker is answered with that error
@@ -114,6 +118,10 @@ impl FaultHooks {
             ),
             hold_after_fence_until: std::env::var_os("MIRRORGATE_TEST_HOLD_AFTER_FENCE_UNTIL")
                 .map(PathBuf::from),
+            hold_before_handover_until: std::env::var_os(
+                "MIRRORGATE_TEST_HOLD_BEFORE_HANDOVER_UNTIL",
+            )
+            .map(PathBuf::from),
             fail_barrier_writes: num("MIRRORGATE_TEST_FAIL_BARRIER_WRITES").unwrap_or(0),
             txn_markers_error: std::env::var("MIRRORGATE_TEST_TXN_MARKERS_ERROR")
                 .ok()
@@ -145,12 +153,24 @@ impl FaultHooks {
             tokio::time::sleep(self.hold_after_fence).await;
         }
         if let Some(path) = &self.hold_after_fence_until {
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-            while !tokio::fs::try_exists(path).await.unwrap_or(false)
-                && tokio::time::Instant::now() < deadline
-            {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            hold_until(path).await;
         }
+    }
+
+    /// The hold before the handover that the hooks ask for (none by default).
+    pub async fn hold_before_handover(&self) {
+        if let Some(path) = &self.hold_before_handover_until {
+            hold_until(path).await;
+        }
+    }
+}
+
+/// Wait until `path` exists, 120 s at most.
+async fn hold_until(path: &std::path::Path) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while !tokio::fs::try_exists(path).await.unwrap_or(false)
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

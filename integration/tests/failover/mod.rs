@@ -222,6 +222,12 @@ pub fn failover(admin: &str, name: &str) -> String {
 
 /// The barrier offset the mirror at `admin` reports for partition 0 of `topic`.
 pub fn reported_barrier(admin: &str, mirror: &str, topic: &str) -> i64 {
+    recorded_barrier(admin, mirror, topic)
+        .unwrap_or_else(|| panic!("no barrier offset for {topic}-0 on {admin}"))
+}
+
+/// The barrier offset partition 0 of `topic` has recorded on the gateway at `admin` so far.
+pub fn recorded_barrier(admin: &str, mirror: &str, topic: &str) -> Option<i64> {
     let (status, body) = crate::gw::admin_call(
         admin,
         hyper::Method::GET,
@@ -236,7 +242,6 @@ pub fn reported_barrier(admin: &str, mirror: &str, topic: &str) -> i64 {
         .flatten()
         .find(|p| p["topic"] == topic && p["partition"] == 0)
         .and_then(|p| p["barrier_offset"].as_i64())
-        .unwrap_or_else(|| panic!("no barrier offset for {topic}-0: {v}"))
 }
 
 /// Wait until every partition of the mirror is STOPPED.

@@ -473,6 +473,24 @@ impl ProducerContext for AckContext {
 /// and wait for every acknowledgement (bounded by `60 s + n/100 ms`). `extra` overrides producer
 /// config. Panics on any delivery error. Returns the acks sorted by index (send order).
 pub fn produce_keyed(bootstrap: &str, topic: &str, n: usize, extra: &[(&str, &str)]) -> Vec<Acked> {
+    let (acks, errors) = produce_keyed_outcomes(bootstrap, topic, n, extra);
+    assert!(
+        errors.is_empty(),
+        "{} of {n} records to {topic} on {bootstrap} failed, first: {:?}",
+        errors.len(),
+        &errors[..errors.len().min(5)]
+    );
+    acks
+}
+
+/// [`produce_keyed`], returning what was acknowledged and what failed (refused or timed out)
+/// instead of panicking on a failure: the acks sorted by index, and the errors.
+pub fn produce_keyed_outcomes(
+    bootstrap: &str,
+    topic: &str,
+    n: usize,
+    extra: &[(&str, &str)],
+) -> (Vec<Acked>, Vec<String>) {
     let collector = Arc::new(AckCollector::default());
     let mut cfg = ClientConfig::new();
     cfg.set("bootstrap.servers", bootstrap)
@@ -535,15 +553,9 @@ pub fn produce_keyed(bootstrap: &str, topic: &str, n: usize, extra: &[(&str, &st
         }
     }
     let errors = std::mem::take(&mut *collector.errors.lock().unwrap_or_else(|p| p.into_inner()));
-    assert!(
-        errors.is_empty(),
-        "{} of {n} records to {topic} on {bootstrap} failed, first: {:?}",
-        errors.len(),
-        &errors[..errors.len().min(5)]
-    );
     let mut acks = std::mem::take(&mut *collector.acks.lock().unwrap_or_else(|p| p.into_inner()));
     acks.sort_by_key(|a| a.index);
-    acks
+    (acks, errors)
 }
 
 // ------------------------------------------------------------------ consumer

@@ -298,12 +298,14 @@ impl StateLog for KafkaStateLog {
                     self.set_known_id(now_id);
                     now_id
                 }
-                Some(known) if known != now_id => return Ok(self.start_over(
-                    now_id,
-                    format!(
+                Some(known) if known != now_id => {
+                    return Ok(self.start_over(
+                        now_id,
+                        format!(
                         "its id changed from {known} to {now_id}: it was deleted and created again"
                     ),
-                )),
+                    ))
+                }
                 Some(known) => known,
             };
             let topic = self.topic.clone();
