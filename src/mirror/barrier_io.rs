@@ -148,23 +148,31 @@ impl KafkaFailoverIo {
         partition: i32,
         fid: &str,
         producer_id: Option<i64>,
+        from: Option<i64>,
     ) -> Option<FoundBarrier> {
         let addr = self.leader_addr(topic, partition)?;
         let mut c = self.cluster.client(&addr, self.timeout).await.ok()?;
-        let end = c
-            .list_offset(topic, partition, crate::client::LATEST)
-            .await
-            .ok()?;
         let start = c
             .list_offset(topic, partition, crate::client::EARLIEST)
             .await
             .ok()?;
-        // The barrier follows the last mirrored batch; look at the last few batches.
+        // From where the log ended before the failover's first barrier, when recorded (several
+        // instances); else the barrier follows the last mirrored batch: look at the last few.
+        let from = match from {
+            Some(from) => from,
+            None => {
+                let end = c
+                    .list_offset(topic, partition, crate::client::LATEST)
+                    .await
+                    .ok()?;
+                end - 64
+            }
+        };
         let own = OwnBarrier {
             failover_id: fid,
             producer_id,
         };
-        let tail = read_batches(&mut c, topic, partition, (end - 64).max(start), &own)
+        let tail = read_batches(&mut c, topic, partition, from.max(start), &own)
             .await
             .ok()?;
         tail.iter().rev().find_map(|b| {
@@ -305,9 +313,78 @@ impl FailoverIo for KafkaFailoverIo {
         partition: i32,
         fid: &str,
         producer_id: Option<i64>,
+        from: Option<i64>,
     ) -> Option<FoundBarrier> {
-        self.find_barrier_in_log(topic, partition, fid, producer_id)
+        self.find_barrier_in_log(topic, partition, fid, producer_id, from)
             .await
+    }
+
+    fn hands_over(&self) -> bool {
+        self.peers.get().is_some()
+    }
+
+    async fn log_ends(
+        &self,
+        parts: &[PartitionKey],
+    ) -> (HashMap<PartitionKey, i64>, Vec<PartitionKey>, String) {
+        let (by_leader, mut failed) = self.by_leader(parts);
+        let mut why = if failed.is_empty() {
+            String::new()
+        } else {
+            NO_LEADER.to_string()
+        };
+        let mut ends = HashMap::new();
+        for (addr, ps) in by_leader {
+            let answer = match self.cluster.client(&addr, self.timeout).await {
+                Ok(mut c) => crate::client::ops::list_offsets(&mut c, &ps, crate::client::LATEST)
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            match answer {
+                Ok(offsets) => {
+                    for (k, r) in offsets {
+                        match r {
+                            Ok(o) => {
+                                ends.insert(k, o);
+                            }
+                            Err(code) => {
+                                why = format!(
+                                    "ListOffsets of {}-{} answered error code {code}",
+                                    k.0, k.1
+                                );
+                                failed.push(k);
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    why = format!("cannot ask broker {addr} where its partitions' logs end: {e}");
+                    failed.extend(ps);
+                }
+            }
+        }
+        failed.retain(|k| !ends.contains_key(k));
+        (ends, failed, why)
+    }
+
+    async fn publish_barrier_from(
+        &self,
+        mirror: &str,
+        fid: &str,
+        from: &HashMap<PartitionKey, i64>,
+    ) -> Result<(), String> {
+        match self.peers.get() {
+            Some(p) => p.publish_barrier_from(mirror, fid, from).await,
+            None => Ok(()),
+        }
+    }
+
+    fn announced_barrier_from(&self, mirror: &str, fid: &str) -> HashMap<PartitionKey, i64> {
+        self.peers
+            .get()
+            .map(|p| p.barrier_from(mirror, fid))
+            .unwrap_or_default()
     }
 
     async fn late_batches(

@@ -11,6 +11,8 @@
 //!          one barrier per partition, found again on resume;  screen_persisted, barrier_persisted)
 //!          the partitions' producers screened (durable) before
 //! clear    BARRIER_PERSISTED → PSM_CLEARED → STOPPED         (crash point psm_cleared)
+//! handover (several instances: the STOPPED partitions handed over on the state topic; they
+//!          are recorded STOPPED — writable — only once it holds them, the commit point)
 //! ```
 //!
 //! A pass ([`Failover::run_pass`]) runs the steps in order over every STOPPING partition; each
@@ -305,6 +307,7 @@ impl<Io: FailoverIo> Failover<Io> {
         self.hooks.hold_before_handover().await;
         self.io.check_driving(name, &fid)?;
         self.publish(name, &fid).await?;
+        self.commit(name)?;
         Ok(self.outcome(name, &fid))
     }
 
@@ -411,17 +414,34 @@ impl<Io: FailoverIo> Failover<Io> {
                 .await;
         }
         let now = now_ms();
+        // Several instances: STOPPED (writable) only once handed over ([`Self::commit`]).
+        let complete = !self.io.hands_over();
         self.records.update_stopping(name, |p| {
             if let Some(n) = expired.get(&key(p)) {
                 p.producers_expired = *n;
                 p.advance(FailoverStep::PsmCleared, now)?;
             }
-            if p.step == Some(FailoverStep::PsmCleared) {
+            if complete && p.step == Some(FailoverStep::PsmCleared) {
                 p.complete(now)?;
             }
             Ok(())
         })?;
         self.hooks.crash_point(CrashPoint::PsmCleared);
+        Ok(())
+    }
+
+    /// STOPPED for the PSM_CLEARED partitions of failover `fid` of `name`, once the state topic
+    /// holds their handover: the commit point of a failover across instances (review G3), so
+    /// that no instance — this one included — makes a partition writable before every other
+    /// one can learn its barrier. (One instance records STOPPED with PSM_CLEARED.)
+    fn commit(&self, name: &str) -> Result<(), Stall> {
+        let now = now_ms();
+        self.records.update_stopping(name, |p| {
+            if p.step == Some(FailoverStep::PsmCleared) {
+                p.complete(now)?;
+            }
+            Ok(())
+        })?;
         Ok(())
     }
 

@@ -70,6 +70,12 @@ struct FakeState {
     /// Another instance took the failover over.
     taken_over_by: Option<String>,
     barrier_producers_published: Vec<BarrierProducer>,
+    /// Several instances run (STOPPED once handed over).
+    several: bool,
+    /// The handover cannot be appended (this error).
+    refuse_handover: Option<String>,
+    /// Where each log ended before its first barrier, as recorded.
+    barrier_from: HashMap<PartitionKey, i64>,
 }
 
 /// The fake I/O: partition logs in memory, shared by the executors of one test (a restarted
@@ -163,11 +169,15 @@ impl FailoverIo for Fake {
         partition: i32,
         fid: &str,
         producer_id: Option<i64>,
+        from: Option<i64>,
     ) -> Option<FoundBarrier> {
         let s = self.state();
         let log = s.logs.get(&(topic.to_string(), partition))?;
+        // Without a recorded start, the real I/O looks at the last few batches only.
+        let start = from.unwrap_or_else(|| log.last().map_or(0, |b| b.offset) - 4);
         log.iter()
             .rev()
+            .filter(|b| b.offset >= start)
             .find(|b| Fake::is_own(b, fid, producer_id))
             .map(|b| FoundBarrier {
                 offset: b.offset,
@@ -389,11 +399,51 @@ impl FailoverIo for Fake {
 
     async fn publish_stopped(&self, stopped: Stopped) -> Result<(), String> {
         let mut s = self.state();
-        if let Some(e) = s.peers_unreachable.clone() {
+        if let Some(e) = s.peers_unreachable.clone().or(s.refuse_handover.clone()) {
             return Err(e);
         }
         s.published.push(stopped);
         Ok(())
+    }
+
+    fn hands_over(&self) -> bool {
+        self.state().several
+    }
+
+    async fn log_ends(
+        &self,
+        parts: &[PartitionKey],
+    ) -> (HashMap<PartitionKey, i64>, Vec<PartitionKey>, String) {
+        let s = self.state();
+        let ends = parts
+            .iter()
+            .map(|k| {
+                let end = s
+                    .logs
+                    .get(k)
+                    .and_then(|l| l.last())
+                    .map_or(0, |b| b.offset + 1);
+                (k.clone(), end)
+            })
+            .collect();
+        (ends, Vec::new(), String::new())
+    }
+
+    async fn publish_barrier_from(
+        &self,
+        _mirror: &str,
+        _fid: &str,
+        from: &HashMap<PartitionKey, i64>,
+    ) -> Result<(), String> {
+        let mut s = self.state();
+        for (k, o) in from {
+            s.barrier_from.entry(k.clone()).or_insert(*o);
+        }
+        Ok(())
+    }
+
+    fn announced_barrier_from(&self, _mirror: &str, _fid: &str) -> HashMap<PartitionKey, i64> {
+        self.state().barrier_from.clone()
     }
 }
 
@@ -1201,4 +1251,44 @@ async fn a_handover_naming_a_partition_not_known_here_yet_is_not_done_until_it_i
         .partitions
         .iter()
         .all(|p| p.state == PartitionState::Stopped));
+}
+
+#[tokio::test]
+async fn with_several_instances_a_partition_turns_stopped_only_once_its_handover_is_on_the_state_topic(
+) {
+    // Review G3: the handover is the commit point.
+    let rig = rig("auto");
+    rig.fake.state().several = true;
+    rig.fake.state().refuse_handover = Some("state topic unreachable".into());
+    let exec = rig.executor(FaultHooks::default());
+    exec.begin(MIRROR).unwrap();
+    let r = exec.run_pass(MIRROR, false).await;
+    assert!(matches!(r, Err(Stall::NotPublished(_))), "{r:?}");
+    for p in &rig.on_disk().partitions {
+        assert_eq!(
+            (p.state, p.step),
+            (PartitionState::Stopping, Some(FailoverStep::PsmCleared)),
+            "read-only until handed over: {p:?}"
+        );
+        assert!(p.barrier_offset.is_some());
+    }
+    rig.fake.state().refuse_handover = None;
+    run_to_completion(&exec, true).await;
+    rig.assert_stopped_with_one_barrier_each();
+    let published = rig.fake.state().published.clone();
+    assert_eq!(published.last().map(|h| h.partitions.len()), Some(3));
+}
+
+#[tokio::test]
+async fn with_several_instances_where_each_log_ends_is_recorded_before_its_barrier_is_written() {
+    // Review G3: a takeover looks for the barrier from there, not in a fixed window.
+    let rig = rig("auto");
+    rig.fake.state().several = true;
+    let exec = rig.executor(FaultHooks::default());
+    exec.begin(MIRROR).unwrap();
+    run_to_completion(&exec, false).await;
+    let from = rig.fake.state().barrier_from.clone();
+    for (k, offsets) in rig.fake.barriers() {
+        assert_eq!(from.get(&k), offsets.first(), "{k:?}: {from:?}");
+    }
 }

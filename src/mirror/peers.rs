@@ -517,6 +517,54 @@ impl PeerLink {
             })
     }
 
+    /// Record where the logs of `from` partitions ended before failover `fid` of `mirror`
+    /// writes a barrier to them (review G3), with every partition recorded for it before (the
+    /// first end recorded of a partition stays).
+    pub async fn publish_barrier_from(
+        &self,
+        mirror: &str,
+        fid: &str,
+        from: &std::collections::HashMap<(String, i32), i64>,
+    ) -> Result<(), String> {
+        let mut all = self.view().barrier_from(mirror, fid);
+        for (k, o) in from {
+            all.entry(k.clone()).or_insert(*o);
+        }
+        let mut partitions: Vec<records::LogPosition> = all
+            .into_iter()
+            .map(|((topic, partition), offset)| records::LogPosition {
+                topic,
+                partition,
+                offset,
+            })
+            .collect();
+        partitions.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        self.log
+            .append(&PeerRecord::BarrierFrom {
+                mirror: mirror.to_string(),
+                failover_id: fid.to_string(),
+                by: self.me(),
+                partitions,
+            })
+            .await
+            .map_err(|e| {
+                format!(
+                    "cannot record where the partitions' logs end before the barrier on the state topic {}: {e}",
+                    self.topic
+                )
+            })
+    }
+
+    /// Where each partition's log ended before failover `fid` of `mirror` wrote a barrier to
+    /// it, as recorded on the state topic.
+    pub fn barrier_from(
+        &self,
+        mirror: &str,
+        fid: &str,
+    ) -> std::collections::HashMap<(String, i32), i64> {
+        self.view().barrier_from(mirror, fid)
+    }
+
     /// Publish failover report `r` (opened or completed here) for every instance.
     pub async fn publish_report(&self, r: &FailoverReport) -> Result<(), String> {
         self.log

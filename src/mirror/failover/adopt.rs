@@ -45,8 +45,8 @@ pub enum AdoptError {
 }
 
 impl<Io: FailoverIo> Failover<Io> {
-    /// Hand every partition failover `fid` of `name` STOPPED so far to the other instances,
-    /// once per new partition count.
+    /// Hand every partition failover `fid` of `name` STOPPED so far (or cleared and waiting for
+    /// this handover to turn STOPPED) to the other instances, once per new partition count.
     pub(super) async fn publish(&self, name: &str, fid: &str) -> Result<(), Stall> {
         let Some(record) = self.records.record(name) else {
             return Ok(());
@@ -54,10 +54,13 @@ impl<Io: FailoverIo> Failover<Io> {
         if record.adopted_from.is_some() {
             return Ok(());
         }
+        // STOPPED, or at PSM_CLEARED waiting for this handover to be recorded STOPPED.
         let partitions: Vec<StoppedPartition> = record
             .partitions
             .iter()
-            .filter(|p| p.state == PartitionState::Stopped)
+            .filter(|p| {
+                p.state == PartitionState::Stopped || p.step == Some(FailoverStep::PsmCleared)
+            })
             .filter(|p| p.failover_id.as_deref() == Some(fid))
             .filter_map(StoppedPartition::of)
             .collect();

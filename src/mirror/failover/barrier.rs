@@ -1,6 +1,7 @@
 //! The barrier step of the failover executor: for the DRAINED partitions, one barrier each
-//! (looked for in the log first when resuming; its form and producer id chosen and recorded
-//! before anything is written), settled against mirror writes of unknown outcome (review F1),
+//! (looked for in the log first when resuming, from where the log ended before it when several
+//! instances recorded that; its form and producer id chosen and recorded before anything is
+//! written), settled against mirror writes of unknown outcome (review F1),
 //! the partitions' producers made durable in the screening set, then BARRIER_WRITTEN and
 //! BARRIER_PERSISTED recorded.
 //!
@@ -42,11 +43,18 @@ impl<Io: FailoverIo> Failover<Io> {
         let mut found: Found = HashMap::new();
         if resumed {
             // A partition that joined after a takeover, or a driver whose records were lost,
-            // has no producer recorded: the one announced on the state topic finds its marker.
+            // has no producer recorded: the one announced on the state topic finds its marker,
+            // from where the log ended before the first barrier (several instances).
             let announced = self.io.announced_barrier_producer(name, fid);
+            let from = self.io.announced_barrier_from(name, fid);
             for p in &need {
                 let pid = p.barrier_producer.or(announced).map(|b| b.producer_id);
-                if let Some(b) = self.io.find_barrier(&p.topic, p.partition, fid, pid).await {
+                let start = from.get(&key(p)).copied();
+                if let Some(b) = self
+                    .io
+                    .find_barrier(&p.topic, p.partition, fid, pid, start)
+                    .await
+                {
                     found.insert(key(p), b);
                 }
             }
@@ -56,6 +64,21 @@ impl<Io: FailoverIo> Failover<Io> {
             .map(key)
             .filter(|k| !found.contains_key(k))
             .collect();
+        // Several instances: where each log ends now is on the state topic before any barrier
+        // is written after it, so that whoever drives the failover later finds the barrier
+        // whatever follows it (review G3).
+        if self.io.hands_over() && !to_write.is_empty() {
+            let (ends, unknown, why) = self.io.log_ends(&to_write).await;
+            if !unknown.is_empty() {
+                to_write.retain(|k| !unknown.contains(k));
+                self.fail_partitions(name, &unknown, &why).ok_if_failed()?;
+            }
+            if !ends.is_empty() {
+                if let Err(e) = self.io.publish_barrier_from(name, fid, &ends).await {
+                    return Err(self.fail_partitions(name, &to_write, &e));
+                }
+            }
+        }
         // Transactions the source never finished would hold the destination's last stable
         // offset below the barrier forever (H14): aborted first. Done again when resuming
         // (nothing is open any more where it was).

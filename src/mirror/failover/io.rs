@@ -129,15 +129,42 @@ pub trait FailoverIo: Send + Sync + 'static {
     fn stop_agent(&self, mirror: &str) -> impl Future<Output = ()> + Send;
     /// The mirror writes of a partition (in flight, of unknown outcome).
     fn writes(&self, topic: &str, partition: i32) -> WriteCounts;
-    /// This failover's last barrier in the partition's log tail: a data barrier carrying `fid`,
-    /// or an ABORT marker of `producer_id`.
+    /// This failover's last barrier in the partition's log: a data barrier carrying `fid`, or an
+    /// ABORT marker of `producer_id`, looked for from `from` (the log end recorded before any
+    /// barrier of the failover was written) or, without it, in the log's last few batches.
     fn find_barrier(
         &self,
         topic: &str,
         partition: i32,
         fid: &str,
         producer_id: Option<i64>,
+        from: Option<i64>,
     ) -> impl Future<Output = Option<FoundBarrier>> + Send;
+    /// Several instances: the partitions a failover STOPPED become writable only once they are
+    /// handed over on the state topic (its commit point, review G3). False for one instance.
+    fn hands_over(&self) -> bool {
+        false
+    }
+    /// The log ends of `parts` now (their leaders asked; one request per leader), and the
+    /// partitions whose leader could not be asked, with why.
+    fn log_ends(
+        &self,
+        parts: &[PartitionKey],
+    ) -> impl Future<Output = (HashMap<PartitionKey, i64>, Vec<PartitionKey>, String)> + Send;
+    /// Record on the state topic, before any barrier of failover `fid` is written to them,
+    /// where each of `from` partitions' log ended: an instance that takes the failover over
+    /// looks for its barriers from there. `Err`: not recorded (no barrier is written).
+    fn publish_barrier_from(
+        &self,
+        mirror: &str,
+        fid: &str,
+        from: &HashMap<PartitionKey, i64>,
+    ) -> impl Future<Output = Result<(), String>> + Send;
+    /// Where each partition's log ended before failover `fid` wrote a barrier to it, as recorded
+    /// on the state topic (empty for one instance).
+    fn announced_barrier_from(&self, _mirror: &str, _fid: &str) -> HashMap<PartitionKey, i64> {
+        HashMap::new()
+    }
     /// The batches of a partition from `from` to its end that are not this failover's barrier.
     fn late_batches(
         &self,

@@ -108,6 +108,20 @@ fn record() -> impl Strategy<Value = PeerRecord> {
                 epoch,
             }
         }),
+        (m(), f(), i(), 0..3i32).prop_map(|(mirror, failover_id, by, n)| {
+            PeerRecord::BarrierFrom {
+                mirror,
+                failover_id,
+                by,
+                partitions: (0..n)
+                    .map(|p| crate::mirror::peers::records::LogPosition {
+                        topic: "t".into(),
+                        partition: p,
+                        offset: 7,
+                    })
+                    .collect(),
+            }
+        }),
         (m(), f(), i()).prop_map(|(mirror, failover_id, instance)| PeerRecord::Fenced {
             mirror,
             failover_id,
@@ -186,7 +200,8 @@ fn at(mut r: PeerRecord, t: i64) -> PeerRecord {
         PeerRecord::Stopped(s) => s.at_ms = t,
         PeerRecord::Heartbeat { .. }
         | PeerRecord::AgentOffsets { .. }
-        | PeerRecord::BarrierProducer { .. } => {}
+        | PeerRecord::BarrierProducer { .. }
+        | PeerRecord::BarrierFrom { .. } => {}
         PeerRecord::Report(r) => r.called_ms = t,
     }
     r

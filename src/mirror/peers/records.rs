@@ -67,6 +67,16 @@ pub enum PeerRecord {
         producer: BarrierProducer,
         by: String,
     },
+    /// Where each partition's log ended before failover `failover_id` wrote a barrier to it
+    /// (cumulative: the latest record of a failover holds every partition, each with the first
+    /// end recorded). The barrier lies at or after it: an instance that takes the failover over
+    /// looks for it from there, however much was written after it (review G3).
+    BarrierFrom {
+        mirror: String,
+        failover_id: String,
+        by: String,
+        partitions: Vec<LogPosition>,
+    },
     /// `instance` fenced and drained its mirror writes for that failover.
     Fenced {
         mirror: String,
@@ -147,6 +157,14 @@ impl StoppedPartition {
     }
 }
 
+/// A partition and an offset of its log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogPosition {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
 /// A producer id a failover screened (mirrored traffic left it in the brokers).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct ScreenedProducer {
@@ -189,6 +207,7 @@ impl PeerRecord {
             PeerRecord::Paused { mirror, .. } => format!("paused/{mirror}"),
             PeerRecord::Report(r) => format!("report/{}/{}", r.mirror, r.failover_id),
             PeerRecord::BarrierProducer { mirror, .. } => format!("barrier_producer/{mirror}"),
+            PeerRecord::BarrierFrom { mirror, .. } => format!("barrier_from/{mirror}"),
         }
     }
 }

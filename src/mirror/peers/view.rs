@@ -47,7 +47,7 @@ use serde::Serialize;
 use super::super::report::FailoverReport;
 use super::super::state::BarrierProducer;
 use super::agent_owner::{AgentOwners, AgentTurn};
-pub use super::records::{PeerRecord, ScreenedProducer, Stopped, StoppedPartition};
+pub use super::records::{LogPosition, PeerRecord, ScreenedProducer, Stopped, StoppedPartition};
 
 /// Added to the session timeout before another instance counts as gone: heartbeats are read
 /// with some delay after they are written.
@@ -59,6 +59,9 @@ pub const MARGIN: Duration = Duration::from_secs(2);
 pub fn grace(session: Duration) -> Duration {
     session / 4 + MARGIN
 }
+
+/// Partition → an offset of its log (where it ended before a failover's barrier).
+pub type LogEnds = HashMap<(String, i32), i64>;
 
 /// Another process heartbeating with this instance's id (review G12).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -195,6 +198,8 @@ pub struct PeerView {
     stopped: HashMap<String, std::sync::Arc<Stopped>>,
     /// Mirror → (failover id, its control barriers' producer).
     barrier_producers: HashMap<String, (String, BarrierProducer)>,
+    /// Mirror → (failover id, where each partition's log ended before its barrier).
+    barrier_from: HashMap<String, (String, LogEnds)>,
     /// (mirror, instance) → the failover id it acknowledged.
     fenced: HashMap<(String, String), String>,
     /// Sent-at of the last heartbeat of this instance the state topic acknowledged.
@@ -238,6 +243,7 @@ impl PeerView {
             mirroring: HashMap::new(),
             stopped: HashMap::new(),
             barrier_producers: HashMap::new(),
+            barrier_from: HashMap::new(),
             fenced: HashMap::new(),
             heartbeat_acked: None,
             caught_up: None,
@@ -353,6 +359,18 @@ impl PeerView {
             } => {
                 self.barrier_producers
                     .insert(mirror, (failover_id, producer));
+            }
+            PeerRecord::BarrierFrom {
+                mirror,
+                failover_id,
+                partitions,
+                ..
+            } => {
+                let m = partitions
+                    .into_iter()
+                    .map(|p| ((p.topic, p.partition), p.offset))
+                    .collect();
+                self.barrier_from.insert(mirror, (failover_id, m));
             }
             PeerRecord::Stopped(s) => {
                 self.stopped
@@ -657,6 +675,16 @@ impl PeerView {
             .map(|(_, p)| *p)
     }
 
+    /// Where each partition's log ended before failover `fid` of `mirror` wrote a barrier to
+    /// it, as recorded (by any instance).
+    pub fn barrier_from(&self, mirror: &str, fid: &str) -> LogEnds {
+        self.barrier_from
+            .get(mirror)
+            .filter(|(f, _)| f == fid)
+            .map(|(_, m)| m.clone())
+            .unwrap_or_default()
+    }
+
     /// When the last read that reached the state topic's end was sent.
     pub fn caught_up_at(&self) -> Option<Instant> {
         self.caught_up
@@ -684,7 +712,7 @@ impl PeerView {
             v
         }
         format!(
-            "failovers {:?}\nmirroring {:?}\nstopped {:?}\nbarrier producers {:?}\nfenced {:?}\nseen {:?}\nagents {}\nagent offsets {:?}",
+            "failovers {:?}\nmirroring {:?}\nstopped {:?}\nbarrier producers {:?}\nfenced {:?}\nseen {:?}\nagents {}\nagent offsets {:?}\nbarrier from {:?}",
             self.failovers,
             sorted(self.mirroring.iter()),
             sorted(self.stopped.iter()),
@@ -693,6 +721,7 @@ impl PeerView {
             sorted(self.seen.keys()),
             self.agents.conclusions(),
             sorted(self.agent_offsets.iter()),
+            sorted(self.barrier_from.iter().map(|(m, (f, p))| (m, f, sorted(p.iter())))),
         ) + &format!(
             "\npaused {:?}\nreports {:?}\nknown {:?}",
             sorted(self.paused.iter()),
