@@ -402,3 +402,61 @@ fn an_exactly_once_applications_offsets_are_not_synced_ahead_of_its_mirrored_out
     let unknown: Vec<&String> = times.keys().filter(|id| !all.contains(*id)).collect();
     assert!(unknown.is_empty(), "output for no input: {unknown:?}");
 }
+
+/// Review G7: the application's first run happens while the mirror is paused, so the agent has
+/// never mirrored a transaction into its output (and its changelog topic is created then). At
+/// every round the output's transactions are complete on the source: the cut left the output
+/// out and the sync committed the input offsets, whose output never reached the destination;
+/// after the failover the restarted application skipped that input.
+#[test]
+fn an_exactly_once_applications_output_never_mirrored_before_the_failover_is_not_skipped() {
+    const FIRST: usize = 60;
+    const SECOND: usize = 24;
+    let source = harness::cluster("source");
+    let name = "unplanned";
+    let (gw, app, input_topic, output, _changelog) =
+        mirrored_app(&source, "streams-unplanned", name);
+    let ids =
+        |round: &str, n: usize| -> BTreeSet<String> { (0..n).map(|i| input(round, i).1).collect() };
+
+    // The input is mirrored, then the mirror is paused before the application ever runs.
+    produce_input(&source, &input_topic, "a", FIRST);
+    wait_mirrored(&gw, name, &source, &input_topic, PARTITIONS);
+    pause(&gw.admin(), name, 2 * PARTITIONS as u64);
+    let first = run_app(&source, &app, &input_topic, &output, "a", FIRST);
+    assert_eq!(first, ids("a", FIRST), "the first run processed the input");
+    // Ten sync intervals: periodic rounds read the group's offsets on the source meanwhile.
+    std::thread::sleep(Duration::from_millis(10 * SYNC_INTERVAL_MS));
+
+    // The source is lost (emulated by failing over while paused: nothing more is mirrored).
+    failover(&gw.admin(), name);
+    wait_stopped(&gw.admin(), name);
+    let synced = destination_committed(&app, &input_topic, PARTITIONS);
+
+    // Restarted through the gateway with an empty state directory, with more input.
+    produce_input(&gw.bootstrap(), &input_topic, "b", SECOND);
+    run_app(&gw.bootstrap(), &app, &input_topic, &output, "b", SECOND);
+
+    let all: BTreeSet<String> = ids("a", FIRST)
+        .into_iter()
+        .chain(ids("b", SECOND))
+        .collect();
+    let seen = read_committed(&gw.bootstrap(), &output, all.len());
+    let mut times: BTreeMap<String, usize> = BTreeMap::new();
+    for (_, value) in seen.values().flatten() {
+        let id = value.rsplit_once(':').map_or(value.as_str(), |(id, _)| id);
+        *times.entry(id.to_string()).or_default() += 1;
+    }
+    let lost: Vec<&String> = all.iter().filter(|id| !times.contains_key(*id)).collect();
+    assert!(
+        lost.is_empty(),
+        "{} input records have no output on the destination (their offsets were synced while \
+         their output was not mirrored): {lost:?}; the group's offsets on the destination: \
+         {synced:?}",
+        lost.len()
+    );
+    let twice: Vec<(&String, &usize)> = times.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "output duplicated: {twice:?}");
+    let unknown: Vec<&String> = times.keys().filter(|id| !all.contains(*id)).collect();
+    assert!(unknown.is_empty(), "output for no input: {unknown:?}");
+}

@@ -839,3 +839,76 @@ pub fn init_transactions<C: ProducerContext>(producer: &impl Producer<C>) {
         }
     }
 }
+
+// ------------------------------------------------------------------ clusters of one test
+
+/// A one-broker Kafka cluster of one test alone: the rig's `third` layout in a run directory of
+/// its own with every port shifted by `port_offset` (`MIRRORGATE_RIG_DIR` and
+/// `MIRRORGATE_RIG_PORT_OFFSET`, as the consumer-failover benchmark runs its source). It starts
+/// with fresh storage (no `__consumer_offsets` yet) and the test may kill it; the shared
+/// clusters are never touched. Stopped (`rig down`) and its directory removed when dropped.
+pub struct OwnCluster {
+    dir: tempfile::TempDir,
+    offset: String,
+    pub bootstrap: String,
+}
+
+impl OwnCluster {
+    /// Start it; `port_offset` must be unique among the tests (and leave the shared rig's ports
+    /// and the ephemeral range alone).
+    pub fn start(port_offset: u16) -> OwnCluster {
+        let dir = tempfile::Builder::new()
+            .prefix("mirrorgate-own-cluster-")
+            .tempdir()
+            .expect("tempdir");
+        let mut c = OwnCluster {
+            dir,
+            offset: port_offset.to_string(),
+            bootstrap: String::new(),
+        };
+        let pid = std::process::id().to_string();
+        let out = c.rig(&["up", "third", "--owner-pid", &pid]);
+        expect_success("integration/rig up third (own cluster)", &out);
+        c.bootstrap = parse_status(&out.stdout)
+            .remove("third")
+            .expect("the own cluster's address");
+        c
+    }
+
+    fn rig(&self, args: &[&str]) -> Output {
+        let dir = self.dir.path().to_string_lossy().into_owned();
+        let timeout = if args.first() == Some(&"up") {
+            RIG_UP_TIMEOUT
+        } else {
+            RIG_TIMEOUT
+        };
+        rig_env(
+            args,
+            &[
+                ("MIRRORGATE_RIG_DIR", &dir),
+                ("MIRRORGATE_RIG_PORT_OFFSET", &self.offset),
+            ],
+            timeout,
+        )
+    }
+
+    /// SIGKILL its broker: the cluster stops answering (connections refused).
+    pub fn kill(&self) {
+        expect_success(
+            "integration/rig kill-node third 1 (own cluster)",
+            &self.rig(&["kill-node", "third", "1"]),
+        );
+    }
+}
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        let out = self.rig(&["down"]);
+        if !out.status.success() {
+            eprintln!(
+                "stopping the test's own cluster failed: {}",
+                tail_text(&out.stderr, 20)
+            );
+        }
+    }
+}
