@@ -38,7 +38,6 @@ use crate::client::{Connector, KafkaClient, PartitionRequestError, EARLIEST};
 use crate::cluster::ClusterView;
 use crate::config::{ClusterConfig, TopicRouter};
 use crate::mirror::agent::offsets::PartitionMap;
-use crate::mirror::agent::wire;
 use crate::mirror::controller::MirrorController;
 use crate::mirror::PartitionState;
 
@@ -162,14 +161,7 @@ impl KafkaGroupIo {
         match side {
             Side::Destination => Ok(self.cluster.brokers().into_iter().map(|(_, a)| a).collect()),
             Side::Source => {
-                let meta = wire::metadata_of(
-                    &self.source_connector,
-                    &self.source.bootstrap,
-                    self.timeout(side),
-                    Some(&[]),
-                )
-                .await
-                .map_err(|e| IoError::retriable(e.to_string()))?;
+                let meta = self.source_meta(Some(&[])).await?;
                 Ok(meta.brokers.into_values().collect())
             }
         }

@@ -477,13 +477,23 @@ async fn a_partition_with_a_transaction_open_at_the_read_counts_before_the_agent
     assert!(io.commits().is_empty());
 }
 
+/// `out-0` mirrored up to 50 of the source's 500, no transaction seen in it by the agent nor open
+/// on the source; reading its unmirrored records finds `scan` (none: unknown).
+fn output_behind(scan: Option<Scan>) -> Fake {
+    let mut io = with_output(vec![out_end(500, 500)]);
+    io.txn.clear();
+    if let Some(s) = scan {
+        io.scan.insert(("out".into(), 0), s);
+    }
+    io
+}
+
 /// Review G7: this test was `a_mirror_without_transactions_syncs_at_once_whatever_its_lag` and
 /// asserted the commit: a partition the agent has not seen a transaction in yet, mirrored up to
 /// 50 of 500, did not count, though transactions completed before the read may sit in 50..500.
 #[tokio::test]
 async fn a_partition_behind_the_source_not_known_to_be_free_of_transactions_holds_the_sync() {
-    let mut io = with_output(vec![out_end(500, 500)]);
-    io.txn.clear();
+    let io = output_behind(None);
     let r = periodic(&io).await;
     assert!(io.commits().is_empty(), "{:?}", io.commits());
     assert!(
@@ -494,9 +504,7 @@ async fn a_partition_behind_the_source_not_known_to_be_free_of_transactions_hold
 
 #[tokio::test]
 async fn a_partition_behind_the_source_proven_free_of_transactions_does_not_hold_the_sync() {
-    let mut io = with_output(vec![out_end(500, 500)]);
-    io.txn.clear();
-    io.scan.insert(("out".into(), 0), Scan::Clean);
+    let io = output_behind(Some(Scan::Clean));
     let r = periodic(&io).await;
     assert_eq!(io.commits(), vec![("g".to_string(), vec![(tp(0), 40)])]);
     assert_eq!(r.groups[0].outcome, GroupOutcome::Synced);
@@ -509,9 +517,7 @@ async fn a_partition_behind_the_source_proven_free_of_transactions_does_not_hold
 
 #[tokio::test]
 async fn a_transaction_in_the_unmirrored_records_of_a_partition_holds_the_sync() {
-    let mut io = with_output(vec![out_end(500, 500)]);
-    io.txn.clear();
-    io.scan.insert(("out".into(), 0), Scan::Transactional);
+    let io = output_behind(Some(Scan::Transactional));
     let r = periodic(&io).await;
     assert!(io.commits().is_empty());
     assert!(matches!(
@@ -595,27 +601,30 @@ async fn a_coordinator_not_available_answer_is_retried_within_the_round() {
     assert_eq!(r.groups[0].outcome, GroupOutcome::Synced);
 }
 
-#[tokio::test]
-async fn a_final_round_that_could_not_reach_the_source_is_not_logged_as_done() {
+/// Run the final sync of `sync`: its log (which must not call it done) and its outcome.
+async fn final_not_done(sync: &GroupSync<Fake>) -> (String, outcome::FinalGroupSync) {
     let (logs, _guard) = Logs::capture();
-    let io = Fake::aligned(40);
-    io.source_down.store(true, SeqCst);
-    let sync = sync_over(io);
     sync.final_sync(Duration::from_secs(5)).await;
     let text = logs.text();
     assert!(
         !text.contains("final group offset sync done"),
-        "the final round synced nothing but was logged as done:\n{text}"
+        "a final round that did not sync every group was logged as done:\n{text}"
     );
+    let fin = sync.status().final_round;
+    (text, fin.expect("the final round's outcome"))
+}
+
+#[tokio::test]
+async fn a_final_round_that_could_not_reach_the_source_is_not_logged_as_done() {
+    let io = Fake::aligned(40);
+    io.source_down.store(true, SeqCst);
+    let sync = sync_over(io);
+    let (text, fin) = final_not_done(&sync).await;
     assert!(
         text.contains("WARN") && text.contains("final group offset sync incomplete"),
         "{text}"
     );
     assert!(sync.io.commits().is_empty());
-    let fin = sync
-        .status()
-        .final_round
-        .expect("the final round's outcome");
     assert_eq!(fin.outcome, outcome::FinalOutcome::Incomplete);
     assert!(
         fin.error
@@ -627,16 +636,11 @@ async fn a_final_round_that_could_not_reach_the_source_is_not_logged_as_done() {
 
 #[tokio::test]
 async fn a_final_round_that_cannot_reach_the_source_names_the_groups_it_did_not_sync() {
-    let (logs, _guard) = Logs::capture();
     let sync = sync_over(Fake::aligned(40));
     sync.round(RoundKind::Periodic).await.unwrap();
     assert_eq!(sync.io.commits().len(), 1, "a periodic round synced g");
     sync.io.source_down.store(true, SeqCst);
-    sync.final_sync(Duration::from_secs(5)).await;
-    let fin = sync
-        .status()
-        .final_round
-        .expect("the final round's outcome");
+    let (text, fin) = final_not_done(&sync).await;
     assert_eq!(fin.outcome, outcome::FinalOutcome::Incomplete);
     let named: Vec<(&str, outcome::NotSynced)> = fin
         .groups_not_synced
@@ -647,7 +651,6 @@ async fn a_final_round_that_cannot_reach_the_source_names_the_groups_it_did_not_
     assert!(fin.groups_not_synced[0]
         .reason
         .contains("cannot list the source's groups"));
-    let text = logs.text();
     let line = text
         .lines()
         .find(|l| l.contains("final group offset sync"))
@@ -753,23 +756,13 @@ async fn a_round_commits_nothing_once_this_instance_lost_the_agent_while_it_read
 /// it must say so, not "done".
 #[tokio::test]
 async fn a_final_sync_on_an_instance_that_does_not_own_the_agent_is_reported_skipped() {
-    let (logs, _guard) = Logs::capture();
     let sync = gated(
         Fake::aligned(40),
         Arc::new(|_| Err("not the agent's owner: another instance runs the mirror's agent".into())),
     );
-    sync.final_sync(Duration::from_secs(5)).await;
-    let text = logs.text();
-    assert!(
-        !text.contains("final group offset sync done"),
-        "a final round that did not run was logged as done:\n{text}"
-    );
+    let (text, fin) = final_not_done(&sync).await;
     assert!(text.contains("skipped"), "{text}");
     assert!(sync.io.commits().is_empty());
-    let fin = sync
-        .status()
-        .final_round
-        .expect("the final round's outcome");
     assert_eq!(fin.outcome, outcome::FinalOutcome::Skipped);
     assert!(
         fin.error

@@ -54,16 +54,24 @@ pub(super) fn walk(records: &[u8], mut pos: i64, to: i64) -> Walked {
 }
 
 impl KafkaGroupIo {
-    /// Every partition of the mirror's topics on the source (internal topics left out).
-    pub(super) async fn source_partitions(&self) -> Result<Vec<Tp>, IoError> {
-        let meta = wire::metadata_of(
+    /// The source's metadata of `topics` (every topic with `None`).
+    pub(super) async fn source_meta(
+        &self,
+        topics: Option<&[String]>,
+    ) -> Result<wire::ClusterMeta, IoError> {
+        wire::metadata_of(
             &self.source_connector,
             &self.source.bootstrap,
             self.timeout(Side::Source),
-            None,
+            topics,
         )
         .await
-        .map_err(|e| IoError::retriable(e.to_string()))?;
+        .map_err(|e| IoError::retriable(e.to_string()))
+    }
+
+    /// Every partition of the mirror's topics on the source (internal topics left out).
+    pub(super) async fn source_partitions(&self) -> Result<Vec<Tp>, IoError> {
+        let meta = self.source_meta(None).await?;
         let mut out: Vec<Tp> = meta
             .topics
             .iter()
@@ -85,14 +93,7 @@ impl KafkaGroupIo {
         let mut topics: Vec<String> = ranges.iter().map(|((t, _), _, _)| t.clone()).collect();
         topics.sort();
         topics.dedup();
-        let meta = wire::metadata_of(
-            &self.source_connector,
-            &self.source.bootstrap,
-            self.timeout(Side::Source),
-            Some(&topics),
-        )
-        .await
-        .map_err(|e| IoError::retriable(e.to_string()))?;
+        let meta = self.source_meta(Some(&topics)).await?;
         let mut out = BTreeMap::new();
         for (tp, from, to) in ranges {
             let scan = match meta.leader_addr(&tp.0, tp.1) {
@@ -179,14 +180,7 @@ impl KafkaGroupIo {
         let mut topics: Vec<String> = partitions.iter().map(|(t, _)| t.clone()).collect();
         topics.sort();
         topics.dedup();
-        let meta = wire::metadata_of(
-            &self.source_connector,
-            &self.source.bootstrap,
-            self.timeout(Side::Source),
-            Some(&topics),
-        )
-        .await
-        .map_err(|e| IoError::retriable(e.to_string()))?;
+        let meta = self.source_meta(Some(&topics)).await?;
         let mut by_leader: BTreeMap<String, BTreeMap<String, Vec<i32>>> = BTreeMap::new();
         for (t, p) in partitions {
             let addr = meta
