@@ -206,49 +206,9 @@ fn rig_librdkafka_roundtrip_10k_idempotent_group_in_order_on_destination_both_br
 
 // ------------------------------------------------------------------ lifecycle (isolated rig)
 
-/// An isolated rig instance: own run dir (temp) and a port offset; `down` on drop.
-struct Isolated {
-    dir: tempfile::TempDir,
-    offset: String,
-}
-
-impl Isolated {
-    fn new(offset: u16) -> Isolated {
-        Isolated {
-            dir: tempfile::Builder::new()
-                .prefix("mirrorgate-rig-test-")
-                .tempdir()
-                .expect("tempdir"),
-            offset: offset.to_string(),
-        }
-    }
-
-    fn rig(&self, args: &[&str]) -> Output {
-        let dir = self.dir.path().to_string_lossy().into_owned();
-        let t = if args.first() == Some(&"up") {
-            RIG_UP_TIMEOUT
-        } else {
-            RIG_TIMEOUT
-        };
-        rig_env(
-            args,
-            &[
-                ("MIRRORGATE_RIG_DIR", &dir),
-                ("MIRRORGATE_RIG_PORT_OFFSET", &self.offset),
-            ],
-            t,
-        )
-    }
-
-    fn pid_file(&self) -> PathBuf {
-        self.dir.path().join("third").join("node-1").join("pid")
-    }
-}
-
-impl Drop for Isolated {
-    fn drop(&mut self) {
-        let _ = self.rig(&["down"]);
-    }
+/// The pid file of the isolated rig's `third` node.
+fn pid_file(rig: &IsolatedRig) -> PathBuf {
+    rig.dir().join("third").join("node-1").join("pid")
 }
 
 fn process_exists(pid: u32) -> bool {
@@ -278,7 +238,7 @@ fn stdout(o: &Output) -> String {
 
 #[test]
 fn rig_lifecycle_up_twice_is_noop_status_shows_it_down_leaves_no_process_or_port() {
-    let rig = Isolated::new(1000);
+    let rig = IsolatedRig::new(1000);
     let (port, ctrl) = (23092 + 1000, 23093 + 1000);
     let line = format!("third=127.0.0.1:{port}");
     let me = std::process::id().to_string();
@@ -286,7 +246,7 @@ fn rig_lifecycle_up_twice_is_noop_status_shows_it_down_leaves_no_process_or_port
     let up1 = rig.rig(&["up", "third", "--owner-pid", &me]);
     expect_success("rig up third", &up1);
     assert!(stdout(&up1).contains(&line), "up output: {}", stdout(&up1));
-    let pid = read_pid(&rig.pid_file());
+    let pid = read_pid(&pid_file(&rig));
     assert!(process_exists(pid));
 
     let up2 = rig.rig(&["up", "third", "--owner-pid", &me]);
@@ -298,7 +258,7 @@ fn rig_lifecycle_up_twice_is_noop_status_shows_it_down_leaves_no_process_or_port
         String::from_utf8_lossy(&up2.stderr)
     );
     assert_eq!(
-        read_pid(&rig.pid_file()),
+        read_pid(&pid_file(&rig)),
         pid,
         "second up must keep the same broker"
     );
@@ -319,7 +279,7 @@ fn rig_lifecycle_up_twice_is_noop_status_shows_it_down_leaves_no_process_or_port
         !process_exists(pid),
         "broker pid {pid} still exists after down"
     );
-    assert!(!rig.pid_file().exists(), "pid file left behind");
+    assert!(!pid_file(&rig).exists(), "pid file left behind");
     for p in [port, ctrl] {
         assert!(
             TcpStream::connect_timeout(
@@ -342,7 +302,7 @@ fn rig_lifecycle_up_twice_is_noop_status_shows_it_down_leaves_no_process_or_port
 
 #[test]
 fn rig_up_fails_naming_a_port_already_taken_and_starts_nothing() {
-    let rig = Isolated::new(1100);
+    let rig = IsolatedRig::new(1100);
     let port = 23092 + 1100;
     let _taken = TcpListener::bind(("127.0.0.1", port)).expect("bind test port");
     let me = std::process::id().to_string();
@@ -357,7 +317,7 @@ fn rig_up_fails_naming_a_port_already_taken_and_starts_nothing() {
         "error must name the port: {err}"
     );
     assert!(err.contains("third"), "error must name the cluster: {err}");
-    assert!(!rig.pid_file().exists(), "nothing may be started");
+    assert!(!pid_file(&rig).exists(), "nothing may be started");
     let st = rig.rig(&["status"]);
     assert_eq!(stdout(&st).trim(), "");
 }

@@ -140,5 +140,56 @@ pub fn report_text(v: &serde_json::Value) -> String {
             timeline.join(", ")
         );
     }
+    let g = &v["final_group_sync"];
+    if let Some(outcome) = g["outcome"].as_str() {
+        let _ = write!(
+            out,
+            "group offset sync, final round: {outcome}, {} group(s) synced",
+            num(&g["groups_synced"])
+        );
+        if let Some(e) = g["error"].as_str() {
+            let _ = write!(out, "; {e}");
+        }
+        let _ = writeln!(out);
+        for n in g["groups_not_synced"].as_array().into_iter().flatten() {
+            let _ = writeln!(
+                out,
+                "  not synced: {} ({}: {})",
+                n["group"].as_str().unwrap_or("?"),
+                n["why"].as_str().unwrap_or("?"),
+                n["reason"].as_str().unwrap_or("?")
+            );
+        }
+    }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_says_which_groups_the_final_round_did_not_sync_and_why() {
+        let v = serde_json::json!({
+            "failover_id": "f", "mirror": "m", "called_by": "x", "totals": {},
+            "final_group_sync": {
+                "outcome": "incomplete", "groups_synced": 1,
+                "error": "cannot list the source's groups: refused",
+                "groups_not_synced": [{"group": "g", "why": "round_incomplete",
+                    "reason": "cannot list the source's groups: refused"}],
+                "ended_ms": 1
+            }
+        });
+        let text = report_text(&v);
+        assert!(
+            text.contains("group offset sync, final round: incomplete, 1 group(s) synced; cannot list the source's groups: refused"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "  not synced: g (round_incomplete: cannot list the source's groups: refused)"
+            ),
+            "{text}"
+        );
+    }
 }

@@ -22,6 +22,7 @@ use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 
+use crate::client::retry::{self, Lasting, Level};
 use crate::client::{Connector, KafkaClient};
 use crate::mirror::agent::wire;
 
@@ -36,6 +37,34 @@ const NEW_ID_AFTER: [i16; 4] = [45, 47, 59, 49];
 /// DUPLICATE_SEQUENCE_NUMBER: the broker has the batch already.
 const DUPLICATE: i16 = 46;
 
+/// Why a producer got no id.
+#[derive(Debug, thiserror::Error)]
+enum InitError {
+    #[error("InitProducerId answered error code {0}")]
+    Answered(i16),
+    #[error("{0}")]
+    Connection(String),
+}
+
+impl InitError {
+    /// A fresh cluster answers COORDINATOR_LOAD_IN_PROGRESS until it has its first block of
+    /// producer ids: retried quietly.
+    fn retriable(&self) -> bool {
+        match self {
+            InitError::Answered(code) => retry::is_retriable(*code),
+            InitError::Connection(_) => true,
+        }
+    }
+}
+
+/// Log a failure of the demo's producers: debug while it is passing, a WARN once it lasts.
+fn log_failure(lasting: &mut Lasting, retriable: bool, what: &str, error: &dyn std::fmt::Display) {
+    match lasting.failed(retriable, std::time::Instant::now()) {
+        Level::Warn => tracing::warn!(error = %error, "demo producers: {what}"),
+        Level::Quiet => tracing::debug!(error = %error, "demo producers: {what}; retried"),
+    }
+}
+
 /// One idempotent producer: its id, epoch and next sequence per partition.
 struct Idempotent {
     name: String,
@@ -46,21 +75,21 @@ struct Idempotent {
 
 impl Idempotent {
     /// A new producer id from the broker at `addr` (no transactional id: idempotent only).
-    async fn init(name: String, addr: &str) -> Result<Self, String> {
+    async fn init(name: String, addr: &str) -> Result<Self, InitError> {
         let mut c = KafkaClient::connect(addr, TIMEOUT)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| InitError::Connection(e.to_string()))?;
         let req = InitProducerIdRequest::default()
             .with_transactional_id(None)
             .with_transaction_timeout_ms(60_000)
             .with_producer_id((-1).into())
             .with_producer_epoch(-1);
-        let resp = c.send(&req, 4).await.map_err(|e| e.to_string())?;
+        let resp = c
+            .send(&req, 4)
+            .await
+            .map_err(|e| InitError::Connection(e.to_string()))?;
         if resp.error_code != 0 {
-            return Err(format!(
-                "InitProducerId answered error code {}",
-                resp.error_code
-            ));
+            return Err(InitError::Answered(resp.error_code));
         }
         Ok(Idempotent {
             name,
@@ -164,7 +193,8 @@ async fn leader(bootstrap: &str, topic: &str, partition: i32) -> Result<String, 
 
 /// Write the demo topic on the source for ever: a record every 200 ms, round robin over the
 /// producers and the partitions. A producer whose id the broker no longer accepts asks for a
-/// new one; a lost connection is reopened.
+/// new one; a lost connection is reopened. A fresh cluster's first answers (no producer id block
+/// yet, a leader not elected yet) are retried quietly; only a failure that lasts is a WARN.
 pub async fn source_producers(bootstrap: String, topic: String) {
     if let Err(e) = create_topic(&bootstrap, &topic).await {
         tracing::warn!(error = %e, "demo producers: cannot create the topic");
@@ -172,6 +202,7 @@ pub async fn source_producers(bootstrap: String, topic: String) {
     let mut producers: Vec<Option<Idempotent>> = (0..SOURCE_PRODUCERS).map(|_| None).collect();
     let mut client: Option<KafkaClient> = None;
     let mut i: u64 = 0;
+    let mut failing = Lasting::default();
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let slot = (i as usize) % SOURCE_PRODUCERS;
@@ -185,7 +216,7 @@ pub async fn source_producers(bootstrap: String, topic: String) {
                     producers[slot] = Some(p);
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "demo producers: cannot get a producer id");
+                    log_failure(&mut failing, e.retriable(), "cannot get a producer id", &e);
                     continue;
                 }
             }
@@ -194,7 +225,7 @@ pub async fn source_producers(bootstrap: String, topic: String) {
             match KafkaClient::connect(&bootstrap, TIMEOUT).await {
                 Ok(c) => client = Some(c),
                 Err(e) => {
-                    tracing::warn!(error = %e, "demo producers: cannot reach the source");
+                    log_failure(&mut failing, true, "cannot reach the source", &e);
                     continue;
                 }
             }
@@ -215,16 +246,22 @@ pub async fn source_producers(bootstrap: String, topic: String) {
             }
         };
         match produce(c, &topic, partition, batch).await {
-            Ok((0 | DUPLICATE, _)) => p.next[partition as usize] = seq.wrapping_add(1),
+            Ok((0 | DUPLICATE, _)) => {
+                p.next[partition as usize] = seq.wrapping_add(1);
+                failing.succeeded();
+            }
             Ok((code, _)) if NEW_ID_AFTER.contains(&code) => {
                 tracing::info!(producer = %p.name, code, "demo producers: new producer id");
                 producers[slot] = None;
             }
-            Ok((code, _)) => {
-                tracing::warn!(code, partition, "demo producers: produce refused; retrying")
-            }
+            Ok((code, _)) => log_failure(
+                &mut failing,
+                retry::is_retriable(code),
+                "produce refused",
+                &format!("partition {partition}: error code {code}"),
+            ),
             Err(e) => {
-                tracing::warn!(error = %e, "demo producers: produce failed; reconnecting");
+                log_failure(&mut failing, true, "produce failed; reconnecting", &e);
                 client = None;
             }
         }

@@ -3,13 +3,15 @@
 //! transport of `net` and the wire format of `protocol`.
 //!
 //! Owns: opening such a connection ([`Connector`]: the transport, then the gateway's SASL
-//! login, [`sasl`] and [`scram`]), and sending requests on it ([`KafkaClient`]).
+//! login, [`sasl`] and [`scram`]), and sending requests on it ([`KafkaClient`]); which answers
+//! are retriable and when their retries stop being quiet ([`retry`]).
 //! Must not touch: client connections proxied by the gateway (their bytes, SASL included, are
 //! `proxy/`'s), the cluster view and any gateway state, metrics.
 
 mod connector;
 mod kafka;
 pub mod ops;
+pub mod retry;
 pub mod sasl;
 pub mod scram;
 

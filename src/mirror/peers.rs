@@ -420,6 +420,30 @@ impl PeerLink {
         })
     }
 
+    /// Why this instance may not write `mirror`'s group offsets now (`None`: it may, as far as
+    /// the peers go): it holds no lease on the state topic (it was paused, or cut off: it may
+    /// not have read a failover yet), or — outside the failover's final round — a failover of
+    /// the mirror is announced, through any instance. A mirror's pause does not refuse: the
+    /// sync goes on for PAUSED partitions.
+    pub fn group_sync_refusal(&self, mirror: &str, final_round: bool) -> Option<String> {
+        let v = self.view();
+        if let Some(p) = v.lease_problem(Instant::now()) {
+            return Some(format!(
+                "this instance holds no lease on the state topic {} ({p})",
+                self.topic
+            ));
+        }
+        if final_round {
+            return None;
+        }
+        v.driver(mirror).map(|a| {
+            format!(
+                "mirror {mirror} is failed over through instance {} (failover {})",
+                a.by, a.failover_id
+            )
+        })
+    }
+
     /// The instance that failed `mirror` over, when another one did.
     pub fn failed_over_by(&self, mirror: &str) -> Option<(String, String)> {
         self.view()
@@ -831,6 +855,29 @@ mod tests {
         l.read_once(next, &no_fence()).await;
         tokio::time::sleep(Duration::from_millis(20)).await;
         l.read_once(next, &no_fence()).await;
+    }
+
+    #[tokio::test]
+    async fn group_sync_commits_need_the_lease_and_periodic_ones_stop_at_an_announced_failover() {
+        let t = Arc::new(Topic::default());
+        let a = PeerLink::new("a", "st", Duration::from_secs(10), t.clone());
+        let b = PeerLink::new("b", "st", Duration::from_secs(10), t.clone());
+        assert!(b
+            .group_sync_refusal("m", true)
+            .is_some_and(|w| w.contains("no lease")));
+        let (mut na, mut nb) = (0, 0);
+        step(&a, &mut na).await;
+        step(&b, &mut nb).await;
+        assert_eq!(b.group_sync_refusal("m", false), None);
+        a.announce("m", "f1").await.unwrap();
+        step(&b, &mut nb).await;
+        let why = b.group_sync_refusal("m", false).unwrap_or_default();
+        assert!(why.contains("through instance a"), "{why}");
+        assert_eq!(
+            b.group_sync_refusal("m", true),
+            None,
+            "the final round runs during the failover"
+        );
     }
 
     #[tokio::test]

@@ -6,7 +6,8 @@
 //! (`rpo_records`, `rpo_seconds`, from the source's own log end read at completion; unknown when
 //! the source cannot be reached, with the last figure the agent knew and its age), the producers
 //! the barrier expired and the transactions it aborted; `rto_seconds` (call → last partition
-//! STOPPED) and totals.
+//! STOPPED) and totals; what the group offset sync's final round did (the groups it did not sync,
+//! and why).
 //!
 //! Owns: the report's shape, its assembly ([`complete`], a pure function) and its files.
 //! Must not touch: the failover, the agent, the source (the caller reads them).
@@ -17,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::state::StateStore;
 
+use super::groups::outcome::FinalGroupSync;
 use super::state::{AbortedTransaction, MirrorRecord, PartitionState};
 
 /// The state store area of the reports.
@@ -53,6 +55,12 @@ pub struct FailoverReport {
     /// order (absent in reports of older versions).
     #[serde(default)]
     pub steps: Vec<StepTiming>,
+    /// What the group offset sync's final round did at this failover on the instance that
+    /// completed the report: complete, incomplete (the groups it did not sync, and why) or
+    /// skipped (why). Absent when the mirror has no group sync, when that instance ran no final
+    /// round for this failover, and in reports of older versions.
+    #[serde(default)]
+    pub final_group_sync: Option<FinalGroupSync>,
 }
 
 /// When the partitions of a failover reached one step.
@@ -192,6 +200,7 @@ impl FailoverReport {
             partitions: Vec::new(),
             totals: None,
             steps: Vec::new(),
+            final_group_sync: None,
         }
     }
 

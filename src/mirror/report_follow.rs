@@ -1,6 +1,7 @@
 //! Completing a failover report: a task per open report waits until its failover completed
 //! (every partition STOPPED by it), reads the source and the agent's offset map at that moment
-//! (`Agent::at_completion`) and stores the completed report. Started when a failover is called,
+//! (`Agent::at_completion`) and what the group sync's final round did, and stores the completed
+//! report. Started when a failover is called,
 //! at gateway start for every report a restart left open, and — several instances — for a
 //! report published open on the state topic whose failover this instance drives now (it took
 //! the failover over). With several instances each report is also published on the state
@@ -182,7 +183,13 @@ async fn follow(
                 Some(a) => a.at_completion(&report.mirror, &parts, SOURCE_READ).await,
                 None => Default::default(),
             };
-            let done = complete(report, &record, &read, now_ms());
+            let mut done = complete(report, &record, &read, now_ms());
+            // The final round this instance ran for this failover (not one of an earlier one).
+            done.final_group_sync = agent
+                .as_ref()
+                .and_then(|a| a.group_sync(&done.mirror))
+                .and_then(|g| g.status().final_round)
+                .filter(|f| f.ended_ms >= done.called_ms);
             tracing::info!(
                 mirror = %done.mirror, failover_id = %done.failover_id, rto_seconds = ?done.rto_seconds,
                 rpo_records = ?done.totals.and_then(|t| t.rpo_records),

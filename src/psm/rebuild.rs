@@ -1,7 +1,10 @@
 //! Rebuilding a partition's PSM from its snapshot plus the log tail on the destination (the log
 //! is the source of truth), and the background maintenance of the registry: discovering tracked
-//! partitions, rebuilding, expiry, snapshots, and the brokers' expiration settings.
+//! partitions, rebuilding, expiry, snapshots, and the brokers' expiration settings. A failed
+//! rebuild is retried; a passing failure (a new partition's leader not taken over yet) is logged
+//! at debug until it lasts (`client::retry`).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +13,7 @@ use kafka_protocol::messages::DescribeConfigsRequest;
 use kafka_protocol::protocol::StrBytes;
 use tokio::sync::watch;
 
+use crate::client::retry::{Lasting, Level};
 use crate::client::{PartitionRequestError, EARLIEST};
 use crate::cluster::ClusterView;
 use crate::protocol::batch::{control_marker, BatchWalker, ControlType};
@@ -42,6 +46,23 @@ pub enum RebuildError {
         partition: i32,
         source: SlotError,
     },
+}
+
+impl RebuildError {
+    /// A passing failure (no leader yet, a lost connection, a retriable answer): the next
+    /// attempt may succeed.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            RebuildError::NoLeader { .. } => true,
+            RebuildError::Request { source, .. } => match source {
+                PartitionRequestError::Partition(p) => {
+                    crate::client::retry::is_retriable(p.error_code)
+                }
+                PartitionRequestError::Client(_) | PartitionRequestError::Missing { .. } => true,
+            },
+            RebuildError::Corrupt { .. } | RebuildError::Install { .. } => false,
+        }
+    }
 }
 
 /// What a rebuild read.
@@ -424,6 +445,9 @@ pub async fn maintain(
     let mut last_snapshot = tokio::time::Instant::now();
     let mut first_rebuild_done = false;
     let mut last_txn_check = tokio::time::Instant::now();
+    // Per partition, its failed rebuilds since its last one (a fresh topic's leader answers
+    // NOT_LEADER_OR_FOLLOWER for its first moments: quiet until it lasts).
+    let mut failing: HashMap<(String, i32), Lasting> = HashMap::new();
     // Test hook: hold the first rebuilds for this long after start (a slow rebuild of a large
     // partition), so a failover called meanwhile can be shown to wait for them.
     let hold_until = tokio::time::Instant::now()
@@ -473,16 +497,32 @@ pub async fn maintain(
                 )
                 .await
                 {
-                    Ok(stats) => tracing::info!(
-                        topic,
-                        partition,
-                        from = stats.from_offset,
-                        to = stats.to_offset,
-                        batches = stats.batches,
-                        from_snapshot = stats.from_snapshot,
-                        "producer state rebuilt"
-                    ),
-                    Err(e) => tracing::warn!(error = %e, "producer state rebuild failed; retrying"),
+                    Ok(stats) => {
+                        failing.remove(&(topic.clone(), partition));
+                        tracing::info!(
+                            topic,
+                            partition,
+                            from = stats.from_offset,
+                            to = stats.to_offset,
+                            batches = stats.batches,
+                            from_snapshot = stats.from_snapshot,
+                            "producer state rebuilt"
+                        )
+                    }
+                    Err(e) => {
+                        let level = failing
+                            .entry((topic.clone(), partition))
+                            .or_default()
+                            .failed(e.is_retriable(), std::time::Instant::now());
+                        match level {
+                            Level::Warn => {
+                                tracing::warn!(error = %e, "producer state rebuild failed; retrying")
+                            }
+                            Level::Quiet => {
+                                tracing::debug!(error = %e, "producer state rebuild: a passing answer; retried")
+                            }
+                        }
+                    }
                 }
                 if *shutdown.borrow() {
                     return;
@@ -512,5 +552,38 @@ pub async fn maintain(
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::PartitionError;
+    use kafka_protocol::messages::ApiKey;
+
+    fn answered(code: i16) -> RebuildError {
+        RebuildError::Request {
+            topic: "t".into(),
+            partition: 0,
+            source: PartitionRequestError::Partition(PartitionError {
+                api: ApiKey::ListOffsets,
+                topic: "t".into(),
+                partition: 0,
+                error_code: code,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_new_partitions_leader_not_taken_over_yet_is_a_passing_rebuild_failure() {
+        // NOT_LEADER_OR_FOLLOWER, the answer of a just-created partition's leader.
+        assert!(answered(6).is_retriable());
+        assert!(RebuildError::NoLeader {
+            topic: "t".into(),
+            partition: 0
+        }
+        .is_retriable());
+        // TOPIC_AUTHORIZATION_FAILED lasts.
+        assert!(!answered(29).is_retriable());
     }
 }

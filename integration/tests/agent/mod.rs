@@ -242,7 +242,7 @@ fn kv(log: &Log) -> Vec<(Option<String>, Option<String>)> {
 }
 
 /// The first completed report `admin` lists for `mirror` (waits 30 s for it).
-fn completed_report(admin: &str, mirror: &str) -> serde_json::Value {
+pub fn completed_report(admin: &str, mirror: &str) -> serde_json::Value {
     let mut report = serde_json::Value::Null;
     wait_for(
         "the failover's report listed, completed",

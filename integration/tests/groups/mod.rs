@@ -8,7 +8,8 @@
 //! with `share.auto.offset.reset=earliest` on the destination.
 //!
 //! The tests, by behaviour: `resume.rs` (Java and librdkafka groups across a failover, the
-//! source up or killed), `rules.rs` (skipped active, clamp, nothing after failover, the API and
+//! source up or killed), `rounds.rs` (what a round does with retriable answers and a lost
+//! source: the first round on a fresh destination, the final round's report), `rules.rs` (skipped active, clamp, nothing after failover, the API and
 //! CLI on bad input), `compacted.rs`, `streams.rs` (Kafka Streams with exactly_once_v2 restarted
 //! through the gateway, after a planned move and after a failover with its output not mirrored
 //! yet). This file holds the shared helpers.
@@ -29,6 +30,7 @@ use crate::harness;
 
 mod compacted;
 mod resume;
+mod rounds;
 mod rules;
 mod share;
 mod streams;
@@ -39,7 +41,12 @@ const SYNC_INTERVAL_MS: u64 = 300;
 /// A gateway config mirroring `topics` from `source` with the group sync every
 /// [`SYNC_INTERVAL_MS`].
 fn groups_config(name: &str, topics: &[&str], source: &str) -> Config {
-    let mut cfg = test_config(&harness::cluster("destination"));
+    groups_config_to(name, topics, source, &harness::cluster("destination"))
+}
+
+/// As [`groups_config`], in front of the cluster `destination`.
+fn groups_config_to(name: &str, topics: &[&str], source: &str, destination: &str) -> Config {
+    let mut cfg = test_config(destination);
     cfg.mirrors = vec![MirrorConfig {
         name: name.into(),
         topics: topics.iter().map(|t| t.to_string()).collect(),
@@ -279,8 +286,13 @@ fn assert_nothing_skipped(all: &BTreeSet<String>, source: &[Read], destination: 
 
 /// The committed offsets of `group` on the destination cluster itself.
 fn destination_committed(group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
+    committed_on(&harness::cluster("destination"), group, topic, partitions)
+}
+
+/// The committed offsets of `group` on the cluster at `bootstrap`.
+fn committed_on(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
     let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", harness::cluster("destination"))
+        .set("bootstrap.servers", bootstrap)
         .set("group.id", group)
         .create()
         .expect("consumer");

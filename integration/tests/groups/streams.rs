@@ -31,6 +31,43 @@ fn input(round: &str, i: usize) -> (String, String) {
     (format!("k{}", i % KEYS), format!("{round}-{i}"))
 }
 
+/// The ids of the `n` input records of `round`.
+fn ids(round: &str, n: usize) -> BTreeSet<String> {
+    (0..n).map(|i| input(round, i).1).collect()
+}
+
+/// How many output records each input id has (an output value is `<input id>:<count>`).
+fn outputs_per_input(seen: &BTreeMap<i32, Vec<(String, String)>>) -> BTreeMap<String, usize> {
+    let mut times: BTreeMap<String, usize> = BTreeMap::new();
+    for (_, value) in seen.values().flatten() {
+        let id = value.rsplit_once(':').map_or(value.as_str(), |(id, _)| id);
+        *times.entry(id.to_string()).or_default() += 1;
+    }
+    times
+}
+
+/// How many outputs each input id has, as a `read_committed` consumer reads `output` through
+/// the gateway; fails when an input of `all` has none (its processing lost: the group's offsets,
+/// `synced` on the destination, were ahead of its mirrored output).
+fn outputs_through_the_gateway(
+    gw: &TestGateway,
+    output: &str,
+    all: &BTreeSet<String>,
+    synced: &BTreeMap<i32, i64>,
+) -> BTreeMap<String, usize> {
+    let seen = read_committed(&gw.bootstrap(), output, all.len());
+    let times = outputs_per_input(&seen);
+    let lost: Vec<&String> = all.iter().filter(|id| !times.contains_key(*id)).collect();
+    assert!(
+        lost.is_empty(),
+        "{} input records processed on the source have no output on the destination (lost \
+         processing: their offsets were synced ahead of their mirrored output): {lost:?}; \
+         the group's offsets on the destination after the failover: {synced:?}",
+        lost.len()
+    );
+    times
+}
+
 /// Write the `n` input records of `round` (idempotent, acks=all), each key to its partition.
 fn produce_input(bootstrap: &str, topic: &str, round: &str, n: usize) {
     let p: BaseProducer = ClientConfig::new()
@@ -205,7 +242,7 @@ fn a_kafka_streams_exactly_once_application_restarted_through_the_gateway_after_
     // On the source: the first input, processed exactly once, then the application stops.
     produce_input(&source, &input_topic, "a", BEFORE);
     let first = run_app(&source, &app, &input_topic, &output, "a", BEFORE);
-    let round_a: BTreeSet<String> = (0..BEFORE).map(|i| input("a", i).1).collect();
+    let round_a = ids("a", BEFORE);
     assert_eq!(first, round_a, "the first run processed the first input");
 
     // Planned move: everything it wrote is mirrored, markers included, and its group synced.
@@ -225,7 +262,7 @@ fn a_kafka_streams_exactly_once_application_restarted_through_the_gateway_after_
     // with an empty state directory: its counts can only come from the mirrored changelog.
     produce_input(&gw.bootstrap(), &input_topic, "b", AFTER);
     let second = run_app(&gw.bootstrap(), &app, &input_topic, &output, "b", AFTER);
-    let round_b: BTreeSet<String> = (0..AFTER).map(|i| input("b", i).1).collect();
+    let round_b = ids("b", AFTER);
     assert_eq!(
         second, round_b,
         "the restarted application went on from the synced offsets: none of the first input again"
@@ -234,11 +271,7 @@ fn a_kafka_streams_exactly_once_application_restarted_through_the_gateway_after_
     // What a read_committed consumer of the output sees through the gateway.
     let total = BEFORE + AFTER;
     let seen = read_committed(&gw.bootstrap(), &output, total);
-    let mut times: BTreeMap<String, usize> = BTreeMap::new();
-    for (_, value) in seen.values().flatten() {
-        let id = value.rsplit_once(':').map_or(value.as_str(), |(id, _)| id);
-        *times.entry(id.to_string()).or_default() += 1;
-    }
+    let times = outputs_per_input(&seen);
     let duplicated: Vec<_> = times.iter().filter(|(_, n)| **n > 1).collect();
     assert!(
         duplicated.is_empty(),
@@ -300,8 +333,6 @@ fn an_exactly_once_applications_offsets_are_not_synced_ahead_of_its_mirrored_out
     let destination = harness::cluster("destination");
     let name = "ahead";
     let (gw, app, input_topic, output, changelog) = mirrored_app(&source, "streams-ahead", name);
-    let ids =
-        |round: &str, n: usize| -> BTreeSet<String> { (0..n).map(|i| input(round, i).1).collect() };
 
     // The first input processed on the source, everything mirrored (markers included) and the
     // group's offsets synced: the last consistent point.
@@ -377,20 +408,7 @@ fn an_exactly_once_applications_offsets_are_not_synced_ahead_of_its_mirrored_out
         .chain(ids("b", SECOND))
         .chain(ids("c", THIRD))
         .collect();
-    let seen = read_committed(&gw.bootstrap(), &output, all.len());
-    let mut times: BTreeMap<String, usize> = BTreeMap::new();
-    for (_, value) in seen.values().flatten() {
-        let id = value.rsplit_once(':').map_or(value.as_str(), |(id, _)| id);
-        *times.entry(id.to_string()).or_default() += 1;
-    }
-    let lost: Vec<&String> = all.iter().filter(|id| !times.contains_key(*id)).collect();
-    assert!(
-        lost.is_empty(),
-        "{} input records processed on the source have no output on the destination (lost \
-         processing: their offsets were synced ahead of their mirrored output): {lost:?}; \
-         the group's offsets on the destination after the failover: {synced:?}",
-        lost.len()
-    );
+    let times = outputs_through_the_gateway(&gw, &output, &all, &synced);
     let beyond: Vec<(&String, &usize)> = times
         .iter()
         .filter(|(id, n)| **n > 2 || (**n > 1 && !reread.contains(*id)))
@@ -399,6 +417,49 @@ fn an_exactly_once_applications_offsets_are_not_synced_ahead_of_its_mirrored_out
         beyond.is_empty(),
         "output duplicated beyond the re-read input {reread:?}: {beyond:?}"
     );
+    let unknown: Vec<&String> = times.keys().filter(|id| !all.contains(*id)).collect();
+    assert!(unknown.is_empty(), "output for no input: {unknown:?}");
+}
+
+/// Review G7: the application's first run happens while the mirror is paused, so the agent has
+/// never mirrored a transaction into its output (and its changelog topic is created then). At
+/// every round the output's transactions are complete on the source: the cut left the output
+/// out and the sync committed the input offsets, whose output never reached the destination;
+/// after the failover the restarted application skipped that input.
+#[test]
+fn an_exactly_once_applications_output_never_mirrored_before_the_failover_is_not_skipped() {
+    const FIRST: usize = 60;
+    const SECOND: usize = 24;
+    let source = harness::cluster("source");
+    let name = "unplanned";
+    let (gw, app, input_topic, output, _changelog) =
+        mirrored_app(&source, "streams-unplanned", name);
+
+    // The input is mirrored, then the mirror is paused before the application ever runs.
+    produce_input(&source, &input_topic, "a", FIRST);
+    wait_mirrored(&gw, name, &source, &input_topic, PARTITIONS);
+    pause(&gw.admin(), name, 2 * PARTITIONS as u64);
+    let first = run_app(&source, &app, &input_topic, &output, "a", FIRST);
+    assert_eq!(first, ids("a", FIRST), "the first run processed the input");
+    // Ten sync intervals: periodic rounds read the group's offsets on the source meanwhile.
+    std::thread::sleep(Duration::from_millis(10 * SYNC_INTERVAL_MS));
+
+    // The source is lost (emulated by failing over while paused: nothing more is mirrored).
+    failover(&gw.admin(), name);
+    wait_stopped(&gw.admin(), name);
+    let synced = destination_committed(&app, &input_topic, PARTITIONS);
+
+    // Restarted through the gateway with an empty state directory, with more input.
+    produce_input(&gw.bootstrap(), &input_topic, "b", SECOND);
+    run_app(&gw.bootstrap(), &app, &input_topic, &output, "b", SECOND);
+
+    let all: BTreeSet<String> = ids("a", FIRST)
+        .into_iter()
+        .chain(ids("b", SECOND))
+        .collect();
+    let times = outputs_through_the_gateway(&gw, &output, &all, &synced);
+    let twice: Vec<(&String, &usize)> = times.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "output duplicated: {twice:?}");
     let unknown: Vec<&String> = times.keys().filter(|id| !all.contains(*id)).collect();
     assert!(unknown.is_empty(), "output for no input: {unknown:?}");
 }

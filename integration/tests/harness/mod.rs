@@ -851,3 +851,93 @@ pub fn init_transactions<C: ProducerContext>(producer: &impl Producer<C>) {
         }
     }
 }
+
+// ------------------------------------------------------------------ clusters of one test
+
+/// A rig instance of one test alone: its own run directory (a temp directory) and every port
+/// shifted by `port_offset` (`MIRRORGATE_RIG_DIR`, `MIRRORGATE_RIG_PORT_OFFSET`). The shared
+/// clusters are never touched. `rig down` and the directory removed when dropped.
+pub struct IsolatedRig {
+    dir: tempfile::TempDir,
+    offset: String,
+}
+
+impl IsolatedRig {
+    /// `port_offset` must be unique among the tests (and leave the shared rig's ports and the
+    /// ephemeral range alone).
+    pub fn new(port_offset: u16) -> IsolatedRig {
+        IsolatedRig {
+            dir: tempfile::Builder::new()
+                .prefix("mirrorgate-rig-test-")
+                .tempdir()
+                .expect("tempdir"),
+            offset: port_offset.to_string(),
+        }
+    }
+
+    /// Its run directory.
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// `integration/rig ARGS` on it (`up` bounded by [`RIG_UP_TIMEOUT`], the rest by
+    /// [`RIG_TIMEOUT`]).
+    pub fn rig(&self, args: &[&str]) -> Output {
+        let dir = self.dir.path().to_string_lossy().into_owned();
+        let timeout = if args.first() == Some(&"up") {
+            RIG_UP_TIMEOUT
+        } else {
+            RIG_TIMEOUT
+        };
+        rig_env(
+            args,
+            &[
+                ("MIRRORGATE_RIG_DIR", &dir),
+                ("MIRRORGATE_RIG_PORT_OFFSET", &self.offset),
+            ],
+            timeout,
+        )
+    }
+}
+
+impl Drop for IsolatedRig {
+    fn drop(&mut self) {
+        let out = self.rig(&["down"]);
+        if !out.status.success() {
+            eprintln!(
+                "stopping the test's own rig failed: {}",
+                tail_text(&out.stderr, 20)
+            );
+        }
+    }
+}
+
+/// A one-broker Kafka cluster of one test alone: the rig's `third` layout on an [`IsolatedRig`]
+/// (as the consumer-failover benchmark runs its source). It starts with fresh storage (no
+/// `__consumer_offsets` yet) and the test may kill it. Stopped when dropped.
+pub struct OwnCluster {
+    rig: IsolatedRig,
+    pub bootstrap: String,
+}
+
+impl OwnCluster {
+    /// Start it on ports shifted by `port_offset` (see [`IsolatedRig::new`]).
+    pub fn start(port_offset: u16) -> OwnCluster {
+        let rig = IsolatedRig::new(port_offset);
+        let pid = std::process::id().to_string();
+        let out = rig.rig(&["up", "third", "--owner-pid", &pid]);
+        expect_success("integration/rig up third (own cluster)", &out);
+        let bootstrap = parse_status(&out.stdout)
+            .remove("third")
+            .expect("the own cluster's address");
+        OwnCluster { rig, bootstrap }
+    }
+
+    /// SIGKILL its broker: the cluster stops answering (connections refused).
+    pub fn kill(&self) {
+        expect_success(
+            "integration/rig kill-node third 1 (own cluster)",
+            &self.rig.rig(&["kill-node", "third", "1"]),
+        );
+    }
+}

@@ -1,6 +1,7 @@
 //! The link between the agent and its mirrors' group offset syncs ([`crate::mirror::groups`]):
 //! each sync is built here over the agent's source connection settings and reads the agent's
-//! offset map of its mirror.
+//! offset map of its mirror. Its gate: this instance owns the mirror's agent and, several
+//! instances, the peers do not refuse (lease, failover announced: `group_sync_refusal`).
 //!
 //! Owns: creating the syncs and registering their metrics. Must not touch: the syncs' rules,
 //! the agent's tasks.
@@ -10,7 +11,8 @@ use std::sync::Arc;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::mirror::groups::kafka_io::{KafkaGroupIo, MapLookup, TxnLookup};
-use crate::mirror::groups::{metrics as group_metrics, GroupSync};
+use crate::mirror::groups::policy::RoundKind;
+use crate::mirror::groups::{metrics as group_metrics, Gate, GroupSync};
 
 use super::{lock, MirrorAgent, MirrorGroupSync};
 
@@ -56,13 +58,25 @@ pub(super) fn start_group_syncs(
         )
         .with_transactions(txns);
         let weak = Arc::downgrade(m);
-        let runs_here = Arc::new(move || {
-            weak.upgrade()
-                .is_some_and(|m| lock(&m.owner_epoch).is_some())
+        // Asked when a round starts and before every commit (review G14).
+        let may_write: Gate = Arc::new(move |kind| {
+            let m = weak.upgrade().ok_or("the agent has stopped")?;
+            if lock(&m.owner_epoch).is_none() {
+                return Err(
+                    "not the agent's owner: another instance runs the mirror's agent".into(),
+                );
+            }
+            match m
+                .controller
+                .group_sync_refusal(&m.name, kind == RoundKind::Final)
+            {
+                Some(why) => Err(why),
+                None => Ok(()),
+            }
         });
         let sync = GroupSync::new(&m.name, cfg, io, counters.clone())
             .map_err(|e| format!("mirror {:?}: groups: {e}", m.name))?
-            .with_gate(runs_here);
+            .with_gate(may_write);
         let sync = Arc::new(sync);
         gauges.add(&(sync.clone() as Arc<dyn group_metrics::SyncGauges>));
         out.push(sync);

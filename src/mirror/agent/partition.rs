@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::client::retry::{Lasting, Level};
 use crate::client::{KafkaClient, EARLIEST};
 use crate::protocol::batch::{BatchHeader, BatchWalker};
 
@@ -393,6 +394,8 @@ impl Task {
         tracing::info!(mirror = %self.m.name, topic = %self.topic, partition = self.partition,
             source_offset = self.next_src, destination_offset = self.next_dst, "mirroring partition");
         let mut attempt = 0u32;
+        // A fresh topic's leader, a leader moving: quiet retries until the failure lasts.
+        let mut failing = Lasting::default();
         loop {
             if self.stopped() {
                 return Err(Halt::Stop);
@@ -400,12 +403,18 @@ impl Task {
             let f = match self.source_fetch(self.next_src).await {
                 Ok(f) => {
                     attempt = 0;
+                    failing.succeeded();
                     f
                 }
                 Err(Halt::Retry(e)) => {
                     attempt += 1;
-                    if attempt == 1 || attempt % 20 == 0 {
-                        tracing::warn!(mirror = %self.m.name, topic = %self.topic, partition = self.partition, error = %e, "source fetch failed; retrying");
+                    match failing.failed(true, std::time::Instant::now()) {
+                        Level::Warn => {
+                            tracing::warn!(mirror = %self.m.name, topic = %self.topic, partition = self.partition, error = %e, "source fetch failed; retrying")
+                        }
+                        Level::Quiet => {
+                            tracing::debug!(mirror = %self.m.name, topic = %self.topic, partition = self.partition, error = %e, "source fetch: a passing failure; retried")
+                        }
                     }
                     self.sleep(backoff(attempt)).await?;
                     continue;

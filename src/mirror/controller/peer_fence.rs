@@ -63,6 +63,15 @@ impl MirrorController {
         }
     }
 
+    /// Why this instance may not write `mirror`'s group offsets now (`None`: it may, as far as
+    /// the peers go; always `None` for the only instance). `final_round`: the failover's final
+    /// round, which runs while the failover is announced.
+    pub fn group_sync_refusal(&self, mirror: &str, final_round: bool) -> Option<String> {
+        self.peers
+            .get()
+            .and_then(|p| p.group_sync_refusal(mirror, final_round))
+    }
+
     /// The agent's offset maps of `mirror` as its last owner published them on the state topic.
     pub fn published_agent_offsets(&self, mirror: &str) -> Option<serde_json::Value> {
         self.peers.get().and_then(|p| p.agent_offsets(mirror))

@@ -9,9 +9,15 @@
 //! - commits: OffsetCommit (v8) with generation -1 and no member id, the admin-style commit
 //!   Kafka accepts only for a group without members (a member that joined since the listing
 //!   makes it refuse: reported as [`CommitOutcome::GroupActive`]);
-//! - log start: ListOffsets on the destination partition's leader.
+//! - log start: ListOffsets on the destination partition's leader;
+//! - the source side of the consistent cut ([`source`]): the mirror's partitions as the source
+//!   has them, log ends, and the unmirrored records' batch headers.
 //!
-//! Connections are kept between requests and dropped on any error.
+//! Connections are kept between requests and dropped on any error. Errors say whether asking
+//! again may succeed ([`IoError::retriable`]): a lost connection, a leader or coordinator not
+//! known yet, and the answers Kafka calls retriable (`client::retry`) — a destination that has
+//! no `__consumer_offsets` yet answers FindCoordinator COORDINATOR_NOT_AVAILABLE until it has
+//! created it.
 //!
 //! Owns: those requests and their error mapping. Must not touch: the sync's rules (`policy`).
 
@@ -28,15 +34,16 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::client::{Connector, KafkaClient, EARLIEST};
+use crate::client::{Connector, KafkaClient, PartitionRequestError, EARLIEST};
 use crate::cluster::ClusterView;
 use crate::config::{ClusterConfig, TopicRouter};
 use crate::mirror::agent::offsets::PartitionMap;
-use crate::mirror::agent::wire;
 use crate::mirror::controller::MirrorController;
 use crate::mirror::PartitionState;
 
-use super::policy::{CommitOutcome, GroupIo, IoError, RoundKind, Tp};
+use super::policy::{CommitOutcome, GroupIo, IoError, RoundKind, Scan, Tp};
+
+mod source;
 
 /// The agent's offset map of a partition of this mirror.
 pub type MapLookup = Arc<dyn Fn(&str, i32) -> Option<PartitionMap> + Send + Sync>;
@@ -72,6 +79,8 @@ pub struct KafkaGroupIo {
     maps: MapLookup,
     txns: Option<TxnLookup>,
     conns: tokio::sync::Mutex<HashMap<(Side, String), KafkaClient>>,
+    /// Per partition, a range of source offsets proven free of transactional batches.
+    clean: std::sync::Mutex<HashMap<Tp, (i64, i64)>>,
 }
 
 impl KafkaGroupIo {
@@ -100,6 +109,7 @@ impl KafkaGroupIo {
             maps,
             txns: None,
             conns: tokio::sync::Mutex::new(HashMap::new()),
+            clean: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -107,91 +117,6 @@ impl KafkaGroupIo {
     pub fn with_transactions(mut self, txns: TxnLookup) -> Self {
         self.txns = Some(txns);
         self
-    }
-
-    /// (log end, last stable offset) of source partitions, from their leaders.
-    async fn ends(&self, partitions: &[Tp]) -> Result<BTreeMap<Tp, (i64, i64)>, IoError> {
-        use kafka_protocol::messages::list_offsets_request::{
-            ListOffsetsPartition, ListOffsetsTopic,
-        };
-        use kafka_protocol::messages::ListOffsetsRequest;
-        let mut topics: Vec<String> = partitions.iter().map(|(t, _)| t.clone()).collect();
-        topics.sort();
-        topics.dedup();
-        let meta = wire::metadata_of(
-            &self.source_connector,
-            &self.source.bootstrap,
-            self.timeout(Side::Source),
-            Some(&topics),
-        )
-        .await
-        .map_err(|e| IoError(e.to_string()))?;
-        let mut by_leader: BTreeMap<String, BTreeMap<String, Vec<i32>>> = BTreeMap::new();
-        for (t, p) in partitions {
-            let addr = meta
-                .leader_addr(t, *p)
-                .ok_or_else(|| IoError(format!("no source leader known for {t}-{p}")))?;
-            by_leader
-                .entry(addr)
-                .or_default()
-                .entry(t.clone())
-                .or_default()
-                .push(*p);
-        }
-        let mut out = BTreeMap::new();
-        for (addr, topics) in by_leader {
-            let mut answers = Vec::with_capacity(2);
-            // 0: READ_UNCOMMITTED (the log end), 1: READ_COMMITTED (the last stable offset).
-            for isolation in [0i8, 1] {
-                let req = ListOffsetsRequest::default()
-                    .with_replica_id((-1).into())
-                    .with_isolation_level(isolation)
-                    .with_topics(
-                        topics
-                            .iter()
-                            .map(|(t, ps)| {
-                                ListOffsetsTopic::default()
-                                    .with_name(StrBytes::from_string(t.clone()).into())
-                                    .with_partitions(
-                                        ps.iter()
-                                            .map(|p| {
-                                                ListOffsetsPartition::default()
-                                                    .with_partition_index(*p)
-                                                    .with_current_leader_epoch(-1)
-                                                    .with_timestamp(crate::client::LATEST)
-                                            })
-                                            .collect(),
-                                    )
-                            })
-                            .collect(),
-                    );
-                answers.push(self.send(Side::Source, &addr, &req, 7).await?);
-            }
-            let read = |i: usize| -> Result<BTreeMap<Tp, i64>, IoError> {
-                let mut m = BTreeMap::new();
-                for t in &answers[i].topics {
-                    for p in &t.partitions {
-                        if p.error_code != 0 {
-                            return Err(IoError(format!(
-                                "ListOffsets {}-{} on the source: error code {}",
-                                t.name.0.as_str(),
-                                p.partition_index,
-                                p.error_code
-                            )));
-                        }
-                        m.insert((t.name.0.to_string(), p.partition_index), p.offset);
-                    }
-                }
-                Ok(m)
-            };
-            let ends = read(0)?;
-            let stable = read(1)?;
-            for (tp, end) in ends {
-                let lso = stable.get(&tp).copied().unwrap_or(end);
-                out.insert(tp, (end, lso));
-            }
-        }
-        Ok(out)
     }
 
     fn timeout(&self, side: Side) -> Duration {
@@ -221,13 +146,13 @@ impl KafkaGroupIo {
                     }
                     Side::Destination => self.cluster.client(addr, timeout).await,
                 };
-                r.map_err(|e| IoError(e.to_string()))?
+                r.map_err(|e| IoError::retriable(e.to_string()))?
             }
         };
         let resp = client
             .send(req, version)
             .await
-            .map_err(|e| IoError(e.to_string()))?;
+            .map_err(|e| IoError::retriable(e.to_string()))?;
         conns.insert(key, client);
         Ok(resp)
     }
@@ -236,14 +161,7 @@ impl KafkaGroupIo {
         match side {
             Side::Destination => Ok(self.cluster.brokers().into_iter().map(|(_, a)| a).collect()),
             Side::Source => {
-                let meta = wire::metadata_of(
-                    &self.source_connector,
-                    &self.source.bootstrap,
-                    self.timeout(side),
-                    Some(&[]),
-                )
-                .await
-                .map_err(|e| IoError(e.to_string()))?;
+                let meta = self.source_meta(Some(&[])).await?;
                 Ok(meta.brokers.into_values().collect())
             }
         }
@@ -253,7 +171,10 @@ impl KafkaGroupIo {
     async fn list_groups(&self, side: Side) -> Result<Vec<(String, String)>, IoError> {
         let brokers = self.brokers(side).await?;
         if brokers.is_empty() {
-            return Err(IoError(format!("no {} broker known", side_name(side))));
+            return Err(IoError::retriable(format!(
+                "no {} broker known",
+                side_name(side)
+            )));
         }
         let types = match side {
             Side::Source => vec![
@@ -267,10 +188,10 @@ impl KafkaGroupIo {
         for addr in brokers {
             let resp = self.send(side, &addr, &req, 5).await?;
             if resp.error_code != 0 {
-                return Err(IoError(format!(
-                    "ListGroups on {addr}: error code {}",
-                    resp.error_code
-                )));
+                return Err(IoError::answer(
+                    resp.error_code,
+                    format!("ListGroups on {addr}: error code {}", resp.error_code),
+                ));
             }
             out.extend(
                 resp.groups
@@ -289,19 +210,20 @@ impl KafkaGroupIo {
         let req = FindCoordinatorRequest::default()
             .with_key_type(0)
             .with_coordinator_keys(vec![StrBytes::from_string(group.to_string())]);
-        let mut last = IoError(format!("no {} broker known", side_name(side)));
+        let mut last = IoError::retriable(format!("no {} broker known", side_name(side)));
         for addr in brokers {
             match self.send(side, &addr, &req, 4).await {
                 Ok(resp) => {
                     let Some(c) = resp.coordinators.into_iter().next() else {
-                        last = IoError(format!("FindCoordinator on {addr}: empty answer"));
+                        last =
+                            IoError::retriable(format!("FindCoordinator on {addr}: empty answer"));
                         continue;
                     };
                     if c.error_code != 0 {
-                        return Err(IoError(format!(
-                            "FindCoordinator for {group:?}: error code {}",
-                            c.error_code
-                        )));
+                        return Err(IoError::answer(
+                            c.error_code,
+                            format!("FindCoordinator for {group:?}: error code {}", c.error_code),
+                        ));
                     }
                     return Ok(format!("{}:{}", c.host, c.port));
                 }
@@ -324,10 +246,13 @@ impl KafkaGroupIo {
                 continue;
             }
             if g.error_code != 0 {
-                return Err(IoError(format!(
-                    "OffsetFetch for {group:?} on {addr}: error code {}",
-                    g.error_code
-                )));
+                return Err(IoError::answer(
+                    g.error_code,
+                    format!(
+                        "OffsetFetch for {group:?} on {addr}: error code {}",
+                        g.error_code
+                    ),
+                ));
             }
             for t in g.topics {
                 for p in t.partitions {
@@ -384,14 +309,15 @@ impl GroupIo for KafkaGroupIo {
         }
     }
 
-    fn mirror_partitions(&self) -> Vec<Tp> {
-        self.controller
-            .records()
-            .into_iter()
-            .filter(|(r, _)| r.name == self.mirror)
-            .flat_map(|(r, _)| r.partitions)
-            .map(|p| (p.topic, p.partition))
-            .collect()
+    async fn mirror_partitions(&self) -> Result<Vec<Tp>, IoError> {
+        self.source_partitions().await
+    }
+
+    async fn scan_transactions(
+        &self,
+        ranges: &[(Tp, i64, i64)],
+    ) -> Result<BTreeMap<Tp, Scan>, IoError> {
+        self.scan(ranges).await
     }
 
     fn carries_transactions(&self, topic: &str, partition: i32) -> bool {
@@ -437,15 +363,18 @@ impl GroupIo for KafkaGroupIo {
             .topic(topic)
             .and_then(|t| t.leaders.get(partition as usize).copied())
             .and_then(|l| self.cluster.broker_addr(l))
-            .ok_or_else(|| IoError(format!("no known leader of {topic}-{partition}")))?;
+            .ok_or_else(|| IoError::retriable(format!("no known leader of {topic}-{partition}")))?;
         let mut c = self
             .cluster
             .client(&leader, self.dest_timeout)
             .await
-            .map_err(|e| IoError(e.to_string()))?;
+            .map_err(|e| IoError::retriable(e.to_string()))?;
         c.list_offset(topic, partition, EARLIEST)
             .await
-            .map_err(|e| IoError(e.to_string()))
+            .map_err(|e| match &e {
+                PartitionRequestError::Partition(p) => IoError::answer(p.error_code, e.to_string()),
+                _ => IoError::retriable(e.to_string()),
+            })
     }
 
     async fn commit(&self, group: &str, offsets: &[(Tp, i64)]) -> Result<CommitOutcome, IoError> {
@@ -485,9 +414,10 @@ impl GroupIo for KafkaGroupIo {
         match codes.first() {
             None => Ok(CommitOutcome::Committed),
             Some(c) if ACTIVE_GROUP_ERRORS.contains(c) => Ok(CommitOutcome::GroupActive),
-            Some(c) => Err(IoError(format!(
-                "OffsetCommit for {group:?} on {addr}: error code {c}"
-            ))),
+            Some(c) => Err(IoError::answer(
+                *c,
+                format!("OffsetCommit for {group:?} on {addr}: error code {c}"),
+            )),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The group offset sync's metrics (docs/monitoring.md): counters updated by the rounds, and a
-//! scrape-time collector of `mirrorgate_group_sync_age_seconds` and
-//! `mirrorgate_group_sync_lag_records` read from each sync's last reports.
+//! scrape-time collector of `mirrorgate_group_sync_age_seconds`,
+//! `mirrorgate_group_sync_lag_records` and `mirrorgate_group_sync_groups_not_synced` read from
+//! each sync's last reports.
 //!
 //! Owns: those series. Must not touch: the rounds themselves.
 
@@ -66,6 +67,8 @@ pub trait SyncGauges: Send + Sync {
     fn mirror_name(&self) -> &str;
     fn age(&self) -> Option<f64>;
     fn group_lags(&self) -> Vec<(String, i64)>;
+    /// Per reason, the groups the last round did not sync.
+    fn not_synced(&self) -> Vec<(&'static str, usize)>;
 }
 
 impl<I: GroupIo + 'static> SyncGauges for GroupSync<I> {
@@ -78,14 +81,19 @@ impl<I: GroupIo + 'static> SyncGauges for GroupSync<I> {
     fn group_lags(&self) -> Vec<(String, i64)> {
         self.lags()
     }
+    fn not_synced(&self) -> Vec<(&'static str, usize)> {
+        self.not_synced_counts()
+    }
 }
 
-/// Scrape-time `mirrorgate_group_sync_age_seconds{mirror}` and
-/// `mirrorgate_group_sync_lag_records{mirror,group}`.
+/// Scrape-time `mirrorgate_group_sync_age_seconds{mirror}`,
+/// `mirrorgate_group_sync_lag_records{mirror,group}` and
+/// `mirrorgate_group_sync_groups_not_synced{mirror,reason}`.
 pub struct GaugeCollector {
     syncs: Mutex<Vec<Weak<dyn SyncGauges>>>,
     age: GaugeVec,
     lag: IntGaugeVec,
+    not_synced: IntGaugeVec,
 }
 
 impl GaugeCollector {
@@ -109,6 +117,16 @@ impl GaugeCollector {
                 ),
                 &["mirror", "group"],
             )?,
+            not_synced: IntGaugeVec::new(
+                Opts::new(
+                    "mirrorgate_group_sync_groups_not_synced",
+                    "Groups the last round of the group offset sync did not sync, by reason: \
+                     error (a request failed), waiting_for_mirror (the consistent cut did not \
+                     hold), round_incomplete (the round could not look at them: a cluster could \
+                     not be listed, out of time, stopped). After a failover: its final round.",
+                ),
+                &["mirror", "reason"],
+            )?,
         })
     }
 
@@ -125,12 +143,14 @@ impl prometheus::core::Collector for GaugeCollector {
     fn desc(&self) -> Vec<&prometheus::core::Desc> {
         let mut d = self.age.desc();
         d.extend(self.lag.desc());
+        d.extend(self.not_synced.desc());
         d
     }
 
     fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
         self.age.reset();
         self.lag.reset();
+        self.not_synced.reset();
         let syncs = self.syncs.lock().unwrap_or_else(|e| e.into_inner()).clone();
         for s in syncs.iter().filter_map(Weak::upgrade) {
             if let Some(a) = s.age() {
@@ -139,9 +159,15 @@ impl prometheus::core::Collector for GaugeCollector {
             for (g, l) in s.group_lags() {
                 self.lag.with_label_values(&[s.mirror_name(), &g]).set(l);
             }
+            for (reason, n) in s.not_synced() {
+                self.not_synced
+                    .with_label_values(&[s.mirror_name(), reason])
+                    .set(n as i64);
+            }
         }
         let mut out = prometheus::core::Collector::collect(&self.age);
         out.extend(prometheus::core::Collector::collect(&self.lag));
+        out.extend(prometheus::core::Collector::collect(&self.not_synced));
         out
     }
 }

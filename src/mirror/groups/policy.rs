@@ -11,16 +11,16 @@
 //! - only partitions the I/O says may be synced in this kind of round
 //!   ([`GroupIo::may_sync`]: MIRRORING or PAUSED for a periodic round, also STOPPING but not
 //!   yet fenced for the final one);
-//! - nothing once `may_write` says the sync is over (checked before every commit);
+//! - nothing once `may_write` says no (the sync is over, or this instance may no longer write:
+//!   not the agent's owner, no lease, the mirror failed over), asked right before every commit
+//!   and every retry of one;
 //! - a commit only where the destination's committed offset differs;
-//! - the consistent cut ([`wait_for_cut`]): a round commits offsets read at a moment `t0` only
-//!   once every partition of the mirror that carries transactions (as the agent saw them, or
-//!   with a transaction open on the source at `t0`) is mirrored past the source's log end as it
-//!   was when the transactions open at `t0` had completed. An exactly-once application commits
-//!   its input offsets in the transaction that writes its output: without the cut, a sync could
-//!   carry input offsets whose output (or COMMIT marker) is not on the destination yet, and a
-//!   failover then would lose that processing. Until the cut holds, the round commits nothing
-//!   and reports the groups `waiting_for_mirror`.
+//! - a retriable failure ([`IoError::retriable`]: a coordinator loading or moving, a leader
+//!   changing, a timeout, a lost connection) is asked again within the round, with a growing
+//!   backoff, until the round's retry time ([`RoundLimits::retry_for`]) is over;
+//! - the consistent cut ([`super::cut`]): offsets read at a moment `t0` are committed only once
+//!   the mirror holds what transactions wrote up to `t0`. Until it holds, the round commits
+//!   nothing and reports the groups `waiting_for_mirror`.
 //!
 //! Owns: those decisions and the per-group report of a round.
 //! Must not touch: sockets (the [`GroupIo`] implementation does the requests), the offset map's
@@ -28,19 +28,108 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
+use std::time::Duration;
 
 use serde::Serialize;
+use tokio::time::Instant;
 
+use crate::client::retry::is_retriable;
 use crate::config::GroupFilter;
 use crate::mirror::agent::offsets::PartitionMap;
 
 /// A topic partition.
 pub type Tp = (String, i32);
 
-/// A request of the sync failed (its text says which and why).
+/// A request of the sync failed: its text says which and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct IoError(pub String);
+#[error("{message}")]
+pub struct IoError {
+    pub message: String,
+    /// Asking again may succeed: an answer Kafka calls retriable, or a connection that failed.
+    pub retriable: bool,
+}
+
+impl IoError {
+    /// A failure that asking again does not mend.
+    pub fn fatal(message: impl Into<String>) -> Self {
+        IoError {
+            message: message.into(),
+            retriable: false,
+        }
+    }
+
+    /// A passing failure (a connection, a leader or a coordinator not known yet).
+    pub fn retriable(message: impl Into<String>) -> Self {
+        IoError {
+            message: message.into(),
+            retriable: true,
+        }
+    }
+
+    /// An answer with Kafka error `code`: retriable as Kafka says.
+    pub fn answer(code: i16, message: impl Into<String>) -> Self {
+        IoError {
+            message: message.into(),
+            retriable: is_retriable(code),
+        }
+    }
+}
+
+/// Whether a failure may be asked again.
+pub trait Retriable {
+    fn is_retriable(&self) -> bool;
+}
+
+impl Retriable for IoError {
+    fn is_retriable(&self) -> bool {
+        self.retriable
+    }
+}
+
+/// The first wait before a retriable failure is asked again; doubled up to [`RETRY_MAX_WAIT`].
+const RETRY_FIRST_WAIT: Duration = Duration::from_millis(100);
+const RETRY_MAX_WAIT: Duration = Duration::from_secs(1);
+
+/// `op` until it succeeds, fails for good, or its next attempt would start after `until`.
+/// Retriable failures are logged at debug (a healthy start logs no WARN).
+pub async fn retried<T, E, F, Fut>(until: Instant, what: &str, mut op: F) -> Result<T, E>
+where
+    E: Retriable + std::fmt::Display,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let mut wait = RETRY_FIRST_WAIT;
+    loop {
+        match op().await {
+            Err(e) if e.is_retriable() && Instant::now() + wait < until => {
+                tracing::debug!(error = %e, ?wait, "group sync: {what}: a passing failure; asked again");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(RETRY_MAX_WAIT);
+            }
+            r => return r,
+        }
+    }
+}
+
+/// How long a round may wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RoundLimits {
+    /// For the consistent cut.
+    pub cut_wait: Duration,
+    /// Asking retriable failures again, counted from the round's start.
+    pub retry_for: Duration,
+}
+
+/// Whether a transactional batch or marker lies in a range of source records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scan {
+    /// None: the range was read to its end.
+    Clean,
+    /// One at least.
+    Transactional,
+    /// Not read to its end (too much to read in one round, records deleted, an error).
+    Unknown,
+}
 
 /// Which round runs: the periodic one, or the last one at fencing time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,8 +177,15 @@ pub trait GroupIo: Send + Sync {
         topic: &str,
         partition: i32,
     ) -> impl Future<Output = Result<i64, IoError>> + Send;
-    /// Every partition of this mirror.
-    fn mirror_partitions(&self) -> Vec<Tp>;
+    /// Every partition of this mirror's topics as the source has them now (topics the agent
+    /// or the controller have not learned yet included).
+    fn mirror_partitions(&self) -> impl Future<Output = Result<Vec<Tp>, IoError>> + Send;
+    /// For each `(partition, from, to)`: whether source records `[from, to)` hold a
+    /// transactional batch or a marker, read from their batch headers (within a budget).
+    fn scan_transactions(
+        &self,
+        ranges: &[(Tp, i64, i64)],
+    ) -> impl Future<Output = Result<BTreeMap<Tp, Scan>, IoError>> + Send;
     /// Whether the agent has mirrored transactional batches or markers into a partition.
     fn carries_transactions(&self, topic: &str, partition: i32) -> bool;
     /// The next source offset the agent will mirror for a partition (`None`: not known).
@@ -218,40 +314,57 @@ impl RoundReport {
 }
 
 /// Run one round of `kind` for the groups `filter` includes. `may_write` is asked before every
-/// commit; once it says no, the round ends without writing.
+/// commit; once it says no (and why), the round ends without writing.
 pub async fn run_round<I: GroupIo>(
     io: &I,
     filter: &GroupFilter,
     kind: RoundKind,
-    may_write: &(dyn Fn() -> bool + Sync),
-    cut_wait: std::time::Duration,
+    may_write: &(dyn Fn() -> Result<(), String> + Sync),
+    limits: RoundLimits,
 ) -> RoundReport {
+    let until = Instant::now() + limits.retry_for;
     let mut report = RoundReport::default();
-    let groups = match io.source_groups().await {
+    let listed = retried(until, "listing the source's groups", || io.source_groups()).await;
+    let groups = match listed {
         Ok(g) => g,
         Err(e) => {
             report.error = Some(format!("cannot list the source's groups: {e}"));
             return report;
         }
     };
-    let active = match io.destination_active_groups().await {
+    let listed = retried(until, "listing the destination's groups", || {
+        io.destination_active_groups()
+    })
+    .await;
+    let active = match listed {
         Ok(a) => a,
         Err(e) => {
             report.error = Some(format!("cannot list the destination's groups: {e}"));
             return report;
         }
     };
-    let mut log_starts = HashMap::new();
     let mut wanted: Vec<String> = groups.into_iter().filter(|g| filter.matches(g)).collect();
     wanted.sort();
     wanted.dedup();
     // Every group's offsets first, then the cut, then the commits.
     let mut read = Vec::with_capacity(wanted.len());
     for group in wanted {
-        let offsets = io.source_offsets(&group).await;
+        let offsets = retried(until, "a group's source offsets", || {
+            io.source_offsets(&group)
+        })
+        .await;
         read.push((group, offsets));
     }
-    let waiting = wait_for_cut(io, cut_wait).await.err();
+    let waiting = super::cut::wait_for_cut(io, limits.cut_wait, until)
+        .await
+        .err();
+    let round = Round {
+        io,
+        kind,
+        may_write,
+        until,
+    };
+    let mut log_starts = HashMap::new();
     for (group, offsets) in read {
         let step = match (offsets, &waiting) {
             (Err(e), _) => GroupStep::Report(GroupReport {
@@ -262,103 +375,23 @@ pub async fn run_round<I: GroupIo>(
             }),
             (Ok(source), Some(why)) => waiting_report(io, &group, kind, source, why),
             (Ok(source), None) => {
-                sync_group(
-                    io,
-                    &group,
-                    source,
-                    kind,
-                    &active,
-                    &mut log_starts,
-                    may_write,
-                )
-                .await
+                round
+                    .sync_group(&group, source, &active, &mut log_starts)
+                    .await
             }
         };
         match step {
             GroupStep::Nothing => {}
             GroupStep::Report(r) => report.groups.push(r),
-            GroupStep::Stopped => {
-                report.error = Some("the sync stopped (failover)".into());
+            GroupStep::Stopped(why) => {
+                report.error = Some(format!(
+                    "the sync stopped before it committed every group: {why}"
+                ));
                 return report;
             }
         }
     }
     report
-}
-
-/// Poll interval while waiting for the cut.
-const CUT_POLL: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// Wait (at most `wait`) for the consistent cut of offsets read just before the call (module
-/// doc): `Err` says what the mirror still lacks.
-pub async fn wait_for_cut<I: GroupIo>(io: &I, wait: std::time::Duration) -> Result<(), String> {
-    let deadline = tokio::time::Instant::now() + wait;
-    let all = io.mirror_partitions();
-    if all.is_empty() {
-        return Ok(());
-    }
-    let ends0 = io
-        .source_ends(&all)
-        .await
-        .map_err(|e| format!("cannot read the source's log ends: {e}"))?;
-    let txn: Vec<Tp> = all
-        .into_iter()
-        .filter(|(t, p)| {
-            io.carries_transactions(t, *p)
-                || ends0
-                    .get(&(t.clone(), *p))
-                    .is_some_and(|(end, stable)| stable < end)
-        })
-        .collect();
-    if txn.is_empty() {
-        return Ok(());
-    }
-    // The transactions open at t0 complete: every last stable offset reaches its log end of t0;
-    // the log ends then are what the mirror must hold (their markers included).
-    let target = loop {
-        let now = io
-            .source_ends(&txn)
-            .await
-            .map_err(|e| format!("cannot read the source's log ends: {e}"))?;
-        let open: Vec<String> = txn
-            .iter()
-            .filter(|tp| {
-                let end0 = ends0.get(*tp).map_or(0, |e| e.0);
-                now.get(*tp).is_none_or(|(_, stable)| *stable < end0)
-            })
-            .map(|(t, p)| format!("{t}-{p}"))
-            .collect();
-        if open.is_empty() {
-            break now;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(format!(
-                "transactions open on the source when the offsets were read have not completed in {}",
-                open.join(", ")
-            ));
-        }
-        tokio::time::sleep(CUT_POLL).await;
-    };
-    loop {
-        let behind: Vec<String> = txn
-            .iter()
-            .filter_map(|tp| {
-                let want = target.get(tp).map_or(0, |e| e.0);
-                let have = io.mirrored_next(&tp.0, tp.1).unwrap_or(-1);
-                (have < want).then(|| format!("{}-{} ({have} < {want})", tp.0, tp.1))
-            })
-            .collect();
-        if behind.is_empty() {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(format!(
-                "the mirror does not hold yet what transactions wrote before the offsets were read: {}",
-                behind.join(", ")
-            ));
-        }
-        tokio::time::sleep(CUT_POLL).await;
-    }
 }
 
 /// The report of a group the round does not commit because the cut does not hold.
@@ -397,102 +430,147 @@ enum GroupStep {
     /// The group has no offsets for this mirror's partitions that may be synced.
     Nothing,
     Report(GroupReport),
-    Stopped,
+    /// `may_write` said no: why.
+    Stopped(String),
 }
 
-async fn sync_group<I: GroupIo>(
-    io: &I,
-    group: &str,
-    source: BTreeMap<Tp, i64>,
+/// Why a commit was not made.
+enum CommitError {
+    /// `may_write` said no.
+    Stopped(String),
+    Io(IoError),
+}
+
+impl Retriable for CommitError {
+    fn is_retriable(&self) -> bool {
+        matches!(self, CommitError::Io(e) if e.retriable)
+    }
+}
+
+impl std::fmt::Display for CommitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CommitError::Stopped(why) => write!(f, "stopped: {why}"),
+            CommitError::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// What a round's commits need.
+struct Round<'a, I> {
+    io: &'a I,
     kind: RoundKind,
-    active: &HashSet<String>,
-    log_starts: &mut HashMap<Tp, i64>,
-    may_write: &(dyn Fn() -> bool + Sync),
-) -> GroupStep {
-    let error = |partitions, e: String| {
+    may_write: &'a (dyn Fn() -> Result<(), String> + Sync),
+    /// Retriable failures are asked again until then.
+    until: Instant,
+}
+
+impl<I: GroupIo> Round<'_, I> {
+    async fn sync_group(
+        &self,
+        group: &str,
+        source: BTreeMap<Tp, i64>,
+        active: &HashSet<String>,
+        log_starts: &mut HashMap<Tp, i64>,
+    ) -> GroupStep {
+        let (io, until) = (self.io, self.until);
+        let error = |partitions, e: String| {
+            GroupStep::Report(GroupReport {
+                group: group.to_string(),
+                outcome: GroupOutcome::Error(e),
+                partitions,
+                commits: 0,
+            })
+        };
+        // (partition, committed on the source, translation)
+        let mut parts = Vec::new();
+        for ((t, p), c) in source {
+            if c < 0 || !io.owns(&t) || !io.may_sync(&t, p, self.kind) {
+                continue;
+            }
+            let Some(tr) = io.partition_map(&t, p).and_then(|m| translate(&m, c)) else {
+                continue;
+            };
+            parts.push(((t, p), c, tr));
+        }
+        if parts.is_empty() {
+            return GroupStep::Nothing;
+        }
+        let dest = match retried(until, "a group's destination offsets", || {
+            io.destination_offsets(group)
+        })
+        .await
+        {
+            Ok(d) => d,
+            Err(e) => return error(Vec::new(), format!("destination offsets: {e}")),
+        };
+        let mut reports = Vec::with_capacity(parts.len());
+        let mut translations = Vec::with_capacity(parts.len());
+        let mut to_commit = Vec::new();
+        for (tp, c, tr) in parts {
+            let log_start = match log_starts.get(&tp) {
+                Some(s) => *s,
+                None => match retried(until, "a destination log start", || {
+                    io.destination_log_start(&tp.0, tp.1)
+                })
+                .await
+                {
+                    Ok(s) => {
+                        log_starts.insert(tp.clone(), s);
+                        s
+                    }
+                    Err(e) => return error(reports, format!("destination log start: {e}")),
+                },
+            };
+            let target = tr.destination.max(log_start);
+            let committed = dest.get(&tp).copied().filter(|o| *o >= 0);
+            if committed != Some(target) {
+                to_commit.push((tp.clone(), target));
+            }
+            reports.push(PartitionReport {
+                topic: tp.0,
+                partition: tp.1,
+                source_committed: c,
+                target,
+                clamped: tr.not_mirrored > 0 || target != tr.destination,
+                destination_committed: committed,
+                lag: None,
+            });
+            translations.push(tr);
+        }
+        let mut outcome = GroupOutcome::Synced;
+        let mut commits = 0;
+        if active.contains(group) {
+            outcome = GroupOutcome::SkippedActive;
+        } else if !to_commit.is_empty() {
+            // Asked right before every attempt: a round that read the source while this
+            // instance could write commits nothing once it no longer may.
+            let attempt = || async {
+                (self.may_write)().map_err(CommitError::Stopped)?;
+                io.commit(group, &to_commit).await.map_err(CommitError::Io)
+            };
+            match retried(until, "a commit", attempt).await {
+                Ok(CommitOutcome::Committed) => {
+                    commits = to_commit.len();
+                    for r in reports.iter_mut() {
+                        r.destination_committed = Some(r.target);
+                    }
+                }
+                Ok(CommitOutcome::GroupActive) => outcome = GroupOutcome::SkippedActive,
+                Err(CommitError::Stopped(why)) => return GroupStep::Stopped(why),
+                Err(CommitError::Io(e)) => outcome = GroupOutcome::Error(format!("commit: {e}")),
+            }
+        }
+        for (r, tr) in reports.iter_mut().zip(translations) {
+            r.lag = r
+                .destination_committed
+                .map(|d| tr.destination + tr.not_mirrored - d);
+        }
         GroupStep::Report(GroupReport {
             group: group.to_string(),
-            outcome: GroupOutcome::Error(e),
-            partitions,
-            commits: 0,
+            outcome,
+            partitions: reports,
+            commits,
         })
-    };
-    // (partition, committed on the source, translation)
-    let mut parts = Vec::new();
-    for ((t, p), c) in source {
-        if c < 0 || !io.owns(&t) || !io.may_sync(&t, p, kind) {
-            continue;
-        }
-        let Some(tr) = io.partition_map(&t, p).and_then(|m| translate(&m, c)) else {
-            continue;
-        };
-        parts.push(((t, p), c, tr));
     }
-    if parts.is_empty() {
-        return GroupStep::Nothing;
-    }
-    let dest = match io.destination_offsets(group).await {
-        Ok(d) => d,
-        Err(e) => return error(Vec::new(), format!("destination offsets: {e}")),
-    };
-    let mut reports = Vec::with_capacity(parts.len());
-    let mut translations = Vec::with_capacity(parts.len());
-    let mut to_commit = Vec::new();
-    for (tp, c, tr) in parts {
-        let log_start = match log_starts.get(&tp) {
-            Some(s) => *s,
-            None => match io.destination_log_start(&tp.0, tp.1).await {
-                Ok(s) => {
-                    log_starts.insert(tp.clone(), s);
-                    s
-                }
-                Err(e) => return error(reports, format!("destination log start: {e}")),
-            },
-        };
-        let target = tr.destination.max(log_start);
-        let committed = dest.get(&tp).copied().filter(|o| *o >= 0);
-        if committed != Some(target) {
-            to_commit.push((tp.clone(), target));
-        }
-        reports.push(PartitionReport {
-            topic: tp.0,
-            partition: tp.1,
-            source_committed: c,
-            target,
-            clamped: tr.not_mirrored > 0 || target != tr.destination,
-            destination_committed: committed,
-            lag: None,
-        });
-        translations.push(tr);
-    }
-    let mut outcome = GroupOutcome::Synced;
-    let mut commits = 0;
-    if active.contains(group) {
-        outcome = GroupOutcome::SkippedActive;
-    } else if !to_commit.is_empty() {
-        if !may_write() {
-            return GroupStep::Stopped;
-        }
-        match io.commit(group, &to_commit).await {
-            Ok(CommitOutcome::Committed) => {
-                commits = to_commit.len();
-                for r in reports.iter_mut() {
-                    r.destination_committed = Some(r.target);
-                }
-            }
-            Ok(CommitOutcome::GroupActive) => outcome = GroupOutcome::SkippedActive,
-            Err(e) => outcome = GroupOutcome::Error(format!("commit: {e}")),
-        }
-    }
-    for (r, tr) in reports.iter_mut().zip(translations) {
-        r.lag = r
-            .destination_committed
-            .map(|d| tr.destination + tr.not_mirrored - d);
-    }
-    GroupStep::Report(GroupReport {
-        group: group.to_string(),
-        outcome,
-        partitions: reports,
-        commits,
-    })
 }

@@ -1,6 +1,7 @@
 //! The group offset sync's rules against a fake [`GroupIo`], one behaviour per test.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,7 +25,7 @@ struct Fake {
     mirroring: HashSet<Tp>,
     unfenced: HashSet<Tp>,
     source: BTreeMap<String, BTreeMap<Tp, i64>>,
-    source_down: bool,
+    source_down: AtomicBool,
     source_hangs: bool,
     dest: Mutex<BTreeMap<String, BTreeMap<Tp, i64>>>,
     active: HashSet<String>,
@@ -36,6 +37,16 @@ struct Fake {
     /// The source's (log end, last stable offset) answers, in turn (the last one repeats);
     /// empty: every partition ends where its map does, nothing open.
     ends: Mutex<Vec<BTreeMap<Tp, (i64, i64)>>>,
+    /// Partitions of the mirror's topics the source has and the agent has no map of yet.
+    source_only: Vec<Tp>,
+    /// How many reads of a group's source offsets still answer COORDINATOR_NOT_AVAILABLE.
+    coordinator_not_available: Mutex<u32>,
+    /// When set, reading a group's source offsets signals the first and waits for the second.
+    hold: Option<(Arc<tokio::sync::Notify>, Arc<tokio::sync::Notify>)>,
+    /// What reading the unmirrored records of a partition finds (default: unknown).
+    scan: HashMap<Tp, Scan>,
+    /// The ranges the sync asked to read.
+    scanned: Mutex<Vec<(Tp, i64, i64)>>,
 }
 
 impl Fake {
@@ -62,8 +73,18 @@ impl GroupIo for Fake {
     fn owns(&self, topic: &str) -> bool {
         self.owned.contains(topic)
     }
-    fn mirror_partitions(&self) -> Vec<Tp> {
-        self.maps.keys().cloned().collect()
+    async fn mirror_partitions(&self) -> Result<Vec<Tp>, IoError> {
+        Ok(self.maps.keys().chain(&self.source_only).cloned().collect())
+    }
+    async fn scan_transactions(
+        &self,
+        ranges: &[(Tp, i64, i64)],
+    ) -> Result<BTreeMap<Tp, Scan>, IoError> {
+        self.scanned.lock().unwrap().extend(ranges.iter().cloned());
+        Ok(ranges
+            .iter()
+            .map(|(tp, _, _)| (tp.clone(), *self.scan.get(tp).unwrap_or(&Scan::Unknown)))
+            .collect())
     }
     fn carries_transactions(&self, topic: &str, partition: i32) -> bool {
         self.txn.contains(&(topic.to_string(), partition))
@@ -103,12 +124,26 @@ impl GroupIo for Fake {
         if self.source_hangs {
             std::future::pending::<()>().await;
         }
-        if self.source_down {
-            return Err(IoError("source unreachable".into()));
+        if self.source_down.load(SeqCst) {
+            return Err(IoError::retriable("source unreachable"));
         }
         Ok(self.source.keys().cloned().collect())
     }
     async fn source_offsets(&self, group: &str) -> Result<BTreeMap<Tp, i64>, IoError> {
+        if let Some((entered, release)) = &self.hold {
+            entered.notify_one();
+            release.notified().await;
+        }
+        {
+            let mut n = self.coordinator_not_available.lock().unwrap();
+            if *n > 0 {
+                *n -= 1;
+                return Err(IoError::answer(
+                    15,
+                    format!("FindCoordinator for {group:?}: error code 15"),
+                ));
+            }
+        }
         Ok(self.source.get(group).cloned().unwrap_or_default())
     }
     async fn destination_active_groups(&self) -> Result<HashSet<String>, IoError> {
@@ -147,15 +182,18 @@ impl GroupIo for Fake {
     }
 }
 
-/// How long a round in these tests waits for the consistent cut.
-const CUT: Duration = Duration::from_millis(300);
+/// How long a round in these tests waits for the consistent cut and retries.
+const LIMITS: RoundLimits = RoundLimits {
+    cut_wait: Duration::from_millis(300),
+    retry_for: Duration::from_secs(2),
+};
 
 fn all() -> GroupFilter {
     GroupFilter::new(&GroupSyncConfig::default()).unwrap()
 }
 
 async fn periodic(io: &Fake) -> RoundReport {
-    run_round(io, &all(), RoundKind::Periodic, &|| true, CUT).await
+    run_round(io, &all(), RoundKind::Periodic, &|| Ok(()), LIMITS).await
 }
 
 fn sync_over(io: Fake) -> Arc<GroupSync<Fake>> {
@@ -242,7 +280,7 @@ async fn the_final_round_syncs_partitions_not_fenced_yet() {
     let mut io = Fake::aligned(40);
     io.mirroring.clear();
     io.unfenced.insert(tp(0));
-    run_round(&io, &all(), RoundKind::Final, &|| true, CUT).await;
+    run_round(&io, &all(), RoundKind::Final, &|| Ok(()), LIMITS).await;
     assert_eq!(io.commits()[0].1, vec![(tp(0), 40)]);
 }
 
@@ -277,8 +315,8 @@ async fn an_excluded_group_is_not_synced() {
         &io,
         &GroupFilter::new(&cfg).unwrap(),
         RoundKind::Periodic,
-        &|| true,
-        CUT,
+        &|| Ok(()),
+        LIMITS,
     )
     .await;
     assert!(io.commits().is_empty());
@@ -286,8 +324,8 @@ async fn an_excluded_group_is_not_synced() {
 
 #[tokio::test]
 async fn an_unreachable_source_makes_the_round_incomplete_without_writing() {
-    let mut io = Fake::aligned(40);
-    io.source_down = true;
+    let io = Fake::aligned(40);
+    io.source_down.store(true, SeqCst);
     let r = periodic(&io).await;
     assert!(!r.complete());
     assert!(io.commits().is_empty());
@@ -296,7 +334,8 @@ async fn an_unreachable_source_makes_the_round_incomplete_without_writing() {
 #[tokio::test]
 async fn a_round_told_to_stop_writes_nothing() {
     let io = Fake::aligned(40);
-    let r = run_round(&io, &all(), RoundKind::Periodic, &|| false, CUT).await;
+    let stop = || Err("told to stop".to_string());
+    let r = run_round(&io, &all(), RoundKind::Periodic, &stop, LIMITS).await;
     assert!(io.commits().is_empty());
     assert!(!r.complete());
 }
@@ -319,8 +358,8 @@ async fn nothing_is_written_after_the_final_sync() {
     let sync = sync_over(Fake::aligned(40));
     sync.final_sync(Duration::from_secs(5)).await;
     let before = sync.io.commits().len();
-    sync.round(RoundKind::Periodic).await;
-    sync.round(RoundKind::Final).await;
+    assert!(sync.round(RoundKind::Periodic).await.is_err());
+    assert!(sync.round(RoundKind::Final).await.is_err());
     assert_eq!(sync.io.commits().len(), before);
     assert_eq!(sync.phase(), Phase::Stopped);
 }
@@ -438,11 +477,297 @@ async fn a_partition_with_a_transaction_open_at_the_read_counts_before_the_agent
     assert!(io.commits().is_empty());
 }
 
-#[tokio::test]
-async fn a_mirror_without_transactions_syncs_at_once_whatever_its_lag() {
+/// `out-0` mirrored up to 50 of the source's 500, no transaction seen in it by the agent nor open
+/// on the source; reading its unmirrored records finds `scan` (none: unknown).
+fn output_behind(scan: Option<Scan>) -> Fake {
     let mut io = with_output(vec![out_end(500, 500)]);
     io.txn.clear();
+    if let Some(s) = scan {
+        io.scan.insert(("out".into(), 0), s);
+    }
+    io
+}
+
+/// Review G7: this test was `a_mirror_without_transactions_syncs_at_once_whatever_its_lag` and
+/// asserted the commit: a partition the agent has not seen a transaction in yet, mirrored up to
+/// 50 of 500, did not count, though transactions completed before the read may sit in 50..500.
+#[tokio::test]
+async fn a_partition_behind_the_source_not_known_to_be_free_of_transactions_holds_the_sync() {
+    let io = output_behind(None);
+    let r = periodic(&io).await;
+    assert!(io.commits().is_empty(), "{:?}", io.commits());
+    assert!(
+        matches!(&r.groups[0].outcome, GroupOutcome::WaitingForMirror(w) if w.contains("out-0")),
+        "{r:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_partition_behind_the_source_proven_free_of_transactions_does_not_hold_the_sync() {
+    let io = output_behind(Some(Scan::Clean));
     let r = periodic(&io).await;
     assert_eq!(io.commits(), vec![("g".to_string(), vec![(tp(0), 40)])]);
     assert_eq!(r.groups[0].outcome, GroupOutcome::Synced);
+    assert_eq!(
+        *io.scanned.lock().unwrap(),
+        vec![(("out".to_string(), 0), 50, 500)],
+        "the unmirrored records 50..500 were read"
+    );
+}
+
+#[tokio::test]
+async fn a_transaction_in_the_unmirrored_records_of_a_partition_holds_the_sync() {
+    let io = output_behind(Some(Scan::Transactional));
+    let r = periodic(&io).await;
+    assert!(io.commits().is_empty());
+    assert!(matches!(
+        r.groups[0].outcome,
+        GroupOutcome::WaitingForMirror(_)
+    ));
+}
+
+#[tokio::test]
+async fn a_partition_the_agent_mirrored_a_transaction_into_is_not_read_for_proof() {
+    let io = with_output(vec![out_end(500, 500)]);
+    periodic(&io).await;
+    assert!(io.scanned.lock().unwrap().is_empty());
+    assert!(io.commits().is_empty());
+}
+
+#[tokio::test]
+async fn a_partition_the_agent_has_no_map_of_yet_is_in_the_cut() {
+    let mut io = Fake::aligned(40);
+    let new = ("new".to_string(), 0);
+    io.owned.insert("new".into());
+    io.source_only.push(new.clone());
+    *io.ends.lock().unwrap() = vec![BTreeMap::from([(new, (30, 30))])];
+    let r = periodic(&io).await;
+    assert!(io.commits().is_empty(), "{:?}", io.commits());
+    assert!(
+        matches!(&r.groups[0].outcome, GroupOutcome::WaitingForMirror(w) if w.contains("new-0")),
+        "{r:?}"
+    );
+}
+
+/// Log lines written on this thread while the guard lives.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Logs;
+    fn make_writer(&'a self) -> Logs {
+        self.clone()
+    }
+}
+
+impl Logs {
+    fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
+        let logs = Logs::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(logs.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::DEBUG)
+            .finish();
+        (logs, tracing::subscriber::set_default(subscriber))
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// Review H1: a fresh destination answers FindCoordinator with COORDINATOR_NOT_AVAILABLE until
+/// its `__consumer_offsets` exists; the round waited a whole interval before it tried again.
+#[tokio::test]
+async fn a_coordinator_not_available_answer_is_retried_within_the_round() {
+    let io = Fake::aligned(40);
+    *io.coordinator_not_available.lock().unwrap() = 2;
+    let r = periodic(&io).await;
+    assert_eq!(
+        io.commits(),
+        vec![("g".to_string(), vec![(tp(0), 40)])],
+        "{r:?}"
+    );
+    assert_eq!(r.groups[0].outcome, GroupOutcome::Synced);
+}
+
+/// Run the final sync of `sync`: its log (which must not call it done) and its outcome.
+async fn final_not_done(sync: &GroupSync<Fake>) -> (String, outcome::FinalGroupSync) {
+    let (logs, _guard) = Logs::capture();
+    sync.final_sync(Duration::from_secs(5)).await;
+    let text = logs.text();
+    assert!(
+        !text.contains("final group offset sync done"),
+        "a final round that did not sync every group was logged as done:\n{text}"
+    );
+    let fin = sync.status().final_round;
+    (text, fin.expect("the final round's outcome"))
+}
+
+#[tokio::test]
+async fn a_final_round_that_could_not_reach_the_source_is_not_logged_as_done() {
+    let io = Fake::aligned(40);
+    io.source_down.store(true, SeqCst);
+    let sync = sync_over(io);
+    let (text, fin) = final_not_done(&sync).await;
+    assert!(
+        text.contains("WARN") && text.contains("final group offset sync incomplete"),
+        "{text}"
+    );
+    assert!(sync.io.commits().is_empty());
+    assert_eq!(fin.outcome, outcome::FinalOutcome::Incomplete);
+    assert!(
+        fin.error
+            .as_deref()
+            .is_some_and(|e| e.contains("source unreachable")),
+        "{fin:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_final_round_that_cannot_reach_the_source_names_the_groups_it_did_not_sync() {
+    let sync = sync_over(Fake::aligned(40));
+    sync.round(RoundKind::Periodic).await.unwrap();
+    assert_eq!(sync.io.commits().len(), 1, "a periodic round synced g");
+    sync.io.source_down.store(true, SeqCst);
+    let (text, fin) = final_not_done(&sync).await;
+    assert_eq!(fin.outcome, outcome::FinalOutcome::Incomplete);
+    let named: Vec<(&str, outcome::NotSynced)> = fin
+        .groups_not_synced
+        .iter()
+        .map(|g| (g.group.as_str(), g.why))
+        .collect();
+    assert_eq!(named, vec![("g", outcome::NotSynced::RoundIncomplete)]);
+    assert!(fin.groups_not_synced[0]
+        .reason
+        .contains("cannot list the source's groups"));
+    let line = text
+        .lines()
+        .find(|l| l.contains("final group offset sync"))
+        .unwrap_or_default();
+    assert!(
+        line.contains("WARN") && line.contains("g (cannot list the source's groups"),
+        "{line}"
+    );
+    assert_eq!(
+        sync.not_synced_counts(),
+        vec![
+            ("error", 0),
+            ("waiting_for_mirror", 0),
+            ("round_incomplete", 1)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_final_round_that_synced_every_group_is_logged_done() {
+    let (logs, _guard) = Logs::capture();
+    let sync = sync_over(Fake::aligned(40));
+    sync.final_sync(Duration::from_secs(5)).await;
+    let fin = sync
+        .status()
+        .final_round
+        .expect("the final round's outcome");
+    assert_eq!(fin.outcome, outcome::FinalOutcome::Complete);
+    assert_eq!(fin.groups_synced, 1);
+    assert!(logs.text().contains("final group offset sync done"));
+}
+
+#[tokio::test]
+async fn a_retriable_failure_that_outlasts_the_rounds_retry_time_fails_the_group() {
+    let io = Fake::aligned(40);
+    *io.coordinator_not_available.lock().unwrap() = u32::MAX;
+    let limits = RoundLimits {
+        cut_wait: Duration::from_millis(300),
+        retry_for: Duration::from_millis(500),
+    };
+    let started = std::time::Instant::now();
+    let r = run_round(&io, &all(), RoundKind::Periodic, &|| Ok(()), limits).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the retries are bounded by the round's retry time"
+    );
+    assert!(io.commits().is_empty());
+    assert!(
+        matches!(&r.groups[0].outcome, GroupOutcome::Error(e) if e.contains("error code 15")),
+        "{r:?}"
+    );
+}
+
+fn gated(io: Fake, gate: Gate) -> Arc<GroupSync<Fake>> {
+    let m = metrics::GroupMetrics::new().unwrap();
+    Arc::new(
+        GroupSync::new("m", &GroupSyncConfig::default(), io, m)
+            .unwrap()
+            .with_gate(gate),
+    )
+}
+
+/// Review G14 (a): a round that read the source while this instance owned the agent, and
+/// commits after it lost it (a pause, the failover done elsewhere), writes nothing.
+#[tokio::test]
+async fn a_round_commits_nothing_once_this_instance_lost_the_agent_while_it_read_the_source() {
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let release = Arc::new(tokio::sync::Notify::new());
+    let mut io = Fake::aligned(40);
+    io.hold = Some((entered.clone(), release.clone()));
+    let owner = Arc::new(AtomicBool::new(true));
+    let o = owner.clone();
+    let sync = gated(
+        io,
+        Arc::new(move |_| {
+            o.load(SeqCst)
+                .then_some(())
+                .ok_or_else(|| "not the agent's owner".to_string())
+        }),
+    );
+    let round = tokio::spawn({
+        let sync = sync.clone();
+        async move { sync.round(RoundKind::Periodic).await }
+    });
+    entered.notified().await;
+    owner.store(false, SeqCst);
+    release.notify_one();
+    let summary = round.await.unwrap().expect("the round ran");
+    assert!(
+        sync.io.commits().is_empty(),
+        "committed after the gate closed: {:?}",
+        sync.io.commits()
+    );
+    assert!(
+        summary
+            .error
+            .is_some_and(|e| e.contains("not the agent's owner")),
+        "the round says why it stopped"
+    );
+}
+
+/// Review G14 (b): the final round on an instance that does not own the agent does not run;
+/// it must say so, not "done".
+#[tokio::test]
+async fn a_final_sync_on_an_instance_that_does_not_own_the_agent_is_reported_skipped() {
+    let sync = gated(
+        Fake::aligned(40),
+        Arc::new(|_| Err("not the agent's owner: another instance runs the mirror's agent".into())),
+    );
+    let (text, fin) = final_not_done(&sync).await;
+    assert!(text.contains("skipped"), "{text}");
+    assert!(sync.io.commits().is_empty());
+    assert_eq!(fin.outcome, outcome::FinalOutcome::Skipped);
+    assert!(
+        fin.error
+            .as_deref()
+            .is_some_and(|e| e.contains("not the agent's owner")),
+        "{fin:?}"
+    );
 }
