@@ -14,7 +14,11 @@
 
 mod abort;
 mod producer_id;
+mod tail;
 mod write;
+
+use tail::read_batches;
+pub(crate) use tail::OwnBarrier;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicI64;
@@ -23,8 +27,6 @@ use std::time::Duration;
 
 use crate::cluster::ClusterView;
 use crate::config::BarrierMode;
-use crate::protocol::barrier::parse_barrier;
-use crate::protocol::batch::{BatchHeader, BatchWalker};
 use crate::psm::registry::PsmRegistry;
 
 use super::admission::Admission;
@@ -36,7 +38,7 @@ use super::fault_hooks::FaultHooks;
 use super::mirror_metrics::MirrorMetrics;
 use super::pid_allocator::PidAllocator;
 use super::screening::{ScreenEntry, Screening};
-use super::state::{BarrierKind, BarrierProducer};
+use super::state::BarrierProducer;
 
 /// Stops the built-in agent of a mirror; the future ends once its appends in flight are answered.
 pub type AgentStopHook = Arc<
@@ -136,75 +138,6 @@ impl KafkaFailoverIo {
             .and_then(|t| t.leaders.get(partition as usize).copied())
             .filter(|l| *l >= 0)
             .and_then(|l| self.cluster.broker_addr(l))
-    }
-
-    /// Look for this failover's barrier in the log tail of a partition (the last one, when a
-    /// late write made the failover write more than one): a data barrier carrying the failover
-    /// id, or a control batch (ABORT marker) of `producer_id`, the control barrier's recorded
-    /// producer id.
-    async fn find_barrier_in_log(
-        &self,
-        topic: &str,
-        partition: i32,
-        fid: &str,
-        producer_id: Option<i64>,
-        from: Option<i64>,
-    ) -> Option<FoundBarrier> {
-        let addr = self.leader_addr(topic, partition)?;
-        let mut c = self.cluster.client(&addr, self.timeout).await.ok()?;
-        let start = c
-            .list_offset(topic, partition, crate::client::EARLIEST)
-            .await
-            .ok()?;
-        // From where the log ended before the failover's first barrier, when recorded (several
-        // instances); else the barrier follows the last mirrored batch: look at the last few.
-        let from = match from {
-            Some(from) => from,
-            None => {
-                let end = c
-                    .list_offset(topic, partition, crate::client::LATEST)
-                    .await
-                    .ok()?;
-                end - 64
-            }
-        };
-        let own = OwnBarrier {
-            failover_id: fid,
-            producer_id,
-        };
-        let tail = read_batches(&mut c, topic, partition, from.max(start), &own)
-            .await
-            .ok()?;
-        tail.iter().rev().find_map(|b| {
-            b.own_barrier.map(|kind| FoundBarrier {
-                offset: b.base_offset,
-                kind,
-                producer_id: (kind == BarrierKind::Control).then_some(b.producer_id),
-            })
-        })
-    }
-
-    /// The batches of a partition from `from` to its end that are not this failover's barrier.
-    async fn late_batches_in_log(
-        &self,
-        topic: &str,
-        partition: i32,
-        from: i64,
-        own: &OwnBarrier<'_>,
-    ) -> Result<Vec<TailBatch>, String> {
-        let addr = self
-            .leader_addr(topic, partition)
-            .ok_or_else(|| NO_LEADER.to_string())?;
-        let mut c = self
-            .cluster
-            .client(&addr, self.timeout)
-            .await
-            .map_err(|e| e.to_string())?;
-        let all = read_batches(&mut c, topic, partition, from, own).await?;
-        Ok(all
-            .into_iter()
-            .filter(|b| b.own_barrier.is_none())
-            .collect())
     }
 
     /// Whether the PSM of a partition is rebuilt: a failover reads a partition's producers for
@@ -538,67 +471,5 @@ impl FailoverIo for KafkaFailoverIo {
             }
             None => Ok(()),
         }
-    }
-}
-
-/// What identifies the failover's own barriers in a log: a data barrier carries the failover
-/// id; a control barrier is an ABORT marker of the recorded producer id.
-pub(crate) struct OwnBarrier<'a> {
-    pub failover_id: &'a str,
-    pub producer_id: Option<i64>,
-}
-
-impl OwnBarrier<'_> {
-    /// The form of the barrier `batch` (header `h`) is, if it is one of this failover's.
-    pub fn kind_of(&self, h: &BatchHeader, batch: &[u8]) -> Option<BarrierKind> {
-        if let Some(pid) = self.producer_id {
-            if crate::protocol::txn_marker::is_control_barrier(h, batch, pid) {
-                return Some(BarrierKind::Control);
-            }
-        }
-        if h.is_control() || self.failover_id.is_empty() {
-            return None;
-        }
-        matches!(parse_barrier(batch), Ok(Some(v)) if v.failover_id == self.failover_id)
-            .then_some(BarrierKind::Data)
-    }
-}
-
-/// The batches of a partition from `from` to its high watermark.
-async fn read_batches(
-    c: &mut crate::client::KafkaClient,
-    topic: &str,
-    partition: i32,
-    from: i64,
-    own: &OwnBarrier<'_>,
-) -> Result<Vec<TailBatch>, String> {
-    let mut out = Vec::new();
-    let mut from = from;
-    loop {
-        let f = c
-            .fetch_partition(topic, partition, from, 1024 * 1024)
-            .await
-            .map_err(|e| e.to_string())?;
-        if from >= f.high_watermark {
-            return Ok(out);
-        }
-        let mut next = from;
-        for item in BatchWalker::fetched(&f.records) {
-            let Ok((h, batch)) = item else { break };
-            out.push(TailBatch {
-                base_offset: h.base_offset,
-                producer_id: h.producer_id,
-                producer_epoch: h.producer_epoch,
-                max_timestamp: h.max_timestamp,
-                own_barrier: own.kind_of(&h, batch),
-            });
-            next = h.last_offset() + 1;
-        }
-        if next == from {
-            return Err(format!(
-                "no progress reading {topic}-{partition} at offset {from}"
-            ));
-        }
-        from = next;
     }
 }

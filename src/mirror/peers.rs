@@ -860,8 +860,8 @@ mod tests {
     #[tokio::test]
     async fn group_sync_commits_need_the_lease_and_periodic_ones_stop_at_an_announced_failover() {
         let t = Arc::new(Topic::default());
-        let a = PeerLink::new("a", "st", Duration::from_secs(10), t.clone());
-        let b = PeerLink::new("b", "st", Duration::from_secs(10), t.clone());
+        let a = link("a", Duration::from_secs(10), &t);
+        let b = link("b", Duration::from_secs(10), &t);
         assert!(b
             .group_sync_refusal("m", true)
             .is_some_and(|w| w.contains("no lease")));

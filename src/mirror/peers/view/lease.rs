@@ -1,0 +1,305 @@
+//! This instance's own lease and identity among the instances (the rules are in the parent
+//! module's doc): its heartbeats acknowledged and reads to the end, the grace before its first
+//! lease, the incarnation that tells its process apart, and another process with its id (a
+//! *twin*, review G12) that it gives way to or keeps its lease beside.
+//!
+//! Owns: those fields' rules. Must not touch: what the others' records mean (the parent).
+
+use std::time::{Duration, Instant};
+
+use super::{PeerView, MARGIN};
+
+/// How long after its first acknowledged heartbeat an instance waits before it takes its first
+/// lease: a heartbeat interval (a quarter of the session) plus [`MARGIN`], so that a process
+/// already running with the same instance id has written a heartbeat it reads first (G12).
+pub fn grace(session: Duration) -> Duration {
+    session / 4 + MARGIN
+}
+
+/// Another process heartbeating with this instance's id (review G12).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Twin {
+    pub incarnation: String,
+    /// When its last heartbeat was read.
+    pub seen: Instant,
+    /// Whether this instance gave way to it (it held no lease when it first read it).
+    pub yielded: bool,
+}
+
+impl PeerView {
+    /// Set the grace before the first lease (unit tests of the link, which run in real time).
+    #[cfg(test)]
+    pub fn set_grace(&mut self, grace: Duration) {
+        self.grace = grace;
+    }
+
+    /// This process's incarnation, written into its heartbeats.
+    pub fn incarnation(&self) -> &str {
+        &self.incarnation
+    }
+
+    /// A heartbeat sent at `sent` was acknowledged at `acked`.
+    pub fn heartbeat_acked(&mut self, sent: Instant, acked: Instant) {
+        self.heartbeat_acked = Some(sent);
+        self.first_acked.get_or_insert(acked);
+        self.last_error = None;
+    }
+
+    /// A heartbeat of this instance's id written by another process (`incarnation`), read at
+    /// `now`. Only once this instance has read the state topic to its end: what it reads
+    /// before was written before it started (a previous process with its id).
+    pub(super) fn read_twin(&mut self, incarnation: String, now: Instant) {
+        if self.caught_up.is_none() {
+            return;
+        }
+        if let Some(t) = self.twin.as_mut().filter(|t| t.incarnation == incarnation) {
+            t.seen = now;
+            return;
+        }
+        let yielded = self.lease_problem(now).is_some();
+        self.twin = Some(Twin {
+            incarnation,
+            seen: now,
+            yielded,
+        });
+    }
+
+    /// Another process with this instance's id, as last read (G12).
+    pub fn twin(&self) -> Option<&Twin> {
+        self.twin.as_ref()
+    }
+
+    /// How long a twin must stay unseen before it counts as gone (a yielded instance then starts
+    /// over; jittered by a random part of a session).
+    fn twin_gone_after(&self, t: &Twin) -> Duration {
+        let gone = self.session + MARGIN;
+        if t.yielded {
+            gone + self.yield_jitter
+        } else {
+            gone
+        }
+    }
+
+    /// Forget a twin not seen for long enough (called after each read). A yielded instance then
+    /// starts over: its next heartbeat begins a new grace. Returns the twin forgotten.
+    pub fn forget_gone_twin(&mut self, now: Instant) -> Option<Twin> {
+        let t = self.twin.as_ref()?;
+        if now.saturating_duration_since(t.seen) < self.twin_gone_after(t) {
+            return None;
+        }
+        let t = self.twin.take()?;
+        if t.yielded {
+            self.first_acked = None;
+            self.heartbeat_acked = None;
+        }
+        Some(t)
+    }
+
+    /// Whether this instance gave way to another process with its id (G12) at `now`.
+    pub fn yielded(&self) -> bool {
+        self.twin.as_ref().is_some_and(|t| t.yielded)
+    }
+
+    /// Whether this instance may write a heartbeat at `now`: it read the state topic to its end
+    /// within the session timeout (G10), and it has not given way to another process with its
+    /// id (G12).
+    pub fn may_heartbeat(&self, now: Instant) -> bool {
+        !self.yielded()
+            && self
+                .caught_up
+                .is_some_and(|t| now.saturating_duration_since(t) < self.session)
+    }
+
+    /// A read sent at `sent` reached the end of the state topic and its records are applied.
+    pub fn caught_up(&mut self, sent: Instant) {
+        self.caught_up = Some(sent);
+    }
+
+    pub fn io_failed(&mut self, error: String) {
+        self.last_error = Some(error);
+    }
+
+    /// Why this instance holds no lease at `now` (`None`: it does).
+    pub fn lease_problem(&self, now: Instant) -> Option<String> {
+        if let Some(t) = self.twin.as_ref().filter(|t| t.yielded) {
+            return Some(format!(
+                "another process runs with this instance id {:?} (incarnation {}, last seen {:.1} s ago): this one takes no lease and stands by until that one is gone; give every instance its own id",
+                self.me,
+                t.incarnation,
+                now.saturating_duration_since(t.seen).as_secs_f64()
+            ));
+        }
+        if let (Some(first), Some(read)) = (self.first_acked, self.caught_up) {
+            let grace = self.grace;
+            if read < first + grace {
+                return Some(format!(
+                    "starting: checking for {:.1} s that no other process runs with instance id {:?}",
+                    grace.as_secs_f64(),
+                    self.me
+                ));
+            }
+        }
+        let why = |what: &str, t: Option<Instant>| match t {
+            None => Some(format!("{what} yet")),
+            Some(t) if now.saturating_duration_since(t) >= self.session => Some(format!(
+                "{what} for {:.1} s (session timeout {:.1} s)",
+                now.saturating_duration_since(t).as_secs_f64(),
+                self.session.as_secs_f64()
+            )),
+            Some(_) => None,
+        };
+        let problem = why(
+            "no heartbeat acknowledged by the state topic",
+            self.heartbeat_acked,
+        )
+        .or_else(|| why("the state topic not read to its end", self.caught_up))?;
+        Some(match &self.last_error {
+            Some(e) => format!("{problem}: {e}"),
+            None => problem,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::PeerRecord;
+    use super::*;
+
+    const T: Duration = Duration::from_secs(10);
+
+    fn hb(i: &str, at_ms: i64) -> PeerRecord {
+        PeerRecord::Heartbeat {
+            agents: vec![],
+            instance: i.into(),
+            at_ms,
+            incarnation: None,
+        }
+    }
+
+    /// A heartbeat of instance `i` written by process `incarnation`.
+    fn hb_of(i: &str, incarnation: &str) -> PeerRecord {
+        PeerRecord::Heartbeat {
+            agents: vec![],
+            instance: i.into(),
+            at_ms: 0,
+            incarnation: Some(incarnation.into()),
+        }
+    }
+
+    /// A view of process "p1" of instance `me` that has read the state topic to its end and
+    /// holds its lease at `t0 + grace` (first heartbeat acknowledged at `t0`).
+    fn leased(me: &str, t0: Instant) -> (PeerView, Instant) {
+        let mut v = PeerView::with_incarnation(me, T, "p1");
+        v.caught_up(t0);
+        v.heartbeat_acked(t0, t0);
+        let t = t0 + grace(T);
+        v.caught_up(t);
+        assert_eq!(v.lease_problem(t), None);
+        (v, t)
+    }
+
+    #[test]
+    fn a_heartbeat_counts_from_when_it_was_read_whatever_the_writers_clock_says() {
+        // Review G5: b's wall clock lags by eleven sessions; it is alive all the same.
+        let t0 = Instant::now();
+        let (mut v, t) = leased("a", t0);
+        v.apply(hb("b", 0), t, 11 * 10_000 + 1);
+        assert_eq!(v.alive(t).len(), 1);
+        assert!(v.alive(t + T + MARGIN).is_empty());
+    }
+
+    #[test]
+    fn no_heartbeat_is_written_before_the_first_read_to_the_end_nor_once_reads_lag_a_session() {
+        // Review G10: an instance that can append but not read must not look alive.
+        let t0 = Instant::now();
+        let mut v = PeerView::new("a", T);
+        assert!(!v.may_heartbeat(t0), "before the first read");
+        v.caught_up(t0);
+        assert!(v.may_heartbeat(t0 + T / 2));
+        assert!(!v.may_heartbeat(t0 + T), "reads lag a session");
+    }
+
+    #[test]
+    fn the_first_lease_waits_a_grace_after_the_first_acknowledged_heartbeat() {
+        let t0 = Instant::now();
+        let mut v = PeerView::new("a", T);
+        v.caught_up(t0);
+        v.heartbeat_acked(t0, t0);
+        v.caught_up(t0 + Duration::from_millis(100));
+        let p = v
+            .lease_problem(t0 + Duration::from_millis(100))
+            .expect("in its grace");
+        assert!(p.contains("no other process runs with instance id"), "{p}");
+        v.caught_up(t0 + grace(T));
+        assert_eq!(v.lease_problem(t0 + grace(T)), None);
+    }
+
+    #[test]
+    fn another_process_with_this_id_read_before_the_first_lease_makes_this_one_yield() {
+        // Review G12: this process started second.
+        let t0 = Instant::now();
+        let mut v = PeerView::with_incarnation("a", T, "p2");
+        v.caught_up(t0);
+        v.heartbeat_acked(t0, t0);
+        v.apply(hb_of("a", "p1"), t0 + Duration::from_secs(1), 0);
+        let t = t0 + grace(T) + Duration::from_secs(1);
+        v.caught_up(t);
+        assert!(v.yielded());
+        let p = v.lease_problem(t).expect("no lease");
+        assert!(p.contains("another process") && p.contains("p1"), "{p}");
+        assert!(!v.may_heartbeat(t), "a yielded instance stays silent");
+    }
+
+    #[test]
+    fn an_instance_holding_its_lease_keeps_it_when_another_process_with_its_id_appears() {
+        let t0 = Instant::now();
+        let (mut v, t) = leased("a", t0);
+        v.apply(hb_of("a", "p2"), t, 0);
+        assert!(!v.yielded());
+        assert_eq!(v.twin().map(|t| t.incarnation.as_str()), Some("p2"));
+        assert_eq!(v.lease_problem(t), None);
+        assert!(v.may_heartbeat(t));
+    }
+
+    #[test]
+    fn heartbeats_of_a_previous_process_with_this_id_read_while_catching_up_are_no_twin() {
+        let t0 = Instant::now();
+        let mut v = PeerView::with_incarnation("a", T, "p2");
+        v.apply(hb_of("a", "p1"), t0, 0);
+        v.apply(hb("a", 0), t0, 0);
+        v.caught_up(t0);
+        assert_eq!(v.twin(), None);
+        v.apply(hb_of("a", "p2"), t0, 0);
+        assert_eq!(v.twin(), None, "its own heartbeat");
+    }
+
+    #[test]
+    fn a_yielded_instance_starts_over_once_the_other_process_is_gone() {
+        let t0 = Instant::now();
+        let mut v = PeerView::with_incarnation("a", T, "p2");
+        v.caught_up(t0);
+        v.heartbeat_acked(t0, t0);
+        v.apply(hb_of("a", "p1"), t0, 0);
+        assert!(v.forget_gone_twin(t0 + T).is_none(), "seen a session ago");
+        let gone = t0 + 2 * T + MARGIN;
+        v.caught_up(gone);
+        assert!(v.forget_gone_twin(gone).is_some_and(|t| t.yielded));
+        assert!(!v.yielded());
+        assert!(v.may_heartbeat(gone));
+        let p = v.lease_problem(gone).expect("starts over");
+        assert!(p.contains("no heartbeat acknowledged"), "{p}");
+    }
+
+    #[test]
+    fn the_lease_needs_both_a_fresh_acknowledged_heartbeat_and_a_fresh_read_to_the_end() {
+        let t0 = Instant::now();
+        let mut v = PeerView::new("a", T);
+        assert!(v.lease_problem(t0).is_some(), "none at start");
+        v.heartbeat_acked(t0, t0);
+        assert!(v.lease_problem(t0).is_some(), "not read yet");
+        v.caught_up(t0 + Duration::from_secs(5));
+        assert_eq!(v.lease_problem(t0 + Duration::from_secs(9)), None);
+        let stale = v.lease_problem(t0 + T).expect("the heartbeat's age counts");
+        assert!(stale.contains("heartbeat"), "{stale}");
+    }
+}
