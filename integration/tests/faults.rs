@@ -248,10 +248,10 @@ fn a_full_disk_fails_the_failover_and_keeps_the_topic_read_only_until_space_retu
 }
 
 /// Resumes a paused node on drop, so a failing test does not leave a broker frozen.
-struct Paused(&'static str, &'static str);
+pub(crate) struct Paused(&'static str, &'static str);
 
 impl Paused {
-    fn pause(cluster: &'static str, node: &'static str) -> Paused {
+    pub(crate) fn pause(cluster: &'static str, node: &'static str) -> Paused {
         harness::expect_success(
             "rig pause-node",
             &harness::rig(&["pause-node", cluster, node]),

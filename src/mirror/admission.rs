@@ -213,6 +213,13 @@ impl Admission {
         self.peers.get().and_then(|p| p.lease_problem())
     }
 
+    /// How long admitted mirror writes may still be sent (several instances: the lease's
+    /// remaining time; `None`: no bound, one instance).
+    pub fn mirror_send_deadline(&self) -> Option<std::time::Duration> {
+        let p = self.peers.get()?;
+        Some(p.lease_remaining().unwrap_or_default())
+    }
+
     /// Ask `peers` before admitting a mirror write (set once, at start).
     pub fn set_peers(&self, peers: Arc<PeerLink>) {
         let _ = self.peers.set(peers);

@@ -463,12 +463,19 @@ impl FailoverIo for KafkaFailoverIo {
         }
     }
 
-    async fn wait_peers_fenced(&self, mirror: &str, fid: &str) -> Result<(), String> {
+    async fn wait_peers_fenced(&self, mirror: &str, fid: &str) -> Result<Option<i64>, String> {
         match self.peers.get() {
             Some(p) => {
                 p.wait_fenced(mirror, fid, p.wait_limit(self.drain_timeout))
                     .await
             }
+            None => Ok(None),
+        }
+    }
+
+    async fn ack_own_drain(&self, mirror: &str, fid: &str) -> Result<(), String> {
+        match self.peers.get() {
+            Some(p) => p.ack_own_drain(mirror, fid).await,
             None => Ok(()),
         }
     }

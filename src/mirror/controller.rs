@@ -308,6 +308,12 @@ impl MirrorController {
         self.admission.admitted_mirror_writes_lapsed()
     }
 
+    /// How long admitted mirror writes may still be sent (see
+    /// [`Admission::mirror_send_deadline`]).
+    pub fn mirror_send_deadline(&self) -> Option<Duration> {
+        self.admission.mirror_send_deadline()
+    }
+
     /// The decision for an admin or transaction request `op` (e.g. `DeleteRecords`) on the
     /// client listener naming `topic` (see [`Admission::refuse_admin`]).
     pub fn refuse_admin(&self, op: &str, topic: &str, partition: Option<i32>) -> Option<Refusal> {

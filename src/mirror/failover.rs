@@ -6,7 +6,8 @@
 //! announce (other instances told, through the state topic; FAILED when they cannot be)
 //! fence    (none) → FENCED                                   (crash point fenced; test holds)
 //! drain    FENCED → DRAINED       once mirror writes in flight are answered (or FAILED after 30 s)
-//! peers    DRAINED, once every other instance alive fenced and drained (or timed out)
+//! peers    DRAINED, once every other instance alive fenced and drained (or was waited out:
+//!          then every barrier is settled as for writes of unknown outcome, review G1)
 //! barrier  DRAINED → BARRIER_WRITTEN → BARRIER_PERSISTED     (crash points barrier_written,
 //!          one barrier per partition, found again on resume;  screen_persisted, barrier_persisted)
 //!          the partitions' producers screened (durable) before
@@ -301,8 +302,11 @@ impl<Io: FailoverIo> Failover<Io> {
         self.hooks.crash_point(CrashPoint::Fenced);
         self.hooks.hold_after_fence().await;
         self.drain(name).await?;
-        self.wait_peers(name, &fid).await?;
-        self.barrier(name, &fid, resumed).await?;
+        if let Err(e) = self.io.ack_own_drain(name, &fid).await {
+            tracing::debug!(mirror = name, error = %e, "the drain of this instance's own mirror writes is not on the state topic: an instance taking the failover over settles for them");
+        }
+        let waited_out = self.wait_peers(name, &fid).await?;
+        self.barrier(name, &fid, resumed, waited_out).await?;
         self.clear_psm(name).await?;
         self.hooks.hold_before_handover().await;
         self.io.check_driving(name, &fid)?;
@@ -364,7 +368,8 @@ impl<Io: FailoverIo> Failover<Io> {
 
     /// Before any barrier: every other instance alive fenced and drained its mirror writes (or
     /// was waited out). The DRAINED partitions fail (and are retried) when one did not.
-    async fn wait_peers(&self, name: &str, fid: &str) -> Result<(), Stall> {
+    /// Returns when the leases of the instances waited out ended (ms), if any were.
+    async fn wait_peers(&self, name: &str, fid: &str) -> Result<Option<i64>, Stall> {
         let drained: Vec<PartitionKey> = self
             .records
             .stopping(name)
@@ -373,10 +378,10 @@ impl<Io: FailoverIo> Failover<Io> {
             .map(key)
             .collect();
         if drained.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         match self.io.wait_peers_fenced(name, fid).await {
-            Ok(()) => Ok(()),
+            Ok(waited_out) => Ok(waited_out),
             Err(e) => Err(self.fail_partitions(name, &drained, &e)),
         }
     }

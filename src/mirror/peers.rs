@@ -389,6 +389,11 @@ impl PeerLink {
         Ok(())
     }
 
+    /// How long this instance's lease still holds (`None`: it holds none now).
+    pub fn lease_remaining(&self) -> Option<Duration> {
+        self.view().lease_remaining(Instant::now())
+    }
+
     /// Why this instance holds no lease on the state topic now (`None`: it does).
     pub fn lease_problem(&self) -> Option<String> {
         self.view().lease_problem(Instant::now())
@@ -665,18 +670,24 @@ impl PeerLink {
 
     /// Wait until every other instance alive acknowledged the fence of failover `fid`, or
     /// stopped answering for longer than the session timeout; at most `limit`.
+    ///
+    /// An instance waited out (alive when the wait began, never acknowledged), and an earlier
+    /// driver of the failover gone without acknowledging that its own writes were drained, may
+    /// have mirror writes the brokers still append (review G1): `Ok(Some(ms))` names when the
+    /// last of their leases certainly ended (wall clock, ms), for the barrier's settle.
     pub async fn wait_fenced(
         &self,
         mirror: &str,
         fid: &str,
         limit: Duration,
-    ) -> Result<(), String> {
+    ) -> Result<Option<i64>, String> {
         let deadline = Instant::now() + limit;
         let mut logged = false;
+        let first = self.view().waiting_for(mirror, fid, Instant::now());
         loop {
             let waiting = self.view().waiting_for(mirror, fid, Instant::now());
             if waiting.is_empty() {
-                return Ok(());
+                return Ok(self.lease_end_of_waited_out(mirror, fid, &first));
             }
             if !logged {
                 tracing::info!(target: "mirrorgate::peers", mirror, failover_id = fid, ?waiting,
@@ -692,6 +703,45 @@ impl PeerLink {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// When the last lease ended (wall clock, ms) of the instances of `waited` that never
+    /// acknowledged failover `fid`'s fence, and of the earlier drivers of it gone undrained.
+    fn lease_end_of_waited_out(&self, mirror: &str, fid: &str, waited: &[String]) -> Option<i64> {
+        let v = self.view();
+        let now = Instant::now();
+        let acked = v.acknowledged(mirror, fid);
+        let mut gone: Vec<(String, Instant)> = waited
+            .iter()
+            .filter(|i| !acked.contains(i))
+            .map(|i| (i.clone(), v.last_seen(i).unwrap_or(now)))
+            .collect();
+        gone.extend(v.undrained_drivers(mirror, fid, now));
+        let session = v.session();
+        let last = gone.iter().map(|(_, seen)| *seen + session).max()?;
+        let ago = now.saturating_duration_since(last).as_millis() as i64;
+        let ahead = last.saturating_duration_since(now).as_millis() as i64;
+        tracing::warn!(target: "mirrorgate::peers", mirror, failover_id = fid, instances = ?gone.iter().map(|(i, _)| i).collect::<Vec<_>>(),
+            "instances were waited out, not fenced: mirror writes they sent before their lease ended may still land; the barrier is checked for them");
+        Some(now_ms() - ago + ahead)
+    }
+
+    /// This instance, driving failover `fid` of `mirror`, drained its own mirror writes: say so
+    /// on the state topic (once), so that an instance that takes the failover over does not
+    /// wait for them (review G1).
+    pub async fn ack_own_drain(&self, mirror: &str, fid: &str) -> Result<(), String> {
+        let me = self.me();
+        if self.view().acknowledged(mirror, fid).contains(&me) {
+            return Ok(());
+        }
+        self.log
+            .append(&PeerRecord::Fenced {
+                mirror: mirror.to_string(),
+                failover_id: fid.to_string(),
+                instance: me,
+                at_ms: self.now_ms(),
+            })
+            .await
     }
 
     /// The longest [`Self::wait_fenced`] may need: a fence takes up to the drain timeout, an

@@ -32,6 +32,11 @@ pub trait MirrorPolicy: Send + Sync {
     /// why it may no longer be (`None`: it may). Between the admission and the send a paused
     /// or cut-off instance can lose its lease, and the other instances write their barriers.
     fn admitted_mirror_writes_lapsed(&self) -> Option<String>;
+    /// How long a request holding admitted mirror writes may still take to be written to the
+    /// broker (several instances: what is left of the lease; review G1). `None`: no bound.
+    fn mirror_send_deadline(&self) -> Option<std::time::Duration> {
+        None
+    }
     /// The partition's failover barrier offset, once one is recorded.
     fn barrier_offset(&self, topic: &str, partition: i32) -> Option<i64>;
     /// The refusal of admin or transaction request `op` naming `topic` (and `partition`).
@@ -70,6 +75,10 @@ impl MirrorPolicy for MirrorController {
 
     fn admitted_mirror_writes_lapsed(&self) -> Option<String> {
         MirrorController::admitted_mirror_writes_lapsed(self)
+    }
+
+    fn mirror_send_deadline(&self) -> Option<std::time::Duration> {
+        MirrorController::mirror_send_deadline(self)
     }
 
     fn barrier_offset(&self, topic: &str, partition: i32) -> Option<i64> {

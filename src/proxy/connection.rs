@@ -156,6 +156,10 @@ enum End {
     /// Mirror writes admitted by this request may no longer be sent (why): it was not sent,
     /// and the connection is closed so the producer retries elsewhere or later.
     AdmissionLapsed(String),
+    /// A request holding admitted mirror writes was still being written to the broker when the
+    /// lease ended (why): the broker connection is closed at once, part-sent, and every write
+    /// in flight on it ends with an unknown outcome (review G1).
+    SendCut(String),
 }
 
 struct InFlight {
@@ -305,6 +309,13 @@ async fn run(
                     Step::Answer(a) => (None, Some(a)),
                     Step::Nothing => (None, None),
                 };
+                // A send of admitted mirror writes must end while the lease holds (review G1):
+                // a write blocked on a full socket past it is not finished later.
+                let send_bound = if forward.is_some() && pending_exchange.holds_mirror_writes() {
+                    ctx.mirrors.as_ref().and_then(|m| m.mirror_send_deadline())
+                } else {
+                    None
+                };
                 if expects_response && (forward.is_some() || local.is_some()) {
                     // A slot in the response queue first: waiting for it is the last wait
                     // before the send, so the mirror writes' admission is checked after it.
@@ -329,9 +340,25 @@ async fn run(
                 }
                 if let Some(frame) = forward {
                     // Flush: a TLS stream may hold written bytes until flushed.
-                    let sent = match up_wr.write_all(&frame).await {
-                        Ok(()) => up_wr.flush().await,
-                        Err(e) => Err(e),
+                    let send = async {
+                        match up_wr.write_all(&frame).await {
+                            Ok(()) => up_wr.flush().await,
+                            Err(e) => Err(e),
+                        }
+                    };
+                    let sent = match send_bound {
+                        None => send.await,
+                        Some(bound) => match tokio::time::timeout(bound, send).await {
+                            Ok(sent) => sent,
+                            // The broker connection is closed with the request part-sent: the
+                            // broker never reads a whole frame of it. Its in-flight guards end
+                            // without an answer (unknown outcome, settled by a failover).
+                            Err(_) => {
+                                return Ok(End::SendCut(
+                                    "the lease on the state topic ended while admitted mirror writes were still being written to the broker".into(),
+                                ))
+                            }
+                        },
                     };
                     sent.map_err(|source| Refused::Upstream {
                         addr: addr.clone(),
@@ -444,6 +471,13 @@ async fn run(
                 Ok(End::AdmissionLapsed(why)) => {
                     tracing::warn!(reason = %why, "admitted mirror writes not sent: the admission lapsed before the send; closing the connection");
                     ctx.metrics.error(kind, "admission_lapsed");
+                }
+                Ok(End::SendCut(why)) => {
+                    // Not drained: the broker connection closes now (its answers, and the
+                    // guards waiting for them, are dropped: unknown outcomes).
+                    tracing::warn!(reason = %why, "closing the connection and its broker connection part-sent");
+                    ctx.metrics.error(kind, "admission_lapsed");
+                    return;
                 }
                 Err(e) => {
                     log_close(&ctx.metrics, kind, &e);

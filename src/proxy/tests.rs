@@ -589,3 +589,57 @@ async fn an_admitted_mirror_write_whose_admission_holds_is_sent() {
     assert_eq!(seen.load(Ordering::SeqCst), 1, "the write was not sent");
     assert_eq!(policy.guarded.lock().unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn an_admitted_mirror_write_still_being_written_when_the_lease_ends_closes_the_broker_connection(
+) {
+    // Review G1: a broker that reads nothing (its socket buffers full) holds the write past the
+    // lease; it is never finished later.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = silent.local_addr().unwrap().to_string();
+    let accepted = tokio::spawn(async move {
+        let (socket, _) = silent.accept().await.unwrap();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        drop(socket);
+    });
+    let mut policy = super::exchange::policy_tests::FakePolicy::admitting_with_guards(None);
+    policy.send_deadline = Some(Duration::from_millis(300));
+    let policy = Arc::new(policy);
+    let mut s = connect_with(
+        &up,
+        limits(),
+        1,
+        None,
+        ListenerKind::Mirror,
+        Some(policy.clone()),
+    )
+    .await;
+    // 16 frames of about 900 KB: more than the sockets buffer.
+    let frame = super::exchange::policy_tests::request_of(&[0], 15_000);
+    let writer = tokio::spawn(async move {
+        for _ in 0..16 {
+            if s.client.write_all(&frame).await.is_err() {
+                break;
+            }
+        }
+        s
+    });
+    let mut s = tokio::time::timeout(Duration::from_secs(20), writer)
+        .await
+        .expect("the client's writes end")
+        .unwrap();
+    expect_closed(&mut s.client).await;
+    let guarded = policy.guarded.lock().unwrap();
+    assert!(!guarded.is_empty(), "writes were admitted");
+    assert!(
+        guarded.iter().all(|g| g.counts().0 == 0),
+        "every admitted write released"
+    );
+    assert!(
+        guarded.iter().any(|g| g.counts().1 == 1),
+        "the write cut short counted as of unknown outcome"
+    );
+    let text = s.metrics.render();
+    assert!(text.contains("kind=\"admission_lapsed\""), "{text}");
+    accepted.abort();
+}

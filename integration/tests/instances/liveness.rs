@@ -152,3 +152,90 @@ fn a_second_process_with_a_running_instances_id_takes_no_lease_and_says_so() {
     );
     wait_others_alive(&b.admin(), 1);
 }
+
+/// Review G1. Instance x has two mirror writes pipelined on one connection to the leader of a
+/// partition whose follower is stalled: the first waits in the leader's purgatory for the
+/// follower, the second queues unread behind it. x is then paused, and a failover through y
+/// waits it out (it is not fenced) and writes its barrier. When the stalled follower leaves the
+/// in-sync replicas, the first write is answered and the second is appended — after the
+/// barrier. The failover re-reads every partition after its barrier when it waited an instance
+/// out, and writes a new barrier after what landed: nothing mirrored lies after the last one.
+#[test]
+fn disruptive_a_mirror_write_queued_at_a_waited_out_instance_never_lands_after_the_barrier() {
+    use std::io::Write;
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("peers-queued");
+    harness::create_topic_with_assignment(&destination, &topic, &[&[1, 2]]);
+    // The state topic on broker 1 alone: stalling broker 2 must not take the leases away.
+    let state_topic = harness::unique_topic("peers-queued-state");
+    harness::create_topic_with_assignment(&destination, &state_topic, &[&[1]]);
+    crate::sync::alter_topic_config(
+        &destination,
+        &state_topic,
+        "cleanup.policy",
+        Some("compact"),
+    );
+    let cfg = |id: &str| instance_config("queued", &topic, id, &state_topic);
+    let mut x = ProcessGateway::start(cfg("x"), &[]);
+    let y = TestGateway::start(cfg("y"));
+    wait_others_alive(&y.admin(), 1);
+    let pid = 8_500_000 + (std::process::id() as i64 % 1000) * 10;
+    let (code, _, msg) =
+        RawConn::connect(&x.mirror_bootstrap()).produce_msg(&topic, 0, batch(pid, 0, 0, 1, "m0"));
+    assert_eq!(code, 0, "a mirror write through x: {msg}");
+    let paused = crate::faults::Paused::pause("destination", "2");
+    let mut conn = std::net::TcpStream::connect(x.mirror_bootstrap()).expect("connect x");
+    let mut frames = Vec::new();
+    for (corr, seq) in [(1, 1), (2, 2)] {
+        let req = crate::wire::produce_request(
+            &topic,
+            0,
+            -1,
+            batch(pid, 0, seq, 1, &format!("queued{seq}")),
+        );
+        frames.extend_from_slice(&crate::wire::request_frame(
+            kafka_protocol::messages::ApiKey::Produce,
+            9,
+            corr,
+            &req,
+        ));
+    }
+    conn.write_all(&frames).expect("pipelined mirror writes");
+    std::thread::sleep(Duration::from_millis(500));
+    signal(x.pid().expect("x runs"), libc::SIGSTOP);
+    failover(&y.admin(), "queued");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let m = mirror_json(&y.admin(), "queued");
+        if m["states"]["STOPPED"] == 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the failover through y did not complete: {m}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(paused);
+    x.kill9();
+    // Anything of x's that could still land has landed: the follower is back in sync.
+    std::thread::sleep(Duration::from_secs(2));
+    let log = read_log(&destination, &topic, 0);
+    let last = log.barriers.iter().map(|b| b.0).max().expect("a barrier");
+    assert_eq!(
+        reported_barrier(&y.admin(), "queued", &topic),
+        last,
+        "{:?}",
+        log.barriers
+    );
+    let after: Vec<String> = log
+        .records
+        .iter()
+        .filter(|r| r.offset > last && r.producer_id == pid)
+        .map(|r| format!("{}@{}", r.value.clone().unwrap_or_default(), r.offset))
+        .collect();
+    assert!(
+        after.is_empty(),
+        "mirror writes of the waited-out instance after the last barrier at {last}: {after:?}"
+    );
+}

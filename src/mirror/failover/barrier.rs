@@ -27,7 +27,13 @@ impl<Io: FailoverIo> Failover<Io> {
     /// BARRIER_WRITTEN and BARRIER_PERSISTED for the DRAINED partitions: one barrier each
     /// (looked for in the log first when resuming), settled against late mirror writes, their
     /// producers screened durably, then recorded.
-    pub(super) async fn barrier(&self, name: &str, fid: &str, resumed: bool) -> Result<(), Stall> {
+    pub(super) async fn barrier(
+        &self,
+        name: &str,
+        fid: &str,
+        resumed: bool,
+        waited_out: Option<i64>,
+    ) -> Result<(), Stall> {
         let need: Vec<PartitionRecord> = self
             .records
             .stopping(name)
@@ -122,7 +128,7 @@ impl<Io: FailoverIo> Failover<Io> {
         self.hooks.crash_point(CrashPoint::BarrierWritten);
         // Mirror writes whose answer never came may have landed after the barrier.
         let (found, unsettled, why) = self
-            .settle_unknown_outcomes(name, fid, producer, found, resumed)
+            .settle_unknown_outcomes(name, fid, producer, found, resumed, waited_out)
             .await;
         if !unsettled.is_empty() {
             self.fail_partitions(name, &unsettled, &why)
@@ -346,6 +352,7 @@ impl<Io: FailoverIo> Failover<Io> {
     /// after the barrier, and write a new barrier after anything that landed there, screening
     /// its producer ids. Returns the barriers (moved where new ones were written) and the
     /// partitions that could not be checked, with why.
+    #[allow(clippy::too_many_arguments)]
     async fn settle_unknown_outcomes(
         &self,
         name: &str,
@@ -353,16 +360,25 @@ impl<Io: FailoverIo> Failover<Io> {
         producer: Option<BarrierProducer>,
         mut found: Found,
         resumed: bool,
+        waited_out: Option<i64>,
     ) -> (Found, Vec<PartitionKey>, String) {
+        // Instances waited out (not fenced) may have sent mirror writes the brokers append
+        // later, queued behind requests still pending there: every partition is re-read the
+        // settle time after its barrier, and after their leases ended (review G1).
+        let waited = waited_out.map(|lease_end| lease_end.max(now_ms()));
         let mut check: Vec<(PartitionKey, i64)> = Vec::new();
         for key in found.keys() {
             let w = self.io.writes(&key.0, key.1);
-            let ended = if resumed {
+            let own = if resumed {
                 Some(w.last_unknown_ms.max(self.settings.started_ms))
             } else if w.unknown > 0 {
                 Some(w.last_unknown_ms)
             } else {
                 None
+            };
+            let ended = match (own, waited) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
             };
             if let Some(ended) = ended {
                 check.push((key.clone(), ended));
@@ -439,6 +455,17 @@ impl<Io: FailoverIo> Failover<Io> {
                         })
                         .collect(),
                 );
+                // A late mirrored transaction the source never ends would hold the partition's
+                // last stable offset below the new barrier forever: aborted first (as H14).
+                let aborts = self
+                    .io
+                    .abort_open_transactions(name, std::slice::from_ref(&key))
+                    .await;
+                if !aborts.failed.is_empty() {
+                    reason = aborts.reason;
+                    failed.push(key.clone());
+                    continue 'partitions;
+                }
                 // The new barrier has the form of the one it follows: a control barrier again
                 // with the same producer id, epoch and coordinator epoch (the broker accepts a
                 // second such marker), or a data barrier after a fallback.

@@ -249,12 +249,25 @@ pub trait FailoverIo: Send + Sync + 'static {
         None
     }
     /// Wait until every other instance alive has fenced and drained its mirror writes for
-    /// failover `fid` (or was waited out). `Err`: one is alive and did not, in time.
+    /// failover `fid` (or was waited out). `Ok(Some(ms))`: instances were waited out (or an
+    /// earlier driver is gone undrained) whose leases certainly ended at that time (ms since the
+    /// epoch): what they sent before may still land after the barrier (review G1). `Err`: one
+    /// is alive and did not fence, in time.
     fn wait_peers_fenced(
         &self,
         mirror: &str,
         fid: &str,
-    ) -> impl Future<Output = Result<(), String>> + Send;
+    ) -> impl Future<Output = Result<Option<i64>, String>> + Send;
+    /// This instance, driving failover `fid`, drained its own mirror writes: tell the others
+    /// (an instance taking the failover over then need not wait for them). Several instances
+    /// only; `Err` is logged, never fatal.
+    fn ack_own_drain(
+        &self,
+        _mirror: &str,
+        _fid: &str,
+    ) -> impl Future<Output = Result<(), String>> + Send {
+        async { Ok(()) }
+    }
     /// Hand the partitions a failover STOPPED here to the other instances (if any), so they
     /// make them writable too. `Err`: not handed over yet (retried).
     fn publish_stopped(

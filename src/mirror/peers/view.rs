@@ -49,7 +49,9 @@ use super::super::state::BarrierProducer;
 use super::agent_owner::{AgentOwners, AgentTurn};
 pub use super::records::{LogPosition, PeerRecord, ScreenedProducer, Stopped, StoppedPartition};
 
+mod follow;
 mod lease;
+pub use follow::Follow;
 pub use lease::{grace, Twin};
 
 /// Added to the session timeout before another instance counts as gone: heartbeats are read
@@ -69,84 +71,6 @@ pub enum NotDriving {
     /// cannot be written): nothing is written to the partitions until it can.
     #[error("{0}")]
     Unconfirmed(String),
-}
-
-/// What another instance's records ask this one to follow.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Follow {
-    /// Make the partitions another instance STOPPED writable here too (after screening).
-    Stopped(std::sync::Arc<Stopped>),
-    /// `mirror` was started mirroring again (failback, through any instance, this one
-    /// included): its STOPPED partitions here follow.
-    Mirroring {
-        mirror: String,
-        by: String,
-        at_ms: i64,
-    },
-    /// `mirror` was paused or resumed (through any instance): its partitions here follow.
-    Paused {
-        mirror: String,
-        paused: bool,
-        by: String,
-        at_ms: i64,
-    },
-    /// The instance driving failover `failover_id` is gone: this one claims it (epoch
-    /// `epoch`) and, if its claim comes first, drives it from the recorded steps.
-    TakeOver {
-        mirror: String,
-        failover_id: String,
-        from: String,
-        epoch: u32,
-    },
-    /// This instance's claim came first: it drives failover `failover_id` (epoch `epoch`).
-    Drive {
-        mirror: String,
-        failover_id: String,
-        epoch: u32,
-    },
-}
-
-impl Follow {
-    /// Tells one record to follow from another (a new record is followed again).
-    pub fn key(&self) -> String {
-        match self {
-            Follow::Stopped(s) => format!(
-                "stopped/{}/{}/{}/{}",
-                s.mirror,
-                s.failover_id,
-                s.at_ms,
-                s.partitions.len()
-            ),
-            Follow::Mirroring { mirror, by, at_ms } => format!("mirroring/{mirror}/{by}/{at_ms}"),
-            Follow::Paused {
-                mirror,
-                paused,
-                by,
-                at_ms,
-            } => format!("paused/{mirror}/{paused}/{by}/{at_ms}"),
-            Follow::TakeOver {
-                mirror,
-                failover_id,
-                epoch,
-                ..
-            } => format!("takeover/{mirror}/{failover_id}/{epoch}"),
-            Follow::Drive {
-                mirror,
-                failover_id,
-                epoch,
-            } => format!("drive/{mirror}/{failover_id}/{epoch}"),
-        }
-    }
-
-    pub fn mirror(&self) -> &str {
-        match self {
-            Follow::Stopped(s) => &s.mirror,
-            Follow::Mirroring { mirror, .. }
-            | Follow::Paused { mirror, .. }
-            | Follow::TakeOver { mirror, .. }
-            | Follow::Drive { mirror, .. } => mirror,
-        }
-    }
 }
 
 /// A failover announced on the state topic.
@@ -203,6 +127,8 @@ pub struct PeerView {
     paused: HashMap<String, (bool, String, i64)>,
     /// (mirror, failover id) → its report as last published.
     reports: BTreeMap<(String, String), Box<FailoverReport>>,
+    /// (mirror, failover id) → every instance that drove it, in the order of their claims.
+    drivers: HashMap<(String, String), Vec<String>>,
     /// Every (mirror, failover id) a failover record named (its records are never compacted).
     known: std::collections::BTreeSet<(String, String)>,
 }
@@ -239,6 +165,7 @@ impl PeerView {
             paused: HashMap::new(),
             reports: BTreeMap::new(),
             known: Default::default(),
+            drivers: HashMap::new(),
         }
     }
 
@@ -324,6 +251,15 @@ impl PeerView {
                     by,
                     epoch: epoch.max(1),
                 });
+                if let Some(a) = &a {
+                    let d = self
+                        .drivers
+                        .entry((mirror.clone(), a.failover_id.clone()))
+                        .or_default();
+                    if !d.contains(&a.by) {
+                        d.push(a.by.clone());
+                    }
+                }
                 self.failovers.insert(mirror, a);
             }
             PeerRecord::BarrierProducer {
@@ -422,6 +358,36 @@ impl PeerView {
             .collect()
     }
 
+    /// When this instance last read a heartbeat of `instance`.
+    pub fn last_seen(&self, instance: &str) -> Option<Instant> {
+        self.seen.get(instance).copied()
+    }
+
+    /// The instances that drove failover `fid` of `mirror` before this one and are gone (not
+    /// alive at `now`) without having acknowledged that their own mirror writes were drained,
+    /// each with when it was last seen: what they admitted may still land (review G1).
+    pub fn undrained_drivers(
+        &self,
+        mirror: &str,
+        fid: &str,
+        now: Instant,
+    ) -> Vec<(String, Instant)> {
+        let alive: Vec<String> = self.alive(now).into_iter().map(|(i, _)| i).collect();
+        self.drivers
+            .get(&(mirror.to_string(), fid.to_string()))
+            .into_iter()
+            .flatten()
+            .filter(|d| **d != self.me && !alive.contains(d))
+            .filter(|d| {
+                self.fenced
+                    .get(&(mirror.to_string(), (*d).clone()))
+                    .map(String::as_str)
+                    != Some(fid)
+            })
+            .map(|d| (d.clone(), self.seen.get(d).copied().unwrap_or(now)))
+            .collect()
+    }
+
     /// Who acknowledged the fence of failover `fid` of `mirror`.
     pub fn acknowledged(&self, mirror: &str, fid: &str) -> Vec<String> {
         let mut v: Vec<String> = self
@@ -432,68 +398,6 @@ impl PeerView {
             .collect();
         v.sort();
         v
-    }
-
-    /// What this instance must follow of the state topic: it is the state of record, so
-    /// every instance follows it, the one whose call appended a record included (its own
-    /// records usually know it already, and the follower then has nothing to do; they do not
-    /// when its state directory was lost):
-    /// - the STOPPED partitions handed over for the failover announced now for a mirror;
-    /// - the failover announced now, to drive when this instance is its driver;
-    /// - a mirror started mirroring again (failback), paused or resumed.
-    ///
-    /// A failover whose driver is gone (not alive at `now`) is taken over by the instance of
-    /// the lowest id among those alive, this one included, once it holds its lease.
-    pub fn to_follow(&self, now: Instant) -> Vec<Follow> {
-        let mut out = Vec::new();
-        let alive: Vec<String> = self.alive(now).into_iter().map(|(i, _)| i).collect();
-        let first = alive.iter().all(|i| *i > self.me);
-        let lease = self.lease_problem(now).is_none();
-        for (mirror, a) in &self.failovers {
-            match a {
-                Some(a) => {
-                    if let Some(s) = self
-                        .stopped
-                        .get(mirror)
-                        .filter(|s| s.failover_id == a.failover_id && s.by == a.by)
-                    {
-                        out.push(Follow::Stopped(s.clone()));
-                    }
-                    if a.by == self.me {
-                        out.push(Follow::Drive {
-                            mirror: mirror.clone(),
-                            failover_id: a.failover_id.clone(),
-                            epoch: a.epoch,
-                        });
-                    } else if lease && first && !alive.contains(&a.by) {
-                        out.push(Follow::TakeOver {
-                            mirror: mirror.clone(),
-                            failover_id: a.failover_id.clone(),
-                            from: a.by.clone(),
-                            epoch: a.epoch + 1,
-                        });
-                    }
-                }
-                None => {
-                    if let Some((by, at_ms)) = self.mirroring.get(mirror) {
-                        out.push(Follow::Mirroring {
-                            mirror: mirror.clone(),
-                            by: by.clone(),
-                            at_ms: *at_ms,
-                        });
-                    }
-                }
-            }
-        }
-        for (mirror, (paused, by, at_ms)) in &self.paused {
-            out.push(Follow::Paused {
-                mirror: mirror.clone(),
-                paused: *paused,
-                by: by.clone(),
-                at_ms: *at_ms,
-            });
-        }
-        out
     }
 
     /// Whether the state topic ever named failover `fid` of `mirror`.
@@ -864,5 +768,27 @@ mod tests {
         let mut lone = PeerView::new("d", T);
         lone.apply(announce("m", "f1", "a"), t0, 0);
         assert!(lone.to_follow(now).is_empty(), "no lease: no takeover");
+    }
+
+    #[test]
+    fn an_earlier_driver_gone_without_acknowledging_its_own_drain_is_settled_for() {
+        // Review G1: a takeover re-reads for what the dead driver sent, unless it said it had
+        // drained its own mirror writes.
+        let t0 = Instant::now();
+        let mut b = PeerView::new("b", T);
+        b.apply(hb("a", 0), t0, 0);
+        b.apply(announce("m", "f1", "a"), t0, 0);
+        b.apply(claim("m", "f1", "b", 2), t0, 0);
+        let later = t0 + T + MARGIN;
+        assert_eq!(
+            b.undrained_drivers("m", "f1", later),
+            vec![("a".to_string(), t0)]
+        );
+        assert!(
+            b.undrained_drivers("m", "f1", t0).is_empty(),
+            "a still alive"
+        );
+        b.apply(fenced("m", "f1", "a"), later, 0);
+        assert!(b.undrained_drivers("m", "f1", later).is_empty());
     }
 }

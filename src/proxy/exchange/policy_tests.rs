@@ -31,6 +31,8 @@ pub(crate) struct FakePolicy {
     mirrored_epoch: Option<i16>,
     guards: bool,
     lapsed: Option<String>,
+    /// What [`MirrorPolicy::mirror_send_deadline`] answers.
+    pub(crate) send_deadline: Option<std::time::Duration>,
     pub(crate) guarded: Mutex<Vec<Arc<crate::mirror::admission::PartitionWrites>>>,
     admitted: Mutex<Vec<(ListenerKind, String, i32)>>,
     acks_zero_refused: AtomicUsize,
@@ -79,6 +81,9 @@ impl MirrorPolicy for FakePolicy {
     fn admitted_mirror_writes_lapsed(&self) -> Option<String> {
         self.lapsed.clone()
     }
+    fn mirror_send_deadline(&self) -> Option<std::time::Duration> {
+        self.send_deadline
+    }
     fn barrier_offset(&self, _: &str, _: i32) -> Option<i64> {
         self.barrier.then_some(10)
     }
@@ -112,12 +117,17 @@ impl MirrorPolicy for FakePolicy {
 
 /// Produce v9 of one batch (producer 4242, epoch 0) to each of `partitions` of `orders`.
 pub(crate) fn request(partitions: &[i32]) -> Bytes {
+    request_of(partitions, 2)
+}
+
+/// [`request`] whose batches hold `records` records of 48-byte values each.
+pub(crate) fn request_of(partitions: &[i32], records: i64) -> Bytes {
     let parts = partitions
         .iter()
         .map(|p| {
             PartitionProduceData::default()
                 .with_index(*p)
-                .with_records(Some(batch(2)))
+                .with_records(Some(batch(records)))
         })
         .collect();
     let req = ProduceRequest::default()

@@ -119,6 +119,19 @@ impl PeerView {
         self.last_error = Some(error);
     }
 
+    /// How long this instance's lease still holds at `now` (`None`: it holds none): until the
+    /// older of its last acknowledged heartbeat and its last read to the end is a session old.
+    pub fn lease_remaining(&self, now: Instant) -> Option<Duration> {
+        if self.lease_problem(now).is_some() {
+            return None;
+        }
+        let oldest = self.heartbeat_acked?.min(self.caught_up?);
+        Some(
+            self.session
+                .saturating_sub(now.saturating_duration_since(oldest)),
+        )
+    }
+
     /// Why this instance holds no lease at `now` (`None`: it does).
     pub fn lease_problem(&self, now: Instant) -> Option<String> {
         if let Some(t) = self.twin.as_ref().filter(|t| t.yielded) {
