@@ -70,6 +70,20 @@ pub async fn produce_one(
     batch: Bytes,
     transactional_id: Option<&str>,
 ) -> Result<(i16, i64, Option<String>), ClientError> {
+    let (code, base, message, _) =
+        produce_one_timed(c, topic, partition, batch, transactional_id).await?;
+    Ok((code, base, message))
+}
+
+/// [`produce_one`], with the broker's append time of the batch as its fourth figure (the
+/// broker's clock when the topic keeps `LogAppendTime`, else -1).
+pub async fn produce_one_timed(
+    c: &mut KafkaClient,
+    topic: &str,
+    partition: i32,
+    batch: Bytes,
+    transactional_id: Option<&str>,
+) -> Result<(i16, i64, Option<String>, i64), ClientError> {
     let req = ProduceRequest::default()
         .with_transactional_id(
             transactional_id.map(|t| StrBytes::from_string(t.to_string()).into()),
@@ -93,8 +107,9 @@ pub async fn produce_one(
             p.error_code,
             p.base_offset,
             p.error_message.as_ref().map(|m| m.to_string()),
+            p.log_append_time_ms,
         ),
-        None => (3, -1, Some("no answer for the partition".into())),
+        None => (3, -1, Some("no answer for the partition".into()), -1),
     })
 }
 
@@ -193,4 +208,62 @@ pub async fn list_offsets(
         }
     }
     Ok(out)
+}
+
+/// The log end offset of a partition on its leader `c` — beyond the high watermark, what the
+/// leader has appended and its followers may not have yet: the end offset of the partition's
+/// current leader epoch (Metadata for the epoch, then OffsetForLeaderEpoch, as a consumer).
+pub async fn log_end_offset(
+    c: &mut KafkaClient,
+    topic: &str,
+    partition: i32,
+) -> Result<i64, String> {
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::offset_for_leader_epoch_request::{
+        OffsetForLeaderPartition, OffsetForLeaderTopic,
+    };
+    use kafka_protocol::messages::{MetadataRequest, OffsetForLeaderEpochRequest};
+    let name = || StrBytes::from_string(topic.to_string());
+    let meta = MetadataRequest::default()
+        .with_topics(Some(vec![
+            MetadataRequestTopic::default().with_name(Some(name().into()))
+        ]))
+        .with_allow_auto_topic_creation(false);
+    let m = c.send(&meta, 12).await.map_err(|e| e.to_string())?;
+    let epoch = m
+        .topics
+        .iter()
+        .filter(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
+        .flat_map(|t| t.partitions.iter())
+        .find(|p| p.partition_index == partition)
+        .map(|p| (p.error_code, p.leader_epoch))
+        .ok_or_else(|| format!("no metadata for {topic}-{partition}"))?;
+    if epoch.0 != 0 {
+        return Err(format!(
+            "Metadata of {topic}-{partition}: error code {}",
+            epoch.0
+        ));
+    }
+    let req = OffsetForLeaderEpochRequest::default()
+        .with_replica_id((-1).into())
+        .with_topics(vec![OffsetForLeaderTopic::default()
+            .with_topic(name().into())
+            .with_partitions(vec![OffsetForLeaderPartition::default()
+                .with_partition(partition)
+                .with_current_leader_epoch(epoch.1)
+                .with_leader_epoch(epoch.1)])]);
+    let r = c.send(&req, 4).await.map_err(|e| e.to_string())?;
+    let p = r
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .find(|p| p.partition == partition)
+        .ok_or_else(|| format!("no OffsetForLeaderEpoch answer for {topic}-{partition}"))?;
+    if p.error_code != 0 {
+        return Err(format!(
+            "OffsetForLeaderEpoch of {topic}-{partition}: error code {}",
+            p.error_code
+        ));
+    }
+    Ok(p.end_offset)
 }

@@ -396,3 +396,50 @@ fn a_recreated_state_topic_never_leaves_two_agent_owners() {
     );
     assert_eq!(read_log(&destination, &topic, 0).records.len(), sent);
 }
+
+/// Review G2. The agent's owner appends a plain source batch (no producer id: the broker cannot
+/// deduplicate it) while a follower of the destination partition is stalled: the leader holds
+/// it above the high watermark, invisible to a read, and the owner is killed before it is
+/// answered. The instance that takes the agent over must not mirror that batch again: it waits
+/// until what the leader holds is readable, matches it to the source and mirrors on. Each
+/// source record ends up on the destination once, and the partition keeps MIRRORING.
+#[test]
+fn disruptive_a_plain_batch_appended_by_a_killed_owner_above_the_high_watermark_is_not_appended_again(
+) {
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("owner-hw");
+    harness::create_topic(&source, &topic, 1, None);
+    // The destination topic with a follower to stall (the agent takes an empty one as is).
+    harness::create_topic_with_assignment(&destination, &topic, &[&[1, 2]]);
+    let (mut a, b) = two_instances_with_the_agent("ownerhw", &[&topic], &source, |_| {}, &[]);
+    let writer = SourceWriter::start_without_producer_id(&source, &topic, "plain", 400, 20);
+    wait_for(
+        "records mirrored through a",
+        Duration::from_secs(30),
+        || log_end(&destination, &topic, 0) > 20,
+    );
+    {
+        let _stalled = crate::faults::Paused::pause("destination", "2");
+        std::thread::sleep(Duration::from_millis(700));
+        a.kill9();
+        wait_for("b runs the agent", Duration::from_secs(30), || {
+            let s = agent_status(&b.admin(), "ownerhw");
+            s["owner"] == "b" && s["runs_here"] == true
+        });
+        // The stalled follower leaves the in-sync replicas meanwhile (the controller fences it).
+        std::thread::sleep(Duration::from_secs(12));
+    }
+    let sent = writer.finish(false);
+    wait_for(
+        "the destination holds the source's records once, in order",
+        Duration::from_secs(120),
+        || {
+            partitions_json(&b.admin(), "ownerhw")
+                .iter()
+                .all(|p| p["state"] == "MIRRORING" && p["lag_records"] == 0)
+                && kv(&read_log(&source, &topic, 0)) == kv(&read_log(&destination, &topic, 0))
+        },
+    );
+    assert_eq!(read_log(&destination, &topic, 0).records.len(), sent);
+}

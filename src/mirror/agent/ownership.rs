@@ -44,6 +44,13 @@ impl MirrorAgent {
         }
     }
 
+    /// Whether this instance owns the agent now at the epoch its tasks run with: asked right
+    /// before every append (review G2; [`Self::take_turn`] runs once a second).
+    pub(super) fn owns_the_agent(&self) -> bool {
+        let running = *lock(&self.owner_epoch);
+        matches!(self.controller.agent_turn(&self.name), AgentTurn::Run { epoch } if Some(epoch) == running)
+    }
+
     /// Take the offset maps the previous owner published where they reach further than this
     /// instance's own (partitions with a task still running here excepted).
     pub(super) fn adopt_published_offsets(&self) {

@@ -277,8 +277,12 @@ impl Task {
                 self.m.name
             )));
         }
-        let end = self.dest_end().await?;
-        let end = limit.map_or(end, |l| l.min(end));
+        // Starting to mirror: everything the leader holds readable first (G2). Matching a
+        // stopped partition's tail up to its barrier reads what is there.
+        let end = match limit {
+            None => self.dest_settled_end().await?,
+            Some(l) => self.dest_end().await?.min(l),
+        };
         match self.map().and_then(|m| m.next()) {
             Some((s, d)) => {
                 self.next_src = s;
@@ -462,7 +466,7 @@ impl Task {
         }
         match kind {
             SourceBatch::Data => match self.mirror_data(h, b).await {
-                Err(Halt::Sequence) => self.mirror_stripped(h, b, true).await,
+                Err(Halt::Sequence) => self.out_of_sequence(h, b).await,
                 r => r,
             },
             // A transactional batch is appended as-is too, with a transactional id (`append`).
@@ -477,6 +481,24 @@ impl Task {
             SourceBatch::Gapped => self.mirror_gapped(h, b).await,
             SourceBatch::Empty => self.mirror_empty(h),
         }
+    }
+
+    /// The destination refused an idempotent batch as out of sequence. Either an earlier batch
+    /// of its producer is missing on the source (compaction removed it): appended without its
+    /// producer id. Or another writer — an agent owner that was replaced — already appended it
+    /// (review G2): then the destination holds it at the map's next offset, and it is taken as
+    /// appended, never appended twice.
+    async fn out_of_sequence(&mut self, h: &BatchHeader, b: &[u8]) -> Step<()> {
+        let mut owned = bytes::BytesMut::from(b);
+        owned[..8].copy_from_slice(&0i64.to_be_bytes());
+        gapped::clear_log_append_time(&mut owned);
+        if let Some(base) = self.appended_already(&owned).await? {
+            tracing::warn!(topic = %self.topic, partition = self.partition, offset = base,
+                "an out-of-sequence batch is already in the destination log (appended by another writer): taken as appended");
+            self.record(h.base_offset, base, i64::from(h.last_offset_delta) + 1);
+            return Ok(());
+        }
+        self.mirror_stripped(h, b, true).await
     }
 
     /// A batch without gaps, neither transactional nor control: appended as-is except its base

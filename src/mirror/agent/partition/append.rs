@@ -119,13 +119,21 @@ impl Task {
     }
 
     /// Before each attempt of a request to the mirror listener: back off (after the first),
-    /// then connect; `false` when not connected yet.
+    /// then connect; `false` when not connected yet. Right before the send, this instance must
+    /// still own the agent at the epoch it ran with: an append is never sent on an ownership
+    /// read a tick ago (review G2).
     pub(super) async fn next_attempt(&mut self, attempt: &mut u32) -> Step<bool> {
         if *attempt > 0 {
             self.sleep(backoff(*attempt)).await?;
         }
         *attempt += 1;
-        self.connect_mirror().await
+        let connected = self.connect_mirror().await?;
+        if connected && !self.m.owns_the_agent() {
+            tracing::info!(topic = %self.topic, partition = self.partition,
+                "this instance no longer owns the built-in agent: the partition's task stops before its next append");
+            return Err(Halt::Stop);
+        }
+        Ok(connected)
     }
 
     /// Connect to the gateway's mirror-listener port of the partition's leader when not

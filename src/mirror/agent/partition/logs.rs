@@ -13,6 +13,10 @@ use crate::protocol::batch::{BatchHeader, BatchWalker};
 use super::super::wire;
 use super::{Halt, Step, Task, FETCH_WAIT};
 
+/// How long a task starting to mirror waits for the destination's high watermark to reach its
+/// leader's log end before it tries again later.
+const SETTLE_HIGH_WATERMARK: Duration = Duration::from_secs(60);
+
 impl Task {
     // ------------------------------------------------------------------ destination side
 
@@ -57,6 +61,36 @@ impl Task {
         c.list_offset(&self.topic, self.partition, LATEST)
             .await
             .map_err(|e| Halt::Retry(e.to_string()))
+    }
+
+    /// The destination's log end once every record its leader appended is readable: an append
+    /// of an agent owner that was replaced may sit at the leader above the high watermark
+    /// (a follower slow but in sync), invisible to a read, and the destination would get the
+    /// batch twice if it were mirrored again (review G2). Waits (bounded) until the high
+    /// watermark reaches the leader's log end.
+    pub(super) async fn dest_settled_end(&mut self) -> Step<i64> {
+        let deadline = std::time::Instant::now() + SETTLE_HIGH_WATERMARK;
+        loop {
+            let mut c = self.dest_reader().await?;
+            let hw = c
+                .list_offset(&self.topic, self.partition, LATEST)
+                .await
+                .map_err(|e| Halt::Retry(e.to_string()))?;
+            let leo = crate::client::ops::log_end_offset(&mut c, &self.topic, self.partition)
+                .await
+                .map_err(Halt::Retry)?;
+            if hw >= leo {
+                return Ok(hw);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(Halt::Retry(format!(
+                    "the destination's high watermark {hw} stays below its leader's log end {leo} (a follower lags): \
+                     mirroring waits until what the leader holds is readable"
+                )));
+            }
+            tracing::debug!(topic = %self.topic, partition = self.partition, hw, leo, "waiting for the destination's high watermark to reach its log end");
+            self.sleep(Duration::from_millis(200)).await?;
+        }
     }
 
     pub(super) async fn dest_start(&self) -> Step<i64> {
