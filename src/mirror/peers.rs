@@ -24,6 +24,7 @@
 
 pub mod agent_owner;
 mod agents;
+pub mod clock;
 #[cfg(test)]
 mod compaction_tests;
 pub mod log;
@@ -181,7 +182,7 @@ impl PeerLink {
     /// Write one heartbeat, when this instance may ([`PeerView::may_heartbeat`]); the lease is
     /// renewed from the time it was sent. Returns whether one was written.
     pub async fn heartbeat_once(&self) -> bool {
-        let sent = Instant::now();
+        let sent = clock::now();
         let (me, incarnation) = {
             let v = self.view();
             if !v.may_heartbeat(sent) {
@@ -191,7 +192,7 @@ impl PeerLink {
         };
         let r = self
             .log
-            .append(&PeerRecord::Heartbeat {
+            .append_timed(&PeerRecord::Heartbeat {
                 instance: me,
                 at_ms: self.now_ms(),
                 agents: self.agents.get().cloned().unwrap_or_default(),
@@ -199,8 +200,15 @@ impl PeerLink {
             })
             .await;
         match r {
-            Ok(()) => {
-                self.view().heartbeat_acked(sent, Instant::now());
+            Ok(broker_ms) => {
+                let unseen = self
+                    .view()
+                    .heartbeat_appended(sent, clock::now(), broker_ms);
+                if let Some(unseen) = unseen {
+                    tracing::error!(target: "mirrorgate::peers", topic = %self.topic, unseen_s = unseen.as_secs_f64(),
+                        "the state topic's broker saw more time pass between two heartbeats than this machine's clock: this process was paused without its clock counting it; its lease is void until it has read the state topic again");
+                    return false;
+                }
                 self.claim_agents().await;
                 true
             }
@@ -216,7 +224,7 @@ impl PeerLink {
     /// one gone (a yielded instance then starts over).
     fn watch_twin(&self) {
         let mut v = self.view();
-        let now = Instant::now();
+        let now = clock::now();
         if let Some(t) = v.forget_gone_twin(now) {
             tracing::warn!(target: "mirrorgate::peers", topic = %self.topic, incarnation = %t.incarnation, yielded = t.yielded,
                 "the other process with this instance id is no longer seen on the state topic{}",
@@ -239,7 +247,7 @@ impl PeerLink {
     /// One read from `next`; applies the records, starts the fences they ask for. Returns
     /// whether the read reached the end of the topic.
     pub async fn read_once(self: &Arc<Self>, next: &mut i64, fence: &FenceHook) -> bool {
-        let sent = Instant::now();
+        let sent = clock::now();
         let r = match self.log.read(*next).await {
             Ok(r) => r,
             Err(e) => {
@@ -256,7 +264,7 @@ impl PeerLink {
         let at_end = r.next >= r.high_watermark;
         {
             let mut v = self.view();
-            let (now, ms) = (Instant::now(), now_ms());
+            let (now, ms) = (clock::now(), now_ms());
             for rec in r.records {
                 v.apply(rec, now, ms);
             }
@@ -322,8 +330,8 @@ impl PeerLink {
     /// Start following what the others' records ask of this instance ([`PeerView::to_follow`]),
     /// each record once it is done, one at a time per record.
     pub fn follow_once(self: &Arc<Self>, follow: &FollowHook) {
-        let todo = self.view().to_follow(Instant::now());
-        let now = Instant::now();
+        let todo = self.view().to_follow(clock::now());
+        let now = clock::now();
         for f in todo {
             let k = f.key();
             {
@@ -342,10 +350,10 @@ impl PeerLink {
                 let r = follow(f).await;
                 let next = match r {
                     Ok(true) => Followed::Done,
-                    Ok(false) => Followed::RetryAt(Instant::now() + FOLLOW_RETRY),
+                    Ok(false) => Followed::RetryAt(clock::now() + FOLLOW_RETRY),
                     Err(e) => {
                         tracing::warn!(target: "mirrorgate::peers", mirror = %mirror, error = %e, "another instance's failover record not followed here yet; retried");
-                        Followed::RetryAt(Instant::now() + FOLLOW_RETRY)
+                        Followed::RetryAt(clock::now() + FOLLOW_RETRY)
                     }
                 };
                 this.followed
@@ -391,12 +399,12 @@ impl PeerLink {
 
     /// How long this instance's lease still holds (`None`: it holds none now).
     pub fn lease_remaining(&self) -> Option<Duration> {
-        self.view().lease_remaining(Instant::now())
+        self.view().lease_remaining(clock::now())
     }
 
     /// Why this instance holds no lease on the state topic now (`None`: it does).
     pub fn lease_problem(&self) -> Option<String> {
-        self.view().lease_problem(Instant::now())
+        self.view().lease_problem(clock::now())
     }
 
     /// Why a mirror write of `mirror` is refused here (`None`: admitted as far as the peers go).
@@ -405,7 +413,7 @@ impl PeerLink {
     /// refuses them.
     pub fn mirror_write_refusal(&self, mirror: &str) -> Option<PeerRefusal> {
         let v = self.view();
-        if let Some(p) = v.lease_problem(Instant::now()) {
+        if let Some(p) = v.lease_problem(clock::now()) {
             return Some(PeerRefusal::NoLease(format!(
                 "this instance holds no lease on the state topic {} ({p}); mirror writes wait until it has read it again",
                 self.topic
@@ -432,7 +440,7 @@ impl PeerLink {
     /// sync goes on for PAUSED partitions.
     pub fn group_sync_refusal(&self, mirror: &str, final_round: bool) -> Option<String> {
         let v = self.view();
-        if let Some(p) = v.lease_problem(Instant::now()) {
+        if let Some(p) = v.lease_problem(clock::now()) {
             return Some(format!(
                 "this instance holds no lease on the state topic {} ({p})",
                 self.topic
@@ -494,7 +502,7 @@ impl PeerLink {
     /// its lease, and no other instance took the failover over.
     pub fn check_driving(&self, mirror: &str, fid: &str) -> Result<(), NotDriving> {
         let v = self.view();
-        if let Some(p) = v.lease_problem(Instant::now()) {
+        if let Some(p) = v.lease_problem(clock::now()) {
             return Err(NotDriving::Unconfirmed(format!(
                 "this instance holds no lease on the state topic {} ({p}): it writes no barrier until it has read it again",
                 self.topic
@@ -681,11 +689,11 @@ impl PeerLink {
         fid: &str,
         limit: Duration,
     ) -> Result<Option<i64>, String> {
-        let deadline = Instant::now() + limit;
+        let deadline = clock::now() + limit;
         let mut logged = false;
-        let first = self.view().waiting_for(mirror, fid, Instant::now());
+        let first = self.view().waiting_for(mirror, fid, clock::now());
         loop {
-            let waiting = self.view().waiting_for(mirror, fid, Instant::now());
+            let waiting = self.view().waiting_for(mirror, fid, clock::now());
             if waiting.is_empty() {
                 return Ok(self.lease_end_of_waited_out(mirror, fid, &first));
             }
@@ -694,7 +702,7 @@ impl PeerLink {
                     "the barrier waits for these instances to fence their mirror writes (or for their session to time out)");
                 logged = true;
             }
-            if Instant::now() >= deadline {
+            if clock::now() >= deadline {
                 return Err(format!(
                     "instances {} are alive and have not fenced their mirror writes within {:.0} s",
                     waiting.join(", "),
@@ -709,7 +717,7 @@ impl PeerLink {
     /// acknowledged failover `fid`'s fence, and of the earlier drivers of it gone undrained.
     fn lease_end_of_waited_out(&self, mirror: &str, fid: &str, waited: &[String]) -> Option<i64> {
         let v = self.view();
-        let now = Instant::now();
+        let now = clock::now();
         let acked = v.acknowledged(mirror, fid);
         let mut gone: Vec<(String, Instant)> = waited
             .iter()
@@ -753,14 +761,14 @@ impl PeerLink {
     /// Why this instance is not ready as far as the peers go.
     pub fn problem(&self) -> Option<String> {
         self.view()
-            .lease_problem(Instant::now())
+            .lease_problem(clock::now())
             .map(|p| format!("state topic {}: {p}", self.topic))
     }
 
     /// `GET /v1/instances`.
     pub fn status(&self) -> serde_json::Value {
         let v = self.view();
-        let now = Instant::now();
+        let now = clock::now();
         let lease = v.lease_problem(now);
         json!({
             "instance": v.me(),
@@ -799,7 +807,7 @@ impl PeerLink {
     pub fn read_age(&self) -> Option<Duration> {
         self.view()
             .caught_up_at()
-            .map(|t| Instant::now().saturating_duration_since(t))
+            .map(|t| clock::now().saturating_duration_since(t))
     }
 
     /// Every mirror with a failover announced, and whether this instance drives it.
@@ -829,7 +837,7 @@ impl PeerLink {
     /// Other instances alive now (instance, ms since seen).
     pub fn others_alive(&self) -> Vec<(String, u64)> {
         self.view()
-            .alive(Instant::now())
+            .alive(clock::now())
             .into_iter()
             .map(|(i, d)| (i, d.as_millis() as u64))
             .collect()

@@ -4,8 +4,6 @@
 //!
 //! Owns: those records' I/O on the state topic. Must not touch: the rules, the agent.
 
-use std::time::Instant;
-
 use super::agent_owner::AgentTurn;
 use super::view::PeerRecord;
 use super::PeerLink;
@@ -19,13 +17,13 @@ impl PeerLink {
 
     /// What this instance does with `mirror`'s built-in agent now.
     pub fn agent_turn(&self, mirror: &str) -> AgentTurn {
-        self.view().agent_turn(mirror, Instant::now())
+        self.view().agent_turn(mirror, super::clock::now())
     }
 
     /// Each mirror whose built-in agent this instance could run, and whether it runs it now.
     pub fn agents_here(&self) -> Vec<(String, bool)> {
         let v = self.view();
-        let now = Instant::now();
+        let now = super::clock::now();
         self.agents
             .get()
             .into_iter()

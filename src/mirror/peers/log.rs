@@ -38,6 +38,12 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub trait StateLog: Send + Sync + 'static {
     /// Append one record; `Ok` once every in-sync replica has it.
     fn append(&self, record: &PeerRecord) -> BoxFuture<'_, Result<(), String>>;
+    /// [`Self::append`] of a record that fits one batch (a heartbeat), with the broker's
+    /// append time of it when the topic keeps `LogAppendTime` (review G13).
+    fn append_timed(&self, record: &PeerRecord) -> BoxFuture<'_, Result<Option<i64>, String>> {
+        let r = self.append(record);
+        Box::pin(async move { r.await.map(|()| None) })
+    }
     /// The records from `from` on (at most a few hundred kilobytes), with the offset after the
     /// last one returned and the topic's end (high watermark).
     fn read(&self, from: i64) -> BoxFuture<'_, Result<ReadResult, String>>;
@@ -151,17 +157,19 @@ impl KafkaStateLog {
     }
 
     /// Append one batch to partition 0 (`acks=all`).
-    async fn produce(&self, batch: bytes::Bytes) -> Result<(), String> {
+    /// Append one batch; the broker's append time of it (-1 unless the topic keeps
+    /// `LogAppendTime`).
+    async fn produce(&self, batch: bytes::Bytes) -> Result<i64, String> {
         let topic = self.topic.clone();
         self.with_client(move |c| {
             Box::pin(async move {
                 let size = batch.len();
-                match ops::produce_one(c, &topic, 0, batch, None).await {
-                    Ok((0, _, _)) => Ok(()),
-                    Ok((MESSAGE_TOO_LARGE, _, _)) => Err(format!(
+                match ops::produce_one_timed(c, &topic, 0, batch, None).await {
+                    Ok((0, _, _, at)) => Ok(at),
+                    Ok((MESSAGE_TOO_LARGE, _, _, _)) => Err(format!(
                         "Produce to {topic}-0 answered MESSAGE_TOO_LARGE: a batch of {size} bytes is above the state topic's max.message.bytes (raise it to {MAX_RECORD_BYTES}, as `mirrorgate state init` creates it)"
                     )),
-                    Ok((code, _, msg)) => Err(format!(
+                    Ok((code, _, msg, _)) => Err(format!(
                         "Produce to {topic}-0 answered error code {code}{}",
                         msg.map(|m| format!(" ({m})")).unwrap_or_default()
                     )),
@@ -285,6 +293,19 @@ impl StateLog for KafkaStateLog {
                 }
             }
             Ok(())
+        })
+    }
+
+    fn append_timed(&self, record: &PeerRecord) -> BoxFuture<'_, Result<Option<i64>, String>> {
+        let raws = parts::split(record);
+        Box::pin(async move {
+            match raws?.as_slice() {
+                [raw] => {
+                    let at = self.produce(batch_of(std::slice::from_ref(raw))?).await?;
+                    Ok((at >= 0).then_some(at))
+                }
+                _ => Err("a record in parts has no single append time".into()),
+            }
         })
     }
 
@@ -441,6 +462,9 @@ pub async fn create(view: &ClusterView, topic: &str, timeout: Duration) -> Resul
             ("max.message.bytes".into(), MAX_RECORD_BYTES.to_string()),
             // A truncated state topic loses claims every instance acted on (review G6).
             ("unclean.leader.election.enable".into(), "false".into()),
+            // The broker's time in every heartbeat's answer: a pause the local clock did not
+            // count shows against it (review G13).
+            ("message.timestamp.type".into(), "LogAppendTime".into()),
         ],
     )
     .await?;

@@ -118,6 +118,11 @@ pub struct PeerView {
     caught_up: Option<Instant>,
     /// The last error of the state topic's I/O, shown while the lease is stale.
     last_error: Option<String>,
+    /// The brokers' time of this instance's heartbeats, against the lease clock (G13).
+    broker_clock: super::clock::BrokerClock,
+    /// When the lease was last voided by a pause the local clock did not count: a read sent
+    /// before it is not a read to the end (its answer may be older than the pause).
+    voided_at: Option<Instant>,
     /// Who runs each mirror's built-in agent.
     agents: AgentOwners,
     /// Mirror → the agent's offset maps as last published.
@@ -160,6 +165,8 @@ impl PeerView {
             heartbeat_acked: None,
             caught_up: None,
             last_error: None,
+            broker_clock: Default::default(),
+            voided_at: None,
             agents: AgentOwners::default(),
             agent_offsets: HashMap::new(),
             paused: HashMap::new(),

@@ -45,6 +45,33 @@ impl PeerView {
         self.last_error = None;
     }
 
+    /// This instance's heartbeat sent at `sent` was acknowledged at `acked` (lease clock),
+    /// appended by the broker at `broker_ms` (`LogAppendTime`, when the state topic keeps it):
+    /// renews the lease, unless the broker's time shows a pause the local clock did not count
+    /// (a VM stopped with its clock, review G13). Then the lease is void: the state topic must
+    /// be read to its end again (by a read sent after now) and a heartbeat acknowledged before
+    /// this instance admits a mirror write or drives anything again. Returns the unseen pause.
+    pub fn heartbeat_appended(
+        &mut self,
+        sent: Instant,
+        acked: Instant,
+        broker_ms: Option<i64>,
+    ) -> Option<Duration> {
+        let Some(unseen) = self.broker_clock.check(sent, acked, broker_ms) else {
+            self.heartbeat_acked(sent, acked);
+            return None;
+        };
+        self.broker_clock.forget();
+        self.heartbeat_acked = None;
+        self.caught_up = None;
+        self.voided_at = Some(acked);
+        self.last_error = Some(format!(
+            "the state topic's broker saw {:.1} s more pass between two heartbeats than this machine's clock: this process was paused without its clock counting it (a VM stopped?); the lease is void until the state topic is read again",
+            unseen.as_secs_f64()
+        ));
+        Some(unseen)
+    }
+
     /// A heartbeat of this instance's id written by another process (`incarnation`), read at
     /// `now`. Only once this instance has read the state topic to its end: what it reads
     /// before was written before it started (a previous process with its id).
@@ -112,6 +139,9 @@ impl PeerView {
 
     /// A read sent at `sent` reached the end of the state topic and its records are applied.
     pub fn caught_up(&mut self, sent: Instant) {
+        if self.voided_at.is_some_and(|v| sent < v) {
+            return;
+        }
         self.caught_up = Some(sent);
     }
 
@@ -219,6 +249,39 @@ mod tests {
         v.apply(hb("b", 0), t, 11 * 10_000 + 1);
         assert_eq!(v.alive(t).len(), 1);
         assert!(v.alive(t + T + MARGIN).is_empty());
+    }
+
+    #[test]
+    fn a_pause_the_local_clock_did_not_count_voids_the_lease_until_a_read_sent_after_it() {
+        // Review G13: the VM stood still with its clock for 60 s; the broker's append times
+        // of two heartbeats show it, the local instants do not.
+        let t0 = Instant::now();
+        let (mut v, t) = leased("a", t0);
+        let ms = 1_000_000;
+        assert_eq!(v.heartbeat_appended(t, t, Some(ms)), None);
+        let s = Duration::from_secs(1);
+        let read_before = t + s;
+        let (sent, acked) = (t + 2 * s, t + 2 * s + s / 10);
+        let unseen = v.heartbeat_appended(sent, acked, Some(ms + 62_000));
+        assert!(unseen.is_some_and(|u| u > 55 * s), "{unseen:?}");
+        let p = v.lease_problem(acked).expect("the lease is void");
+        assert!(p.contains("paused without its clock"), "{p}");
+        assert!(
+            !v.may_heartbeat(acked),
+            "no heartbeat before a read to the end"
+        );
+        v.caught_up(read_before);
+        assert!(
+            v.lease_problem(acked + s).is_some(),
+            "a read sent before the pause does not count"
+        );
+        v.caught_up(acked + s);
+        assert!(v.may_heartbeat(acked + s));
+        assert_eq!(
+            v.heartbeat_appended(acked + s, acked + s, Some(ms + 63_100)),
+            None
+        );
+        assert_eq!(v.lease_problem(acked + s), None);
     }
 
     #[test]
