@@ -1,5 +1,6 @@
 //! Admission: the decisions the proxy asks for on every produce and admin request to a mirror
-//! topic, answered from a lookup snapshot of the mirrors' recorded states (refreshed after every
+//! topic (on the client listener: read-only until failover; on the mirror listener: closed
+//! once failed over), answered from a lookup snapshot of the mirrors' recorded states (refreshed after every
 //! persisted change), and the count of mirror writes in flight per partition that a failover's
 //! drain waits on.
 //!
@@ -33,13 +34,16 @@ pub const REJECT_ERROR_CODE: i16 = 44;
 /// idempotent producer retries with the same sequence numbers).
 pub const RETRY_LATER_ERROR_CODE: i16 = 19;
 
+/// Why a change to a failed-over topic is refused on the mirror listener.
+const FAILED_OVER: &str = "a failed-over topic takes changes from local clients only";
+
 /// A refused partition of a produce request.
 #[derive(Debug, Clone)]
 pub struct Refusal {
     pub error_code: i16,
     pub message: String,
     /// `mirrorgate_produce_rejected_total{reason}` (`read_only`, `mirror_fenced`,
-    /// `state_unreadable`, `screen_unreadable`, `read_only_admin`).
+    /// `state_unreadable`, `screen_unreadable`, `read_only_admin`, `mirror_fenced_admin`).
     pub reason: &'static str,
 }
 
@@ -274,15 +278,19 @@ impl Admission {
 
     /// The state of a partition (FAILED when the built-in agent failed a MIRRORING partition).
     pub fn state_of(&self, topic: &str, partition: i32) -> Option<PartitionState> {
-        let s = self
-            .read()
-            .states
-            .get(topic)
-            .and_then(|v| v.get(partition.max(0) as usize).copied().flatten());
+        let s = self.recorded_state(topic, partition);
         if s == Some(PartitionState::Mirroring) && self.agent_error(topic, partition).is_some() {
             return Some(PartitionState::Failed);
         }
         s
+    }
+
+    /// The state the records give a partition (the built-in agent's failures aside).
+    fn recorded_state(&self, topic: &str, partition: i32) -> Option<PartitionState> {
+        self.read()
+            .states
+            .get(topic)
+            .and_then(|v| v.get(partition.max(0) as usize).copied().flatten())
     }
 
     /// Mark a partition FAILED by the built-in agent (`Some(reason)`) or clear that (`None`).
@@ -432,12 +440,23 @@ impl Admission {
         }
     }
 
-    /// The decision for an admin or transaction request `op` (e.g. `DeleteRecords`) on the
-    /// client listener naming `topic` — one partition, or the whole topic when `partition` is
-    /// `None`. Refused (POLICY_VIOLATION) while the partition, or any partition of the topic, is
-    /// not STOPPED; counted in `mirrorgate_produce_rejected_total{reason="read_only_admin"}`.
+    /// The decision for an admin, transaction or group request `op` (e.g. `DeleteRecords`) on
+    /// `listener` naming `topic` — one partition, or the whole topic when `partition` is `None`.
     /// `None`: not a mirror topic, or allowed.
-    pub fn refuse_admin(&self, op: &str, topic: &str, partition: Option<i32>) -> Option<Refusal> {
+    ///
+    /// - Client listener: refused (POLICY_VIOLATION) while the partition, or any partition of
+    ///   the topic, is not STOPPED; counted as `rejected{reason="read_only_admin"}`.
+    /// - Mirror listener: refused once the topic is failed over ([`Self::refuse_mirror_admin`]);
+    ///   counted as `rejected{reason="mirror_fenced_admin"}`.
+    ///
+    /// A mirror whose state cannot be read refuses on both (`state_unreadable`).
+    pub fn refuse_admin(
+        &self,
+        listener: ListenerKind,
+        op: &str,
+        topic: &str,
+        partition: Option<i32>,
+    ) -> Option<Refusal> {
         let idx = self.router.mirror_index(topic)?;
         let mirror = self.mirror_name(idx);
         let what = match partition {
@@ -453,6 +472,9 @@ impl Admission {
                 ),
                 reason: "state_unreadable",
             });
+        }
+        if listener == ListenerKind::Mirror {
+            return self.refuse_mirror_admin(idx, op, topic, partition, &what);
         }
         let state = match partition {
             Some(p) => self.state_of(topic, p).unwrap_or(PartitionState::Mirroring),
@@ -472,14 +494,76 @@ impl Admission {
         })
     }
 
+    /// Review G8: on the mirror listener a change to a failed-over topic is refused as a mirror
+    /// produce to it is, and for the same reasons: a failover has begun for the partition (or
+    /// for any partition of the topic): STOPPING, STOPPED, or FAILED by a failover step; the
+    /// mirror's failover is recorded here (a partition without a record counts as STOPPING);
+    /// or, with several instances, the state topic announces a failover of the mirror through
+    /// any instance (POLICY_VIOLATION), or this instance holds no lease to know it does not
+    /// (NOT_ENOUGH_REPLICAS, retriable). While the mirror is MIRRORING or PAUSED the mirroring
+    /// tool keeps them: it creates partitions, syncs configs and checkpoints group offsets.
+    fn refuse_mirror_admin(
+        &self,
+        idx: usize,
+        op: &str,
+        topic: &str,
+        partition: Option<i32>,
+        what: &str,
+    ) -> Option<Refusal> {
+        use PartitionState::{Failed, Stopped, Stopping};
+        let mirror = self.mirror_name(idx);
+        let failed_over = |s: &PartitionState| matches!(s, Stopping | Stopped | Failed);
+        let recorded = match partition {
+            Some(p) => self.recorded_state(topic, p).filter(failed_over),
+            None => {
+                let states = self.read().states.get(topic).cloned().unwrap_or_default();
+                states.into_iter().flatten().find(failed_over)
+            }
+        };
+        let state = recorded.or_else(|| self.failover_started(idx).then_some(Stopping));
+        let (error_code, why) = match state {
+            Some(state) => {
+                let by = self
+                    .peers
+                    .get()
+                    .and_then(|p| p.failed_over_by(mirror))
+                    .map(|(by, fid)| {
+                        format!(" (failed over through instance {by}, failover {fid})")
+                    })
+                    .unwrap_or_default();
+                (
+                    REJECT_ERROR_CODE,
+                    format!("mirror {mirror} is {}{by}; {FAILED_OVER}", state.as_str()),
+                )
+            }
+            None => match self.peers.get().and_then(|p| p.failover_refusal(mirror))? {
+                PeerRefusal::NoLease(m) => (RETRY_LATER_ERROR_CODE, m),
+                PeerRefusal::FailedOver(m) => (REJECT_ERROR_CODE, format!("{m}; {FAILED_OVER}")),
+            },
+        };
+        self.rejected
+            .with_label_values(&["mirror_fenced_admin"])
+            .inc();
+        Some(Refusal {
+            error_code,
+            message: format!(
+                "mirrorgate: {op} on {what} through the mirror listener is fenced: {why}"
+            ),
+            reason: "mirror_fenced_admin",
+        })
+    }
+
     /// [`Self::refuse_admin`] for a request on every partition of the cluster: refused when any
-    /// mirror topic is not STOPPED in full.
-    pub fn refuse_admin_everywhere(&self, op: &str) -> Option<Refusal> {
+    /// mirror topic would be (client listener: any not STOPPED in full; mirror listener: any
+    /// failed over).
+    pub fn refuse_admin_everywhere(&self, listener: ListenerKind, op: &str) -> Option<Refusal> {
         let mut topics = self.cluster.topic_names();
         topics.extend(self.read().states.keys().cloned());
         topics.sort();
         topics.dedup();
-        topics.iter().find_map(|t| self.refuse_admin(op, t, None))
+        topics
+            .iter()
+            .find_map(|t| self.refuse_admin(listener, op, t, None))
     }
 
     /// The state of a whole topic for admin requests: STOPPED only when every partition known
@@ -575,3 +659,7 @@ impl Admission {
             .any(|v| v.iter().any(Option::is_some))
     }
 }
+
+#[cfg(test)]
+#[path = "admission_tests.rs"]
+mod tests;

@@ -308,16 +308,21 @@ impl MirrorController {
         self.admission.admitted_mirror_writes_lapsed()
     }
 
-    /// The decision for an admin or transaction request `op` (e.g. `DeleteRecords`) on the
-    /// client listener naming `topic` (see [`Admission::refuse_admin`]).
-    pub fn refuse_admin(&self, op: &str, topic: &str, partition: Option<i32>) -> Option<Refusal> {
-        self.admission.refuse_admin(op, topic, partition)
+    /// The decision for an admin, transaction or group request `op` (e.g. `DeleteRecords`) on
+    /// `listener` naming `topic` (see [`Admission::refuse_admin`]).
+    pub fn refuse_admin(
+        &self,
+        listener: ListenerKind,
+        op: &str,
+        topic: &str,
+        partition: Option<i32>,
+    ) -> Option<Refusal> {
+        self.admission.refuse_admin(listener, op, topic, partition)
     }
 
-    /// [`Self::refuse_admin`] for a request on every partition of the cluster: refused when any
-    /// mirror topic is not STOPPED in full.
-    pub fn refuse_admin_everywhere(&self, op: &str) -> Option<Refusal> {
-        self.admission.refuse_admin_everywhere(op)
+    /// [`Self::refuse_admin`] for a request on every partition of the cluster.
+    pub fn refuse_admin_everywhere(&self, listener: ListenerKind, op: &str) -> Option<Refusal> {
+        self.admission.refuse_admin_everywhere(listener, op)
     }
 
     /// The barrier offset of a stopped partition (duplicate-ack guard; see

@@ -103,7 +103,7 @@ fn a_topic_matched_by_two_mirrors_goes_to_the_first_and_is_reported_once() {
 fn admin_requests_on_mirror_topics_are_refused_until_stopped() {
     let (ctl, metrics, _dir) = controller();
     let r = ctl
-        .refuse_admin("DeleteRecords", "orders", Some(2))
+        .refuse_admin(ListenerKind::Client, "DeleteRecords", "orders", Some(2))
         .expect("refused");
     assert_eq!(r.error_code, REJECT_ERROR_CODE);
     assert_eq!(r.reason, "read_only_admin");
@@ -115,18 +115,22 @@ fn admin_requests_on_mirror_topics_are_refused_until_stopped() {
         r.message
     );
     let r = ctl
-        .refuse_admin("DeleteTopics", "pay.us", None)
+        .refuse_admin(ListenerKind::Client, "DeleteTopics", "pay.us", None)
         .expect("refused");
     assert!(r.message.contains("topic pay.us") && r.message.contains("mirror first"));
     // A mirror topic without partitions known yet is read-only too.
     assert!(ctl
-        .refuse_admin("CreatePartitions", "pay.eu", None)
+        .refuse_admin(ListenerKind::Client, "CreatePartitions", "pay.eu", None)
         .is_some());
-    assert!(ctl.refuse_admin("DeleteTopics", "plain", None).is_none());
     assert!(ctl
-        .refuse_admin("DeleteRecords", "plain", Some(0))
+        .refuse_admin(ListenerKind::Client, "DeleteTopics", "plain", None)
         .is_none());
-    assert!(ctl.refuse_admin_everywhere("ElectLeaders").is_some());
+    assert!(ctl
+        .refuse_admin(ListenerKind::Client, "DeleteRecords", "plain", Some(0))
+        .is_none());
+    assert!(ctl
+        .refuse_admin_everywhere(ListenerKind::Client, "ElectLeaders")
+        .is_some());
     assert_eq!(
         sample(
             &metrics,

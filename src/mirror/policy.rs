@@ -34,10 +34,17 @@ pub trait MirrorPolicy: Send + Sync {
     fn admitted_mirror_writes_lapsed(&self) -> Option<String>;
     /// The partition's failover barrier offset, once one is recorded.
     fn barrier_offset(&self, topic: &str, partition: i32) -> Option<i64>;
-    /// The refusal of admin or transaction request `op` naming `topic` (and `partition`).
-    fn refuse_admin(&self, op: &str, topic: &str, partition: Option<i32>) -> Option<Refusal>;
-    /// The refusal of `op` when it names no topic but acts on every partition.
-    fn refuse_admin_everywhere(&self, op: &str) -> Option<Refusal>;
+    /// The refusal of admin, transaction or group request `op` on `listener` naming `topic`
+    /// (and `partition`).
+    fn refuse_admin(
+        &self,
+        listener: ListenerKind,
+        op: &str,
+        topic: &str,
+        partition: Option<i32>,
+    ) -> Option<Refusal>;
+    /// The refusal of `op` on `listener` when it names no topic but acts on every partition.
+    fn refuse_admin_everywhere(&self, listener: ListenerKind, op: &str) -> Option<Refusal>;
     /// Whether InitProducerId answers are screened (the screening set is not empty).
     fn screening_active(&self) -> bool;
     /// The screening entry of `producer_id`, if it is screened.
@@ -76,12 +83,18 @@ impl MirrorPolicy for MirrorController {
         MirrorController::barrier_offset(self, topic, partition)
     }
 
-    fn refuse_admin(&self, op: &str, topic: &str, partition: Option<i32>) -> Option<Refusal> {
-        MirrorController::refuse_admin(self, op, topic, partition)
+    fn refuse_admin(
+        &self,
+        listener: ListenerKind,
+        op: &str,
+        topic: &str,
+        partition: Option<i32>,
+    ) -> Option<Refusal> {
+        MirrorController::refuse_admin(self, listener, op, topic, partition)
     }
 
-    fn refuse_admin_everywhere(&self, op: &str) -> Option<Refusal> {
-        MirrorController::refuse_admin_everywhere(self, op)
+    fn refuse_admin_everywhere(&self, listener: ListenerKind, op: &str) -> Option<Refusal> {
+        MirrorController::refuse_admin_everywhere(self, listener, op)
     }
 
     fn screening_active(&self) -> bool {

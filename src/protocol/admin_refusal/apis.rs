@@ -1,4 +1,4 @@
-//! The entry rules of the eight guarded APIs: for each request type, which entries name what
+//! The entry rules of the guarded APIs: for each request type, which entries name what
 //! ([`super::Target`]), how a refused entry is answered, and how refused entries merge into the
 //! broker's response ([`super::Guarded`]).
 //!
@@ -11,10 +11,12 @@ use kafka_protocol::messages::{
     add_partitions_to_txn_response as aptr, alter_configs_response as acr,
     create_partitions_response as cpr, delete_records_response as drr,
     delete_topics_response as dtr, elect_leaders_response as elr,
-    incremental_alter_configs_response as iacr, write_txn_markers_response as wtmr,
-    AddPartitionsToTxnRequest, AlterConfigsRequest, CreatePartitionsRequest, DeleteRecordsRequest,
-    DeleteTopicsRequest, ElectLeadersRequest, IncrementalAlterConfigsRequest,
-    WriteTxnMarkersRequest,
+    incremental_alter_configs_response as iacr, offset_commit_response as ocr,
+    offset_delete_response as odr, txn_offset_commit_response as tocr,
+    write_txn_markers_response as wtmr, AddPartitionsToTxnRequest, AlterConfigsRequest,
+    CreatePartitionsRequest, DeleteRecordsRequest, DeleteTopicsRequest, ElectLeadersRequest,
+    IncrementalAlterConfigsRequest, OffsetCommitRequest, OffsetDeleteRequest,
+    TxnOffsetCommitRequest, WriteTxnMarkersRequest,
 };
 
 use super::{
@@ -431,3 +433,79 @@ impl Guarded for WriteTxnMarkersRequest {
         }
     }
 }
+
+// ------------------------------------------------------------------ group offsets
+
+/// OffsetCommit, TxnOffsetCommit and OffsetDelete name a group's offsets per partition, and the
+/// group coordinator answers each partition on its own: split per partition.
+macro_rules! group_offsets {
+    ($req:ty, $resp:ty, $m:ident, $topic:ident, $partition:ident) => {
+        impl Guarded for $req {
+            type Resp = $resp;
+
+            fn split(&mut self, _version: i16, decide: &mut Decide<'_>) -> Split<Self::Resp> {
+                let mut s = Split::<Self::Resp>::new();
+                self.topics.retain_mut(|t| {
+                    let originally_empty = t.partitions.is_empty();
+                    let mut refused = Vec::new();
+                    t.partitions.retain(|p| {
+                        match decide(Target::Partition(t.name.as_str(), p.partition_index)) {
+                            Some(r) => {
+                                s.refuse(&r);
+                                refused.push(
+                                    $m::$partition::default()
+                                        .with_partition_index(p.partition_index)
+                                        .with_error_code(r.error_code),
+                                );
+                                false
+                            }
+                            None => true,
+                        }
+                    });
+                    if !refused.is_empty() {
+                        s.response.topics.push(
+                            $m::$topic::default()
+                                .with_name(t.name.clone())
+                                .with_partitions(refused),
+                        );
+                    }
+                    let keep = originally_empty || !t.partitions.is_empty();
+                    s.kept += usize::from(keep);
+                    keep
+                });
+                s
+            }
+
+            fn merge(resp: &mut Self::Resp, part: Self::Resp) {
+                for t in part.topics {
+                    match resp.topics.iter_mut().find(|x| x.name == t.name) {
+                        Some(x) => x.partitions.extend(t.partitions),
+                        None => resp.topics.push(t),
+                    }
+                }
+            }
+        }
+    };
+}
+
+group_offsets!(
+    OffsetCommitRequest,
+    kafka_protocol::messages::OffsetCommitResponse,
+    ocr,
+    OffsetCommitResponseTopic,
+    OffsetCommitResponsePartition
+);
+group_offsets!(
+    TxnOffsetCommitRequest,
+    kafka_protocol::messages::TxnOffsetCommitResponse,
+    tocr,
+    TxnOffsetCommitResponseTopic,
+    TxnOffsetCommitResponsePartition
+);
+group_offsets!(
+    OffsetDeleteRequest,
+    kafka_protocol::messages::OffsetDeleteResponse,
+    odr,
+    OffsetDeleteResponseTopic,
+    OffsetDeleteResponsePartition
+);

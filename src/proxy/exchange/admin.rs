@@ -1,6 +1,9 @@
-//! Admin and transaction requests on the client listener: the entries that name a mirror topic
-//! or partition that is not STOPPED are refused, the rest is forwarded (the original bytes when
-//! nothing is refused), and the refusals are merged into the broker's answer.
+//! Admin, transaction and group requests whose entries the mirrors may refuse: on the client
+//! listener the entries that name a mirror topic or partition that is not STOPPED (read-only
+//! until failover); on the mirror listener the entries that name a failed-over one (review G8:
+//! a mirroring tool still attached after the failover changes nothing). The rest is forwarded
+//! (the original bytes when nothing is refused), and the refusals are merged into the broker's
+//! answer.
 //!
 //! A topic id the gateway does not know (DeleteTopics v6) is refused with UNKNOWN_TOPIC_ID
 //! (retriable) rather than forwarded: it may be a mirror topic created since the last metadata
@@ -32,6 +35,7 @@ pub fn begin(
         return Ok((Step::Forward(frame), none));
     };
     let op = format!("{:?}", h.api_key);
+    let listener = ctx.kind;
     let cluster = &ctx.cluster;
     let refusal = |r: crate::mirror::controller::Refusal| Rejection::new(r.error_code, r.message);
     let decision = admin_refusal::plan(
@@ -41,10 +45,12 @@ pub fn begin(
         h.api_version,
         h.correlation_id,
         &mut |target| match target {
-            Target::Topic(name) => ctl.refuse_admin(&op, name, None).map(refusal),
-            Target::Partition(name, p) => ctl.refuse_admin(&op, name, Some(p)).map(refusal),
+            Target::Topic(name) => ctl.refuse_admin(listener, &op, name, None).map(refusal),
+            Target::Partition(name, p) => {
+                ctl.refuse_admin(listener, &op, name, Some(p)).map(refusal)
+            }
             Target::TopicId(id) => match cluster.topic_name(&id) {
-                Some(name) => ctl.refuse_admin(&op, &name, None).map(refusal),
+                Some(name) => ctl.refuse_admin(listener, &op, &name, None).map(refusal),
                 None => Some(Rejection::new(
                     UNKNOWN_TOPIC_ID,
                     format!(
@@ -52,7 +58,7 @@ pub fn begin(
                     ),
                 )),
             },
-            Target::AllPartitions => ctl.refuse_admin_everywhere(&op).map(refusal),
+            Target::AllPartitions => ctl.refuse_admin_everywhere(listener, &op).map(refusal),
         },
     )?;
     match decision {

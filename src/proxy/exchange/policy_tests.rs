@@ -19,7 +19,8 @@ use crate::mirror::screening::ScreenEntry;
 
 use super::tests::{batch, fixture_with, handle, request_frame, response_frame};
 
-/// A policy that mirrors `orders`, refuses partition `refuse` with its own message, knows a
+/// A policy that mirrors `orders`, refuses partition `refuse` (of a produce, or of an admin,
+/// transaction or group request) with its own message, knows a
 /// barrier everywhere when `barrier` is set, and reports producer 4242 as mirrored at epoch
 /// `mirrored_epoch`, if any. With `guards`, an admitted mirror-listener write comes with an
 /// in-flight guard of a partition of its own (kept in `guarded`); `lapsed` is what it says of
@@ -33,6 +34,8 @@ pub(crate) struct FakePolicy {
     lapsed: Option<String>,
     pub(crate) guarded: Mutex<Vec<Arc<crate::mirror::admission::PartitionWrites>>>,
     admitted: Mutex<Vec<(ListenerKind, String, i32)>>,
+    /// The admin, transaction and group requests asked about (listener, op, partition).
+    admin_asked: Mutex<Vec<(ListenerKind, String, Option<i32>)>>,
     acks_zero_refused: AtomicUsize,
 }
 
@@ -82,10 +85,24 @@ impl MirrorPolicy for FakePolicy {
     fn barrier_offset(&self, _: &str, _: i32) -> Option<i64> {
         self.barrier.then_some(10)
     }
-    fn refuse_admin(&self, _: &str, _: &str, _: Option<i32>) -> Option<Refusal> {
-        None
+    fn refuse_admin(
+        &self,
+        listener: ListenerKind,
+        op: &str,
+        topic: &str,
+        partition: Option<i32>,
+    ) -> Option<Refusal> {
+        self.admin_asked
+            .lock()
+            .unwrap()
+            .push((listener, op.to_string(), partition));
+        (topic == "orders" && partition.is_some() && partition == self.refuse).then(|| Refusal {
+            error_code: 44,
+            message: format!("{op} refused by the fake policy"),
+            reason: "mirror_fenced_admin",
+        })
     }
-    fn refuse_admin_everywhere(&self, _: &str) -> Option<Refusal> {
+    fn refuse_admin_everywhere(&self, _: ListenerKind, _: &str) -> Option<Refusal> {
         None
     }
     fn screening_active(&self) -> bool {
@@ -255,4 +272,86 @@ fn after_a_barrier_a_local_batch_above_the_mirrored_epoch_is_forwarded() {
         forwarded_partitions(out.forwarded.as_ref().unwrap()),
         vec![0]
     );
+}
+
+/// An admin-style OffsetCommit of `orders` partitions `partitions` and of `plain` partition 0.
+fn offset_commit(partitions: &[i32]) -> Bytes {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    let topic = |name: &str, ps: &[i32]| {
+        OffsetCommitRequestTopic::default()
+            .with_name(TopicName(StrBytes::from_string(name.into())))
+            .with_partitions(
+                ps.iter()
+                    .map(|p| {
+                        OffsetCommitRequestPartition::default()
+                            .with_partition_index(*p)
+                            .with_committed_offset(9)
+                    })
+                    .collect(),
+            )
+    };
+    let req = kafka_protocol::messages::OffsetCommitRequest::default()
+        .with_group_id(StrBytes::from_static_str("g").into())
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![topic("orders", partitions), topic("plain", &[0])]);
+    request_frame(&req, 8, 7)
+}
+
+#[test]
+fn on_the_mirror_listener_a_group_offset_commit_the_policy_refuses_is_answered_by_the_gateway() {
+    use kafka_protocol::messages::OffsetCommitResponse;
+    let policy = Arc::new(FakePolicy {
+        refuse: Some(1),
+        ..FakePolicy::default()
+    });
+    let f = fixture_with(Some(policy.clone()));
+    let broker = OffsetCommitResponse::default();
+    let out = handle(
+        &f.mirror,
+        offset_commit(&[0, 1]),
+        response_frame(ApiKey::OffsetCommit, &broker, 8, 7),
+    );
+    assert_eq!(out.error, None);
+    let mut b = out.forwarded.expect("forwarded").slice(4..);
+    kafka_protocol::messages::RequestHeader::decode(&mut b, 2).unwrap();
+    let fwd = kafka_protocol::messages::OffsetCommitRequest::decode(&mut b, 8).unwrap();
+    let kept: Vec<(String, Vec<i32>)> = fwd
+        .topics
+        .iter()
+        .map(|t| {
+            (
+                t.name.0.to_string(),
+                t.partitions.iter().map(|p| p.partition_index).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kept,
+        vec![("orders".into(), vec![0]), ("plain".into(), vec![0])]
+    );
+    let mut b = out.response.expect("answer").slice(4..);
+    ResponseHeader::decode(&mut b, ApiKey::OffsetCommit.response_header_version(8)).unwrap();
+    let r = OffsetCommitResponse::decode(&mut b, 8).unwrap();
+    let refused: Vec<(i32, i16)> = r
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(|p| (p.partition_index, p.error_code))
+        })
+        .collect();
+    assert_eq!(refused, vec![(1, 44)]);
+    // The client listener never asks: group offsets are the consumers' own there.
+    let before = policy.admin_asked.lock().unwrap().len();
+    let request = offset_commit(&[0, 1]);
+    let out = handle(
+        &f.client,
+        request.clone(),
+        response_frame(ApiKey::OffsetCommit, &broker, 8, 7),
+    );
+    assert_eq!(out.forwarded, Some(request));
+    assert_eq!(policy.admin_asked.lock().unwrap().len(), before);
 }
