@@ -179,5 +179,14 @@ fn a_mirror_whose_state_cannot_be_read_takes_no_change_on_either_listener() {
             .refuse_admin(listener, "CreatePartitions", "orders", None)
             .expect("refused");
         assert_eq!(r.reason, "state_unreadable");
+        assert_eq!(
+            r.message,
+            "mirrorgate: CreatePartitions on topic orders is refused: it belongs to mirror dr, whose state cannot be read (corrupt); it stays read-only"
+        );
+        let produce = a.admit(listener, "orders", 0).err().expect("refused");
+        assert_eq!(
+            produce.message,
+            "mirrorgate: orders-0 belongs to mirror dr, whose state cannot be read (corrupt); it stays read-only"
+        );
     }
 }

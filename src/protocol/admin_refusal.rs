@@ -4,8 +4,8 @@
 //! AddPartitionsToTxn, ElectLeaders (unclean) and WriteTxnMarkers ([`GUARDED`], used on the
 //! client listener to keep mirror topics read-only until failover, review finding F5); the same
 //! without WriteTxnMarkers, plus OffsetCommit, TxnOffsetCommit and OffsetDelete
-//! ([`MIRROR_GUARDED`], used on the mirror listener to fence mirroring tools out of failed-over
-//! topics, review finding G8).
+//! ([`GROUP_OFFSETS`]; [`is_guarded_on_mirror`], used on the mirror listener to fence mirroring
+//! tools out of failed-over topics, review finding G8).
 //!
 //! [`plan`] decodes a request once, asks the caller about every entry it names ([`Target`]: a
 //! topic, a topic id, a partition, or "every partition"), and returns
@@ -148,17 +148,9 @@ pub const GUARDED: &[ApiKey] = &[
     ApiKey::WriteTxnMarkers,
 ];
 
-/// The APIs whose entries are refused on the mirror listener (failed-over topics closed to
-/// mirroring tools). WriteTxnMarkers is not among them: on the mirror listener it is a mirror
-/// write, admitted per partition like Produce (`proxy::exchange::markers`).
-pub const MIRROR_GUARDED: &[ApiKey] = &[
-    ApiKey::DeleteRecords,
-    ApiKey::DeleteTopics,
-    ApiKey::CreatePartitions,
-    ApiKey::AlterConfigs,
-    ApiKey::IncrementalAlterConfigs,
-    ApiKey::AddPartitionsToTxn,
-    ApiKey::ElectLeaders,
+/// The group-offset APIs, refused on the mirror listener only: on the client listener group
+/// offsets are the consumers' own.
+pub const GROUP_OFFSETS: &[ApiKey] = &[
     ApiKey::OffsetCommit,
     ApiKey::TxnOffsetCommit,
     ApiKey::OffsetDelete,
@@ -169,9 +161,12 @@ pub fn is_guarded(api: ApiKey) -> bool {
     GUARDED.contains(&api)
 }
 
-/// Whether `api` is guarded on the mirror listener.
+/// Whether `api` is guarded on the mirror listener (failed-over topics closed to mirroring
+/// tools): the client listener's APIs but WriteTxnMarkers — on the mirror listener a mirror
+/// write, admitted per partition like Produce (`proxy::exchange::markers`) — and the
+/// group-offset APIs.
 pub fn is_guarded_on_mirror(api: ApiKey) -> bool {
-    MIRROR_GUARDED.contains(&api)
+    api != ApiKey::WriteTxnMarkers && is_guarded(api) || GROUP_OFFSETS.contains(&api)
 }
 
 /// The versions of a guarded API that can be read (kafka-protocol's range), `None` for others.

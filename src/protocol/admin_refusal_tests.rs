@@ -894,7 +894,7 @@ fn random_bytes_never_panic() {
                 proptest::sample::select(
                     GUARDED
                         .iter()
-                        .chain(MIRROR_GUARDED)
+                        .chain(GROUP_OFFSETS)
                         .copied()
                         .collect::<Vec<_>>(),
                 ),

@@ -158,8 +158,8 @@ mod tests {
 
     #[test]
     fn guarded_admin_apis_are_capped_to_what_can_be_read() {
-        use crate::protocol::admin_refusal::{GUARDED, MIRROR_GUARDED};
-        for api in GUARDED.iter().chain(MIRROR_GUARDED) {
+        use crate::protocol::admin_refusal::{GROUP_OFFSETS, GUARDED};
+        for api in GUARDED.iter().chain(GROUP_OFFSETS) {
             let (min, max) = crate::protocol::admin_refusal::readable_versions(*api).unwrap();
             let mut v = vec![entry(*api as i16, 0, 99)];
             cap_api_versions(&mut v);

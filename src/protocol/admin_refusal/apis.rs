@@ -23,55 +23,6 @@ use super::{
     msg, Decide, Guarded, Split, Target, ELECTION_UNCLEAN, OPERATION_NOT_ATTEMPTED, RESOURCE_TOPIC,
 };
 
-// ------------------------------------------------------------------ DeleteRecords
-
-impl Guarded for DeleteRecordsRequest {
-    type Resp = kafka_protocol::messages::DeleteRecordsResponse;
-
-    fn split(&mut self, _version: i16, decide: &mut Decide<'_>) -> Split<Self::Resp> {
-        let mut s = Split::<Self::Resp>::new();
-        self.topics.retain_mut(|t| {
-            let originally_empty = t.partitions.is_empty();
-            let mut refused = Vec::new();
-            t.partitions.retain(|p| {
-                match decide(Target::Partition(t.name.as_str(), p.partition_index)) {
-                    Some(r) => {
-                        s.refuse(&r);
-                        refused.push(
-                            drr::DeleteRecordsPartitionResult::default()
-                                .with_partition_index(p.partition_index)
-                                .with_low_watermark(-1)
-                                .with_error_code(r.error_code),
-                        );
-                        false
-                    }
-                    None => true,
-                }
-            });
-            if !refused.is_empty() {
-                s.response.topics.push(
-                    drr::DeleteRecordsTopicResult::default()
-                        .with_name(t.name.clone())
-                        .with_partitions(refused),
-                );
-            }
-            let keep = originally_empty || !t.partitions.is_empty();
-            s.kept += usize::from(keep);
-            keep
-        });
-        s
-    }
-
-    fn merge(resp: &mut Self::Resp, part: Self::Resp) {
-        for t in part.topics {
-            match resp.topics.iter_mut().find(|x| x.name == t.name) {
-                Some(x) => x.partitions.extend(t.partitions),
-                None => resp.topics.push(t),
-            }
-        }
-    }
-}
-
 // ------------------------------------------------------------------ DeleteTopics
 
 impl Guarded for DeleteTopicsRequest {
@@ -434,16 +385,19 @@ impl Guarded for WriteTxnMarkersRequest {
     }
 }
 
-// ------------------------------------------------------------------ group offsets
+// ------------------------------------------------------------------ per-partition requests
 
-/// OffsetCommit, TxnOffsetCommit and OffsetDelete name a group's offsets per partition, and the
-/// group coordinator answers each partition on its own: split per partition.
-macro_rules! group_offsets {
-    ($req:ty, $resp:ty, $m:ident, $topic:ident, $partition:ident) => {
+/// DeleteRecords and the group-offset requests (OffsetCommit, TxnOffsetCommit, OffsetDelete)
+/// name partitions by topic, and the broker answers each partition on its own: split per
+/// partition; a refused partition is answered `$refused` (a partition result with its index and
+/// error code set).
+macro_rules! per_partition {
+    ($req:ty, $resp:ty, $m:ident, $topic:ident, $partition:ident, $refused:expr) => {
         impl Guarded for $req {
             type Resp = $resp;
 
             fn split(&mut self, _version: i16, decide: &mut Decide<'_>) -> Split<Self::Resp> {
+                let refused_partition: fn($m::$partition) -> $m::$partition = $refused;
                 let mut s = Split::<Self::Resp>::new();
                 self.topics.retain_mut(|t| {
                     let originally_empty = t.partitions.is_empty();
@@ -452,11 +406,11 @@ macro_rules! group_offsets {
                         match decide(Target::Partition(t.name.as_str(), p.partition_index)) {
                             Some(r) => {
                                 s.refuse(&r);
-                                refused.push(
+                                refused.push(refused_partition(
                                     $m::$partition::default()
                                         .with_partition_index(p.partition_index)
                                         .with_error_code(r.error_code),
-                                );
+                                ));
                                 false
                             }
                             None => true,
@@ -488,24 +442,35 @@ macro_rules! group_offsets {
     };
 }
 
-group_offsets!(
+per_partition!(
+    DeleteRecordsRequest,
+    kafka_protocol::messages::DeleteRecordsResponse,
+    drr,
+    DeleteRecordsTopicResult,
+    DeleteRecordsPartitionResult,
+    |p| p.with_low_watermark(-1)
+);
+per_partition!(
     OffsetCommitRequest,
     kafka_protocol::messages::OffsetCommitResponse,
     ocr,
     OffsetCommitResponseTopic,
-    OffsetCommitResponsePartition
+    OffsetCommitResponsePartition,
+    |p| p
 );
-group_offsets!(
+per_partition!(
     TxnOffsetCommitRequest,
     kafka_protocol::messages::TxnOffsetCommitResponse,
     tocr,
     TxnOffsetCommitResponseTopic,
-    TxnOffsetCommitResponsePartition
+    TxnOffsetCommitResponsePartition,
+    |p| p
 );
-group_offsets!(
+per_partition!(
     OffsetDeleteRequest,
     kafka_protocol::messages::OffsetDeleteResponse,
     odr,
     OffsetDeleteResponseTopic,
-    OffsetDeleteResponsePartition
+    OffsetDeleteResponsePartition,
+    |p| p
 );
