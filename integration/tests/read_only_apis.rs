@@ -451,29 +451,7 @@ pub(crate) async fn transactional_producer(
     txn_id: &str,
 ) -> (KafkaClient, i64, i16) {
     let deadline = Instant::now() + Duration::from_secs(60);
-    let node = loop {
-        let mut c = KafkaClient::connect(&gw.bootstrap(), T)
-            .await
-            .expect("connect");
-        let r = c
-            .send(
-                &FindCoordinatorRequest::default()
-                    .with_key(StrBytes::from_string(txn_id.to_string()))
-                    .with_key_type(1),
-                3,
-            )
-            .await
-            .expect("find coordinator");
-        if r.error_code == 0 {
-            break r.node_id.0;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no coordinator: {}",
-            r.error_code
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
+    let node = coordinator_node(&gw.bootstrap(), txn_id, 1).await;
     let addr = format!("127.0.0.1:{}", gw.port_for(node));
     let mut c = KafkaClient::connect(&addr, T).await.expect("connect");
     loop {
@@ -647,13 +625,9 @@ fn after_failover_delete_records_and_config_changes_go_through() {
     );
 }
 
-/// A client connected to the group coordinator of `group`, found through `bootstrap` and
-/// reached at `port_for(node)`.
-async fn group_coordinator(
-    bootstrap: &str,
-    group: &str,
-    port_for: impl Fn(i32) -> String,
-) -> KafkaClient {
+/// The node id of the coordinator of `key` (`key_type` 0: a group, 1: a transactional id), found
+/// through `bootstrap` (retried while the coordinator is not available, up to 60 s).
+async fn coordinator_node(bootstrap: &str, key: &str, key_type: i8) -> i32 {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let mut c = KafkaClient::connect(&first(bootstrap), T)
@@ -662,24 +636,35 @@ async fn group_coordinator(
         let r = c
             .send(
                 &FindCoordinatorRequest::default()
-                    .with_key(StrBytes::from_string(group.to_string()))
-                    .with_key_type(0),
+                    .with_key(StrBytes::from_string(key.to_string()))
+                    .with_key_type(key_type),
                 3,
             )
             .await
             .expect("find coordinator");
         if r.error_code == 0 {
-            return KafkaClient::connect(&port_for(r.node_id.0), T)
-                .await
-                .expect("connect to the coordinator");
+            return r.node_id.0;
         }
         assert!(
             Instant::now() < deadline,
-            "no coordinator for {group}: {}",
+            "no coordinator for {key}: {}",
             r.error_code
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+}
+
+/// A client connected to the group coordinator of `group`, found through `bootstrap` and
+/// reached at `port_for(node)`.
+async fn group_coordinator(
+    bootstrap: &str,
+    group: &str,
+    port_for: impl Fn(i32) -> String,
+) -> KafkaClient {
+    let node = coordinator_node(bootstrap, group, 0).await;
+    KafkaClient::connect(&port_for(node), T)
+        .await
+        .expect("connect to the coordinator")
 }
 
 /// An admin-style OffsetCommit (generation -1, no member: what `AdminClient`

@@ -267,6 +267,16 @@ impl Admission {
         self.read().unreadable.get(idx).cloned().flatten()
     }
 
+    /// " (failed over through instance I, failover F)" when another instance failed `mirror`
+    /// over, else nothing.
+    fn failed_over_through(&self, mirror: &str) -> String {
+        self.peers
+            .get()
+            .and_then(|p| p.failed_over_by(mirror))
+            .map(|(by, fid)| format!(" (failed over through instance {by}, failover {fid})"))
+            .unwrap_or_default()
+    }
+
     /// The refusal of whatever `subject` says (e.g. "orders-3 belongs to") when mirror `idx`'s
     /// state cannot be read: it stays read-only (counted as `state_unreadable`).
     fn refuse_unreadable(&self, idx: usize, subject: &str) -> Option<Refusal> {
@@ -426,14 +436,7 @@ impl Admission {
                     })
                 } else {
                     self.rejected.with_label_values(&["mirror_fenced"]).inc();
-                    let by = self
-                        .peers
-                        .get()
-                        .and_then(|p| p.failed_over_by(mirror))
-                        .map(|(by, fid)| {
-                            format!(" (failed over through instance {by}, failover {fid})")
-                        })
-                        .unwrap_or_default();
+                    let by = self.failed_over_through(mirror);
                     Err(Refusal {
                         error_code: REJECT_ERROR_CODE,
                         message: format!(

@@ -14,7 +14,7 @@ use crate::metrics::ListenerKind;
 
 use super::admission::{InFlightGuard, Refusal};
 use super::controller::MirrorController;
-use super::screening::ScreenEntry;
+use super::screening::{Collision, ScreenEntry};
 
 /// What the proxy asks of the mirrors (see the module doc).
 pub trait MirrorPolicy: Send + Sync {
@@ -49,8 +49,15 @@ pub trait MirrorPolicy: Send + Sync {
     fn screening_active(&self) -> bool;
     /// The screening entry of `producer_id`, if it is screened.
     fn screened(&self, producer_id: i64) -> Option<ScreenEntry>;
-    /// The screened producer a local write with this id and epoch would collide with.
-    fn mirrored_producer_collision(&self, producer_id: i64, epoch: i16) -> Option<ScreenEntry>;
+    /// How a local write with this id (a data batch at `epoch`; `None`: a partition added to a
+    /// transaction) of a transaction of `transactional_id`, if any, would collide with a
+    /// screened producer.
+    fn mirrored_producer_collision(
+        &self,
+        producer_id: i64,
+        epoch: Option<i16>,
+        transactional_id: Option<&str>,
+    ) -> Option<Collision>;
     /// An InitProducerId answer was screened.
     fn count_screened(&self);
     /// An `acks=0` Produce was refused.
@@ -105,8 +112,13 @@ impl MirrorPolicy for MirrorController {
         MirrorController::screened(self, producer_id)
     }
 
-    fn mirrored_producer_collision(&self, producer_id: i64, epoch: i16) -> Option<ScreenEntry> {
-        MirrorController::mirrored_producer_collision(self, producer_id, epoch)
+    fn mirrored_producer_collision(
+        &self,
+        producer_id: i64,
+        epoch: Option<i16>,
+        transactional_id: Option<&str>,
+    ) -> Option<Collision> {
+        MirrorController::mirrored_producer_collision(self, producer_id, epoch, transactional_id)
     }
 
     fn count_screened(&self) {

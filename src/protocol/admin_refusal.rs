@@ -60,11 +60,21 @@ pub enum Target<'a> {
     Topic(&'a str),
     /// A whole topic by id (DeleteTopics v6).
     TopicId(uuid::Uuid),
-    /// One partition (DeleteRecords, AddPartitionsToTxn, unclean ElectLeaders, WriteTxnMarkers,
-    /// the group-offset requests).
+    /// One partition (DeleteRecords, unclean ElectLeaders, WriteTxnMarkers, the group-offset
+    /// requests).
     Partition(&'a str, i32),
+    /// One partition a transaction adds (AddPartitionsToTxn), with the transaction's producer.
+    TxnPartition(&'a str, i32, TxnProducer<'a>),
     /// Every partition of the cluster (an unclean ElectLeaders with a null partition list).
     AllPartitions,
+}
+
+/// The transaction of an AddPartitionsToTxn entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnProducer<'a> {
+    pub transactional_id: &'a str,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
 }
 
 /// The refused entries of a split request, to merge into the broker's response.

@@ -38,7 +38,7 @@ fn sb(s: &str) -> StrBytes {
 /// Refuses everything of the topic `mirror` (by name or id) and "every partition".
 fn decide(t: Target<'_>) -> Option<Rejection> {
     let refused = match t {
-        Target::Topic(n) | Target::Partition(n, _) => n == MIRROR,
+        Target::Topic(n) | Target::Partition(n, _) | Target::TxnPartition(n, _, _) => n == MIRROR,
         Target::TopicId(id) => id == MIRROR_ID,
         Target::AllPartitions => true,
     };

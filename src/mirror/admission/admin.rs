@@ -93,14 +93,7 @@ impl Admission {
         let state = recorded.or_else(|| self.failover_started(idx).then_some(Stopping));
         let (error_code, why) = match state {
             Some(state) => {
-                let by = self
-                    .peers
-                    .get()
-                    .and_then(|p| p.failed_over_by(mirror))
-                    .map(|(by, fid)| {
-                        format!(" (failed over through instance {by}, failover {fid})")
-                    })
-                    .unwrap_or_default();
+                let by = self.failed_over_through(mirror);
                 (
                     REJECT_ERROR_CODE,
                     format!("mirror {mirror} is {}{by}; {FAILED_OVER}", state.as_str()),

@@ -20,7 +20,8 @@ use kafka_protocol::messages::{
 };
 
 use super::{
-    msg, Decide, Guarded, Split, Target, ELECTION_UNCLEAN, OPERATION_NOT_ATTEMPTED, RESOURCE_TOPIC,
+    msg, Decide, Guarded, Split, Target, TxnProducer, ELECTION_UNCLEAN, OPERATION_NOT_ATTEMPTED,
+    RESOURCE_TOPIC,
 };
 
 // ------------------------------------------------------------------ DeleteTopics
@@ -169,9 +170,10 @@ alter_configs!(
 
 // ------------------------------------------------------------------ AddPartitionsToTxn
 
-/// Per-topic results of one transaction's partitions: `refused` answers, the rest
+/// Per-topic results of one transaction's partitions (of `txn`): `refused` answers, the rest
 /// OPERATION_NOT_ATTEMPTED. `None` when nothing of it is refused.
 fn txn_results(
+    txn: TxnProducer<'_>,
     topics: &[kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic],
     decide: &mut Decide<'_>,
     s: &mut Split<kafka_protocol::messages::AddPartitionsToTxnResponse>,
@@ -184,7 +186,7 @@ fn txn_results(
                 .partitions
                 .iter()
                 .map(|p| {
-                    let code = match decide(Target::Partition(t.name.as_str(), *p)) {
+                    let code = match decide(Target::TxnPartition(t.name.as_str(), *p, txn)) {
                         Some(r) => {
                             any = true;
                             s.refuse(&r);
@@ -212,14 +214,24 @@ impl Guarded for AddPartitionsToTxnRequest {
         let mut s = Split::<Self::Resp>::new();
         if version <= 3 {
             // One transaction, added atomically by the coordinator: refused whole.
-            match txn_results(&self.v3_and_below_topics, decide, &mut s) {
+            let txn = TxnProducer {
+                transactional_id: self.v3_and_below_transactional_id.as_str(),
+                producer_id: self.v3_and_below_producer_id.0,
+                producer_epoch: self.v3_and_below_producer_epoch,
+            };
+            match txn_results(txn, &self.v3_and_below_topics, decide, &mut s) {
                 Some(results) => s.response.results_by_topic_v3_and_below = results,
                 None => s.kept = 1,
             }
         } else {
             let transactions = std::mem::take(&mut self.transactions);
             for tx in transactions {
-                match txn_results(&tx.topics, decide, &mut s) {
+                let txn = TxnProducer {
+                    transactional_id: tx.transactional_id.as_str(),
+                    producer_id: tx.producer_id.0,
+                    producer_epoch: tx.producer_epoch,
+                };
+                match txn_results(txn, &tx.topics, decide, &mut s) {
                     Some(results) => s.response.results_by_transaction.push(
                         aptr::AddPartitionsToTxnResult::default()
                             .with_transactional_id(tx.transactional_id.clone())

@@ -15,9 +15,9 @@ use kafka_protocol::protocol::{Decodable, StrBytes};
 use crate::metrics::ListenerKind;
 use crate::mirror::admission::{InFlightGuard, Refusal};
 use crate::mirror::policy::MirrorPolicy;
-use crate::mirror::screening::ScreenEntry;
+use crate::mirror::screening::{Collision, ScreenEntry};
 
-use super::tests::{batch, fixture_with, handle, request_frame, response_frame};
+use super::tests::{batch, batch_of, fixture_with, handle, request_frame, response_frame};
 
 /// A policy that mirrors `orders`, refuses partition `refuse` (of a produce, or of an admin,
 /// transaction or group request) with its own message, knows a
@@ -30,6 +30,8 @@ pub(crate) struct FakePolicy {
     refuse: Option<i32>,
     barrier: bool,
     mirrored_epoch: Option<i16>,
+    /// The coordinator epoch mirrored markers left for producer 4242, if any.
+    mirrored_coordinator_epoch: Option<i32>,
     guards: bool,
     lapsed: Option<String>,
     pub(crate) guarded: Mutex<Vec<Arc<crate::mirror::admission::PartitionWrites>>>,
@@ -111,13 +113,23 @@ impl MirrorPolicy for FakePolicy {
     fn screened(&self, _: i64) -> Option<ScreenEntry> {
         None
     }
-    fn mirrored_producer_collision(&self, producer_id: i64, epoch: i16) -> Option<ScreenEntry> {
+    fn mirrored_producer_collision(
+        &self,
+        producer_id: i64,
+        epoch: Option<i16>,
+        transactional_id: Option<&str>,
+    ) -> Option<Collision> {
         let max_epoch = self.mirrored_epoch?;
-        (producer_id == 4242 && epoch <= max_epoch).then_some(ScreenEntry {
+        let entry = ScreenEntry {
             max_epoch,
             last_timestamp: 0,
             added_ms: 0,
-        })
+            coordinator_epoch: self.mirrored_coordinator_epoch.unwrap_or(-1),
+        };
+        // The coordinator of every transactional id is at epoch 5.
+        (producer_id == 4242)
+            .then(|| Collision::of(entry, epoch, transactional_id.map(|_| Some(5))))
+            .flatten()
     }
     fn count_screened(&self) {}
     fn count_acks_zero_refused(&self) {
@@ -354,4 +366,97 @@ fn on_the_mirror_listener_a_group_offset_commit_the_policy_refuses_is_answered_b
     );
     assert_eq!(out.forwarded, Some(request));
     assert_eq!(policy.admin_asked.lock().unwrap().len(), before);
+}
+
+/// Review G11: with a barrier and producer 4242 mirrored with coordinator epoch 50 (the fake's
+/// coordinators are at 5), a local transaction of 4242 is refused with
+/// INVALID_PRODUCER_ID_MAPPING whether it adds the partition first (transactions v1) or produces
+/// to it (transactions v2); an idempotent batch of 4242 above the mirrored epoch passes, and so
+/// does the transaction when the mirrored coordinator epoch is not above its coordinator's.
+#[test]
+fn after_a_barrier_a_transaction_whose_coordinator_is_behind_the_mirrored_one_is_refused() {
+    use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+    use kafka_protocol::messages::{AddPartitionsToTxnRequest, AddPartitionsToTxnResponse};
+    let add = request_frame(
+        &AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(StrBytes::from_static_str("tx").into())
+            .with_v3_and_below_producer_id(4242.into())
+            .with_v3_and_below_producer_epoch(3)
+            .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("orders")))
+                .with_partitions(vec![0])]),
+        3,
+        7,
+    );
+    let produce = |transactional: bool| {
+        let req = ProduceRequest::default()
+            .with_transactional_id(transactional.then(|| StrBytes::from_static_str("tx").into()))
+            .with_acks(-1)
+            .with_timeout_ms(30_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_static_str("orders")))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(0)
+                    .with_records(Some(batch_of(2, transactional)))])]);
+        request_frame(&req, 9, 7)
+    };
+    for (mirrored_coordinator_epoch, refused) in [(50, true), (5, false)] {
+        let policy = Arc::new(FakePolicy {
+            barrier: true,
+            mirrored_epoch: Some(-1),
+            mirrored_coordinator_epoch: Some(mirrored_coordinator_epoch),
+            ..FakePolicy::default()
+        });
+        let f = fixture_with(Some(policy));
+        let out = handle(
+            &f.client,
+            add.clone(),
+            response_frame(
+                ApiKey::AddPartitionsToTxn,
+                &AddPartitionsToTxnResponse::default(),
+                3,
+                7,
+            ),
+        );
+        let local = out.answered.map(|a| {
+            let mut b = a.slice(4..);
+            ResponseHeader::decode(
+                &mut b,
+                ApiKey::AddPartitionsToTxn.response_header_version(3),
+            )
+            .unwrap();
+            AddPartitionsToTxnResponse::decode(&mut b, 3).unwrap()
+        });
+        let code = local.and_then(|r| {
+            r.results_by_topic_v3_and_below
+                .first()
+                .and_then(|t| t.results_by_partition.first())
+                .map(|p| p.partition_error_code)
+        });
+        assert_eq!(
+            code,
+            refused.then_some(49),
+            "coordinator epoch {mirrored_coordinator_epoch}"
+        );
+        let out = handle(&f.client, produce(true), response(&[0]));
+        let got = answered(
+            out.answered
+                .as_ref()
+                .or(out.response.as_ref())
+                .expect("an answer"),
+        );
+        let (code, message) = (got[0].1, got[0].2.clone().unwrap_or_default());
+        assert_eq!(
+            code,
+            if refused { 49 } else { 0 },
+            "coordinator epoch {mirrored_coordinator_epoch}: {message}"
+        );
+        assert!(
+            !refused
+                || message.contains("transactional id tx") && message.contains("create it again"),
+            "{message}"
+        );
+        let out = handle(&f.client, produce(false), response(&[0]));
+        assert_eq!(out.answered, None, "an idempotent batch passes");
+    }
 }

@@ -125,9 +125,14 @@ pub fn fixture_with(policy: Option<Arc<dyn crate::mirror::policy::MirrorPolicy>>
 
 /// One idempotent batch of `records` records (producer id 4242).
 pub fn batch(records: i64) -> Bytes {
+    batch_of(records, false)
+}
+
+/// [`batch`], of a transaction when `transactional`.
+pub fn batch_of(records: i64, transactional: bool) -> Bytes {
     let recs: Vec<Record> = (0..records)
         .map(|i| Record {
-            transactional: false,
+            transactional,
             control: false,
             delete_horizon: false,
             partition_leader_epoch: -1,
