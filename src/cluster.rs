@@ -1,6 +1,7 @@
 //! The gateway's view of the destination cluster: broker node ids and their real addresses,
-//! topic ids and names, and whether metadata is known. Refreshed periodically with the gateway's
-//! own Metadata requests and updated from Metadata responses that pass through.
+//! topic ids and names, the epochs of the transaction coordinators, and whether metadata is
+//! known. Refreshed periodically with the gateway's own Metadata requests and updated from
+//! Metadata responses that pass through.
 //!
 //! Owns: that view and its refresh. Must not touch: client connections (the proxy feeds it the
 //! Metadata answers it sees), mirror state, the PSM. Every layer above reads it.
@@ -24,6 +25,8 @@ struct Inner {
     topic_names: HashMap<uuid::Uuid, String>,
     /// Topic name → (topic id, leader node id of each partition, -1 when none).
     topics: HashMap<String, TopicInfo>,
+    /// Leader epoch of each `__transaction_state` partition (empty: not known).
+    transaction_state_epochs: Vec<i32>,
     cluster_id: Option<String>,
     known: bool,
 }
@@ -55,7 +58,25 @@ pub struct Snapshot {
     pub topics: Vec<(uuid::Uuid, String)>,
     /// Partition layout of every topic (complete fetches only).
     pub partitions: Vec<(String, TopicInfo)>,
+    /// Leader epoch of each partition of [`TRANSACTION_STATE_TOPIC`], by partition index
+    /// (empty when the topic is not in the answer): the epoch of the transaction coordinator of
+    /// the transactional ids that partition holds, which its transaction markers carry.
+    pub transaction_state_epochs: Vec<i32>,
     pub cluster_id: Option<String>,
+}
+
+/// The topic of the transaction coordinators' state.
+pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
+
+/// The [`TRANSACTION_STATE_TOPIC`] partition of `transactional_id` among `partitions`, as
+/// Kafka places it: `Utils.abs(transactionalId.hashCode()) % partitions` (Java's
+/// `String.hashCode` over UTF-16 code units; `Utils.abs(Integer.MIN_VALUE)` is 0).
+pub fn transaction_state_partition(transactional_id: &str, partitions: usize) -> i32 {
+    let hash = transactional_id
+        .encode_utf16()
+        .fold(0i32, |h, u| h.wrapping_mul(31).wrapping_add(i32::from(u)));
+    let abs = if hash == i32::MIN { 0 } else { hash.abs() };
+    abs % i32::try_from(partitions.max(1)).unwrap_or(i32::MAX)
 }
 
 impl ClusterView {
@@ -115,6 +136,22 @@ impl ClusterView {
     /// The id of `topic` from the last full metadata fetch (no copy of its layout).
     pub fn topic_id(&self, topic: &str) -> Option<uuid::Uuid> {
         self.read().topics.get(topic).map(|t| t.id)
+    }
+
+    /// The epoch of the transaction coordinator of `transactional_id` (the leader epoch of its
+    /// `__transaction_state` partition) as the last full metadata fetch saw it; epochs only grow,
+    /// so the coordinator's is at least this. `None`: not known.
+    pub fn transaction_coordinator_epoch(&self, transactional_id: &str) -> Option<i32> {
+        let inner = self.read();
+        let epochs = &inner.transaction_state_epochs;
+        if epochs.is_empty() {
+            return None;
+        }
+        let p = transaction_state_partition(transactional_id, epochs.len());
+        epochs
+            .get(usize::try_from(p).ok()?)
+            .copied()
+            .filter(|e| *e >= 0)
     }
 
     /// Partition layout of `topic` from the last full metadata fetch.
@@ -190,6 +227,7 @@ impl ClusterView {
             inner.brokers = brokers;
             inner.topic_names = snap.topics.into_iter().collect();
             inner.topics = snap.partitions.into_iter().collect();
+            inner.transaction_state_epochs = snap.transaction_state_epochs;
             inner.cluster_id = snap.cluster_id;
             inner.known = true;
             self.metrics
@@ -331,6 +369,64 @@ async fn fetch_from(
                 ))
             })
             .collect(),
+        transaction_state_epochs: resp
+            .topics
+            .iter()
+            .find(|t| {
+                t.error_code == 0
+                    && t.name
+                        .as_ref()
+                        .is_some_and(|n| n.0.as_str() == TRANSACTION_STATE_TOPIC)
+            })
+            .map(|t| {
+                let n = t.partitions.iter().map(|p| p.partition_index + 1).max();
+                let mut epochs = vec![-1; n.unwrap_or(0).max(0) as usize];
+                for p in &t.partitions {
+                    if let Some(slot) = epochs.get_mut(p.partition_index as usize) {
+                        *slot = p.leader_epoch;
+                    }
+                }
+                epochs
+            })
+            .unwrap_or_default(),
         cluster_id: resp.cluster_id.as_ref().map(|c| c.to_string()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_transactional_id_s_coordinator_partition_is_placed_as_kafka_places_it() {
+        // Java: "hello".hashCode() == 99162322; "polygenelubricants".hashCode() ==
+        // Integer.MIN_VALUE, which Utils.abs makes 0; a character outside the BMP counts as
+        // its two UTF-16 code units (0xD83D * 31 + 0xDE00).
+        assert_eq!(transaction_state_partition("hello", 50), 99162322 % 50);
+        assert_eq!(transaction_state_partition("polygenelubricants", 50), 0);
+        assert_eq!(
+            transaction_state_partition("\u{1F600}", 1000),
+            1772899 % 1000
+        );
+        assert_eq!(transaction_state_partition("", 50), 0);
+    }
+
+    #[test]
+    fn a_transactional_id_s_coordinator_epoch_is_its_transaction_state_partition_s_leader_epoch() {
+        let cfg = crate::config::load_str(
+            "destination:\n  bootstrap: [\"127.0.0.1:1\"]\nlisteners:\n  client:\n    port_base: 9092\nadmin:\n  bind: 127.0.0.1:9180\n",
+            "t.yaml",
+        )
+        .unwrap();
+        let view = ClusterView::new(cfg.destination, Connector::plain(), Metrics::new());
+        assert_eq!(view.transaction_coordinator_epoch("hello"), None);
+        view.replace(Snapshot {
+            transaction_state_epochs: (0..50).map(|p| p * 10).collect(),
+            ..Snapshot::default()
+        });
+        assert_eq!(
+            view.transaction_coordinator_epoch("hello"),
+            Some((99162322 % 50) * 10)
+        );
+    }
 }

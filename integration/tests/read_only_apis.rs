@@ -451,29 +451,7 @@ pub(crate) async fn transactional_producer(
     txn_id: &str,
 ) -> (KafkaClient, i64, i16) {
     let deadline = Instant::now() + Duration::from_secs(60);
-    let node = loop {
-        let mut c = KafkaClient::connect(&gw.bootstrap(), T)
-            .await
-            .expect("connect");
-        let r = c
-            .send(
-                &FindCoordinatorRequest::default()
-                    .with_key(StrBytes::from_string(txn_id.to_string()))
-                    .with_key_type(1),
-                3,
-            )
-            .await
-            .expect("find coordinator");
-        if r.error_code == 0 {
-            break r.node_id.0;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no coordinator: {}",
-            r.error_code
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
+    let node = coordinator_node(&gw.bootstrap(), txn_id, 1).await;
     let addr = format!("127.0.0.1:{}", gw.port_for(node));
     let mut c = KafkaClient::connect(&addr, T).await.expect("connect");
     loop {
@@ -644,5 +622,292 @@ fn after_failover_delete_records_and_config_changes_go_through() {
         describe(&s.destination, &s.topic).map(|d| d.1),
         Some(2),
         "{out}"
+    );
+}
+
+/// The node id of the coordinator of `key` (`key_type` 0: a group, 1: a transactional id), found
+/// through `bootstrap` (retried while the coordinator is not available, up to 60 s).
+async fn coordinator_node(bootstrap: &str, key: &str, key_type: i8) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut c = KafkaClient::connect(&first(bootstrap), T)
+            .await
+            .expect("connect");
+        let r = c
+            .send(
+                &FindCoordinatorRequest::default()
+                    .with_key(StrBytes::from_string(key.to_string()))
+                    .with_key_type(key_type),
+                3,
+            )
+            .await
+            .expect("find coordinator");
+        if r.error_code == 0 {
+            return r.node_id.0;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no coordinator for {key}: {}",
+            r.error_code
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// A client connected to the group coordinator of `group`, found through `bootstrap` and
+/// reached at `port_for(node)`.
+async fn group_coordinator(
+    bootstrap: &str,
+    group: &str,
+    port_for: impl Fn(i32) -> String,
+) -> KafkaClient {
+    let node = coordinator_node(bootstrap, group, 0).await;
+    KafkaClient::connect(&port_for(node), T)
+        .await
+        .expect("connect to the coordinator")
+}
+
+/// An admin-style OffsetCommit (generation -1, no member: what `AdminClient`
+/// `alterConsumerGroupOffsets` and MirrorMaker 2's checkpoint sync send) of `offset` for
+/// `topic`-0; returns the partition's error code.
+async fn commit_offset(c: &mut KafkaClient, group: &str, topic: &str, offset: i64) -> i16 {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::OffsetCommitRequest;
+    let r = c
+        .send(
+            &OffsetCommitRequest::default()
+                .with_group_id(StrBytes::from_string(group.to_string()).into())
+                .with_generation_id_or_member_epoch(-1)
+                .with_topics(vec![OffsetCommitRequestTopic::default()
+                    .with_name(name(topic))
+                    .with_partitions(vec![OffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(offset)])]),
+            8,
+        )
+        .await
+        .expect("offset commit");
+    r.topics
+        .first()
+        .and_then(|t| t.partitions.first())
+        .map(|p| p.error_code)
+        .expect("partition answer")
+}
+
+/// The offset `group` has committed for `topic`-0, read from the destination's coordinator.
+fn committed_offset(destination: &str, group: &str, topic: &str) -> i64 {
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    use kafka_protocol::messages::OffsetFetchRequest;
+    let brokers = harness::destination_brokers();
+    block(async {
+        let mut c = group_coordinator(destination, group, |node| {
+            brokers
+                .iter()
+                .find(|(n, _)| *n == node)
+                .map(|(_, a)| a.clone())
+                .expect("coordinator address")
+        })
+        .await;
+        let r = c
+            .send(
+                &OffsetFetchRequest::default()
+                    .with_group_id(StrBytes::from_string(group.to_string()).into())
+                    .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+                        .with_name(name(topic))
+                        .with_partition_indexes(vec![0])])),
+                7,
+            )
+            .await
+            .expect("offset fetch");
+        r.topics
+            .first()
+            .and_then(|t| t.partitions.first())
+            .map(|p| p.committed_offset)
+            .expect("partition answer")
+    })
+}
+
+#[test]
+fn after_failover_the_mirror_listener_refuses_changes_to_stopped_topics() {
+    use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+    use kafka_protocol::messages::incremental_alter_configs_request as iac;
+    use kafka_protocol::messages::IncrementalAlterConfigsRequest;
+    let s = setup("ro-mirror-after");
+    let group = harness::unique_topic("ro-mirror-after-group");
+    let mirror_addr = |node: i32| format!("127.0.0.1:{}", s.gw.mirror_port_for(node));
+    // While MIRRORING the mirror listener takes a mirroring tool's group offsets (MirrorMaker 2
+    // checkpoints), as it takes its configs and partitions.
+    let code = block(async {
+        let mut c = group_coordinator(&s.gw.mirror_bootstrap(), &group, mirror_addr).await;
+        commit_offset(&mut c, &group, &s.topic, 4).await
+    });
+    assert_eq!(
+        code, 0,
+        "admin-style commit through the mirror listener while MIRRORING"
+    );
+    assert_eq!(committed_offset(&s.destination, &group, &s.topic), 4);
+    failover(&s.gw.admin(), "ro");
+    wait_stopped(&s.gw.admin(), "ro");
+    // The tool is still attached to the mirror listener after the failover.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let mut c = rt
+        .block_on(KafkaClient::connect(&mirror_addr(1), T))
+        .expect("connect");
+    let resource = |t: &str| {
+        iac::AlterConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_string(t.to_string()))
+            .with_configs(vec![iac::AlterableConfig::default()
+                .with_name(StrBytes::from_static_str("retention.ms"))
+                .with_config_operation(0)
+                .with_value(Some(StrBytes::from_static_str("1")))])
+    };
+    let r = rt
+        .block_on(
+            c.send(
+                &IncrementalAlterConfigsRequest::default()
+                    .with_resources(vec![resource(&s.topic), resource(&s.plain)]),
+                1,
+            ),
+        )
+        .expect("incremental alter configs");
+    let configs: Vec<(String, i16, String)> = r
+        .responses
+        .iter()
+        .map(|x| {
+            (
+                x.resource_name.to_string(),
+                x.error_code,
+                x.error_message
+                    .as_ref()
+                    .map(|m| m.to_string())
+                    .unwrap_or_default(),
+            )
+        })
+        .collect();
+    let r = rt
+        .block_on(
+            c.send(
+                &CreatePartitionsRequest::default()
+                    .with_timeout_ms(10_000)
+                    .with_topics(vec![CreatePartitionsTopic::default()
+                        .with_name(name(&s.topic))
+                        .with_count(2)
+                        .with_assignments(None)]),
+                3,
+            ),
+        )
+        .expect("create partitions");
+    let partitions = r
+        .results
+        .first()
+        .map(|x| {
+            (
+                x.error_code,
+                x.error_message
+                    .as_ref()
+                    .map(|m| m.to_string())
+                    .unwrap_or_default(),
+            )
+        })
+        .expect("create partitions answer");
+    let commit = block(async {
+        let mut g = group_coordinator(&s.gw.mirror_bootstrap(), &group, mirror_addr).await;
+        commit_offset(&mut g, &group, &s.topic, 9).await
+    });
+    let r = rt
+        .block_on(
+            c.send(
+                &DeleteRecordsRequest::default()
+                    .with_timeout_ms(10_000)
+                    .with_topics(vec![DeleteRecordsTopic::default()
+                        .with_name(name(&s.topic))
+                        .with_partitions(vec![DeleteRecordsPartition::default()
+                            .with_partition_index(0)
+                            .with_offset(5)])]),
+                2,
+            ),
+        )
+        .expect("delete records");
+    let delete_records = r
+        .topics
+        .first()
+        .and_then(|t| t.partitions.first())
+        .map(|p| p.error_code);
+    std::thread::sleep(Duration::from_secs(1));
+    // What reached the broker (read there, not through the gateway).
+    let mut changed = Vec::new();
+    if let Some(v) = config_value(&s.destination, &s.topic, "retention.ms") {
+        changed.push(format!("retention.ms={v} (answers {configs:?})"));
+    }
+    if let Some(n) = describe(&s.destination, &s.topic)
+        .map(|d| d.1)
+        .filter(|n| *n != 1)
+    {
+        changed.push(format!("{n} partitions (answer {partitions:?})"));
+    }
+    let committed = committed_offset(&s.destination, &group, &s.topic);
+    if committed != 4 {
+        changed.push(format!("group offset {committed} (answer {commit})"));
+    }
+    let start = log_start(&s.destination, &s.topic);
+    if start != 0 {
+        changed.push(format!("log start {start} (answer {delete_records:?})"));
+    }
+    let r = rt
+        .block_on(
+            c.send(
+                &DeleteTopicsRequest::default()
+                    .with_timeout_ms(10_000)
+                    .with_topic_names(vec![name(&s.topic)]),
+                5,
+            ),
+        )
+        .expect("delete topics");
+    let delete_topics = r.responses.first().map(|x| x.error_code);
+    std::thread::sleep(Duration::from_secs(1));
+    if describe(&s.destination, &s.topic).is_none() {
+        changed.push(format!("topic deleted (answer {delete_topics:?})"));
+    }
+    assert!(
+        changed.is_empty(),
+        "through the mirror listener after the failover, the failed-over topic was changed: {}",
+        changed.join("; ")
+    );
+    // Each change was refused as a mirror produce is (POLICY_VIOLATION, the mirror and its
+    // state named), and the plain topic in the same request was changed.
+    let mirror = configs
+        .iter()
+        .find(|c| c.0 == s.topic)
+        .expect("mirror topic entry");
+    assert_eq!(mirror.1, POLICY_VIOLATION, "{configs:?}");
+    assert!(
+        mirror.2.contains("is fenced")
+            && mirror.2.contains("mirror ro")
+            && mirror.2.contains("STOPPED"),
+        "{configs:?}"
+    );
+    assert!(
+        configs.iter().any(|c| c.0 == s.plain && c.1 == 0),
+        "{configs:?}"
+    );
+    assert_eq!(
+        config_value(&s.destination, &s.plain, "retention.ms").as_deref(),
+        Some("1")
+    );
+    assert_eq!(partitions.0, POLICY_VIOLATION, "{partitions:?}");
+    assert!(partitions.1.contains("mirror ro"), "{partitions:?}");
+    assert_eq!(commit, POLICY_VIOLATION);
+    assert_eq!(delete_records, Some(POLICY_VIOLATION));
+    assert_eq!(delete_topics, Some(POLICY_VIOLATION));
+    assert!(
+        s.gw.metric(r#"mirrorgate_produce_rejected_total{reason="mirror_fenced_admin"}"#) >= 5.0,
+        "{}",
+        s.gw.metrics()
     );
 }

@@ -1,10 +1,13 @@
 //! Admission: the decisions the proxy asks for on every produce and admin request to a mirror
-//! topic, answered from a lookup snapshot of the mirrors' recorded states (refreshed after every
+//! topic (on the client listener: read-only until failover; on the mirror listener: closed
+//! once failed over), answered from a lookup snapshot of the mirrors' recorded states (refreshed after every
 //! persisted change), and the count of mirror writes in flight per partition that a failover's
 //! drain waits on.
 //!
 //! The snapshot only ever shows recorded states: the records are saved first and the snapshot
 //! refreshed after, so a decision never rests on a step that is not on disk.
+//!
+//! The decisions for admin, transaction and group requests are the child module `admin`.
 //!
 //! Owns: the lookup snapshot (partition states, barriers of STOPPED partitions, unreadable
 //! mirrors, started failovers), the barriers found missing from their logs, the in-flight and
@@ -39,7 +42,7 @@ pub struct Refusal {
     pub error_code: i16,
     pub message: String,
     /// `mirrorgate_produce_rejected_total{reason}` (`read_only`, `mirror_fenced`,
-    /// `state_unreadable`, `screen_unreadable`, `read_only_admin`).
+    /// `state_unreadable`, `screen_unreadable`, `read_only_admin`, `mirror_fenced_admin`).
     pub reason: &'static str,
 }
 
@@ -271,6 +274,31 @@ impl Admission {
         self.read().unreadable.get(idx).cloned().flatten()
     }
 
+    /// " (failed over through instance I, failover F)" when another instance failed `mirror`
+    /// over, else nothing.
+    fn failed_over_through(&self, mirror: &str) -> String {
+        self.peers
+            .get()
+            .and_then(|p| p.failed_over_by(mirror))
+            .map(|(by, fid)| format!(" (failed over through instance {by}, failover {fid})"))
+            .unwrap_or_default()
+    }
+
+    /// The refusal of whatever `subject` says (e.g. "orders-3 belongs to") when mirror `idx`'s
+    /// state cannot be read: it stays read-only (counted as `state_unreadable`).
+    fn refuse_unreadable(&self, idx: usize, subject: &str) -> Option<Refusal> {
+        let reason = self.unreadable(idx)?;
+        self.rejected.with_label_values(&["state_unreadable"]).inc();
+        Some(Refusal {
+            error_code: REJECT_ERROR_CODE,
+            message: format!(
+                "mirrorgate: {subject} mirror {}, whose state cannot be read ({reason}); it stays read-only",
+                self.mirror_name(idx)
+            ),
+            reason: "state_unreadable",
+        })
+    }
+
     fn failover_started(&self, idx: usize) -> bool {
         self.read()
             .failover_started
@@ -281,15 +309,19 @@ impl Admission {
 
     /// The state of a partition (FAILED when the built-in agent failed a MIRRORING partition).
     pub fn state_of(&self, topic: &str, partition: i32) -> Option<PartitionState> {
-        let s = self
-            .read()
-            .states
-            .get(topic)
-            .and_then(|v| v.get(partition.max(0) as usize).copied().flatten());
+        let s = self.recorded_state(topic, partition);
         if s == Some(PartitionState::Mirroring) && self.agent_error(topic, partition).is_some() {
             return Some(PartitionState::Failed);
         }
         s
+    }
+
+    /// The state the records give a partition (the built-in agent's failures aside).
+    fn recorded_state(&self, topic: &str, partition: i32) -> Option<PartitionState> {
+        self.read()
+            .states
+            .get(topic)
+            .and_then(|v| v.get(partition.max(0) as usize).copied().flatten())
     }
 
     /// Mark a partition FAILED by the built-in agent (`Some(reason)`) or clear that (`None`).
@@ -325,15 +357,8 @@ impl Admission {
             return Ok(None);
         };
         let mirror = self.mirror_name(idx);
-        if let Some(reason) = self.unreadable(idx) {
-            self.rejected.with_label_values(&["state_unreadable"]).inc();
-            return Err(Refusal {
-                error_code: REJECT_ERROR_CODE,
-                message: format!(
-                    "mirrorgate: {topic}-{partition} belongs to mirror {mirror}, whose state cannot be read ({reason}); it stays read-only"
-                ),
-                reason: "state_unreadable",
-            });
+        if let Some(r) = self.refuse_unreadable(idx, &format!("{topic}-{partition} belongs to")) {
+            return Err(r);
         }
         if let (ListenerKind::Client, Some(e)) = (listener, &self.screen_unreadable) {
             // Without the screening set a local producer could be handed a producer id that
@@ -418,14 +443,7 @@ impl Admission {
                     })
                 } else {
                     self.rejected.with_label_values(&["mirror_fenced"]).inc();
-                    let by = self
-                        .peers
-                        .get()
-                        .and_then(|p| p.failed_over_by(mirror))
-                        .map(|(by, fid)| {
-                            format!(" (failed over through instance {by}, failover {fid})")
-                        })
-                        .unwrap_or_default();
+                    let by = self.failed_over_through(mirror);
                     Err(Refusal {
                         error_code: REJECT_ERROR_CODE,
                         message: format!(
@@ -437,77 +455,6 @@ impl Admission {
                 }
             }
         }
-    }
-
-    /// The decision for an admin or transaction request `op` (e.g. `DeleteRecords`) on the
-    /// client listener naming `topic` — one partition, or the whole topic when `partition` is
-    /// `None`. Refused (POLICY_VIOLATION) while the partition, or any partition of the topic, is
-    /// not STOPPED; counted in `mirrorgate_produce_rejected_total{reason="read_only_admin"}`.
-    /// `None`: not a mirror topic, or allowed.
-    pub fn refuse_admin(&self, op: &str, topic: &str, partition: Option<i32>) -> Option<Refusal> {
-        let idx = self.router.mirror_index(topic)?;
-        let mirror = self.mirror_name(idx);
-        let what = match partition {
-            Some(p) => format!("{topic}-{p}"),
-            None => format!("topic {topic}"),
-        };
-        if let Some(reason) = self.unreadable(idx) {
-            self.rejected.with_label_values(&["state_unreadable"]).inc();
-            return Some(Refusal {
-                error_code: REJECT_ERROR_CODE,
-                message: format!(
-                    "mirrorgate: {op} on {what} is refused: it belongs to mirror {mirror}, whose state cannot be read ({reason}); it stays read-only"
-                ),
-                reason: "state_unreadable",
-            });
-        }
-        let state = match partition {
-            Some(p) => self.state_of(topic, p).unwrap_or(PartitionState::Mirroring),
-            None => self.topic_state(topic),
-        };
-        if state == PartitionState::Stopped {
-            return None;
-        }
-        self.rejected.with_label_values(&["read_only_admin"]).inc();
-        Some(Refusal {
-            error_code: REJECT_ERROR_CODE,
-            message: format!(
-                "mirrorgate: {op} on {what} is refused: it belongs to mirror {mirror}, which is {}; mirror topics are read-only on the client listener until failover",
-                state.as_str()
-            ),
-            reason: "read_only_admin",
-        })
-    }
-
-    /// [`Self::refuse_admin`] for a request on every partition of the cluster: refused when any
-    /// mirror topic is not STOPPED in full.
-    pub fn refuse_admin_everywhere(&self, op: &str) -> Option<Refusal> {
-        let mut topics = self.cluster.topic_names();
-        topics.extend(self.read().states.keys().cloned());
-        topics.sort();
-        topics.dedup();
-        topics.iter().find_map(|t| self.refuse_admin(op, t, None))
-    }
-
-    /// The state of a whole topic for admin requests: STOPPED only when every partition known
-    /// (in the cluster's metadata or in the records) is; otherwise the state of the first
-    /// partition that is not (a partition without a record counts as MIRRORING, as does a topic
-    /// without any known partition).
-    fn topic_state(&self, topic: &str) -> PartitionState {
-        let in_cluster = self
-            .cluster
-            .topic(topic)
-            .map(|t| t.leaders.len())
-            .unwrap_or(0);
-        let recorded = self.read().states.get(topic).map(Vec::len).unwrap_or(0);
-        let n = in_cluster.max(recorded);
-        if n == 0 {
-            return PartitionState::Mirroring;
-        }
-        (0..n as i32)
-            .map(|p| self.state_of(topic, p).unwrap_or(PartitionState::Mirroring))
-            .find(|s| *s != PartitionState::Stopped)
-            .unwrap_or(PartitionState::Stopped)
     }
 
     /// The mirror writes of a partition (created on first use).
@@ -582,3 +529,9 @@ impl Admission {
             .any(|v| v.iter().any(Option::is_some))
     }
 }
+
+mod admin;
+
+#[cfg(test)]
+#[path = "admission_tests.rs"]
+mod tests;

@@ -37,7 +37,7 @@ use super::failover::{
 use super::fault_hooks::FaultHooks;
 use super::mirror_metrics::MirrorMetrics;
 use super::pid_allocator::PidAllocator;
-use super::screening::{ScreenEntry, Screening};
+use super::screening::{ScreenEntry, Screening, NO_COORDINATOR_EPOCH};
 use super::state::BarrierProducer;
 
 /// Stops the built-in agent of a mirror; the future ends once its appends in flight are answered.
@@ -165,7 +165,12 @@ impl KafkaFailoverIo {
                     s.psm()
                         .iter()
                         .filter(|e| !own.contains(&e.producer_id()))
-                        .map(|e| (e.producer_id(), screen_entry(e.epoch(), e.last_timestamp()))),
+                        .map(|e| {
+                            (
+                                e.producer_id(),
+                                screen_entry(e.epoch(), e.last_timestamp(), e.coordinator_epoch()),
+                            )
+                        }),
                 );
             }
         }
@@ -208,18 +213,26 @@ impl KafkaFailoverIo {
         psm.clear_at_barrier(topic, partition, barrier, own, |cleared| {
             let found = cleared
                 .into_iter()
-                .map(|c| (c.producer_id, screen_entry(c.epoch, c.last_timestamp)))
+                .map(|c| {
+                    (
+                        c.producer_id,
+                        screen_entry(c.epoch, c.last_timestamp, c.coordinator_epoch),
+                    )
+                })
                 .collect();
             self.screening.merge(found);
         })
     }
 }
 
-fn screen_entry(max_epoch: i16, last_timestamp: i64) -> ScreenEntry {
+/// A screening entry of a producer the PSM held: its coordinator epoch is the one its last
+/// mirrored marker carried (the PSM's −1 when none did).
+fn screen_entry(max_epoch: i16, last_timestamp: i64, coordinator_epoch: i32) -> ScreenEntry {
     ScreenEntry {
         max_epoch,
         last_timestamp,
         added_ms: 0,
+        coordinator_epoch: coordinator_epoch.max(NO_COORDINATOR_EPOCH),
     }
 }
 
@@ -416,6 +429,7 @@ impl FailoverIo for KafkaFailoverIo {
                     max_epoch: i16::try_from(p.producer_epoch).unwrap_or(i16::MAX),
                     last_timestamp: p.last_timestamp,
                     added_ms: now,
+                    coordinator_epoch: p.coordinator_epoch.max(NO_COORDINATOR_EPOCH),
                 };
                 (p.producer_id.0, entry)
             })

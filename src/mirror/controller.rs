@@ -37,7 +37,7 @@ pub use super::mirror_metrics::PartitionStateGauge;
 pub use super::records::{
     check_state_matches_config, FailoverError, RecordedBarrier, MIRRORS_AREA,
 };
-pub use super::screening::{ScreenEntry, ScreenError, SCREEN_AREA};
+pub use super::screening::{Collision, ScreenEntry, ScreenError, SCREEN_AREA};
 
 /// Why a mirror cannot be started (failback).
 #[derive(Debug, thiserror::Error)]
@@ -314,16 +314,21 @@ impl MirrorController {
         self.admission.mirror_send_deadline()
     }
 
-    /// The decision for an admin or transaction request `op` (e.g. `DeleteRecords`) on the
-    /// client listener naming `topic` (see [`Admission::refuse_admin`]).
-    pub fn refuse_admin(&self, op: &str, topic: &str, partition: Option<i32>) -> Option<Refusal> {
-        self.admission.refuse_admin(op, topic, partition)
+    /// The decision for an admin, transaction or group request `op` (e.g. `DeleteRecords`) on
+    /// `listener` naming `topic` (see [`Admission::refuse_admin`]).
+    pub fn refuse_admin(
+        &self,
+        listener: ListenerKind,
+        op: &str,
+        topic: &str,
+        partition: Option<i32>,
+    ) -> Option<Refusal> {
+        self.admission.refuse_admin(listener, op, topic, partition)
     }
 
-    /// [`Self::refuse_admin`] for a request on every partition of the cluster: refused when any
-    /// mirror topic is not STOPPED in full.
-    pub fn refuse_admin_everywhere(&self, op: &str) -> Option<Refusal> {
-        self.admission.refuse_admin_everywhere(op)
+    /// [`Self::refuse_admin`] for a request on every partition of the cluster.
+    pub fn refuse_admin_everywhere(&self, listener: ListenerKind, op: &str) -> Option<Refusal> {
+        self.admission.refuse_admin_everywhere(listener, op)
     }
 
     /// The barrier offset of a stopped partition (duplicate-ack guard; see
@@ -397,30 +402,36 @@ impl MirrorController {
         self.screening.screened(producer_id)
     }
 
-    /// A local write of `producer_id` at `epoch` that collides with the producer state mirrored
-    /// traffic left in the brokers (review F12): the id is screened and the epoch is not above
-    /// the mirrored one. Counted as `rejected{reason="mirrored_producer_id"}`.
-    pub fn mirrored_producer_collision(&self, producer_id: i64, epoch: i16) -> Option<ScreenEntry> {
+    /// A local write of `producer_id` (a data batch at `epoch`; `None`: a partition added to a
+    /// transaction) of a transaction of `transactional_id`, if any, that collides with the
+    /// producer state mirrored traffic left in the brokers ([`Collision::of`]: reviews F12 and
+    /// G11; the transactional id's coordinator epoch as the cluster view last read it). Counted
+    /// as `rejected{reason="mirrored_producer_id"}`.
+    pub fn mirrored_producer_collision(
+        &self,
+        producer_id: i64,
+        epoch: Option<i16>,
+        transactional_id: Option<&str>,
+    ) -> Option<Collision> {
         if !self.refuse_mirrored_ids {
             return None;
         }
         let e = self.screened(producer_id)?;
-        if epoch > e.max_epoch {
-            return None;
-        }
+        let coordinator = transactional_id.map(|t| self.cluster.transaction_coordinator_epoch(t));
+        let collision = Collision::of(e, epoch, coordinator)?;
         self.metrics
             .rejected
             .with_label_values(&["mirrored_producer_id"])
             .inc();
-        Some(e)
+        Some(collision)
     }
 
-    /// Whether any producer id is screened.
     /// Producer ids in the screening set.
     pub fn screened_ids_count(&self) -> usize {
         self.screening.ids().len()
     }
 
+    /// Whether any producer id is screened.
     pub fn screening_active(&self) -> bool {
         self.screening.is_active()
     }

@@ -103,7 +103,7 @@ fn a_topic_matched_by_two_mirrors_goes_to_the_first_and_is_reported_once() {
 fn admin_requests_on_mirror_topics_are_refused_until_stopped() {
     let (ctl, metrics, _dir) = controller();
     let r = ctl
-        .refuse_admin("DeleteRecords", "orders", Some(2))
+        .refuse_admin(ListenerKind::Client, "DeleteRecords", "orders", Some(2))
         .expect("refused");
     assert_eq!(r.error_code, REJECT_ERROR_CODE);
     assert_eq!(r.reason, "read_only_admin");
@@ -115,18 +115,22 @@ fn admin_requests_on_mirror_topics_are_refused_until_stopped() {
         r.message
     );
     let r = ctl
-        .refuse_admin("DeleteTopics", "pay.us", None)
+        .refuse_admin(ListenerKind::Client, "DeleteTopics", "pay.us", None)
         .expect("refused");
     assert!(r.message.contains("topic pay.us") && r.message.contains("mirror first"));
     // A mirror topic without partitions known yet is read-only too.
     assert!(ctl
-        .refuse_admin("CreatePartitions", "pay.eu", None)
+        .refuse_admin(ListenerKind::Client, "CreatePartitions", "pay.eu", None)
         .is_some());
-    assert!(ctl.refuse_admin("DeleteTopics", "plain", None).is_none());
     assert!(ctl
-        .refuse_admin("DeleteRecords", "plain", Some(0))
+        .refuse_admin(ListenerKind::Client, "DeleteTopics", "plain", None)
         .is_none());
-    assert!(ctl.refuse_admin_everywhere("ElectLeaders").is_some());
+    assert!(ctl
+        .refuse_admin(ListenerKind::Client, "DeleteRecords", "plain", Some(0))
+        .is_none());
+    assert!(ctl
+        .refuse_admin_everywhere(ListenerKind::Client, "ElectLeaders")
+        .is_some());
     assert_eq!(
         sample(
             &metrics,
@@ -226,6 +230,7 @@ fn concurrent_screening_writers_never_leave_an_older_or_torn_set() {
                                 max_epoch: 0,
                                 last_timestamp: now_ms(),
                                 added_ms: 0,
+                                coordinator_epoch: -1,
                             },
                         );
                         s.insert(
@@ -234,6 +239,7 @@ fn concurrent_screening_writers_never_leave_an_older_or_torn_set() {
                                 max_epoch: 0,
                                 last_timestamp: i64::MIN / 2,
                                 added_ms: 0,
+                                coordinator_epoch: -1,
                             },
                         );
                     }
@@ -359,6 +365,7 @@ fn a_screened_producer_id_with_an_old_timestamp_stays_protected_until_an_expiry_
         max_epoch: 0,
         last_timestamp: 1_000,
         added_ms: 10 * day,
+        coordinator_epoch: -1,
     };
     assert_eq!(e.protected_until(day, 600_000), 10 * day + 600_000);
     let recent = ScreenEntry { added_ms: 0, ..e };
@@ -404,6 +411,7 @@ fn a_screened_producer_id_stays_protected_for_the_clock_skew_margin() {
         max_epoch: 0,
         last_timestamp: now_ms() - 10_000,
         added_ms: now_ms() - 10_000,
+        coordinator_epoch: -1,
     };
     let settings = "  expiration_ms: 1000\n  expiration_check_interval_ms: 1000\n";
     let (with_margin, _d1) = controller_with_psm(settings);
@@ -468,4 +476,90 @@ fn a_failover_recognises_its_barrier_in_the_log_in_either_form() {
         kind(&markers_only, &control_ours),
         Some(BarrierKind::Control)
     );
+}
+
+/// Review G11: a local transactional write with a producer id whose mirrored markers left a
+/// coordinator epoch above its transactional id's coordinator's (or when that is not known) is a
+/// collision whatever its epoch; a coordinator at or above it, idempotent writes and ids
+/// mirrored with coordinator epoch 0 go by the epoch alone.
+#[test]
+fn a_transaction_whose_coordinator_is_behind_the_mirrored_coordinator_epoch_collides_whatever_its_epoch(
+) {
+    let (ctl, _dir) = controller_with_psm("");
+    let now = now_ms();
+    let entry = |coordinator_epoch| ScreenEntry {
+        max_epoch: 2,
+        last_timestamp: now,
+        added_ms: now,
+        coordinator_epoch,
+    };
+    ctl.screening.lock().insert(42, entry(50));
+    ctl.screening.lock().insert(43, entry(0));
+    let coordinator = |tx: &str| {
+        let p = crate::cluster::transaction_state_partition(tx, 3);
+        usize::try_from(p).unwrap()
+    };
+    let (behind, ahead) = ("tx-behind", "tx-ahead");
+    let mut epochs = vec![0; 3];
+    epochs[coordinator(ahead)] = 50;
+    assert_ne!(coordinator(behind), coordinator(ahead));
+    // Not known yet: a collision.
+    assert!(matches!(
+        ctl.mirrored_producer_collision(42, Some(5), Some(behind)),
+        Some(Collision::Coordinator { local: None, .. })
+    ));
+    ctl.cluster.replace(crate::cluster::Snapshot {
+        transaction_state_epochs: epochs,
+        ..Default::default()
+    });
+    assert!(matches!(
+        ctl.mirrored_producer_collision(42, Some(5), Some(behind)),
+        Some(Collision::Coordinator { local: Some(0), .. })
+    ));
+    assert_eq!(
+        ctl.mirrored_producer_collision(42, Some(5), Some(ahead)),
+        None
+    );
+    assert!(matches!(
+        ctl.mirrored_producer_collision(42, Some(2), Some(ahead)),
+        Some(Collision::Epoch(_))
+    ));
+    assert_eq!(ctl.mirrored_producer_collision(42, Some(5), None), None);
+    assert!(matches!(
+        ctl.mirrored_producer_collision(42, Some(2), None),
+        Some(Collision::Epoch(_))
+    ));
+    assert_eq!(
+        ctl.mirrored_producer_collision(43, Some(5), Some(behind)),
+        None
+    );
+    // A partition added to a transaction: the coordinator rule alone.
+    assert!(matches!(
+        ctl.mirrored_producer_collision(42, None, Some(behind)),
+        Some(Collision::Coordinator { .. })
+    ));
+    assert_eq!(ctl.mirrored_producer_collision(42, None, Some(ahead)), None);
+}
+
+/// Screening files and handovers of older versions carry no coordinator epoch: they load with
+/// none; an entry without one is written as before, one with one keeps it.
+#[test]
+fn a_screening_entry_s_coordinator_epoch_is_optional_in_json() {
+    let old: ScreenEntry =
+        serde_json::from_str(r#"{"max_epoch":3,"last_timestamp":7,"added_ms":9}"#).unwrap();
+    assert_eq!(old.coordinator_epoch, -1);
+    assert_eq!(
+        serde_json::to_string(&old).unwrap(),
+        r#"{"max_epoch":3,"last_timestamp":7,"added_ms":9}"#
+    );
+    let with = ScreenEntry {
+        coordinator_epoch: 50,
+        ..old
+    };
+    let back: ScreenEntry = serde_json::from_str(&serde_json::to_string(&with).unwrap()).unwrap();
+    assert_eq!(back, with);
+    // Merging keeps the highest coordinator epoch.
+    let (ctl, _dir) = controller_with_psm("");
+    ctl.screening.merge(vec![(1, with), (1, old)]);
+    assert_eq!(ctl.screened(1).map(|e| e.coordinator_epoch), Some(50));
 }

@@ -334,6 +334,7 @@ impl FailoverIo for Fake {
                     max_epoch: 0,
                     last_timestamp: now_ms(),
                     added_ms: 0,
+                    coordinator_epoch: -1,
                 };
                 (7, e)
             })
@@ -793,6 +794,7 @@ async fn producers_mirrored_through_other_instances_are_screened_from_the_broker
         max_epoch: 3,
         last_timestamp: now,
         added_ms: now,
+        coordinator_epoch: -1,
     };
     rig.fake.state().broker_producers = vec![(8_000_001, entry)];
     let exec = rig.executor(FaultHooks::default());
@@ -1057,6 +1059,7 @@ async fn handover_of_a_completed_failover() -> (Rig, Stopped) {
         max_epoch: 3,
         last_timestamp: now,
         added_ms: now,
+        coordinator_epoch: -1,
     };
     driver.fake.state().broker_producers = vec![(8_000_001, entry)];
     let exec = driver.executor(FaultHooks::default());

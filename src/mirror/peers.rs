@@ -413,22 +413,34 @@ impl PeerLink {
     /// refuses them.
     pub fn mirror_write_refusal(&self, mirror: &str) -> Option<PeerRefusal> {
         let v = self.view();
+        self.failover_refusal_in(&v, mirror).or_else(|| {
+            v.paused(mirror).then(|| {
+                PeerRefusal::FailedOver(format!(
+                    "mirror {mirror} is paused (state topic {})",
+                    self.topic
+                ))
+            })
+        })
+    }
+
+    /// Why `mirror`'s topics may be failed over as far as the state topic says (`None`: they
+    /// are not): a failover of it is announced through any instance, or this instance holds no
+    /// lease and cannot know. A pause does not count: the topics stay mirror topics.
+    pub fn failover_refusal(&self, mirror: &str) -> Option<PeerRefusal> {
+        self.failover_refusal_in(&self.view(), mirror)
+    }
+
+    fn failover_refusal_in(&self, v: &PeerView, mirror: &str) -> Option<PeerRefusal> {
         if let Some(p) = v.lease_problem(clock::now()) {
             return Some(PeerRefusal::NoLease(format!(
                 "this instance holds no lease on the state topic {} ({p}); mirror writes wait until it has read it again",
                 self.topic
             )));
         }
-        if let Some(a) = v.driver(mirror) {
-            return Some(PeerRefusal::FailedOver(format!(
+        v.driver(mirror).map(|a| {
+            PeerRefusal::FailedOver(format!(
                 "mirror {mirror} is failed over through instance {} (failover {})",
                 a.by, a.failover_id
-            )));
-        }
-        v.paused(mirror).then(|| {
-            PeerRefusal::FailedOver(format!(
-                "mirror {mirror} is paused (state topic {})",
-                self.topic
             ))
         })
     }
@@ -964,6 +976,35 @@ mod tests {
         a.wait_fenced("m", "f1", Duration::from_millis(200))
             .await
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_mirrors_topics_count_as_failed_over_once_any_instance_announces_it_not_when_paused()
+    {
+        let t = Arc::new(Topic::default());
+        let a = PeerLink::new("a", "st", Duration::from_secs(10), t.clone());
+        let b = PeerLink::new("b", "st", Duration::from_secs(10), t.clone());
+        assert!(matches!(
+            b.failover_refusal("m"),
+            Some(PeerRefusal::NoLease(_))
+        ));
+        let (mut na, mut nb) = (0, 0);
+        step(&a, &mut na).await;
+        step(&b, &mut nb).await;
+        a.announce_paused("m", true).await.unwrap();
+        step(&b, &mut nb).await;
+        assert!(
+            b.mirror_write_refusal("m").is_some(),
+            "paused: no mirror writes"
+        );
+        assert_eq!(b.failover_refusal("m"), None, "paused: still a mirror");
+        a.announce("m", "f1").await.unwrap();
+        step(&b, &mut nb).await;
+        let why = b.failover_refusal("m").unwrap();
+        assert!(
+            matches!(&why, PeerRefusal::FailedOver(m) if m.contains("failed over through instance a")),
+            "{why:?}"
+        );
     }
 
     #[tokio::test]

@@ -14,7 +14,7 @@ use crate::metrics::ListenerKind;
 
 use super::admission::{InFlightGuard, Refusal};
 use super::controller::MirrorController;
-use super::screening::ScreenEntry;
+use super::screening::{Collision, ScreenEntry};
 
 /// What the proxy asks of the mirrors (see the module doc).
 pub trait MirrorPolicy: Send + Sync {
@@ -39,16 +39,30 @@ pub trait MirrorPolicy: Send + Sync {
     }
     /// The partition's failover barrier offset, once one is recorded.
     fn barrier_offset(&self, topic: &str, partition: i32) -> Option<i64>;
-    /// The refusal of admin or transaction request `op` naming `topic` (and `partition`).
-    fn refuse_admin(&self, op: &str, topic: &str, partition: Option<i32>) -> Option<Refusal>;
-    /// The refusal of `op` when it names no topic but acts on every partition.
-    fn refuse_admin_everywhere(&self, op: &str) -> Option<Refusal>;
+    /// The refusal of admin, transaction or group request `op` on `listener` naming `topic`
+    /// (and `partition`).
+    fn refuse_admin(
+        &self,
+        listener: ListenerKind,
+        op: &str,
+        topic: &str,
+        partition: Option<i32>,
+    ) -> Option<Refusal>;
+    /// The refusal of `op` on `listener` when it names no topic but acts on every partition.
+    fn refuse_admin_everywhere(&self, listener: ListenerKind, op: &str) -> Option<Refusal>;
     /// Whether InitProducerId answers are screened (the screening set is not empty).
     fn screening_active(&self) -> bool;
     /// The screening entry of `producer_id`, if it is screened.
     fn screened(&self, producer_id: i64) -> Option<ScreenEntry>;
-    /// The screened producer a local write with this id and epoch would collide with.
-    fn mirrored_producer_collision(&self, producer_id: i64, epoch: i16) -> Option<ScreenEntry>;
+    /// How a local write with this id (a data batch at `epoch`; `None`: a partition added to a
+    /// transaction) of a transaction of `transactional_id`, if any, would collide with a
+    /// screened producer.
+    fn mirrored_producer_collision(
+        &self,
+        producer_id: i64,
+        epoch: Option<i16>,
+        transactional_id: Option<&str>,
+    ) -> Option<Collision>;
     /// An InitProducerId answer was screened.
     fn count_screened(&self);
     /// An `acks=0` Produce was refused.
@@ -85,12 +99,18 @@ impl MirrorPolicy for MirrorController {
         MirrorController::barrier_offset(self, topic, partition)
     }
 
-    fn refuse_admin(&self, op: &str, topic: &str, partition: Option<i32>) -> Option<Refusal> {
-        MirrorController::refuse_admin(self, op, topic, partition)
+    fn refuse_admin(
+        &self,
+        listener: ListenerKind,
+        op: &str,
+        topic: &str,
+        partition: Option<i32>,
+    ) -> Option<Refusal> {
+        MirrorController::refuse_admin(self, listener, op, topic, partition)
     }
 
-    fn refuse_admin_everywhere(&self, op: &str) -> Option<Refusal> {
-        MirrorController::refuse_admin_everywhere(self, op)
+    fn refuse_admin_everywhere(&self, listener: ListenerKind, op: &str) -> Option<Refusal> {
+        MirrorController::refuse_admin_everywhere(self, listener, op)
     }
 
     fn screening_active(&self) -> bool {
@@ -101,8 +121,13 @@ impl MirrorPolicy for MirrorController {
         MirrorController::screened(self, producer_id)
     }
 
-    fn mirrored_producer_collision(&self, producer_id: i64, epoch: i16) -> Option<ScreenEntry> {
-        MirrorController::mirrored_producer_collision(self, producer_id, epoch)
+    fn mirrored_producer_collision(
+        &self,
+        producer_id: i64,
+        epoch: Option<i16>,
+        transactional_id: Option<&str>,
+    ) -> Option<Collision> {
+        MirrorController::mirrored_producer_collision(self, producer_id, epoch, transactional_id)
     }
 
     fn count_screened(&self) {

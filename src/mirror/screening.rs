@@ -9,8 +9,9 @@
 //! rewritten: the gateway is not ready and the mirror topics stay read-only on the client
 //! listener until the operator recovers it (docs/failover.md#recovering-the-pid-screening-set).
 //!
-//! Owns: `screen/pids.json` in the state store, [`ScreenEntry`] and its expiry rule. Must not
-//! touch: the PSM's contents (callers hand in the producers they found), mirror records.
+//! Owns: `screen/pids.json` in the state store, [`ScreenEntry`] and its expiry rule, the rules
+//! by which a local write collides with a screened producer id ([`Collision`]). Must not touch:
+//! the PSM's contents (callers hand in the producers they found), mirror records.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -41,6 +42,73 @@ pub struct ScreenEntry {
     /// the record's timestamp is old (review F11b).
     #[serde(default)]
     pub added_ms: i64,
+    /// The highest transaction coordinator epoch the mirrored transaction markers of this
+    /// producer id left in the brokers' producer state ([`NO_COORDINATOR_EPOCH`]: none, or
+    /// unknown in files and handovers of older versions, where the field is absent; it is not
+    /// written then either). A broker refuses a marker with a lower coordinator epoch for the
+    /// id (review G11).
+    #[serde(
+        default = "no_coordinator_epoch",
+        skip_serializing_if = "is_no_coordinator_epoch"
+    )]
+    pub coordinator_epoch: i32,
+}
+
+/// How a local write with a screened producer id collides with what mirrored traffic left in
+/// the brokers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Collision {
+    /// Its epoch is not above the mirrored one (review F12): the broker would take its batch
+    /// for a duplicate or out of order.
+    Epoch(ScreenEntry),
+    /// A transaction of a transactional id whose coordinator's epoch (`local`, as last read from
+    /// the destination's metadata; `None`: unknown) is below the coordinator epoch mirrored
+    /// markers left for the producer id (review G11): its markers would be refused and the
+    /// transaction hang.
+    Coordinator {
+        entry: ScreenEntry,
+        local: Option<i32>,
+    },
+}
+
+impl Collision {
+    /// The collision with screened `entry`, if any, of a data batch at `epoch` (`None`: not a
+    /// data batch, e.g. a partition added to a transaction, which the epoch rule does not
+    /// concern), of a transaction when `coordinator` is `Some` (its coordinator's epoch, if
+    /// known). A coordinator epoch of 0 or less is never above a coordinator's.
+    pub fn of(
+        entry: ScreenEntry,
+        epoch: Option<i16>,
+        coordinator: Option<Option<i32>>,
+    ) -> Option<Self> {
+        match coordinator {
+            Some(local)
+                if entry.coordinator_epoch > 0
+                    && local.is_none_or(|l| l < entry.coordinator_epoch) =>
+            {
+                Some(Collision::Coordinator { entry, local })
+            }
+            _ if epoch.is_some_and(|e| e <= entry.max_epoch) => Some(Collision::Epoch(entry)),
+            _ => None,
+        }
+    }
+
+    pub fn entry(&self) -> ScreenEntry {
+        match self {
+            Collision::Epoch(e) | Collision::Coordinator { entry: e, .. } => *e,
+        }
+    }
+}
+
+/// [`ScreenEntry::coordinator_epoch`] of a producer id no mirrored marker named.
+pub const NO_COORDINATOR_EPOCH: i32 = -1;
+
+fn no_coordinator_epoch() -> i32 {
+    NO_COORDINATOR_EPOCH
+}
+
+fn is_no_coordinator_epoch(e: &i32) -> bool {
+    *e == NO_COORDINATOR_EPOCH
 }
 
 impl ScreenEntry {
@@ -236,7 +304,8 @@ fn load_file(store: &StateStore) -> (HashMap<i64, ScreenEntry>, Option<ScreenErr
     }
 }
 
-/// Merge producers into a set, keeping the highest epoch and latest timestamp.
+/// Merge producers into a set, keeping the highest epoch, coordinator epoch and latest
+/// timestamp.
 fn merge(screen: &mut HashMap<i64, ScreenEntry>, found: Vec<(i64, ScreenEntry)>) {
     let now = now_ms();
     for (pid, e) in found {
@@ -244,5 +313,6 @@ fn merge(screen: &mut HashMap<i64, ScreenEntry>, found: Vec<(i64, ScreenEntry)>)
         entry.max_epoch = entry.max_epoch.max(e.max_epoch);
         entry.last_timestamp = entry.last_timestamp.max(e.last_timestamp);
         entry.added_ms = entry.added_ms.max(e.added_ms).max(now);
+        entry.coordinator_epoch = entry.coordinator_epoch.max(e.coordinator_epoch);
     }
 }

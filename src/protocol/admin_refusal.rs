@@ -1,8 +1,11 @@
-//! Refusing chosen entries of the admin and transaction requests that can change a topic's data,
-//! layout or configuration without Produce: DeleteRecords, DeleteTopics, CreatePartitions,
-//! AlterConfigs, IncrementalAlterConfigs, AddPartitionsToTxn, ElectLeaders (unclean) and
-//! WriteTxnMarkers. Used on the client listener to keep mirror topics read-only until failover
-//! (review finding F5).
+//! Refusing chosen entries of the admin, transaction and group requests that can change a
+//! topic's data, layout, configuration or the offsets groups hold in it without Produce:
+//! DeleteRecords, DeleteTopics, CreatePartitions, AlterConfigs, IncrementalAlterConfigs,
+//! AddPartitionsToTxn, ElectLeaders (unclean) and WriteTxnMarkers ([`GUARDED`], used on the
+//! client listener to keep mirror topics read-only until failover, review finding F5); the same
+//! without WriteTxnMarkers, plus OffsetCommit, TxnOffsetCommit and OffsetDelete
+//! ([`GROUP_OFFSETS`]; [`is_guarded_on_mirror`], used on the mirror listener to fence mirroring
+//! tools out of failed-over topics, review finding G8).
 //!
 //! [`plan`] decodes a request once, asks the caller about every entry it names ([`Target`]: a
 //! topic, a topic id, a partition, or "every partition"), and returns
@@ -13,28 +16,30 @@
 //! - [`AdminDecision::AllRefused`]: every entry refused, answer `response` (a complete response
 //!   frame with the request's correlation id, version and response header version).
 //!
-//! Granularity follows what the broker does itself: DeleteRecords, ElectLeaders and
-//! WriteTxnMarkers are split per partition; DeleteTopics, CreatePartitions and the two config
-//! APIs per topic / resource (only TOPIC resources, type 2, are asked about); AddPartitionsToTxn
-//! is atomic in Kafka, so v0–v3 (one transaction) is refused whole when any partition is refused
-//! (the others answer OPERATION_NOT_ATTEMPTED, as Kafka does), and v4+ (batched) per
-//! transaction. ElectLeaders asks only for unclean elections (election type 1); preferred
-//! elections are not asked about.
+//! Granularity follows what the broker does itself: DeleteRecords, ElectLeaders,
+//! WriteTxnMarkers and the three group-offset requests are split per partition; DeleteTopics,
+//! CreatePartitions and the two config APIs per topic / resource (only TOPIC resources, type 2,
+//! are asked about); AddPartitionsToTxn is atomic in Kafka, so v0–v3 (one transaction) is refused
+//! whole when any partition is refused (the others answer OPERATION_NOT_ATTEMPTED, as Kafka
+//! does), and v4+ (batched) per transaction. ElectLeaders asks only for unclean elections
+//! (election type 1); preferred elections are not asked about.
 //!
 //! A request is re-encoded only when it is split, and only after checking that the decoded
 //! request re-encodes to exactly the bytes received (otherwise re-encoding could change what the
 //! broker sees); broker responses are checked the same way before a merge.
 //!
-//! Owns: the bytes of these eight APIs: decoding, the re-encode check, framing, local answers
-//! and merges; the entry rules of each API are its child module `apis`. Must not touch: which
-//! topics are read-only (the caller's `decide`), metrics, logging, connection state. Never panics on input: anything it cannot read
-//! is an [`AdminRefusalError`].
+//! Owns: the bytes of these APIs: decoding, the re-encode check, framing, local answers and
+//! merges; the entry rules of each API are its child module `apis`. Must not touch: which
+//! topics are read-only (the caller's `decide`), which listener guards which APIs (the caller
+//! picks [`is_guarded`] or [`is_guarded_on_mirror`]), metrics, logging, connection state. Never
+//! panics on input: anything it cannot read is an [`AdminRefusalError`].
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
     AddPartitionsToTxnRequest, AlterConfigsRequest, ApiKey, CreatePartitionsRequest,
     DeleteRecordsRequest, DeleteTopicsRequest, ElectLeadersRequest, IncrementalAlterConfigsRequest,
-    ResponseHeader, WriteTxnMarkersRequest,
+    OffsetCommitRequest, OffsetDeleteRequest, ResponseHeader, TxnOffsetCommitRequest,
+    WriteTxnMarkersRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, Message, Request, StrBytes};
 use thiserror::Error;
@@ -55,10 +60,21 @@ pub enum Target<'a> {
     Topic(&'a str),
     /// A whole topic by id (DeleteTopics v6).
     TopicId(uuid::Uuid),
-    /// One partition (DeleteRecords, AddPartitionsToTxn, unclean ElectLeaders, WriteTxnMarkers).
+    /// One partition (DeleteRecords, unclean ElectLeaders, WriteTxnMarkers, the group-offset
+    /// requests).
     Partition(&'a str, i32),
+    /// One partition a transaction adds (AddPartitionsToTxn), with the transaction's producer.
+    TxnPartition(&'a str, i32, TxnProducer<'a>),
     /// Every partition of the cluster (an unclean ElectLeaders with a null partition list).
     AllPartitions,
+}
+
+/// The transaction of an AddPartitionsToTxn entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnProducer<'a> {
+    pub transactional_id: &'a str,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
 }
 
 /// The refused entries of a split request, to merge into the broker's response.
@@ -129,7 +145,8 @@ pub enum AdminRefusalError {
     },
 }
 
-/// The APIs this module guards.
+/// The APIs whose entries are refused on the client listener (mirror topics read-only until
+/// failover).
 pub const GUARDED: &[ApiKey] = &[
     ApiKey::DeleteRecords,
     ApiKey::DeleteTopics,
@@ -141,9 +158,25 @@ pub const GUARDED: &[ApiKey] = &[
     ApiKey::WriteTxnMarkers,
 ];
 
-/// Whether `api` is one of the guarded APIs.
+/// The group-offset APIs, refused on the mirror listener only: on the client listener group
+/// offsets are the consumers' own.
+pub const GROUP_OFFSETS: &[ApiKey] = &[
+    ApiKey::OffsetCommit,
+    ApiKey::TxnOffsetCommit,
+    ApiKey::OffsetDelete,
+];
+
+/// Whether `api` is guarded on the client listener.
 pub fn is_guarded(api: ApiKey) -> bool {
     GUARDED.contains(&api)
+}
+
+/// Whether `api` is guarded on the mirror listener (failed-over topics closed to mirroring
+/// tools): the client listener's APIs but WriteTxnMarkers — on the mirror listener a mirror
+/// write, admitted per partition like Produce (`proxy::exchange::markers`) — and the
+/// group-offset APIs.
+pub fn is_guarded_on_mirror(api: ApiKey) -> bool {
+    api != ApiKey::WriteTxnMarkers && is_guarded(api) || GROUP_OFFSETS.contains(&api)
 }
 
 /// The versions of a guarded API that can be read (kafka-protocol's range), `None` for others.
@@ -160,6 +193,9 @@ pub fn readable_versions(api: ApiKey) -> Option<(i16, i16)> {
         ApiKey::AddPartitionsToTxn => r::<AddPartitionsToTxnRequest>(),
         ApiKey::ElectLeaders => r::<ElectLeadersRequest>(),
         ApiKey::WriteTxnMarkers => r::<WriteTxnMarkersRequest>(),
+        ApiKey::OffsetCommit => r::<OffsetCommitRequest>(),
+        ApiKey::TxnOffsetCommit => r::<TxnOffsetCommitRequest>(),
+        ApiKey::OffsetDelete => r::<OffsetDeleteRequest>(),
         _ => None,
     }
 }
@@ -404,6 +440,9 @@ pub fn plan(
         ApiKey::AddPartitionsToTxn => plan_as::<AddPartitionsToTxnRequest>(f, h, v, c, decide),
         ApiKey::ElectLeaders => plan_as::<ElectLeadersRequest>(f, h, v, c, decide),
         ApiKey::WriteTxnMarkers => plan_as::<WriteTxnMarkersRequest>(f, h, v, c, decide),
+        ApiKey::OffsetCommit => plan_as::<OffsetCommitRequest>(f, h, v, c, decide),
+        ApiKey::TxnOffsetCommit => plan_as::<TxnOffsetCommitRequest>(f, h, v, c, decide),
+        ApiKey::OffsetDelete => plan_as::<OffsetDeleteRequest>(f, h, v, c, decide),
         other => Err(AdminRefusalError::NotGuarded(other)),
     }
 }
@@ -452,6 +491,9 @@ pub fn merge(frame: &Bytes, refused: &Refused) -> Result<Bytes, AdminRefusalErro
         ApiKey::AddPartitionsToTxn => merge_as::<AddPartitionsToTxnRequest>(frame, refused),
         ApiKey::ElectLeaders => merge_as::<ElectLeadersRequest>(frame, refused),
         ApiKey::WriteTxnMarkers => merge_as::<WriteTxnMarkersRequest>(frame, refused),
+        ApiKey::OffsetCommit => merge_as::<OffsetCommitRequest>(frame, refused),
+        ApiKey::TxnOffsetCommit => merge_as::<TxnOffsetCommitRequest>(frame, refused),
+        ApiKey::OffsetDelete => merge_as::<OffsetDeleteRequest>(frame, refused),
         other => Err(AdminRefusalError::NotGuarded(other)),
     }
 }

@@ -11,10 +11,13 @@ use kafka_protocol::messages::{
     delete_records_response as drr, delete_topics_request as dtq, delete_topics_response as dtr,
     elect_leaders_request as elq, elect_leaders_response as elr,
     incremental_alter_configs_request as iacq, incremental_alter_configs_response as iacr,
-    write_txn_markers_request as wtmq, write_txn_markers_response as wtmr,
-    AddPartitionsToTxnResponse, AlterConfigsResponse, CreatePartitionsResponse,
-    DeleteRecordsResponse, DeleteTopicsResponse, ElectLeadersResponse,
-    IncrementalAlterConfigsResponse, RequestHeader, TopicName, WriteTxnMarkersResponse,
+    offset_commit_request as ocq, offset_commit_response as ocr, offset_delete_request as odq,
+    offset_delete_response as odr, txn_offset_commit_request as tocq,
+    txn_offset_commit_response as tocr, write_txn_markers_request as wtmq,
+    write_txn_markers_response as wtmr, AddPartitionsToTxnResponse, AlterConfigsResponse,
+    CreatePartitionsResponse, DeleteRecordsResponse, DeleteTopicsResponse, ElectLeadersResponse,
+    IncrementalAlterConfigsResponse, OffsetCommitResponse, OffsetDeleteResponse, RequestHeader,
+    TopicName, TxnOffsetCommitResponse, WriteTxnMarkersResponse,
 };
 use kafka_protocol::protocol::HeaderVersion;
 
@@ -35,7 +38,7 @@ fn sb(s: &str) -> StrBytes {
 /// Refuses everything of the topic `mirror` (by name or id) and "every partition".
 fn decide(t: Target<'_>) -> Option<Rejection> {
     let refused = match t {
-        Target::Topic(n) | Target::Partition(n, _) => n == MIRROR,
+        Target::Topic(n) | Target::Partition(n, _) | Target::TxnPartition(n, _, _) => n == MIRROR,
         Target::TopicId(id) => id == MIRROR_ID,
         Target::AllPartitions => true,
     };
@@ -682,6 +685,146 @@ fn write_txn_markers_every_version() {
     }
 }
 
+// ------------------------------------------------------------------ group offsets
+
+/// For every version of a group-offset request: a request naming only the plain topic is
+/// forwarded, one naming only the mirror topic answered locally (44 for each partition), and a
+/// mixed one split per partition and merged.
+macro_rules! group_offsets_every_version {
+    ($req:ty, $resp:ty, $api:expr, $r:ident, $rt:ident, $rp:ident, $build:expr) => {{
+        let build: fn(&[&str]) -> $req = $build;
+        for v in versions::<$req>() {
+            assert_eq!(plan_of(&build(&[PLAIN]), v).0, AdminDecision::Forward);
+            let r: $resp =
+                decode_response::<$req>(&all_refused(plan_of(&build(&[MIRROR]), v).0), v);
+            assert_eq!(r.topics.len(), 1);
+            assert_eq!(r.topics[0].name, tn(MIRROR));
+            let codes: Vec<(i32, i16)> = r.topics[0]
+                .partitions
+                .iter()
+                .map(|p| (p.partition_index, p.error_code))
+                .collect();
+            assert_eq!(codes, vec![(0, 44), (1, 44)], "v{v}");
+
+            let (d, f, hl) = plan_of(&build(&[MIRROR, PLAIN]), v);
+            let (fwd, refused) = rewritten(d, &f, hl);
+            let req: $req = decode_request(&fwd, hl, v);
+            assert_eq!(req, build(&[PLAIN]), "v{v}");
+            let broker = <$resp>::default().with_topics(vec![$r::$rt::default()
+                .with_name(tn(PLAIN))
+                .with_partitions(vec![$r::$rp::default().with_partition_index(0)])]);
+            let merged = merge(&response_frame($api, v, &broker), &refused).unwrap();
+            let r: $resp = decode_response::<$req>(&merged, v);
+            let names: Vec<TopicName> = r.topics.iter().map(|t| t.name.clone()).collect();
+            assert_eq!(names, vec![tn(PLAIN), tn(MIRROR)], "v{v}");
+            assert_eq!(r.topics[1].partitions.len(), 2);
+        }
+    }};
+}
+
+#[test]
+fn offset_commit_every_version() {
+    group_offsets_every_version!(
+        OffsetCommitRequest,
+        OffsetCommitResponse,
+        ApiKey::OffsetCommit,
+        ocr,
+        OffsetCommitResponseTopic,
+        OffsetCommitResponsePartition,
+        |topics| {
+            OffsetCommitRequest::default()
+                .with_group_id(sb("g").into())
+                .with_generation_id_or_member_epoch(-1)
+                .with_topics(
+                    topics
+                        .iter()
+                        .map(|t| {
+                            ocq::OffsetCommitRequestTopic::default()
+                                .with_name(tn(t))
+                                .with_partitions(
+                                    (0..2)
+                                        .map(|p| {
+                                            ocq::OffsetCommitRequestPartition::default()
+                                                .with_partition_index(p)
+                                                .with_committed_offset(7)
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect(),
+                )
+        }
+    );
+}
+
+#[test]
+fn txn_offset_commit_every_version() {
+    group_offsets_every_version!(
+        TxnOffsetCommitRequest,
+        TxnOffsetCommitResponse,
+        ApiKey::TxnOffsetCommit,
+        tocr,
+        TxnOffsetCommitResponseTopic,
+        TxnOffsetCommitResponsePartition,
+        |topics| {
+            TxnOffsetCommitRequest::default()
+                .with_transactional_id(sb("tx").into())
+                .with_group_id(sb("g").into())
+                .with_topics(
+                    topics
+                        .iter()
+                        .map(|t| {
+                            tocq::TxnOffsetCommitRequestTopic::default()
+                                .with_name(tn(t))
+                                .with_partitions(
+                                    (0..2)
+                                        .map(|p| {
+                                            tocq::TxnOffsetCommitRequestPartition::default()
+                                                .with_partition_index(p)
+                                                .with_committed_offset(7)
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect(),
+                )
+        }
+    );
+}
+
+#[test]
+fn offset_delete_every_version() {
+    group_offsets_every_version!(
+        OffsetDeleteRequest,
+        OffsetDeleteResponse,
+        ApiKey::OffsetDelete,
+        odr,
+        OffsetDeleteResponseTopic,
+        OffsetDeleteResponsePartition,
+        |topics| {
+            OffsetDeleteRequest::default()
+                .with_group_id(sb("g").into())
+                .with_topics(
+                    topics
+                        .iter()
+                        .map(|t| {
+                            odq::OffsetDeleteRequestTopic::default()
+                                .with_name(tn(t))
+                                .with_partitions(
+                                    (0..2)
+                                        .map(|p| {
+                                            odq::OffsetDeleteRequestPartition::default()
+                                                .with_partition_index(p)
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect(),
+                )
+        }
+    );
+}
+
 // ------------------------------------------------------------------ bad input
 
 #[test]
@@ -748,7 +891,13 @@ fn random_bytes_never_panic() {
     runner
         .run(
             &(
-                proptest::sample::select(GUARDED.to_vec()),
+                proptest::sample::select(
+                    GUARDED
+                        .iter()
+                        .chain(GROUP_OFFSETS)
+                        .copied()
+                        .collect::<Vec<_>>(),
+                ),
                 proptest::collection::vec(any::<u8>(), 0..200),
             ),
             |(api, body)| {
@@ -788,6 +937,11 @@ fn a_broker_response_that_cannot_be_read_is_an_error() {
 fn other_apis_are_not_guarded() {
     assert!(!is_guarded(ApiKey::Produce));
     assert!(!is_guarded(ApiKey::CreateTopics));
+    // Group offsets are the consumers' own on the client listener; on the mirror listener the
+    // markers are mirror writes (admitted like Produce, not guarded here).
+    assert!(!is_guarded(ApiKey::OffsetCommit) && is_guarded_on_mirror(ApiKey::OffsetCommit));
+    assert!(!is_guarded_on_mirror(ApiKey::WriteTxnMarkers));
+    assert!(!is_guarded_on_mirror(ApiKey::AlterPartitionReassignments));
     let (f, hl) = request_frame(&delete_records(&[MIRROR]), 2);
     assert!(matches!(
         plan(&f, ApiKey::Fetch, hl, 2, CORR, &mut decide),

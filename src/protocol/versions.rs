@@ -4,8 +4,9 @@
 //! The gateway forwards most requests as raw bytes, so for those it only needs to know the api
 //! key (unknown keys are removed from ApiVersions so that clients never send them). For the APIs
 //! whose responses it decodes or rewrites, it caps the advertised range to what the
-//! `kafka-protocol` crate can parse; the same for the admin and transaction requests whose
-//! entries read-only enforcement may refuse ([`super::admin_refusal`]).
+//! `kafka-protocol` crate can parse; the same for the admin, transaction and group requests whose
+//! entries read-only enforcement (client listener) or the fencing of failed-over topics (mirror
+//! listener) may refuse ([`super::admin_refusal`]). One answer serves both listeners.
 
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::ApiKey;
@@ -42,8 +43,13 @@ pub fn gateway_range(key: ApiKey) -> Option<(i16, i16)> {
         // PID screening decodes InitProducerId requests; the crate decodes them up to v5.
         ApiKey::InitProducerId => Some((key.valid_versions().min, 5)),
         // Read-only enforcement decodes these admin / transaction requests on the client
-        // listener: only versions the crate can read are offered.
-        k if super::admin_refusal::is_guarded(k) => super::admin_refusal::readable_versions(k),
+        // listener, the fencing of failed-over topics these and the group-offset requests on
+        // the mirror listener: only versions the crate can read are offered.
+        k if super::admin_refusal::is_guarded(k)
+            || super::admin_refusal::is_guarded_on_mirror(k) =>
+        {
+            super::admin_refusal::readable_versions(k)
+        }
         k if is_decoded(k) => {
             let r = k.valid_versions();
             Some((r.min, r.max))
@@ -152,7 +158,8 @@ mod tests {
 
     #[test]
     fn guarded_admin_apis_are_capped_to_what_can_be_read() {
-        for api in crate::protocol::admin_refusal::GUARDED {
+        use crate::protocol::admin_refusal::{GROUP_OFFSETS, GUARDED};
+        for api in GUARDED.iter().chain(GROUP_OFFSETS) {
             let (min, max) = crate::protocol::admin_refusal::readable_versions(*api).unwrap();
             let mut v = vec![entry(*api as i16, 0, 99)];
             cap_api_versions(&mut v);

@@ -73,9 +73,11 @@ use std::time::{Duration, Instant};
 use crate::protocol::batch::BatchHeader;
 
 mod buffered;
+mod view;
 
 use buffered::Buffered;
 pub use buffered::{apply_buffered, Appended, AppendedMarker};
+pub use view::{ClearedProducer, OpenTxn, SlotView};
 
 use super::metrics::BatchResult;
 use super::partition::BrokerTxnState;
@@ -166,31 +168,6 @@ pub struct Rebuilt {
     /// The barrier the rebuild cleared the state at (what `begin_rebuild` returned).
     pub barrier: Option<i64>,
 }
-
-/// A producer cleared at a barrier, as the screening set takes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClearedProducer {
-    pub producer_id: i64,
-    pub epoch: i16,
-    pub last_timestamp: i64,
-}
-
-/// What a reader sees of a slot (a copy; no lock is held).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SlotView {
-    /// Rebuilt (READY or STALE): classifications are meaningful.
-    pub ready: bool,
-    /// A rebuild is wanted (UNBUILT, REBUILDING, STALE).
-    pub wants_rebuild: bool,
-    /// Why a rebuilt partition wants a rebuild (STALE).
-    pub stale: Option<StaleReason>,
-    /// Highest log offset reflected in the state (-1: none).
-    pub applied_through: i64,
-}
-
-/// A producer with an open transaction: (producer id, transaction first offset, last data
-/// offset).
-pub type OpenTxn = (i64, i64, i64);
 
 /// One tracked partition.
 pub struct PartitionSlot {
@@ -516,6 +493,7 @@ impl PartitionSlot {
                 producer_id: e.producer_id(),
                 epoch: e.epoch(),
                 last_timestamp: e.last_timestamp(),
+                coordinator_epoch: e.coordinator_epoch(),
             })
             .collect();
         self.psm.clear();

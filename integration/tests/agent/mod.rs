@@ -35,7 +35,7 @@ mod faults;
 mod owners;
 mod preflight;
 mod topologies;
-mod transactions;
+pub(crate) mod transactions;
 
 /// (offset, key, value) of the data records of a partition, and the barrier offsets.
 struct Log {

@@ -10,7 +10,7 @@ use crate::failover::{failover, read_log as raw_log, wait_stopped, PartitionLog}
 const TXN_PRODUCER: &str = "integration/clients/java/TxnProducer.java";
 
 /// Run TxnProducer.java against `bootstrap` (see its header for the plan syntax).
-fn txn_produce(bootstrap: &str, topic: &str, partitions: i32, txid: &str, plan: &str) {
+pub(crate) fn txn_produce(bootstrap: &str, topic: &str, partitions: i32, txid: &str, plan: &str) {
     let source = harness::repo().join(TXN_PRODUCER);
     let out = harness::rig_java(
         source.to_str().expect("utf-8 path"),
@@ -91,7 +91,7 @@ fn consumed(out: &std::process::Output) -> Vec<(i64, i64, String)> {
     v
 }
 
-fn java_consume(
+pub(crate) fn java_consume(
     bootstrap: &str,
     topic: &str,
     group: &str,

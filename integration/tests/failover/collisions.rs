@@ -387,3 +387,356 @@ fn after_failover_a_transactional_producer_is_bumped_above_the_mirrored_epoch() 
         row.1
     );
 }
+
+/// Java's `String.hashCode` (UTF-16 code units, wrapping).
+fn java_string_hash(s: &str) -> i32 {
+    s.encode_utf16()
+        .fold(0i32, |h, u| h.wrapping_mul(31).wrapping_add(i32::from(u)))
+}
+
+/// The epoch of the destination's transaction coordinator for `txn_id`: the leader epoch of its
+/// `__transaction_state` partition (`abs(hashCode) % partitions`, as Kafka places it).
+fn transaction_coordinator_epoch(destination: &str, txn_id: &str) -> i32 {
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::MetadataRequest;
+    let addr = destination.split(',').next().expect("address").to_string();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        let mut c = KafkaClient::connect(&addr, Duration::from_secs(20))
+            .await
+            .expect("connect");
+        let r = c
+            .send(
+                &MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default(
+                )
+                .with_name(Some(
+                    kafka_protocol::protocol::StrBytes::from_static_str("__transaction_state")
+                        .into(),
+                ))])),
+                12,
+            )
+            .await
+            .expect("metadata");
+        let t = r.topics.first().expect("__transaction_state");
+        assert_eq!(t.error_code, 0, "__transaction_state metadata");
+        let h = java_string_hash(txn_id);
+        let abs = if h == i32::MIN { 0 } else { h.abs() };
+        let index = abs % t.partitions.len() as i32;
+        t.partitions
+            .iter()
+            .find(|p| p.partition_index == index)
+            .map(|p| p.leader_epoch)
+            .expect("coordinator partition")
+    })
+}
+
+/// A mirror `txncoord` over a new one-partition topic behind a gateway, with a collision of
+/// transactional producer ids: the transactional id `<topic>-tx` is known to the destination
+/// (another application on the shared cluster got its producer id P before the failover, and
+/// keeps it), and the source cluster's producer with the same id P committed a transaction into
+/// the topic, whose COMMIT marker carries the source coordinator's epoch, here 50 above the
+/// destination coordinator's epoch for the transactional id.
+struct TxnCollision {
+    destination: String,
+    topic: String,
+    gw: TestGateway,
+    txn_id: String,
+    pid: i64,
+    local_coordinator_epoch: i32,
+    mirrored_coordinator_epoch: i32,
+}
+
+/// [`TxnCollision`], mirrored as the built-in agent mirrors a transaction: the batch as-is (with
+/// the destination's verification off, as the agent sets it) and the marker with
+/// WriteTxnMarkers, both through the mirror listener; then the gateway's producer state shows the
+/// marker's coordinator epoch (the agent tells it of each marker it writes; here it learns the
+/// marker from the broker).
+fn txn_collision(prefix: &str) -> TxnCollision {
+    use mirrorgate::mirror::agent::wire::{set_cluster_default, write_marker, VERIFICATION_CONFIG};
+    use mirrorgate::protocol::txn_marker::MarkerSpec;
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic(prefix);
+    harness::create_topic(&destination, &topic, 1, Some(&[1]));
+    let gw = TestGateway::start(mirror_config("txncoord", &[&topic]));
+    wait_mirroring(&gw.admin(), "txncoord", 1);
+    let txn_id = format!("{topic}-tx");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let (_, pid, epoch) = rt.block_on(crate::read_only_apis::transactional_producer(&gw, &txn_id));
+    assert_eq!(epoch, 0, "a new transactional id starts at epoch 0");
+    let local_coordinator_epoch = transaction_coordinator_epoch(&destination, &txn_id);
+    let mirrored_coordinator_epoch = local_coordinator_epoch + 50;
+    rt.block_on(async {
+        let t = Duration::from_secs(20);
+        let dest = destination.split(',').next().expect("address").to_string();
+        let mut d = KafkaClient::connect(&dest, t).await.expect("connect");
+        set_cluster_default(&mut d, VERIFICATION_CONFIG, "false")
+            .await
+            .expect("verification off");
+        let mut m = KafkaClient::connect(&format!("127.0.0.1:{}", gw.mirror_port_for(1)), t)
+            .await
+            .expect("connect to the mirror listener");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let req = crate::wire::produce_request(
+                &topic,
+                0,
+                -1,
+                crate::psm_differential::txn_batch(pid, 0, 0, 3, "mirrored"),
+            )
+            .with_transactional_id(Some(
+                kafka_protocol::protocol::StrBytes::from_string(format!("{topic}-source-tx"))
+                    .into(),
+            ));
+            let r = m.send(&req, 9).await.expect("mirror produce");
+            let code = r.responses[0].partition_responses[0].error_code;
+            if code == 0 {
+                break;
+            }
+            // The setting reaches every broker within moments.
+            assert!(
+                Instant::now() < deadline,
+                "mirrored transactional batch: {code}"
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let code = write_marker(
+            &mut m,
+            &topic,
+            0,
+            MarkerSpec {
+                producer_id: pid,
+                producer_epoch: 0,
+                commit: true,
+                coordinator_epoch: mirrored_coordinator_epoch,
+            },
+        )
+        .await
+        .expect("mirrored COMMIT marker");
+        assert_eq!(code, 0, "mirrored COMMIT marker");
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let v = crate::psm_differential::gateway_producers_json(&gw.admin(), &topic, 0);
+        let known = v["producers"].as_array().into_iter().flatten().any(|p| {
+            p["producer_id"].as_i64() == Some(pid)
+                && p["coordinator_epoch"].as_i64() == Some(i64::from(mirrored_coordinator_epoch))
+                && p["current_txn_start_offset"].as_i64() == Some(-1)
+        });
+        if known {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the gateway does not show producer {pid} at coordinator epoch {mirrored_coordinator_epoch}: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    TxnCollision {
+        destination,
+        topic,
+        gw,
+        txn_id,
+        pid,
+        local_coordinator_epoch,
+        mirrored_coordinator_epoch,
+    }
+}
+
+impl TxnCollision {
+    /// A `read_committed` consumer reads the application's 10 committed records within 30 s, and
+    /// they were committed under another producer id than P, which the coordinator handed the
+    /// transactional id once its epoch was exhausted: P's entry in the partition keeps the
+    /// mirrored coordinator epoch, under which no COMMIT of the destination's coordinator is
+    /// accepted.
+    fn assert_committed_under_another_producer_id(&self) {
+        let read = crate::agent::transactions::java_consume(
+            &self.gw.bootstrap(),
+            &self.topic,
+            &format!("{}-reader", self.topic),
+            13,
+            "read_committed",
+        );
+        let local = read
+            .iter()
+            .filter(|r| r.2.starts_with(&self.txn_id))
+            .count();
+        let mut leader = RawConn::connect(&harness::leader_addr(&self.destination, &self.topic, 0));
+        let state = crate::psm_differential::broker_producers(&mut leader, &self.topic, 0);
+        assert_eq!(
+            local,
+            10,
+            "a read_committed consumer read {local} of the 10 committed records within 30 s (it read {read:?}); \
+             the broker's producers of {}-0 (id, epoch, last seq, last timestamp, coordinator epoch, \
+             open transaction's first offset): {state:?}; the destination coordinator's epoch is \
+             {}, the mirrored marker's {}",
+            self.topic,
+            self.local_coordinator_epoch,
+            self.mirrored_coordinator_epoch
+        );
+        let log = read_log(&self.destination, &self.topic, 0);
+        let committed: Vec<i64> = log
+            .records
+            .iter()
+            .filter(|r| {
+                r.value
+                    .as_deref()
+                    .is_some_and(|v| v.starts_with(&self.txn_id))
+            })
+            .map(|r| r.producer_id)
+            .collect();
+        assert_eq!(committed.len(), 10, "{:?}", log.records);
+        assert!(
+            committed
+                .iter()
+                .all(|p| *p == committed[0] && *p != self.pid),
+            "{committed:?} (P = {})",
+            self.pid
+        );
+        assert!(
+            log.control_batches
+                .iter()
+                .any(|c| c.producer_id == committed[0] && !c.abort),
+            "no COMMIT marker of producer {}: {:?}",
+            committed[0],
+            log.control_batches
+        );
+    }
+}
+
+#[test]
+fn a_local_transactional_producer_with_a_mirrored_id_commits_after_failover() {
+    let c = txn_collision("txncoord");
+    failover(&c.gw.admin(), "txncoord");
+    wait_stopped(&c.gw.admin(), "txncoord");
+    // The application's Java transactional producer: one transaction of 10 records, committed.
+    crate::agent::transactions::txn_produce(&c.gw.bootstrap(), &c.topic, 1, &c.txn_id, "c10");
+    c.assert_committed_under_another_producer_id();
+}
+
+#[test]
+fn a_transactional_producer_initialised_before_the_failover_with_a_mirrored_id_is_told_to_re_create_itself_and_then_commits(
+) {
+    let c = txn_collision("txncoord-before");
+    let gate = tempfile::tempdir().expect("gate dir");
+    let gate_file = gate.path().join("open");
+    let ready = gate.path().join("open.ready");
+    let out = std::thread::scope(|s| {
+        // The application's Java producer initialises now, before the failover, and keeps P.
+        let client = s.spawn(|| {
+            let source = harness::repo().join("integration/clients/java/GatedTxnProducer.java");
+            harness::rig_java(
+                source.to_str().expect("utf-8 path"),
+                &[
+                    &c.gw.bootstrap(),
+                    &c.topic,
+                    &c.txn_id,
+                    "10",
+                    gate_file.to_str().expect("utf-8 path"),
+                    "90000",
+                ],
+            )
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !ready.exists() && !client.is_finished() {
+            assert!(
+                Instant::now() < deadline,
+                "the Java producer never initialised"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        failover(&c.gw.admin(), "txncoord");
+        wait_stopped(&c.gw.admin(), "txncoord");
+        std::fs::write(&gate_file, b"").expect("open the gate");
+        client.join().expect("client thread")
+    });
+    harness::expect_success("GatedTxnProducer.java", &out);
+    c.assert_committed_under_another_producer_id();
+    let events = harness::json_lines(&out.stdout);
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+    // Its first transaction was refused before the broker, with the reason and the fix: create
+    // the producer again; the new producer's InitProducerId got another producer id.
+    let recreated: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["event"] == "recreated")
+        .collect();
+    assert_eq!(
+        (recreated.len(), kinds.contains(&"committed")),
+        (1, true),
+        "{kinds:?}: {events:?}"
+    );
+    let reason = recreated[0]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("InvalidPidMapping") && reason.contains("create it again"),
+        "{reason}"
+    );
+}
+
+/// The same with librdkafka, which (transactions v1) adds the partition to the transaction
+/// before producing: the gateway refuses the AddPartitionsToTxn (were the partition added, the
+/// coordinator's ABORT marker for it would be refused as well, and the transactional id stuck).
+/// librdkafka reports the transaction as needing an abort, and its abort as fatal (the
+/// coordinator never saw the transaction begin): the application creates the producer again,
+/// and screening gets it another producer id.
+#[test]
+fn a_librdkafka_transactional_producer_initialised_before_the_failover_with_a_mirrored_id_is_told_to_re_create_itself_and_then_commits(
+) {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+    let c = txn_collision("txncoord-rdk");
+    let create = || {
+        let p: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+            .set("bootstrap.servers", c.gw.bootstrap())
+            .set("transactional.id", &c.txn_id)
+            .set("message.timeout.ms", "60000")
+            .create()
+            .expect("transactional producer");
+        harness::init_transactions(&p);
+        p
+    };
+    // Initialised before the failover: it holds P.
+    let mut producer = create();
+    failover(&c.gw.admin(), "txncoord");
+    wait_stopped(&c.gw.admin(), "txncoord");
+    let t = Duration::from_secs(60);
+    let (mut errors, mut recreated) = (Vec::new(), 0);
+    for _ in 0..3 {
+        producer.begin_transaction().expect("begin");
+        let sent = (0..10).try_for_each(|i| {
+            let value = format!("{}-r{i}", c.txn_id);
+            producer
+                .send(
+                    BaseRecord::to(&c.topic)
+                        .partition(0)
+                        .key("k")
+                        .payload(&value),
+                )
+                .map_err(|(e, _)| e)
+        });
+        match sent.and_then(|()| producer.commit_transaction(t)) {
+            Ok(()) => break,
+            Err(e) => {
+                errors.push(e.to_string());
+                if let Err(fatal) = producer.abort_transaction(t) {
+                    errors.push(fatal.to_string());
+                    drop(producer);
+                    producer = create();
+                    recreated += 1;
+                }
+            }
+        }
+    }
+    drop(producer);
+    c.assert_committed_under_another_producer_id();
+    assert_eq!(recreated, 1, "{errors:?}");
+    assert!(
+        errors[0]
+            .contains("Producer attempted to use a producer id which is not currently assigned"),
+        "{errors:?}"
+    );
+}

@@ -37,13 +37,22 @@ mod rebuild;
 /// with a correct CRC. (Sequence wrap-around past i32::MAX cannot be reached on a real broker
 /// without 2^31 records; the PSM unit and property tests cover it.)
 pub fn batch(pid: i64, epoch: i16, base_seq: i32, n: i32, tag: &str) -> Bytes {
+    batch_of(pid, epoch, base_seq, n, tag, false)
+}
+
+/// [`batch`] with the transactional attribute: the records of a transaction.
+pub fn txn_batch(pid: i64, epoch: i16, base_seq: i32, n: i32, tag: &str) -> Bytes {
+    batch_of(pid, epoch, base_seq, n, tag, true)
+}
+
+fn batch_of(pid: i64, epoch: i16, base_seq: i32, n: i32, tag: &str, transactional: bool) -> Bytes {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock")
         .as_millis() as i64;
     let records: Vec<Record> = (0..n)
         .map(|i| Record {
-            transactional: false,
+            transactional,
             control: false,
             delete_horizon: false,
             partition_leader_epoch: -1,

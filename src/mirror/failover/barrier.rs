@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::config::BarrierMode;
 
 use super::super::fault_hooks::CrashPoint;
-use super::super::screening::{now_ms, ScreenEntry};
+use super::super::screening::{now_ms, ScreenEntry, NO_COORDINATOR_EPOCH};
 use super::super::state::{
     AbortedTransaction, BarrierKind, BarrierProducer, FailoverStep, PartitionRecord,
 };
@@ -450,6 +450,8 @@ impl<Io: FailoverIo> Failover<Io> {
                                     max_epoch: b.producer_epoch,
                                     last_timestamp: b.max_timestamp,
                                     added_ms: 0,
+                                    // Read from batch headers, which carry none.
+                                    coordinator_epoch: NO_COORDINATOR_EPOCH,
                                 },
                             )
                         })

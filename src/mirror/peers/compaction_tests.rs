@@ -151,6 +151,7 @@ fn record() -> impl Strategy<Value = PeerRecord> {
                         max_epoch: 0,
                         last_timestamp: 0,
                         added_ms: 0,
+                        coordinator_epoch: -1,
                     },
                 }],
             })

@@ -41,6 +41,7 @@ fn local(records: Vec<MirrorRecord>) -> Local {
                 max_epoch: 0,
                 last_timestamp: 1,
                 added_ms: 1,
+                coordinator_epoch: -1,
             },
         }],
         reports: Vec::new(),

@@ -639,6 +639,7 @@ mod tests {
                     max_epoch: 1,
                     last_timestamp: 2,
                     added_ms: 3,
+                    coordinator_epoch: -1,
                 },
             }],
         })

@@ -1,4 +1,4 @@
-//! The entry rules of the eight guarded APIs: for each request type, which entries name what
+//! The entry rules of the guarded APIs: for each request type, which entries name what
 //! ([`super::Target`]), how a refused entry is answered, and how refused entries merge into the
 //! broker's response ([`super::Guarded`]).
 //!
@@ -11,64 +11,18 @@ use kafka_protocol::messages::{
     add_partitions_to_txn_response as aptr, alter_configs_response as acr,
     create_partitions_response as cpr, delete_records_response as drr,
     delete_topics_response as dtr, elect_leaders_response as elr,
-    incremental_alter_configs_response as iacr, write_txn_markers_response as wtmr,
-    AddPartitionsToTxnRequest, AlterConfigsRequest, CreatePartitionsRequest, DeleteRecordsRequest,
-    DeleteTopicsRequest, ElectLeadersRequest, IncrementalAlterConfigsRequest,
-    WriteTxnMarkersRequest,
+    incremental_alter_configs_response as iacr, offset_commit_response as ocr,
+    offset_delete_response as odr, txn_offset_commit_response as tocr,
+    write_txn_markers_response as wtmr, AddPartitionsToTxnRequest, AlterConfigsRequest,
+    CreatePartitionsRequest, DeleteRecordsRequest, DeleteTopicsRequest, ElectLeadersRequest,
+    IncrementalAlterConfigsRequest, OffsetCommitRequest, OffsetDeleteRequest,
+    TxnOffsetCommitRequest, WriteTxnMarkersRequest,
 };
 
 use super::{
-    msg, Decide, Guarded, Split, Target, ELECTION_UNCLEAN, OPERATION_NOT_ATTEMPTED, RESOURCE_TOPIC,
+    msg, Decide, Guarded, Split, Target, TxnProducer, ELECTION_UNCLEAN, OPERATION_NOT_ATTEMPTED,
+    RESOURCE_TOPIC,
 };
-
-// ------------------------------------------------------------------ DeleteRecords
-
-impl Guarded for DeleteRecordsRequest {
-    type Resp = kafka_protocol::messages::DeleteRecordsResponse;
-
-    fn split(&mut self, _version: i16, decide: &mut Decide<'_>) -> Split<Self::Resp> {
-        let mut s = Split::<Self::Resp>::new();
-        self.topics.retain_mut(|t| {
-            let originally_empty = t.partitions.is_empty();
-            let mut refused = Vec::new();
-            t.partitions.retain(|p| {
-                match decide(Target::Partition(t.name.as_str(), p.partition_index)) {
-                    Some(r) => {
-                        s.refuse(&r);
-                        refused.push(
-                            drr::DeleteRecordsPartitionResult::default()
-                                .with_partition_index(p.partition_index)
-                                .with_low_watermark(-1)
-                                .with_error_code(r.error_code),
-                        );
-                        false
-                    }
-                    None => true,
-                }
-            });
-            if !refused.is_empty() {
-                s.response.topics.push(
-                    drr::DeleteRecordsTopicResult::default()
-                        .with_name(t.name.clone())
-                        .with_partitions(refused),
-                );
-            }
-            let keep = originally_empty || !t.partitions.is_empty();
-            s.kept += usize::from(keep);
-            keep
-        });
-        s
-    }
-
-    fn merge(resp: &mut Self::Resp, part: Self::Resp) {
-        for t in part.topics {
-            match resp.topics.iter_mut().find(|x| x.name == t.name) {
-                Some(x) => x.partitions.extend(t.partitions),
-                None => resp.topics.push(t),
-            }
-        }
-    }
-}
 
 // ------------------------------------------------------------------ DeleteTopics
 
@@ -216,9 +170,10 @@ alter_configs!(
 
 // ------------------------------------------------------------------ AddPartitionsToTxn
 
-/// Per-topic results of one transaction's partitions: `refused` answers, the rest
+/// Per-topic results of one transaction's partitions (of `txn`): `refused` answers, the rest
 /// OPERATION_NOT_ATTEMPTED. `None` when nothing of it is refused.
 fn txn_results(
+    txn: TxnProducer<'_>,
     topics: &[kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic],
     decide: &mut Decide<'_>,
     s: &mut Split<kafka_protocol::messages::AddPartitionsToTxnResponse>,
@@ -231,7 +186,7 @@ fn txn_results(
                 .partitions
                 .iter()
                 .map(|p| {
-                    let code = match decide(Target::Partition(t.name.as_str(), *p)) {
+                    let code = match decide(Target::TxnPartition(t.name.as_str(), *p, txn)) {
                         Some(r) => {
                             any = true;
                             s.refuse(&r);
@@ -259,14 +214,24 @@ impl Guarded for AddPartitionsToTxnRequest {
         let mut s = Split::<Self::Resp>::new();
         if version <= 3 {
             // One transaction, added atomically by the coordinator: refused whole.
-            match txn_results(&self.v3_and_below_topics, decide, &mut s) {
+            let txn = TxnProducer {
+                transactional_id: self.v3_and_below_transactional_id.as_str(),
+                producer_id: self.v3_and_below_producer_id.0,
+                producer_epoch: self.v3_and_below_producer_epoch,
+            };
+            match txn_results(txn, &self.v3_and_below_topics, decide, &mut s) {
                 Some(results) => s.response.results_by_topic_v3_and_below = results,
                 None => s.kept = 1,
             }
         } else {
             let transactions = std::mem::take(&mut self.transactions);
             for tx in transactions {
-                match txn_results(&tx.topics, decide, &mut s) {
+                let txn = TxnProducer {
+                    transactional_id: tx.transactional_id.as_str(),
+                    producer_id: tx.producer_id.0,
+                    producer_epoch: tx.producer_epoch,
+                };
+                match txn_results(txn, &tx.topics, decide, &mut s) {
                     Some(results) => s.response.results_by_transaction.push(
                         aptr::AddPartitionsToTxnResult::default()
                             .with_transactional_id(tx.transactional_id.clone())
@@ -431,3 +396,93 @@ impl Guarded for WriteTxnMarkersRequest {
         }
     }
 }
+
+// ------------------------------------------------------------------ per-partition requests
+
+/// DeleteRecords and the group-offset requests (OffsetCommit, TxnOffsetCommit, OffsetDelete)
+/// name partitions by topic, and the broker answers each partition on its own: split per
+/// partition; a refused partition is answered `$refused` (a partition result with its index and
+/// error code set).
+macro_rules! per_partition {
+    ($req:ty, $resp:ty, $m:ident, $topic:ident, $partition:ident, $refused:expr) => {
+        impl Guarded for $req {
+            type Resp = $resp;
+
+            fn split(&mut self, _version: i16, decide: &mut Decide<'_>) -> Split<Self::Resp> {
+                let refused_partition: fn($m::$partition) -> $m::$partition = $refused;
+                let mut s = Split::<Self::Resp>::new();
+                self.topics.retain_mut(|t| {
+                    let originally_empty = t.partitions.is_empty();
+                    let mut refused = Vec::new();
+                    t.partitions.retain(|p| {
+                        match decide(Target::Partition(t.name.as_str(), p.partition_index)) {
+                            Some(r) => {
+                                s.refuse(&r);
+                                refused.push(refused_partition(
+                                    $m::$partition::default()
+                                        .with_partition_index(p.partition_index)
+                                        .with_error_code(r.error_code),
+                                ));
+                                false
+                            }
+                            None => true,
+                        }
+                    });
+                    if !refused.is_empty() {
+                        s.response.topics.push(
+                            $m::$topic::default()
+                                .with_name(t.name.clone())
+                                .with_partitions(refused),
+                        );
+                    }
+                    let keep = originally_empty || !t.partitions.is_empty();
+                    s.kept += usize::from(keep);
+                    keep
+                });
+                s
+            }
+
+            fn merge(resp: &mut Self::Resp, part: Self::Resp) {
+                for t in part.topics {
+                    match resp.topics.iter_mut().find(|x| x.name == t.name) {
+                        Some(x) => x.partitions.extend(t.partitions),
+                        None => resp.topics.push(t),
+                    }
+                }
+            }
+        }
+    };
+}
+
+per_partition!(
+    DeleteRecordsRequest,
+    kafka_protocol::messages::DeleteRecordsResponse,
+    drr,
+    DeleteRecordsTopicResult,
+    DeleteRecordsPartitionResult,
+    |p| p.with_low_watermark(-1)
+);
+per_partition!(
+    OffsetCommitRequest,
+    kafka_protocol::messages::OffsetCommitResponse,
+    ocr,
+    OffsetCommitResponseTopic,
+    OffsetCommitResponsePartition,
+    |p| p
+);
+per_partition!(
+    TxnOffsetCommitRequest,
+    kafka_protocol::messages::TxnOffsetCommitResponse,
+    tocr,
+    TxnOffsetCommitResponseTopic,
+    TxnOffsetCommitResponsePartition,
+    |p| p
+);
+per_partition!(
+    OffsetDeleteRequest,
+    kafka_protocol::messages::OffsetDeleteResponse,
+    odr,
+    OffsetDeleteResponseTopic,
+    OffsetDeleteResponsePartition,
+    |p| p
+);

@@ -1,6 +1,10 @@
-//! Admin and transaction requests on the client listener: the entries that name a mirror topic
-//! or partition that is not STOPPED are refused, the rest is forwarded (the original bytes when
-//! nothing is refused), and the refusals are merged into the broker's answer.
+//! Admin, transaction and group requests whose entries the mirrors may refuse: on the client
+//! listener the entries that name a mirror topic or partition that is not STOPPED (read-only
+//! until failover); on the mirror listener the entries that name a failed-over one (review G8:
+//! a mirroring tool still attached after the failover changes nothing). The rest is forwarded
+//! (the original bytes when nothing is refused), and the refusals are merged into the broker's
+//! answer. A transaction adding a failed-over partition with a producer id that cannot commit
+//! there (review G11) is refused on the client listener too.
 //!
 //! A topic id the gateway does not know (DeleteTopics v6) is refused with UNKNOWN_TOPIC_ID
 //! (retriable) rather than forwarded: it may be a mirror topic created since the last metadata
@@ -11,7 +15,9 @@
 
 use bytes::Bytes;
 
-use crate::protocol::admin_refusal::{self, AdminDecision, Target};
+use crate::metrics::ListenerKind;
+use crate::mirror::controller::Collision;
+use crate::protocol::admin_refusal::{self, AdminDecision, Target, TxnProducer};
 use crate::protocol::enforce::Rejection;
 use crate::protocol::frame::RequestHeaderInfo;
 
@@ -32,6 +38,7 @@ pub fn begin(
         return Ok((Step::Forward(frame), none));
     };
     let op = format!("{:?}", h.api_key);
+    let listener = ctx.kind;
     let cluster = &ctx.cluster;
     let refusal = |r: crate::mirror::controller::Refusal| Rejection::new(r.error_code, r.message);
     let decision = admin_refusal::plan(
@@ -41,10 +48,16 @@ pub fn begin(
         h.api_version,
         h.correlation_id,
         &mut |target| match target {
-            Target::Topic(name) => ctl.refuse_admin(&op, name, None).map(refusal),
-            Target::Partition(name, p) => ctl.refuse_admin(&op, name, Some(p)).map(refusal),
+            Target::Topic(name) => ctl.refuse_admin(listener, &op, name, None).map(refusal),
+            Target::Partition(name, p) => {
+                ctl.refuse_admin(listener, &op, name, Some(p)).map(refusal)
+            }
+            Target::TxnPartition(name, p, txn) => ctl
+                .refuse_admin(listener, &op, name, Some(p))
+                .map(refusal)
+                .or_else(|| colliding_transaction(ctx, name, p, txn)),
             Target::TopicId(id) => match cluster.topic_name(&id) {
-                Some(name) => ctl.refuse_admin(&op, &name, None).map(refusal),
+                Some(name) => ctl.refuse_admin(listener, &op, &name, None).map(refusal),
                 None => Some(Rejection::new(
                     UNKNOWN_TOPIC_ID,
                     format!(
@@ -52,7 +65,7 @@ pub fn begin(
                     ),
                 )),
             },
-            Target::AllPartitions => ctl.refuse_admin_everywhere(&op).map(refusal),
+            Target::AllPartitions => ctl.refuse_admin_everywhere(listener, &op).map(refusal),
         },
     )?;
     match decision {
@@ -74,6 +87,34 @@ pub fn begin(
             }
             Ok((Step::Answer(response), none))
         }
+    }
+}
+
+/// Review G11: on the client listener, a transaction adding a failed-over partition with a
+/// producer id whose mirrored markers left a coordinator epoch above its coordinator's is refused
+/// before the coordinator records the partition: the coordinator's COMMIT or ABORT marker for it
+/// would be refused and the transaction hang (with transactions v1 the partition is added before
+/// any record is produced, so refusing the records alone would come too late).
+fn colliding_transaction(
+    ctx: &ConnContext,
+    topic: &str,
+    partition: i32,
+    txn: TxnProducer<'_>,
+) -> Option<Rejection> {
+    let ctl = ctx.mirrors.as_ref()?;
+    if ctx.kind != ListenerKind::Client || ctl.barrier_offset(topic, partition).is_none() {
+        return None;
+    }
+    match ctl.mirrored_producer_collision(txn.producer_id, None, Some(txn.transactional_id))? {
+        Collision::Coordinator { entry, local } => Some(super::produce::coordinator_refusal(
+            txn.producer_id,
+            txn.transactional_id,
+            topic,
+            partition,
+            entry.coordinator_epoch,
+            local,
+        )),
+        Collision::Epoch(_) => None,
     }
 }
 

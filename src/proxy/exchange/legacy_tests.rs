@@ -303,7 +303,10 @@ fn refuse_mirrored_producer_id(
     if !header.has_producer_id() || header.is_control() {
         return None;
     }
-    let mirrored = ctl.mirrored_producer_collision(header.producer_id, header.producer_epoch)?;
+    // The handling before the exchanges knew only the epoch rule (review F12).
+    let mirrored = ctl
+        .mirrored_producer_collision(header.producer_id, Some(header.producer_epoch), None)?
+        .entry();
     tracing::warn!(
         topic, partition, producer_id = header.producer_id, epoch = header.producer_epoch,
         mirrored_epoch = mirrored.max_epoch,

@@ -13,7 +13,9 @@
 //!   the duplicate-ack guard and the address rewrite, encoded once and only when changed.
 //! - [`fetch`]: barriers hidden from ordinary consumers (Fetch, ShareFetch; client listener).
 //! - [`init_producer_id`]: PID screening of InitProducerId answers (client listener).
-//! - [`admin`]: admin and transaction requests naming mirror topics refused (client listener).
+//! - [`admin`]: admin and transaction requests naming mirror topics refused (client listener:
+//!   read-only until failover); admin, transaction and group-offset requests naming failed-over
+//!   topics refused (mirror listener: review G8).
 //! - [`markers`]: WriteTxnMarkers admitted per mirror partition like a mirror write (mirror
 //!   listener: the agent's copies of the source's transaction markers).
 //! - [`metadata`]: broker addresses in responses rewritten to the gateway's (every API that
@@ -132,7 +134,9 @@ pub fn begin(
             let (step, p) = markers::begin(ctx, h, frame)?;
             (step, Kind::Markers(p))
         }
-        api if client && admin_refusal::is_guarded(api) => {
+        api if client && admin_refusal::is_guarded(api)
+            || !client && admin_refusal::is_guarded_on_mirror(api) =>
+        {
             let (step, p) = admin::begin(ctx, h, frame)?;
             (step, Kind::Admin(p))
         }

@@ -25,7 +25,7 @@ use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, ProduceResponse};
 
 use crate::metrics::ListenerKind;
-use crate::mirror::controller::InFlightGuard;
+use crate::mirror::controller::{Collision, InFlightGuard};
 use crate::mirror::policy::MirrorPolicy;
 use crate::protocol::enforce::{self, RejectedPartition, Rejection};
 use crate::protocol::frame::{Edited, FrameError, RequestHeaderInfo};
@@ -36,6 +36,9 @@ use super::{ConnContext, ExchangeError, Step, UNKNOWN_TOPIC_ID};
 
 /// Error code UNKNOWN_PRODUCER_ID: what a local write with a mirrored producer id gets.
 const UNKNOWN_PRODUCER_ID: i16 = 59;
+/// Error code INVALID_PRODUCER_ID_MAPPING: what a local transaction gets whose producer id the
+/// coordinator can never commit (review G11).
+const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
 /// Error code OUT_OF_ORDER_SEQUENCE_NUMBER: what the duplicate-ack guard answers.
 const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
 
@@ -132,6 +135,7 @@ pub fn begin(
             t.mirror,
             p.partition,
             p.records,
+            view.transactional_id,
             acks_zero,
             &mut pending,
             &mut acks_zero_refused,
@@ -212,6 +216,7 @@ fn decide(
     mirror: bool,
     partition: i32,
     records: Option<&[u8]>,
+    transactional_id: Option<&str>,
     acks_zero: bool,
     pending: &mut Pending,
     acks_zero_refused: &mut Option<(String, i32)>,
@@ -228,7 +233,9 @@ fn decide(
     };
     if kind == ListenerKind::Client && ctl.barrier_offset(name, partition).is_some() {
         pending.guard_check = true;
-        if let Some(r) = refuse_mirrored_producer_id(ctl, name, partition, records) {
+        if let Some(r) =
+            refuse_mirrored_producer_id(ctl, name, partition, records, transactional_id)
+        {
             return Some(r);
         }
     }
@@ -267,17 +274,43 @@ const REFUSAL_LOG_START_OFFSET: i64 = -2;
 /// epoch and resend with nothing lost or reordered; kafka-python bumps its epoch and reports the
 /// batches it had in flight as failed. With a higher epoch the batch passes (the broker starts
 /// the producer's new epoch after the barrier).
+///
+/// Review G11: a *transactional* batch of such an id whose transactional id's coordinator is
+/// behind the coordinator epoch mirrored markers left for the id (or not known) is refused
+/// whatever its epoch, with INVALID_PRODUCER_ID_MAPPING: the partition would refuse the
+/// coordinator's markers and the transaction hang. Clients treat it as fatal: the application
+/// creates its producer again, and the new producer's InitProducerId is screened, which gets
+/// the transactional id another producer id (`proxy::screen`). UNKNOWN_PRODUCER_ID would not
+/// do: a Java client with transactions v2 bumps its epoch with EndTxn, without InitProducerId,
+/// and would be refused again and again.
 fn refuse_mirrored_producer_id(
     ctl: &dyn MirrorPolicy,
     topic: &str,
     partition: i32,
     records: Option<&[u8]>,
+    transactional_id: Option<&str>,
 ) -> Option<Rejection> {
     let header = crate::protocol::batch::BatchHeader::parse(records?)?;
     if !header.has_producer_id() || header.is_control() {
         return None;
     }
-    let mirrored = ctl.mirrored_producer_collision(header.producer_id, header.producer_epoch)?;
+    let transactional_id = transactional_id.filter(|_| header.is_transactional());
+    let collision = ctl.mirrored_producer_collision(
+        header.producer_id,
+        Some(header.producer_epoch),
+        transactional_id,
+    )?;
+    let mirrored = collision.entry();
+    if let Collision::Coordinator { local, .. } = collision {
+        return Some(coordinator_refusal(
+            header.producer_id,
+            transactional_id.unwrap_or_default(),
+            topic,
+            partition,
+            mirrored.coordinator_epoch,
+            local,
+        ));
+    }
     tracing::warn!(
         topic, partition, producer_id = header.producer_id, epoch = header.producer_epoch,
         mirrored_epoch = mirrored.max_epoch,
@@ -291,6 +324,33 @@ fn refuse_mirrored_producer_id(
         ),
         log_start_offset: REFUSAL_LOG_START_OFFSET,
     })
+}
+
+/// Review G11: the refusal of a transaction of `transactional_id` (producer `producer_id`,
+/// which it got before the failover) writing to, or adding, failed-over `topic`-`partition`,
+/// where mirrored markers left the id coordinator epoch `mirrored`, above its coordinator's
+/// (`local`; `None`: not known): INVALID_PRODUCER_ID_MAPPING, with the fix.
+pub(super) fn coordinator_refusal(
+    producer_id: i64,
+    transactional_id: &str,
+    topic: &str,
+    partition: i32,
+    mirrored: i32,
+    local: Option<i32>,
+) -> Rejection {
+    let local = local.map_or_else(|| "not known".to_string(), |l| l.to_string());
+    tracing::warn!(
+        topic, partition, producer_id, transactional_id, mirrored_coordinator_epoch = mirrored,
+        coordinator_epoch = %local,
+        "a local transaction uses a producer id whose mirrored transaction markers carry a coordinator epoch above its own coordinator's (it got the id before the failover): refused with INVALID_PRODUCER_ID_MAPPING so that the producer re-initialises"
+    );
+    Rejection {
+        error_code: INVALID_PRODUCER_ID_MAPPING,
+        message: format!(
+            "mirrorgate: producer id {producer_id} of transactional id {transactional_id} collides with mirrored transactions in {topic}-{partition}, whose markers carry coordinator epoch {mirrored} (this coordinator's: {local}): its commits would hang; close the producer and create it again (initTransactions gets the transactional id a producer id that can commit)"
+        ),
+        log_start_offset: REFUSAL_LOG_START_OFFSET,
+    }
 }
 
 /// The decoded response, checked for the edits of enforcement (they must read back as

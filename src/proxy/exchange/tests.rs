@@ -125,9 +125,14 @@ pub fn fixture_with(policy: Option<Arc<dyn crate::mirror::policy::MirrorPolicy>>
 
 /// One idempotent batch of `records` records (producer id 4242).
 pub fn batch(records: i64) -> Bytes {
+    batch_of(records, false)
+}
+
+/// [`batch`], of a transaction when `transactional`.
+pub fn batch_of(records: i64, transactional: bool) -> Bytes {
     let recs: Vec<Record> = (0..records)
         .map(|i| Record {
-            transactional: false,
+            transactional,
             control: false,
             delete_horizon: false,
             partition_leader_epoch: -1,
@@ -152,15 +157,19 @@ pub fn batch(records: i64) -> Bytes {
 }
 
 /// A whole request frame of `req` at `version`.
-pub fn request_frame(req: &ProduceRequest, version: i16, correlation_id: i32) -> Bytes {
+pub fn request_frame<R: kafka_protocol::protocol::Request + Encodable>(
+    req: &R,
+    version: i16,
+    correlation_id: i32,
+) -> Bytes {
     let mut out = BytesMut::new();
     out.put_i32(0);
     RequestHeader::default()
-        .with_request_api_key(ApiKey::Produce as i16)
+        .with_request_api_key(R::KEY)
         .with_request_api_version(version)
         .with_correlation_id(correlation_id)
         .with_client_id(Some(StrBytes::from_static_str("t")))
-        .encode(&mut out, ApiKey::Produce.request_header_version(version))
+        .encode(&mut out, R::header_version(version))
         .unwrap();
     req.encode(&mut out, version).unwrap();
     let len = (out.len() - 4) as i32;

@@ -218,6 +218,7 @@ mod tests {
                             max_epoch: (x % 7) as i16,
                             last_timestamp: 1_796_000_000_000 + (x % 86_400_000) as i64,
                             added_ms: 1_796_000_000_000,
+                            coordinator_epoch: crate::mirror::screening::NO_COORDINATOR_EPOCH,
                         },
                     }
                 })
