@@ -8,15 +8,17 @@
 //! fallback (`failover.barrier`, docs/failover.md).
 //!
 //! Owns: the requests a failover sends to the destination brokers ([`write`]: barrier writes,
-//! [`producer_id`]: the barrier's producer id), the reading of partitions' log tails, and what
-//! a failover reads and clears of the PSM ([`KafkaFailoverIo::clear_psm`]). Must not touch: the
+//! [`producer_id`]: the barrier's producer id, [`tails`]: the reading of partitions' log tails,
+//! a few requests per leader for all its partitions), and what a failover reads and clears of
+//! the PSM ([`KafkaFailoverIo::clear_psm`]). Must not touch: the
 //! mirror records and the order of the steps (`mirror/failover.rs`), the PSM's rules.
 
 mod abort;
 mod producer_id;
+mod tails;
 mod write;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -24,19 +26,20 @@ use std::time::Duration;
 use crate::cluster::ClusterView;
 use crate::config::BarrierMode;
 use crate::protocol::barrier::parse_barrier;
-use crate::protocol::batch::{BatchHeader, BatchWalker};
+use crate::protocol::batch::BatchHeader;
 use crate::psm::registry::PsmRegistry;
 
 use super::admission::Admission;
 use super::failover::{
-    BarrierWrites, FailoverIo, FoundBarrier, InUse, NewProducer, OpenTxnAborts, PartitionKey,
-    ProducerIdError, TailBatch, WriteCounts,
+    BarrierWrites, FailoverIo, Found, FoundBarrier, InUse, NewProducer, OpenTxnAborts,
+    PartitionKey, ProducerIdError, TailBatch, WriteCounts,
 };
 use super::fault_hooks::FaultHooks;
 use super::mirror_metrics::MirrorMetrics;
 use super::pid_allocator::PidAllocator;
 use super::screening::{ScreenEntry, Screening};
 use super::state::{BarrierKind, BarrierProducer};
+use tails::PerPartition;
 
 /// Stops the built-in agent of a mirror; the future ends once its appends in flight are answered.
 pub type AgentStopHook = Arc<
@@ -138,67 +141,6 @@ impl KafkaFailoverIo {
             .and_then(|l| self.cluster.broker_addr(l))
     }
 
-    /// Look for this failover's barrier in the log tail of a partition (the last one, when a
-    /// late write made the failover write more than one): a data barrier carrying the failover
-    /// id, or a control batch (ABORT marker) of `producer_id`, the control barrier's recorded
-    /// producer id.
-    async fn find_barrier_in_log(
-        &self,
-        topic: &str,
-        partition: i32,
-        fid: &str,
-        producer_id: Option<i64>,
-    ) -> Option<FoundBarrier> {
-        let addr = self.leader_addr(topic, partition)?;
-        let mut c = self.cluster.client(&addr, self.timeout).await.ok()?;
-        let end = c
-            .list_offset(topic, partition, crate::client::LATEST)
-            .await
-            .ok()?;
-        let start = c
-            .list_offset(topic, partition, crate::client::EARLIEST)
-            .await
-            .ok()?;
-        // The barrier follows the last mirrored batch; look at the last few batches.
-        let own = OwnBarrier {
-            failover_id: fid,
-            producer_id,
-        };
-        let tail = read_batches(&mut c, topic, partition, (end - 64).max(start), &own)
-            .await
-            .ok()?;
-        tail.iter().rev().find_map(|b| {
-            b.own_barrier.map(|kind| FoundBarrier {
-                offset: b.base_offset,
-                kind,
-                producer_id: (kind == BarrierKind::Control).then_some(b.producer_id),
-            })
-        })
-    }
-
-    /// The batches of a partition from `from` to its end that are not this failover's barrier.
-    async fn late_batches_in_log(
-        &self,
-        topic: &str,
-        partition: i32,
-        from: i64,
-        own: &OwnBarrier<'_>,
-    ) -> Result<Vec<TailBatch>, String> {
-        let addr = self
-            .leader_addr(topic, partition)
-            .ok_or_else(|| NO_LEADER.to_string())?;
-        let mut c = self
-            .cluster
-            .client(&addr, self.timeout)
-            .await
-            .map_err(|e| e.to_string())?;
-        let all = read_batches(&mut c, topic, partition, from, own).await?;
-        Ok(all
-            .into_iter()
-            .filter(|b| b.own_barrier.is_none())
-            .collect())
-    }
-
     /// Whether the PSM of a partition is rebuilt: a failover reads a partition's producers for
     /// the screening set only then.
     fn psm_is_ready(&self, topic: &str, partition: i32) -> bool {
@@ -217,6 +159,8 @@ impl KafkaFailoverIo {
     fn psm_entries(&self, parts: &[PartitionKey], own: &[i64]) -> Vec<(i64, ScreenEntry)> {
         let mut found: Vec<(i64, ScreenEntry)> = Vec::new();
         let Some(psm) = &self.psm else { return found };
+        // One id per partition's barrier, mostly the same: a set, not a scan per producer.
+        let own: HashSet<i64> = own.iter().copied().collect();
         for (t, p) in parts {
             if let Some(slot) = psm.existing(t, *p) {
                 let s = slot.lock().unwrap_or_else(|e| e.into_inner());
@@ -306,8 +250,14 @@ impl FailoverIo for KafkaFailoverIo {
         fid: &str,
         producer_id: Option<i64>,
     ) -> Option<FoundBarrier> {
-        self.find_barrier_in_log(topic, partition, fid, producer_id)
+        let k: PartitionKey = (topic.to_string(), partition);
+        self.find_barriers_in_logs(fid, &[(k.clone(), producer_id)])
             .await
+            .remove(&k)
+    }
+
+    async fn find_barriers(&self, fid: &str, parts: &[(PartitionKey, Option<i64>)]) -> Found {
+        self.find_barriers_in_logs(fid, parts).await
     }
 
     async fn late_batches(
@@ -318,11 +268,19 @@ impl FailoverIo for KafkaFailoverIo {
         fid: &str,
         producer_id: Option<i64>,
     ) -> Result<Vec<TailBatch>, String> {
-        let own = OwnBarrier {
-            failover_id: fid,
-            producer_id,
-        };
-        self.late_batches_in_log(topic, partition, from, &own).await
+        let k: PartitionKey = (topic.to_string(), partition);
+        self.late_batches_in_logs(fid, &[(k.clone(), from, producer_id)])
+            .await
+            .remove(&k)
+            .unwrap_or_else(|| Err("not read".into()))
+    }
+
+    async fn late_batches_of(
+        &self,
+        fid: &str,
+        parts: &[(PartitionKey, i64, Option<i64>)],
+    ) -> PerPartition<Vec<TailBatch>> {
+        self.late_batches_in_logs(fid, parts).await
     }
 
     async fn producer_ids_in_use(&self, parts: &[PartitionKey]) -> Result<InUse, ProducerIdError> {
@@ -398,6 +356,7 @@ impl FailoverIo for KafkaFailoverIo {
             return Err(d.why);
         }
         let now = super::screening::now_ms();
+        let own: HashSet<i64> = own.iter().copied().collect();
         Ok(d.producers
             .into_iter()
             .filter(|(_, p)| !own.contains(&p.producer_id.0))
@@ -484,44 +443,5 @@ impl OwnBarrier<'_> {
         }
         matches!(parse_barrier(batch), Ok(Some(v)) if v.failover_id == self.failover_id)
             .then_some(BarrierKind::Data)
-    }
-}
-
-/// The batches of a partition from `from` to its high watermark.
-async fn read_batches(
-    c: &mut crate::client::KafkaClient,
-    topic: &str,
-    partition: i32,
-    from: i64,
-    own: &OwnBarrier<'_>,
-) -> Result<Vec<TailBatch>, String> {
-    let mut out = Vec::new();
-    let mut from = from;
-    loop {
-        let f = c
-            .fetch_partition(topic, partition, from, 1024 * 1024)
-            .await
-            .map_err(|e| e.to_string())?;
-        if from >= f.high_watermark {
-            return Ok(out);
-        }
-        let mut next = from;
-        for item in BatchWalker::fetched(&f.records) {
-            let Ok((h, batch)) = item else { break };
-            out.push(TailBatch {
-                base_offset: h.base_offset,
-                producer_id: h.producer_id,
-                producer_epoch: h.producer_epoch,
-                max_timestamp: h.max_timestamp,
-                own_barrier: own.kind_of(&h, batch),
-            });
-            next = h.last_offset() + 1;
-        }
-        if next == from {
-            return Err(format!(
-                "no progress reading {topic}-{partition} at offset {from}"
-            ));
-        }
-        from = next;
     }
 }
