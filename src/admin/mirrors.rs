@@ -10,8 +10,8 @@ use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::json;
 
-use crate::mirror::controller::{FailoverError, PauseError, StartError};
-use crate::mirror::state::{MirrorRecord, PartitionRecord, PartitionState};
+use crate::mirror::controller::{FailoverError, MirrorSummary, PauseError, StartError};
+use crate::mirror::state::PartitionRecord;
 
 use super::{check_token, error_reply, json_reply, preflight, AdminBackend};
 use crate::audit::AuditNote;
@@ -19,28 +19,26 @@ use crate::audit::AuditNote;
 /// `pid_allocator`: the outcome of the failover step that advanced the producer-id allocators
 /// (review F15), when one ran in this process.
 fn mirror_summary(
-    record: &MirrorRecord,
-    unreadable: &Option<String>,
+    m: &MirrorSummary,
     pid_allocator: Option<crate::mirror::pid_allocator::Outcome>,
     protection_until: Option<i64>,
 ) -> serde_json::Value {
     let mut counts = serde_json::Map::new();
-    for st in PartitionState::ALL {
-        let n = record.partitions.iter().filter(|p| p.state == st).count();
+    for (st, n) in &m.counts {
         counts.insert(st.as_str().to_string(), json!(n));
     }
     json!({
-        "name": record.name,
-        "partitions": record.partitions.len(),
+        "name": m.name,
+        "partitions": m.partitions,
         "states": counts,
-        "failover_id": record.failover_id,
-        "failover_started_ms": record.started_ms,
-        "failover_completed_ms": record.completed_ms,
+        "failover_id": m.failover_id,
+        "failover_started_ms": m.started_ms,
+        "failover_completed_ms": m.completed_ms,
         "pid_allocator": pid_allocator,
-        "state_error": unreadable,
+        "state_error": m.unreadable,
         // Until when producers of this mirror's topics must stay behind the gateway (the
         // screening set is shared by every mirror); null before any failover.
-        "protection_needed_until_ms": record.failover_id.as_ref().and(protection_until),
+        "protection_needed_until_ms": m.failover_id.as_ref().and(protection_until),
     })
 }
 
@@ -98,15 +96,15 @@ pub(super) async fn mirrors(
     match (method, rest.as_slice()) {
         (&Method::GET, []) => {
             let list: Vec<serde_json::Value> = ctl
-                .records()
+                .summaries()
                 .iter()
-                .map(|(r, u)| mirror_summary(r, u, ctl.pid_allocator_outcome(&r.name), until))
+                .map(|m| mirror_summary(m, ctl.pid_allocator_outcome(&m.name), until))
                 .collect();
             json_reply(StatusCode::OK, &json!({ "mirrors": list }))
         }
-        (&Method::GET, [name]) => match find(name) {
-            Some((r, u)) => {
-                let mut v = mirror_summary(&r, &u, ctl.pid_allocator_outcome(name), until);
+        (&Method::GET, [name]) => match ctl.summaries().into_iter().find(|m| m.name == *name) {
+            Some(m) => {
+                let mut v = mirror_summary(&m, ctl.pid_allocator_outcome(name), until);
                 let sync = gw.mirror_sync(name);
                 if let Some(o) = v.as_object_mut() {
                     for key in ["config_sync", "acl_sync"] {

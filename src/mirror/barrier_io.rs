@@ -8,37 +8,38 @@
 //! fallback (`failover.barrier`, docs/failover.md).
 //!
 //! Owns: the requests a failover sends to the destination brokers ([`write`]: barrier writes,
-//! [`producer_id`]: the barrier's producer id), the reading of partitions' log tails, and what
-//! a failover reads and clears of the PSM ([`KafkaFailoverIo::clear_psm`]). Must not touch: the
+//! [`producer_id`]: the barrier's producer id, [`tails`]: the reading of partitions' log tails,
+//! a few requests per leader for all its partitions), and what a failover reads and clears of
+//! the PSM ([`KafkaFailoverIo::clear_psm`]). Must not touch: the
 //! mirror records and the order of the steps (`mirror/failover.rs`), the PSM's rules.
 
 mod abort;
 mod producer_id;
-mod tail;
+mod tails;
 mod write;
 
-use tail::read_batches;
-pub(crate) use tail::OwnBarrier;
-
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::cluster::ClusterView;
 use crate::config::BarrierMode;
+use crate::protocol::barrier::parse_barrier;
+use crate::protocol::batch::BatchHeader;
 use crate::psm::registry::PsmRegistry;
 
 use super::admission::Admission;
 use super::failover::{
-    BarrierWrites, FailoverIo, FoundBarrier, InUse, NewProducer, OpenTxnAborts, PartitionKey,
-    ProducerIdError, TailBatch, WriteCounts,
+    BarrierWrites, FailoverIo, Found, FoundBarrier, InUse, NewProducer, OpenTxnAborts,
+    PartitionKey, ProducerIdError, TailBatch, WriteCounts,
 };
 use super::fault_hooks::FaultHooks;
 use super::mirror_metrics::MirrorMetrics;
 use super::pid_allocator::PidAllocator;
 use super::screening::{ScreenEntry, Screening, NO_COORDINATOR_EPOCH};
-use super::state::BarrierProducer;
+use super::state::{BarrierKind, BarrierProducer};
+use tails::PerPartition;
 
 /// Stops the built-in agent of a mirror; the future ends once its appends in flight are answered.
 pub type AgentStopHook = Arc<
@@ -158,6 +159,8 @@ impl KafkaFailoverIo {
     fn psm_entries(&self, parts: &[PartitionKey], own: &[i64]) -> Vec<(i64, ScreenEntry)> {
         let mut found: Vec<(i64, ScreenEntry)> = Vec::new();
         let Some(psm) = &self.psm else { return found };
+        // One id per partition's barrier, mostly the same: a set, not a scan per producer.
+        let own: HashSet<i64> = own.iter().copied().collect();
         for (t, p) in parts {
             if let Some(slot) = psm.existing(t, *p) {
                 let s = slot.lock().unwrap_or_else(|e| e.into_inner());
@@ -261,8 +264,18 @@ impl FailoverIo for KafkaFailoverIo {
         producer_id: Option<i64>,
         from: Option<i64>,
     ) -> Option<FoundBarrier> {
-        self.find_barrier_in_log(topic, partition, fid, producer_id, from)
+        let k: PartitionKey = (topic.to_string(), partition);
+        self.find_barriers_in_logs(fid, &[(k.clone(), producer_id, from)])
             .await
+            .remove(&k)
+    }
+
+    async fn find_barriers(
+        &self,
+        fid: &str,
+        parts: &[(PartitionKey, Option<i64>, Option<i64>)],
+    ) -> Found {
+        self.find_barriers_in_logs(fid, parts).await
     }
 
     fn hands_over(&self) -> bool {
@@ -341,11 +354,19 @@ impl FailoverIo for KafkaFailoverIo {
         fid: &str,
         producer_id: Option<i64>,
     ) -> Result<Vec<TailBatch>, String> {
-        let own = OwnBarrier {
-            failover_id: fid,
-            producer_id,
-        };
-        self.late_batches_in_log(topic, partition, from, &own).await
+        let k: PartitionKey = (topic.to_string(), partition);
+        self.late_batches_in_logs(fid, &[(k.clone(), from, producer_id)])
+            .await
+            .remove(&k)
+            .unwrap_or_else(|| Err("not read".into()))
+    }
+
+    async fn late_batches_of(
+        &self,
+        fid: &str,
+        parts: &[(PartitionKey, i64, Option<i64>)],
+    ) -> PerPartition<Vec<TailBatch>> {
+        self.late_batches_in_logs(fid, parts).await
     }
 
     async fn producer_ids_in_use(&self, parts: &[PartitionKey]) -> Result<InUse, ProducerIdError> {
@@ -421,6 +442,7 @@ impl FailoverIo for KafkaFailoverIo {
             return Err(d.why);
         }
         let now = super::screening::now_ms();
+        let own: HashSet<i64> = own.iter().copied().collect();
         Ok(d.producers
             .into_iter()
             .filter(|(_, p)| !own.contains(&p.producer_id.0))
@@ -492,5 +514,28 @@ impl FailoverIo for KafkaFailoverIo {
             Some(p) => p.ack_own_drain(mirror, fid).await,
             None => Ok(()),
         }
+    }
+}
+
+/// What identifies the failover's own barriers in a log: a data barrier carries the failover
+/// id; a control barrier is an ABORT marker of the recorded producer id.
+pub(crate) struct OwnBarrier<'a> {
+    pub failover_id: &'a str,
+    pub producer_id: Option<i64>,
+}
+
+impl OwnBarrier<'_> {
+    /// The form of the barrier `batch` (header `h`) is, if it is one of this failover's.
+    pub fn kind_of(&self, h: &BatchHeader, batch: &[u8]) -> Option<BarrierKind> {
+        if let Some(pid) = self.producer_id {
+            if crate::protocol::txn_marker::is_control_barrier(h, batch, pid) {
+                return Some(BarrierKind::Control);
+            }
+        }
+        if h.is_control() || self.failover_id.is_empty() {
+            return None;
+        }
+        matches!(parse_barrier(batch), Ok(Some(v)) if v.failover_id == self.failover_id)
+            .then_some(BarrierKind::Data)
     }
 }

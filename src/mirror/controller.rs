@@ -11,6 +11,7 @@
 //! I/O only), the state store's files (through records and screening only), the environment
 //! (fault hooks come in as [`FaultHooks`]).
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -84,8 +85,10 @@ pub struct MirrorController {
 mod pause;
 mod peer_adopt;
 mod peer_fence;
+mod summary;
 
 pub use pause::PauseError;
+pub use summary::MirrorSummary;
 
 impl MirrorController {
     /// Load (or create) the state of every mirror of `config`; `hooks`: the fault-injection
@@ -199,33 +202,44 @@ impl MirrorController {
                 if slot.unreadable.is_some() {
                     continue;
                 }
-                for t in topics
-                    .iter()
-                    .filter(|t| self.router.mirror_index(t) == Some(i))
-                {
-                    let n = self.cluster.topic(t).map(|i| i.leaders.len()).unwrap_or(0);
-                    for p in 0..n as i32 {
-                        if slot.record.partition(t, p).is_some() {
+                // The partitions the metadata names and the record lacks. Looked up in a set:
+                // this runs every half second, and a linear search per partition held the lock
+                // for seconds at 10,000 partitions.
+                let missing: Vec<(&String, i32)> = {
+                    let known: HashSet<(&str, i32)> = slot
+                        .record
+                        .partitions
+                        .iter()
+                        .map(|p| (p.topic.as_str(), p.partition))
+                        .collect();
+                    topics
+                        .iter()
+                        .filter(|t| self.router.mirror_index(t) == Some(i))
+                        .flat_map(|t| {
+                            let n = self.cluster.topic(t).map(|i| i.leaders.len()).unwrap_or(0);
+                            (0..n as i32).map(move |p| (t, p))
+                        })
+                        .filter(|(t, p)| !known.contains(&(t.as_str(), *p)))
+                        .collect()
+                };
+                for (t, p) in missing {
+                    let mut rec = PartitionRecord::new(t.clone(), p, now_ms());
+                    if let Some(fid) = slot.record.failover_id.clone() {
+                        // A partition added after the failover started joins it. Refused
+                        // (a bug), it is not added: it stays read-only and fenced as a
+                        // partition of the failover without a record, and is tried again.
+                        if let Err(e) = rec.begin_failover(fid, now_ms()) {
+                            let name = slot.record.name.clone();
+                            self.records.report_illegal(&name, &rec, &e.into());
                             continue;
                         }
-                        let mut rec = PartitionRecord::new(t.clone(), p, now_ms());
-                        if let Some(fid) = slot.record.failover_id.clone() {
-                            // A partition added after the failover started joins it. Refused
-                            // (a bug), it is not added: it stays read-only and fenced as a
-                            // partition of the failover without a record, and is tried again.
-                            if let Err(e) = rec.begin_failover(fid, now_ms()) {
-                                let name = slot.record.name.clone();
-                                self.records.report_illegal(&name, &rec, &e.into());
-                                continue;
-                            }
-                            // An adopted failover is followed from the state topic instead.
-                            if !slot.running && slot.record.adopted_from.is_none() {
-                                resume.push(slot.record.name.clone());
-                            }
+                        // An adopted failover is followed from the state topic instead.
+                        if !slot.running && slot.record.adopted_from.is_none() {
+                            resume.push(slot.record.name.clone());
                         }
-                        slot.record.partitions.push(rec);
-                        changed = true;
                     }
+                    slot.record.partitions.push(rec);
+                    changed = true;
                 }
                 if changed {
                     slot.record
@@ -478,10 +492,9 @@ impl MirrorController {
     /// Partition counts per (mirror, state), for the metrics collector.
     pub fn state_counts(&self) -> Vec<(String, &'static str, usize)> {
         let mut out = Vec::new();
-        for (record, _) in self.records() {
-            for st in PartitionState::ALL {
-                let n = record.partitions.iter().filter(|p| p.state == st).count();
-                out.push((record.name.clone(), st.as_str(), n));
+        for m in self.summaries() {
+            for (st, n) in m.counts {
+                out.push((m.name.clone(), st.as_str(), n));
             }
         }
         out

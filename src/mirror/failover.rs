@@ -469,11 +469,9 @@ impl<Io: FailoverIo> Failover<Io> {
     /// stall that ends the pass, or why the failure itself could not be recorded.
     fn fail_partitions(&self, name: &str, which: &[PartitionKey], error: &str) -> Stall {
         let now = now_ms();
+        let which_set: std::collections::HashSet<&PartitionKey> = which.iter().collect();
         let r = self.records.update_stopping(name, |p| {
-            if which
-                .iter()
-                .any(|(t, i)| *t == p.topic && *i == p.partition)
-            {
+            if which_set.contains(&key(p)) {
                 p.fail(error.to_string(), now)?;
             }
             Ok(())

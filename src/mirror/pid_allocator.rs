@@ -47,9 +47,6 @@ pub use cluster_ids::ClusterIds;
 /// COORDINATOR_LOAD_IN_PROGRESS (the broker waits for its next block of ids) and
 /// COORDINATOR_NOT_AVAILABLE: ask again.
 const RETRIABLE: [i16; 2] = [14, 15];
-/// Ids a broker may still hand out below the target once the shared counter is past it: the
-/// rest of its current block and one block fetched ahead.
-const SLACK_PER_BROKER: u64 = 2_000;
 /// Pause after a round answered only with retriable errors (the broker waits for a block).
 const RETRY_PAUSE: Duration = Duration::from_millis(2);
 
@@ -164,6 +161,10 @@ struct BrokerState {
     last: AtomicI64,
     ids: AtomicU64,
     retriable: AtomicU64,
+    /// Requests written to it and not answered yet (every lane).
+    outstanding: AtomicU64,
+    /// It handed out more ids than reaching the target can take, and was stopped.
+    over_budget: AtomicBool,
     done: AtomicBool,
     error: Mutex<Option<String>>,
 }
@@ -348,30 +349,47 @@ pub async fn advance<S: IdSource>(
         .iter()
         .filter(|(_, s)| !s.done.load(Ordering::SeqCst) && !s.failed())
         .count() as u64;
-    let budget = (target - low).max(0) as u64 + SLACK_PER_BROKER * driven.max(1);
-    let skipped = Arc::new(AtomicU64::new(0));
+    // A broker's ids only grow, so it reaches the target after at most `target - first + 1`
+    // ids, plus the rounds in flight when it does: more means it does not progress (it is
+    // stopped alone, the others go on).
+    let pipeline = (limits.connections * limits.in_flight) as u64;
     let over_budget = Arc::new(AtomicBool::new(false));
     let mut lanes = tokio::task::JoinSet::new();
     for (node, st) in &states {
         if st.done.load(Ordering::SeqCst) || st.failed() {
             continue;
         }
+        let first = st.first.load(Ordering::SeqCst);
+        let budget = u64::try_from(target.saturating_sub(first)).unwrap_or(0) + 1 + pipeline;
         for _ in 0..limits.connections {
             let (node, st, source) = (*node, st.clone(), source.clone());
-            let (requests, skipped, over_budget) =
-                (requests.clone(), skipped.clone(), over_budget.clone());
-            let n = limits.in_flight;
+            let (requests, over_budget) = (requests.clone(), over_budget.clone());
+            let (in_flight, lanes_per_broker) = (limits.in_flight, limits.connections);
             lanes.spawn(async move {
                 while !st.done.load(Ordering::SeqCst) && !st.failed() {
-                    if skipped.load(Ordering::SeqCst) >= budget {
+                    if st.ids.load(Ordering::SeqCst) >= budget {
+                        st.over_budget.store(true, Ordering::SeqCst);
                         over_budget.store(true, Ordering::SeqCst);
                         return;
                     }
+                    let n = round_size(
+                        st.last.load(Ordering::SeqCst),
+                        target,
+                        st.outstanding.load(Ordering::SeqCst),
+                        (in_flight, lanes_per_broker),
+                    );
+                    if n == 0 {
+                        // The rounds of the other lanes may already reach the target.
+                        tokio::time::sleep(RETRY_PAUSE).await;
+                        continue;
+                    }
+                    st.outstanding.fetch_add(n as u64, Ordering::SeqCst);
                     requests.fetch_add(n as u64, Ordering::SeqCst);
-                    match source.fresh_ids(node, n).await {
+                    let answers = source.fresh_ids(node, n).await;
+                    st.outstanding.fetch_sub(n as u64, Ordering::SeqCst);
+                    match answers {
                         Ok(a) => {
                             let got = st.record(&a, target);
-                            skipped.fetch_add(got, Ordering::SeqCst);
                             if got == 0 && !st.done.load(Ordering::SeqCst) {
                                 tokio::time::sleep(RETRY_PAUSE).await;
                             }
@@ -397,10 +415,20 @@ pub async fn advance<S: IdSource>(
         return finish(out, &states);
     }
     out.result = if over_budget.load(Ordering::SeqCst) {
+        let stopped: Vec<String> = states
+            .iter()
+            .filter(|(_, s)| s.over_budget.load(Ordering::SeqCst))
+            .map(|(n, s)| {
+                format!(
+                    "broker {n} handed out {} ids from {} without reaching it",
+                    s.ids.load(Ordering::SeqCst),
+                    s.first.load(Ordering::SeqCst)
+                )
+            })
+            .collect();
         out.reason = Some(format!(
-            "stopped after skipping {} ids (the bound for a target {} ids above the lowest broker position)",
-            skipped.load(Ordering::SeqCst),
-            target - low
+            "stopped short of producer id {target}: {} (its ids do not progress)",
+            stopped.join("; ")
         ));
         AdvanceResult::Capped
     } else if out.beyond_cap > 0 {
@@ -412,6 +440,28 @@ pub async fn advance<S: IdSource>(
         AdvanceResult::Advanced
     };
     finish(out, &states)
+}
+
+/// Requests one lane writes in its next round (0: none now). A broker hands out consecutive
+/// ids within a block, so once its last id `last` is within a pipeline of the target, exactly
+/// `target - last` more ids reach it: the lanes share what is still needed beyond the
+/// `outstanding` requests of every lane, so they take (next to) nothing past the target, where
+/// full rounds of every lane took up to `lanes × in_flight - 1` ids past it. Where the
+/// broker's block ends first, its next id jumps to another block (any id at or above the
+/// target ends the broker's part). `shape`: (`in_flight`, lanes per broker).
+fn round_size(last: i64, target: i64, outstanding: u64, shape: (usize, usize)) -> usize {
+    let (in_flight, lanes) = shape;
+    if last < 0 {
+        return in_flight;
+    }
+    let needed = u64::try_from(target.saturating_sub(last)).unwrap_or(0);
+    let Some(open) = needed.checked_sub(outstanding).filter(|n| *n > 0) else {
+        return 0;
+    };
+    let share = open.div_ceil(lanes.max(1) as u64);
+    usize::try_from(share)
+        .unwrap_or(usize::MAX)
+        .clamp(1, in_flight)
 }
 
 fn cap_reason(beyond: usize, max_ids: u64, low: i64) -> String {

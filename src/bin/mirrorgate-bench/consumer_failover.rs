@@ -27,7 +27,7 @@ use mirrorgate::app::Gateway;
 use serde_json::{json, Value};
 
 use crate::committed_view::TopicView;
-use crate::failover::admin;
+use crate::fleet::admin;
 use crate::{cluster_brokers, Clusters, Rig};
 use clients::{Member, MemberArgs, Output};
 use figures::{compute, Inputs};

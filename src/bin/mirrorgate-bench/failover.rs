@@ -1,19 +1,367 @@
-//! `mirrorgate-bench failover`: a mirror of `topics × partitions` partitions on the rig's
-//! destination, each holding mirrored batches of a few producers; the failover is called through
-//! the admin API and timed until every partition is STOPPED (barrier written, PSM cleared).
+//! `mirrorgate-bench failover`: a mirror of many partitions on the rig's destination, each
+//! holding mirrored batches of a few producers; the failover is called through the admin API
+//! and timed until every partition is STOPPED (barrier written, PSM cleared) on the instance
+//! called, then on every instance. The gateways are processes of the gateway binary
+//! (`fleet.rs`), so that an earlier build (`--baseline BIN`) runs the very same measurement,
+//! interleaved with this build's, in the same run: before and after side by side.
+//!
+//! Per binary and repetition: the failover with `--instances N` gateways sharing a state topic
+//! (when N > 1), the same with one gateway, and the takeover of a driver killed after its
+//! barriers (`takeover.rs`, when N > 1). Every measurement creates its own topics (in requests
+//! the controller accepts: `topics.rs`) and deletes them afterwards. The last line is one JSON
+//! object: this build's figures (medians over `--runs`), each step's time after the call from
+//! the failover report (`steps`, `takeover_steps`), and the same for every baseline with the
+//! ratios to the first one.
+//!
+//! Owns: the shape of the run and its figures. Must not touch: the gateways' configuration
+//! (`fleet.rs`).
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::ProduceRequest;
+use kafka_protocol::messages::{MetadataRequest, ProduceRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 use mirrorgate::client::KafkaClient;
-use serde_json::json;
+use serde_json::{json, Value};
 
+use crate::fleet::{ports, wait_stopped, Fleet};
 use crate::Clusters;
+
+/// What to run.
+pub struct Options {
+    /// Topics; without, `partitions` is the total, over topics of at most 100 partitions.
+    pub topics: Option<usize>,
+    /// Partitions per topic (with `topics`), else in total.
+    pub partitions: i32,
+    pub quick: bool,
+    pub instances: usize,
+    /// Earlier gateway builds measured side by side.
+    pub baselines: Vec<PathBuf>,
+    pub runs: usize,
+    /// Leave the takeover out.
+    pub no_takeover: bool,
+}
+
+/// Partitions per topic when only the total is given.
+const PER_TOPIC: i64 = 100;
+
+/// The topic sizes of `opts`: `(topics, partitions of each)`.
+pub fn shape(opts: &Options) -> Vec<i32> {
+    if opts.quick {
+        return vec![50; 2];
+    }
+    if let Some(t) = opts.topics {
+        return vec![opts.partitions.max(1); t.max(1)];
+    }
+    let total = i64::from(opts.partitions.max(1));
+    let topics = (total + PER_TOPIC - 1) / PER_TOPIC;
+    (0..topics)
+        .map(|i| (total / topics + i64::from(i < total % topics)) as i32)
+        .collect()
+}
+
+/// What one failover measurement found.
+#[derive(Default, Clone)]
+pub(crate) struct Measured {
+    /// Call → every partition STOPPED on the instance called (the survivors, for a takeover).
+    pub seconds: f64,
+    /// … on every instance.
+    pub everywhere: f64,
+    /// The step timeline of the failover report (`Fleet::timeline`).
+    pub steps: Value,
+    /// The instances' session timeout (takeover).
+    pub session_timeout_s: Option<f64>,
+}
+
+/// The figures of one binary.
+#[derive(Default)]
+struct Figures {
+    multi: Vec<Measured>,
+    single: Vec<Measured>,
+    takeover: Vec<Measured>,
+    /// Why a measurement could not be made (a baseline build without several instances):
+    /// that measurement is not tried again.
+    errors: Vec<(Kind, String)>,
+}
+
+/// The measurements of one repetition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Multi,
+    Single,
+    Takeover,
+}
+
+impl Figures {
+    fn failed(&self, k: Kind) -> bool {
+        self.errors.iter().any(|(e, _)| *e == k)
+    }
+}
+
+pub fn run(opts: Options) -> Result<Value, String> {
+    let (_clusters, addrs) = Clusters::ensure(&["destination"])?;
+    let destination = crate::cluster_brokers(&addrs, "destination")?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let sizes = shape(&opts);
+    let total: i64 = sizes.iter().map(|p| i64::from(*p)).sum();
+    let mut bins = vec![crate::process::gateway_binary()?];
+    bins.extend(opts.baselines.iter().cloned());
+    let mut figures: Vec<Figures> = bins.iter().map(|_| Figures::default()).collect();
+    let runs = opts.runs.max(1);
+    for r in 0..runs {
+        // Interleaved, the first binary rotating per repetition.
+        for k in 0..bins.len() {
+            let b = (r + k) % bins.len();
+            eprintln!("run {}/{runs}: {}", r + 1, bins[b].display());
+            let measured = rt.block_on(measure(
+                &opts,
+                &destination,
+                &bins[b],
+                &sizes,
+                &mut figures[b],
+            ));
+            if let (0, Err(e)) = (b, measured) {
+                return Err(e);
+            }
+        }
+    }
+    let mut out = summary(&figures[0], &opts);
+    let base: Vec<Value> = bins[1..]
+        .iter()
+        .zip(&figures[1..])
+        .map(|(bin, f)| {
+            let mut v = summary(f, &opts);
+            v["binary"] = json!(bin.display().to_string());
+            v["errors"] = json!(f
+                .errors
+                .iter()
+                .map(|(k, e)| format!("{k:?}: {e}"))
+                .collect::<Vec<_>>());
+            v
+        })
+        .collect();
+    if let Some(b) = base.first() {
+        for key in [
+            "seconds",
+            "all_instances_stopped_seconds",
+            "single_instance_seconds",
+            "takeover_seconds",
+        ] {
+            let ratio = match (out[key].as_f64(), b[key].as_f64()) {
+                (Some(x), Some(y)) if y > 0.0 => json!(x / y),
+                _ => Value::Null,
+            };
+            out[format!("{key}_vs_baseline")] = ratio;
+        }
+    }
+    out["bench"] = json!("failover");
+    out["instances"] = json!(opts.instances.max(1));
+    out["partitions"] = json!(total);
+    out["topics"] = json!(sizes.len());
+    out["runs"] = json!(runs);
+    out["baselines"] = json!(base);
+    Ok(out)
+}
+
+/// One repetition for binary `bin`: the failover with several instances, with one, then the
+/// takeover; appended to `f`. A measurement that fails is recorded in `f.errors` (and not
+/// tried again), the others go on; the error is returned.
+async fn measure(
+    opts: &Options,
+    destination: &[String],
+    bin: &std::path::Path,
+    sizes: &[i32],
+    f: &mut Figures,
+) -> Result<(), String> {
+    let several = opts.instances > 1;
+    let mut last = Ok(());
+    for kind in [Kind::Multi, Kind::Single, Kind::Takeover] {
+        let wanted = match kind {
+            Kind::Multi => several,
+            Kind::Single => true,
+            Kind::Takeover => several && !opts.no_takeover,
+        };
+        if !wanted || f.failed(kind) {
+            continue;
+        }
+        let r = match kind {
+            Kind::Multi => failover_once(destination, bin, sizes, opts.instances).await,
+            Kind::Single => failover_once(destination, bin, sizes, 1).await,
+            Kind::Takeover => crate::takeover::run(destination, bin, sizes, opts.instances).await,
+        };
+        match (r, kind) {
+            (Ok(m), Kind::Multi) => f.multi.push(m),
+            (Ok(m), Kind::Single) => f.single.push(m),
+            (Ok(m), Kind::Takeover) => f.takeover.push(m),
+            (Err(e), _) => {
+                eprintln!("{} ({kind:?}): {e}", bin.display());
+                f.errors.push((kind, e.clone()));
+                last = Err(e);
+            }
+        }
+    }
+    last
+}
+
+fn median_of(v: &[Measured], f: impl Fn(&Measured) -> f64) -> Value {
+    if v.is_empty() {
+        return Value::Null;
+    }
+    json!(crate::median(v.iter().map(f).collect()))
+}
+
+/// The JSON figures of one binary (medians over the repetitions).
+fn summary(f: &Figures, opts: &Options) -> Value {
+    let main = if opts.instances > 1 {
+        &f.multi
+    } else {
+        &f.single
+    };
+    let mut v = json!({
+        "seconds": median_of(main, |m| m.seconds),
+        "all_instances_stopped_seconds": median_of(main, |m| m.everywhere),
+        "steps": main.last().map(|m| m.steps.clone()),
+        "each_seconds": main.iter().map(|m| m.seconds).collect::<Vec<_>>(),
+    });
+    if opts.instances > 1 {
+        v["single_instance_seconds"] = median_of(&f.single, |m| m.seconds);
+        v["single_instance_steps"] = json!(f.single.last().map(|m| m.steps.clone()));
+        v["ratio_to_single_instance"] =
+            match (v["seconds"].as_f64(), v["single_instance_seconds"].as_f64()) {
+                (Some(a), Some(b)) if b > 0.0 => json!(a / b),
+                _ => Value::Null,
+            };
+        if !opts.no_takeover {
+            v["takeover_seconds"] = median_of(&f.takeover, |m| m.seconds);
+            v["takeover_each_seconds"] =
+                json!(f.takeover.iter().map(|m| m.seconds).collect::<Vec<_>>());
+            v["takeover_session_timeout_seconds"] =
+                json!(f.takeover.last().and_then(|m| m.session_timeout_s));
+            v["takeover_steps"] = json!(f.takeover.last().map(|m| m.steps.clone()));
+        }
+    }
+    v
+}
+
+/// Fresh topics `PREFIX-N` of `sizes` partitions (created), and their names.
+pub(crate) async fn fresh_topics(
+    destination: &[String],
+    kind: &str,
+    sizes: &[i32],
+) -> Result<(String, Vec<String>), String> {
+    static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let prefix = format!("bench-{kind}-{stamp}-{seq}");
+    let names: Vec<String> = (0..sizes.len()).map(|i| format!("{prefix}-{i}")).collect();
+    let specs: Vec<(String, i32)> = names.iter().cloned().zip(sizes.iter().copied()).collect();
+    crate::topics::create(&destination[0], &specs).await?;
+    Ok((prefix, names))
+}
+
+/// The failover of mirror `bench` over fresh topics of `sizes` with `instances` gateways of
+/// `bin`, called on the first: seconds to every partition STOPPED there, and everywhere.
+async fn failover_once(
+    destination: &[String],
+    bin: &std::path::Path,
+    sizes: &[i32],
+    instances: usize,
+) -> Result<Measured, String> {
+    let (prefix, names) = fresh_topics(destination, "fo", sizes).await?;
+    let r = async {
+        let total: i64 = sizes.iter().map(|p| i64::from(*p)).sum();
+        let mut fleet = Fleet::start(bin, destination, &prefix, instances, &[])?;
+        fleet
+            .wait_ready(0..instances, total, Duration::from_secs(600))
+            .await?;
+        let (_, mirror, _) = ports(0);
+        write_mirrored(&leaders(destination, &names).await?, [mirror, mirror + 1]).await?;
+        // For a profiler to attach (MIRRORGATE_BENCH_LOG_DIR keeps the gateways' logs).
+        let pids: Vec<String> = fleet.gateways.iter().map(|g| g.pid().to_string()).collect();
+        eprintln!(
+            "failover call: {instances} instances, pids {}",
+            pids.join(",")
+        );
+        let started = Instant::now();
+        fleet.call_failover(0).await?;
+        wait_stopped(&fleet.admins[..1], total, started).await?;
+        let seconds = started.elapsed().as_secs_f64();
+        wait_stopped(&fleet.admins, total, started).await?;
+        let everywhere = started.elapsed().as_secs_f64();
+        if instances > 1 {
+            // Every other instance fenced before the barrier (else the failover could not end).
+            let (_, peers) =
+                crate::fleet::admin(&fleet.admins[0], hyper::Method::GET, "/v1/instances").await?;
+            let fenced = peers["failovers"][0]["fenced"]
+                .as_array()
+                .map(Vec::len)
+                .unwrap_or(0);
+            if fenced + 1 != instances {
+                return Err(format!("not every instance fenced: {peers}"));
+            }
+        }
+        Ok(Measured {
+            seconds,
+            everywhere,
+            steps: fleet.timeline(0).await,
+            session_timeout_s: None,
+        })
+    }
+    .await;
+    let mut all = names;
+    all.push(format!("{prefix}-state"));
+    crate::topics::delete(&destination[0], &all).await;
+    r
+}
+
+/// The leader of every partition of `names` (by partition index), from the destination.
+pub(crate) async fn leaders(
+    destination: &[String],
+    names: &[String],
+) -> Result<Vec<(String, Vec<i32>)>, String> {
+    let mut c = KafkaClient::connect(&destination[0], Duration::from_secs(10))
+        .await
+        .map_err(|e| e.to_string())?;
+    let req = MetadataRequest::default().with_topics(Some(
+        names
+            .iter()
+            .map(|n| {
+                MetadataRequestTopic::default()
+                    .with_name(Some(TopicName(StrBytes::from_string(n.clone()))))
+            })
+            .collect(),
+    ));
+    let meta = c.send(&req, 12).await.map_err(|e| e.to_string())?;
+    names
+        .iter()
+        .map(|n| {
+            let t = meta
+                .topics
+                .iter()
+                .find(|t| t.name.as_ref().is_some_and(|m| m.0.as_str() == n))
+                .filter(|t| t.error_code == 0)
+                .ok_or_else(|| format!("no metadata for {n}"))?;
+            let mut l = vec![-1; t.partitions.len()];
+            for p in &t.partitions {
+                if let Some(slot) = l.get_mut(p.partition_index as usize) {
+                    *slot = p.leader_id.0;
+                }
+            }
+            Ok((n.clone(), l))
+        })
+        .collect()
+}
 
 fn batch(pid: i64, seq: i32) -> bytes::Bytes {
     let now = std::time::SystemTime::now()
@@ -47,212 +395,6 @@ fn batch(pid: i64, seq: i32) -> bytes::Bytes {
     buf.freeze()
 }
 
-/// An admin API call of the gateway at `addr`: the status and the JSON body (null when not JSON).
-pub(crate) async fn admin(
-    addr: &str,
-    method: hyper::Method,
-    path: &str,
-) -> Result<(u16, serde_json::Value), String> {
-    let (s, b) = mirrorgate::admin::client::call(addr, method, path, None, None)
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok((
-        s,
-        serde_json::from_str(&b).unwrap_or(serde_json::Value::Null),
-    ))
-}
-
-/// The failover of `topics × partitions` partitions with `instances` gateways in front of the
-/// destination (sharing a state topic when more than one). With several, the same failover with
-/// one instance runs first, in the same run, for the ratio.
-pub fn run(topics: usize, partitions: i32, instances: usize) -> Result<serde_json::Value, String> {
-    let (_clusters, addrs) = Clusters::ensure(&["destination"])?;
-    let destination = crate::cluster_brokers(&addrs, "destination")?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    let total = topics as i64 * i64::from(partitions);
-    let (seconds, everywhere) =
-        rt.block_on(one_failover(&destination, topics, partitions, instances))?;
-    if instances <= 1 {
-        return Ok(
-            json!({ "bench": "failover", "instances": 1, "partitions": total,
-                          "seconds": seconds, "topics": topics }),
-        );
-    }
-    let (single, _) = rt.block_on(one_failover(&destination, topics, partitions, 1))?;
-    let takeover = rt.block_on(crate::takeover::run(
-        &destination,
-        topics,
-        partitions,
-        instances,
-    ))?;
-    Ok(json!({
-        "bench": "failover", "instances": instances, "partitions": total, "seconds": seconds,
-        "all_instances_stopped_seconds": everywhere,
-        "single_instance_seconds": single, "ratio_to_single_instance": seconds / single,
-        "takeover_seconds": takeover.seconds,
-        "takeover_session_timeout_seconds": takeover.session_timeout_s,
-        "topics": topics,
-    }))
-}
-
-/// Seconds from the failover call on the first instance to every partition STOPPED there, and
-/// to every partition STOPPED on every instance (each adopts the first one's handover).
-async fn one_failover(
-    destination: &[String],
-    topics: usize,
-    partitions: i32,
-    instances: usize,
-) -> Result<(f64, f64), String> {
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0);
-    let prefix = format!("bench-fo-{stamp}");
-    let names: Vec<String> = (0..topics).map(|i| format!("{prefix}-{i}")).collect();
-    let state_topic = format!("{prefix}-state");
-    let total = topics as i64 * i64::from(partitions);
-    let mut gws = Vec::new();
-    let mut admins = Vec::new();
-    let mut states = Vec::new();
-    {
-        let specs: Vec<(String, i32)> = names.iter().map(|n| (n.clone(), partitions)).collect();
-        crate::topics::create(&destination[0], &specs).await?;
-    }
-    for i in 0..instances.max(1) {
-        let base = 17192u16 + 100 * i as u16;
-        let state = std::env::temp_dir().join(format!("mirrorgate-bench-failover-{stamp}-{i}"));
-        let peers = if instances > 1 {
-            format!("instances:\n  id: bench-{i}\n  state_topic: {state_topic}\n")
-        } else {
-            String::new()
-        };
-        let cfg = crate::bench_config(
-            destination,
-            base,
-            &state,
-            &format!("mirrors:\n  - name: bench\n    topics: [\"regex:{prefix}-[0-9]+\"]\n{peers}"),
-        )?;
-        if i == 0 && instances > 1 {
-            mirrorgate::app::peers::init_state_topic(&cfg).await?;
-        }
-        gws.push(
-            mirrorgate::app::Gateway::start(cfg)
-                .await
-                .map_err(|e| e.to_string())?,
-        );
-        admins.push(format!("127.0.0.1:{}", base + 20));
-        states.push(state);
-    }
-    let (gw, admin_addr) = (&gws[0], admins[0].clone());
-    let base = 17192u16;
-    // Wait until the mirror has every partition, every instance is ready (PSM rebuilt, lease
-    // held) and the first sees the others.
-    let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        let (_, m) = admin(&admin_addr, hyper::Method::GET, "/v1/mirrors/bench").await?;
-        let (_, peers) = admin(&admin_addr, hyper::Method::GET, "/v1/instances").await?;
-        let others = peers["others_alive"].as_array().map(Vec::len).unwrap_or(0);
-        if m["states"]["MIRRORING"].as_i64() == Some(total)
-            && gws.iter().all(|g| g.readiness().ready)
-            && others + 1 == instances.max(1)
-        {
-            break;
-        }
-        if Instant::now() > deadline {
-            return Err(format!(
-                "mirror not ready: {m}; {peers}; {:?}",
-                gw.readiness().reasons
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    // Mirrored data of 3 producers in every partition, through the mirror listener.
-    let mirror_ports = [base + 10, base + 11];
-    write_mirrored(&topic_leaders(gw, &names), mirror_ports).await?;
-    let started = Instant::now();
-    let (s, body) = admin(
-        &admin_addr,
-        hyper::Method::POST,
-        "/v1/mirrors/bench/failover",
-    )
-    .await?;
-    if s != 202 {
-        return Err(format!("failover call answered {s}: {body}"));
-    }
-    loop {
-        let (_, m) = admin(&admin_addr, hyper::Method::GET, "/v1/mirrors/bench").await?;
-        if m["states"]["STOPPED"].as_i64() == Some(total) {
-            break;
-        }
-        if started.elapsed() > Duration::from_secs(300) {
-            return Err(format!("failover did not complete: {m}"));
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    wait_stopped(&admins, total, started).await?;
-    let everywhere = started.elapsed().as_secs_f64();
-    if instances > 1 {
-        // Every other instance fenced before the barrier (else the failover could not end).
-        let (_, peers) = admin(&admin_addr, hyper::Method::GET, "/v1/instances").await?;
-        let fenced = peers["failovers"][0]["fenced"]
-            .as_array()
-            .map(Vec::len)
-            .unwrap_or(0);
-        if fenced + 1 != instances {
-            return Err(format!("not every instance fenced: {peers}"));
-        }
-    }
-    for g in &gws {
-        g.shutdown().await;
-    }
-    for s in &states {
-        let _ = std::fs::remove_dir_all(s);
-    }
-    Ok((seconds, everywhere))
-}
-
-/// Wait until mirror `bench` has `total` partitions STOPPED on every gateway of `admins` (300 s
-/// after `started` at most).
-pub(crate) async fn wait_stopped(
-    admins: &[String],
-    total: i64,
-    started: Instant,
-) -> Result<(), String> {
-    for a in admins {
-        loop {
-            let (_, m) = admin(a, hyper::Method::GET, "/v1/mirrors/bench").await?;
-            if m["states"]["STOPPED"].as_i64() == Some(total) {
-                break;
-            }
-            if started.elapsed() > Duration::from_secs(300) {
-                return Err(format!("failover did not complete on {a}: {m}"));
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-    Ok(())
-}
-
-/// The leaders of every partition of `names`, as the gateway `gw` knows them.
-pub(crate) fn topic_leaders(
-    gw: &mirrorgate::app::Gateway,
-    names: &[String],
-) -> Vec<(String, Vec<i32>)> {
-    names
-        .iter()
-        .map(|n| {
-            (
-                n.clone(),
-                gw.cluster.topic(n).map(|t| t.leaders).unwrap_or_default(),
-            )
-        })
-        .collect()
-}
-
 /// Mirrored batches of 3 producers (2 each) into every partition of `info`, through the mirror
 /// listener ports of nodes 1 and 2.
 pub(crate) async fn write_mirrored(
@@ -260,7 +402,7 @@ pub(crate) async fn write_mirrored(
     mirror_ports: [u16; 2],
 ) -> Result<(), String> {
     for (node, port) in [(1, mirror_ports[0]), (2, mirror_ports[1])] {
-        let mut c = KafkaClient::connect(&format!("127.0.0.1:{port}"), Duration::from_secs(10))
+        let mut c = KafkaClient::connect(&format!("127.0.0.1:{port}"), Duration::from_secs(120))
             .await
             .map_err(|e| e.to_string())?;
         for seq in 0..2 {

@@ -21,6 +21,7 @@ mod batch;
 mod committed_view;
 mod consumer_failover;
 mod failover;
+mod fleet;
 mod latency;
 mod load;
 mod mirror;
@@ -112,21 +113,34 @@ enum Bench {
         #[arg(long)]
         transactional: bool,
     },
-    /// Failover of a mirror with many partitions: time from the call to every partition STOPPED.
+    /// Failover of a mirror with many partitions: time from the call to every partition STOPPED
+    /// (gateway processes; with --baseline, an earlier build measured the same way in the same
+    /// run).
     Failover {
-        /// Topics (each with `--partitions` partitions).
-        #[arg(long, default_value_t = 10)]
-        topics: usize,
-        /// Partitions per topic.
-        #[arg(long, default_value_t = 100)]
+        /// Topics, each with `--partitions` partitions; without, `--partitions` is the total,
+        /// over topics of up to 100 partitions each.
+        #[arg(long)]
+        topics: Option<usize>,
+        /// Partitions per topic (with `--topics`), else in total.
+        #[arg(long, default_value_t = 1000)]
         partitions: i32,
         /// A short run (2 topics × 50 partitions).
         #[arg(long)]
         quick: bool,
-        /// Gateway instances sharing a state topic; above 1 the single-instance failover runs
-        /// too, for the ratio.
+        /// Gateway instances sharing a state topic; above 1 the single-instance failover and
+        /// the takeover of a killed driver run too.
         #[arg(long, default_value_t = 1)]
         instances: usize,
+        /// Another gateway binary (e.g. a release build of an earlier commit) measured the same
+        /// way, interleaved (repeatable); `*_vs_baseline` ratios to the first.
+        #[arg(long)]
+        baseline: Vec<std::path::PathBuf>,
+        /// Repetitions (medians are reported).
+        #[arg(long, default_value_t = 1)]
+        runs: usize,
+        /// Leave the takeover out.
+        #[arg(long)]
+        no_takeover: bool,
     },
     /// Many concurrent client connections producing and consuming through a gateway process:
     /// errors, gateway RSS, latency, `/readyz` responsiveness, one slow consumer.
@@ -385,13 +399,18 @@ fn main() -> ExitCode {
             partitions,
             quick,
             instances,
-        } => {
-            if quick {
-                failover::run(2, 50, instances)
-            } else {
-                failover::run(topics, partitions, instances)
-            }
-        }
+            baseline,
+            runs,
+            no_takeover,
+        } => failover::run(failover::Options {
+            topics,
+            partitions,
+            quick,
+            instances,
+            baselines: baseline,
+            runs,
+            no_takeover,
+        }),
         Bench::Load {
             quick,
             connections,

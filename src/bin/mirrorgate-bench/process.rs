@@ -74,6 +74,70 @@ pub struct GatewayProcess {
     pub admin: u16,
 }
 
+/// The mirror of a benchmark gateway: a mirror listener from `port_base`, one mirror `bench`
+/// (fed by an external tool) of the topics matching `topics_regex`, and with `instances: Some((id,
+/// state_topic))` one instance of several sharing a state topic.
+pub struct Mirrors {
+    pub port_base: u16,
+    pub topics_regex: String,
+    pub instances: Option<(String, String)>,
+}
+
+/// A benchmark gateway's configuration: the client listener on 127.0.0.1 from `base`, admin on
+/// `admin`, state in `state`, warnings only, and `mirrors` when given.
+pub fn gateway_yaml(
+    destination: &[String],
+    base: u16,
+    admin: u16,
+    state: &Path,
+    mirrors: Option<&Mirrors>,
+) -> String {
+    let (mirror_listener, mirrors) = match mirrors {
+        Some(m) => (
+            format!(
+                "  mirror: {{ bind: 127.0.0.1, port_base: {}, max_brokers: 4 }}\n",
+                m.port_base
+            ),
+            format!(
+                "mirrors:\n  - {{ name: bench, topics: [\"regex:{}\"] }}\n{}",
+                m.topics_regex,
+                m.instances
+                    .as_ref()
+                    .map(|(id, topic)| format!("instances:\n  id: {id}\n  state_topic: {topic}\n"))
+                    .unwrap_or_default()
+            ),
+        ),
+        None => (String::new(), String::new()),
+    };
+    format!(
+        "destination: {{ bootstrap: [{}] }}\n\
+         listeners:\n  client: {{ bind: 127.0.0.1, port_base: {base}, max_brokers: 4 }}\n\
+         {mirror_listener}\
+         admin: {{ bind: \"127.0.0.1:{admin}\" }}\n\
+         state_dir: {}\n\
+         logging: {{ level: warn }}\n\
+         {mirrors}",
+        destination
+            .iter()
+            .map(|a| format!("\"{a}\""))
+            .collect::<Vec<_>>()
+            .join(", "),
+        state.display()
+    )
+}
+
+/// How [`GatewayProcess::spawn`] starts a gateway.
+pub struct ProcessSpec<'a> {
+    /// Part of its temp directory's name.
+    pub name: &'a str,
+    /// Its admin port.
+    pub admin: u16,
+    /// Run `bin state init --config` first.
+    pub init_state: bool,
+    /// Environment variables of the process.
+    pub env: &'a [(&'a str, &'a str)],
+}
+
 impl GatewayProcess {
     /// Starts `bin run` with a client listener on 127.0.0.1 from `base` (node n on
     /// `base + n - 1`), admin on `admin`, warnings only, a fresh temp state directory.
@@ -98,44 +162,46 @@ impl GatewayProcess {
         name: &str,
         mirror: Option<(u16, &str)>,
     ) -> Result<GatewayProcess, String> {
+        let mirrors = mirror.map(|(port, topics)| Mirrors {
+            port_base: port,
+            topics_regex: topics.to_string(),
+            instances: None,
+        });
+        let spec = ProcessSpec {
+            name,
+            admin,
+            init_state: mirror.is_some(),
+            env: &[],
+        };
+        Self::spawn(bin, &spec, |state| {
+            gateway_yaml(destination, base, admin, state, mirrors.as_ref())
+        })
+    }
+
+    /// Starts `bin run` with the configuration `yaml(state directory)` in a fresh temp directory
+    /// (`spec`: its name, admin port, environment, and whether `bin state init` runs first, as
+    /// an operator would before a gateway with mirrors or instances starts).
+    pub fn spawn(
+        bin: &Path,
+        spec: &ProcessSpec<'_>,
+        yaml: impl FnOnce(&Path) -> String,
+    ) -> Result<GatewayProcess, String> {
         let stamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis())
             .unwrap_or(0);
-        let dir = std::env::temp_dir().join(format!("mirrorgate-bench-{name}-{stamp}"));
+        let dir = std::env::temp_dir().join(format!("mirrorgate-bench-{}-{stamp}", spec.name));
         std::fs::create_dir_all(&dir).map_err(err)?;
-        let (mirror_listener, mirrors) = match mirror {
-            Some((port, topics)) => (
-                format!("  mirror: {{ bind: 127.0.0.1, port_base: {port}, max_brokers: 4 }}\n"),
-                format!("mirrors:\n  - {{ name: bench, topics: [\"regex:{topics}\"] }}\n"),
-            ),
-            None => (String::new(), String::new()),
-        };
-        let yaml = format!(
-            "destination: {{ bootstrap: [{}] }}\n\
-             listeners:\n  client: {{ bind: 127.0.0.1, port_base: {base}, max_brokers: 4 }}\n\
-             {mirror_listener}\
-             admin: {{ bind: \"127.0.0.1:{admin}\" }}\n\
-             state_dir: {}\n\
-             logging: {{ level: warn }}\n\
-             {mirrors}",
-            destination
-                .iter()
-                .map(|a| format!("\"{a}\""))
-                .collect::<Vec<_>>()
-                .join(", "),
-            dir.join("state").display()
-        );
         let config = dir.join("mirrorgate.yaml");
-        std::fs::write(&config, yaml).map_err(err)?;
-        if mirror.is_some() {
-            // A mirror's state lives in the state directory: create it as an operator would.
+        std::fs::write(&config, yaml(&dir.join("state"))).map_err(err)?;
+        if spec.init_state {
             let out = Command::new(bin)
                 .args(["state", "init", "--config"])
                 .arg(&config)
                 .output()
                 .map_err(|e| format!("cannot run {} state init: {e}", bin.display()))?;
             if !out.status.success() {
+                let _ = std::fs::remove_dir_all(&dir);
                 return Err(format!(
                     "{} state init failed: {}",
                     bin.display(),
@@ -148,12 +214,26 @@ impl GatewayProcess {
             .arg("run")
             .arg("--config")
             .arg(&config)
+            .envs(spec.env.iter().copied())
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(err)?)
             .stderr(log)
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
-        Ok(GatewayProcess { child, dir, admin })
+        Ok(GatewayProcess {
+            child,
+            dir,
+            admin: spec.admin,
+        })
+    }
+
+    /// How the process ended, when it did.
+    pub fn exited(&mut self) -> Option<String> {
+        match self.child.try_wait() {
+            Ok(Some(status)) => Some(status.to_string()),
+            Ok(None) => None,
+            Err(e) => Some(e.to_string()),
+        }
     }
 
     pub fn pid(&self) -> u32 {
@@ -188,6 +268,18 @@ impl Drop for GatewayProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // MIRRORGATE_BENCH_LOG_DIR keeps every gateway's log (e.g. run with RUST_LOG=info to
+        // read a failover's steps from its timestamps).
+        if let Some(keep) = std::env::var_os("MIRRORGATE_BENCH_LOG_DIR") {
+            let keep = PathBuf::from(keep);
+            let name = self.dir.file_name().map(|n| n.to_os_string());
+            if let (Ok(()), Some(name)) = (std::fs::create_dir_all(&keep), name) {
+                let _ = std::fs::copy(
+                    self.dir.join("gateway.log"),
+                    keep.join(name).with_extension("log"),
+                );
+            }
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -8,15 +8,13 @@
 //! Idempotent: a second pass finds nothing open. Owns: those two requests. Must not touch:
 //! the failover's records (the executor decides what a failure means).
 
-use std::collections::HashMap;
-
-use kafka_protocol::messages::describe_producers_request::TopicRequest;
-use kafka_protocol::messages::DescribeProducersRequest;
-use kafka_protocol::protocol::StrBytes;
+use std::collections::{HashMap, HashSet};
 
 use crate::protocol::txn_marker::{markers_request, MarkerSpec, WRITE_TXN_MARKERS_VERSION};
 
 use super::super::failover::{AbortedTxn, OpenTxnAborts, PartitionKey};
+use super::producer_id::describe_producers_request;
+use super::tails::join_all;
 use super::KafkaFailoverIo;
 
 impl KafkaFailoverIo {
@@ -27,10 +25,25 @@ impl KafkaFailoverIo {
             out.reason = "no leader known to abort open transactions on".into();
             out.failed.extend(leaderless);
         }
-        for (addr, ps) in by_leader {
-            if let Err(e) = self.abort_on_leader(&addr, &ps, &mut out.aborted).await {
-                out.reason = format!("aborting open transactions on {addr}: {e}");
-                out.failed.extend(ps);
+        // Every leader at once.
+        let per_leader = join_all(
+            by_leader
+                .into_iter()
+                .map(|(addr, ps)| async move {
+                    let mut aborted = Vec::new();
+                    let r = self.abort_on_leader(&addr, &ps, &mut aborted).await;
+                    (addr, ps, aborted, r)
+                })
+                .collect(),
+        )
+        .await;
+        for (addr, ps, aborted, r) in per_leader {
+            match r {
+                Ok(()) => out.aborted.extend(aborted),
+                Err(e) => {
+                    out.reason = format!("aborting open transactions on {addr}: {e}");
+                    out.failed.extend(ps);
+                }
             }
         }
         for a in &out.aborted {
@@ -58,26 +71,16 @@ impl KafkaFailoverIo {
             .client(addr, self.timeout)
             .await
             .map_err(|e| e.to_string())?;
-        let mut topics: Vec<TopicRequest> = Vec::new();
-        for (t, p) in parts {
-            match topics.iter_mut().find(|r| r.name.0.as_str() == t) {
-                Some(r) => r.partition_indexes.push(*p),
-                None => topics.push(
-                    TopicRequest::default()
-                        .with_name(StrBytes::from_string(t.clone()).into())
-                        .with_partition_indexes(vec![*p]),
-                ),
-            }
-        }
         let resp = c
-            .send(&DescribeProducersRequest::default().with_topics(topics), 0)
+            .send(&describe_producers_request(parts), 0)
             .await
             .map_err(|e| format!("DescribeProducers: {e}"))?;
+        let asked: HashSet<&PartitionKey> = parts.iter().collect();
         let mut open: Vec<AbortedTxn> = Vec::new();
         for t in &resp.topics {
             for p in &t.partitions {
                 let key = (t.name.0.to_string(), p.partition_index);
-                if !parts.contains(&key) {
+                if !asked.contains(&key) {
                     continue;
                 }
                 if p.error_code != 0 {

@@ -5,13 +5,17 @@
 //! Owns: the InitProducerId and DescribeProducers requests of a failover. Must not touch: the
 //! records (the executor records the chosen id before any marker is written with it).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
+use kafka_protocol::messages::describe_producers_request::TopicRequest;
 use kafka_protocol::messages::describe_producers_response::ProducerState;
+use kafka_protocol::messages::DescribeProducersRequest;
 use kafka_protocol::protocol::StrBytes;
 
 use super::super::failover::{InUse, NewProducer, PartitionKey, ProducerIdError};
 use super::super::state::BarrierProducer;
+use super::tails::join_all;
 use super::{KafkaFailoverIo, NO_LEADER};
 
 /// Most idempotent producer ids a failover asks for to find one for its control barriers that
@@ -139,8 +143,6 @@ impl KafkaFailoverIo {
         &self,
         parts: &[PartitionKey],
     ) -> Result<Described, ProducerIdError> {
-        use kafka_protocol::messages::describe_producers_request::TopicRequest;
-        use kafka_protocol::messages::DescribeProducersRequest;
         let (by_leader, mut unreachable) = self.by_leader(parts);
         let mut why = if unreachable.is_empty() {
             String::new()
@@ -148,30 +150,29 @@ impl KafkaFailoverIo {
             NO_LEADER.to_string()
         };
         let mut producers = Vec::new();
-        for (addr, ps) in by_leader {
-            let mut topics: Vec<TopicRequest> = Vec::new();
-            for p in &ps {
-                match topics.iter_mut().find(|t| t.name.0.as_str() == p.0) {
-                    Some(t) => t.partition_indexes.push(p.1),
-                    None => topics.push(
-                        TopicRequest::default()
-                            .with_name(StrBytes::from_string(p.0.clone()).into())
-                            .with_partition_indexes(vec![p.1]),
-                    ),
-                }
-            }
-            let req = DescribeProducersRequest::default().with_topics(topics);
-            let resp = match async {
-                let mut c = self.cluster.client(&addr, self.timeout).await?;
-                c.send(&req, 0).await
-            }
-            .await
-            {
+        // Every leader at once.
+        let per_leader = join_all(
+            by_leader
+                .into_iter()
+                .map(|(addr, ps)| async move {
+                    let req = describe_producers_request(&ps);
+                    let resp = async {
+                        let mut c = self.cluster.client(&addr, self.timeout).await?;
+                        c.send(&req, 0).await
+                    }
+                    .await;
+                    (addr, ps, resp)
+                })
+                .collect(),
+        )
+        .await;
+        for (addr, ps, resp) in per_leader {
+            let resp = match resp {
                 Ok(r) => r,
                 Err(e) => {
                     // That leader's partitions fail alone (retried); the others go on.
                     why = format!("DescribeProducers to {addr}: {e}");
-                    unreachable.extend(ps.iter().cloned());
+                    unreachable.extend(ps);
                     continue;
                 }
             };
@@ -198,6 +199,20 @@ impl KafkaFailoverIo {
             why,
         })
     }
+}
+
+/// A DescribeProducers request for `parts` (each topic named once).
+pub(super) fn describe_producers_request(parts: &[PartitionKey]) -> DescribeProducersRequest {
+    let mut topics: Vec<TopicRequest> = Vec::new();
+    let mut at: HashMap<&str, usize> = HashMap::new();
+    for (t, p) in parts {
+        let i = *at.entry(t.as_str()).or_insert_with(|| {
+            topics.push(TopicRequest::default().with_name(StrBytes::from_string(t.clone()).into()));
+            topics.len() - 1
+        });
+        topics[i].partition_indexes.push(*p);
+    }
+    DescribeProducersRequest::default().with_topics(topics)
 }
 
 /// What [`KafkaFailoverIo::describe_producers`] found.

@@ -5,7 +5,7 @@
 //! Owns: the barrier write requests and the reading of their outcomes. Must not touch: the
 //! records (the executor records what is returned).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
@@ -19,7 +19,8 @@ use crate::protocol::barrier::{encode_barrier_batch, BarrierValue, BARRIER_TIMES
 use super::super::failover::{BarrierWrites, Found, FoundBarrier, PartitionKey};
 use super::super::screening::now_ms;
 use super::super::state::{BarrierKind, BarrierProducer};
-use super::{read_batches, KafkaFailoverIo, OwnBarrier, NO_LEADER};
+use super::tails::{join_all, log_offsets, read_tails};
+use super::{KafkaFailoverIo, OwnBarrier, NO_LEADER};
 
 impl KafkaFailoverIo {
     /// Write the barriers of `parts`, grouped per leader: with `producer`, a control batch
@@ -51,35 +52,20 @@ impl KafkaFailoverIo {
             reason = NO_LEADER.into();
             failed.extend(leaderless);
         }
-        for (addr, ps) in by_leader {
-            let data: Vec<PartitionKey> = match producer {
-                Some(producer) if self.barrier_mode != BarrierMode::Data => {
-                    let refused = self
-                        .write_control_barriers(
-                            name,
-                            &addr,
-                            producer,
-                            &ps,
-                            &mut out,
-                            &mut failed,
-                            &mut reason,
-                        )
-                        .await;
-                    ps.iter().filter(|p| refused.contains(p)).cloned().collect()
-                }
-                _ => ps,
-            };
-            if !data.is_empty() {
-                self.write_data_barriers(
-                    name,
-                    fid,
-                    &addr,
-                    &data,
-                    &mut out,
-                    &mut failed,
-                    &mut reason,
-                )
-                .await;
+        // Every leader at once: each is one connection and a few requests for all its
+        // partitions.
+        let per_leader = join_all(
+            by_leader
+                .into_iter()
+                .map(|(addr, ps)| self.write_on_leader(name, fid, producer, addr, ps))
+                .collect(),
+        )
+        .await;
+        for w in per_leader {
+            out.extend(w.written);
+            if !w.failed.is_empty() {
+                failed.extend(w.failed);
+                reason = w.reason;
             }
         }
         BarrierWrites {
@@ -87,6 +73,34 @@ impl KafkaFailoverIo {
             failed,
             reason,
         }
+    }
+
+    /// The barriers of `ps`, all led by `addr` (see [`Self::write_barriers`]).
+    async fn write_on_leader(
+        &self,
+        name: &str,
+        fid: &str,
+        producer: Option<BarrierProducer>,
+        addr: String,
+        ps: Vec<PartitionKey>,
+    ) -> BarrierWrites {
+        let mut w = BarrierWrites::default();
+        let (out, failed, reason) = (&mut w.written, &mut w.failed, &mut w.reason);
+        let data: Vec<PartitionKey> = match producer {
+            Some(producer) if self.barrier_mode != BarrierMode::Data => {
+                let refused = self
+                    .write_control_barriers(name, &addr, producer, &ps, out, failed, reason)
+                    .await;
+                let refused: HashSet<&PartitionKey> = refused.iter().collect();
+                ps.iter().filter(|p| refused.contains(p)).cloned().collect()
+            }
+            _ => ps,
+        };
+        if !data.is_empty() {
+            self.write_data_barriers(name, fid, &addr, &data, out, failed, reason)
+                .await;
+        }
+        w
     }
 
     /// Control barriers of `ps` (all led by `addr`). Returns the partitions to write a data
@@ -155,14 +169,15 @@ impl KafkaFailoverIo {
                     failed.extend(keys);
                     return Vec::new();
                 }
-                for k in &keys {
-                    match c.list_offset(&k.0, k.1, crate::client::LATEST).await {
+                // One ListOffsets request for every partition of this leader.
+                for (k, end) in log_offsets(&mut c, &keys, crate::client::LATEST).await {
+                    match end {
                         Ok(o) => {
-                            before.insert(k.clone(), o);
+                            before.insert(k, o);
                         }
                         Err(e) => {
                             *reason = format!("cannot read the log end before the barrier: {e}");
-                            failed.push(k.clone());
+                            failed.push(k);
                         }
                     }
                 }
@@ -198,16 +213,25 @@ impl KafkaFailoverIo {
         let mut refused = Vec::new();
         let mut keys_sorted: Vec<_> = outcomes.into_iter().collect();
         keys_sorted.sort_by(|a, b| a.0.cmp(&b.0));
+        // The markers written, read back from the log ends noted before them: one Fetch naming
+        // every partition (usually a single round).
+        let written: Vec<(PartitionKey, i64)> = keys_sorted
+            .iter()
+            .filter(|(_, o)| matches!(o, MarkerOutcome::Written))
+            .map(|(k, _)| (k.clone(), before.get(k).copied().unwrap_or(0)))
+            .collect();
+        let mut tails = read_tails(&mut c, &written, |_| OwnBarrier {
+            failover_id: "",
+            producer_id: Some(producer.producer_id),
+        })
+        .await;
         for (key, o) in keys_sorted {
             match o {
                 MarkerOutcome::Written => {
-                    let own = OwnBarrier {
-                        failover_id: "",
-                        producer_id: Some(producer.producer_id),
-                    };
                     let from = before.get(&key).copied().unwrap_or(0);
-                    let found = read_batches(&mut c, &key.0, key.1, from, &own)
-                        .await
+                    let found = tails
+                        .remove(&key)
+                        .unwrap_or_else(|| Err("not read back".into()))
                         .map(|tail| {
                             tail.iter()
                                 .rev()
@@ -315,10 +339,11 @@ impl KafkaFailoverIo {
         .await;
         match result {
             Ok(resp) => {
+                let asked: HashSet<&PartitionKey> = ps.iter().collect();
                 for t in &resp.responses {
                     for pr in &t.partition_responses {
                         let key = (t.name.0.to_string(), pr.index);
-                        if !ps.iter().any(|p| p.0 == key.0 && p.1 == key.1) {
+                        if !asked.contains(&key) {
                             continue;
                         }
                         if pr.error_code == 0 {
@@ -341,11 +366,11 @@ impl KafkaFailoverIo {
                         }
                     }
                 }
+                let refused: HashSet<PartitionKey> = failed.iter().cloned().collect();
                 for p in ps {
-                    let key = p.clone();
-                    if !out.contains_key(&key) && !failed.contains(&key) {
+                    if !out.contains_key(p) && !refused.contains(p) {
                         *reason = "no answer for the partition".into();
-                        failed.push(key);
+                        failed.push(p.clone());
                     }
                 }
             }

@@ -196,7 +196,12 @@ impl<Io: FailoverIo> Failover<Io> {
         // Done once every partition here is STOPPED and every one handed over is known here
         // (a partition this instance has not seen in the metadata yet joins later).
         Ok(self.records.record(name).is_some_and(|r| {
-            r.all_stopped() && theirs.keys().all(|(t, i)| r.partition(t, *i).is_some())
+            let here: std::collections::HashSet<(&str, i32)> = r
+                .partitions
+                .iter()
+                .map(|p| (p.topic.as_str(), p.partition))
+                .collect();
+            r.all_stopped() && theirs.keys().all(|(t, i)| here.contains(&(t.as_str(), *i)))
         }))
     }
 

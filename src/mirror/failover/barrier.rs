@@ -7,7 +7,7 @@
 //!
 //! Owns: the barrier step's policy. Must not touch: brokers or the PSM (through [`FailoverIo`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use crate::config::BarrierMode;
@@ -53,17 +53,17 @@ impl<Io: FailoverIo> Failover<Io> {
             // from where the log ended before the first barrier (several instances).
             let announced = self.io.announced_barrier_producer(name, fid);
             let from = self.io.announced_barrier_from(name, fid);
-            for p in &need {
-                let pid = p.barrier_producer.or(announced).map(|b| b.producer_id);
-                let start = from.get(&key(p)).copied();
-                if let Some(b) = self
-                    .io
-                    .find_barrier(&p.topic, p.partition, fid, pid, start)
-                    .await
-                {
-                    found.insert(key(p), b);
-                }
-            }
+            let look: Vec<(PartitionKey, Option<i64>, Option<i64>)> = need
+                .iter()
+                .map(|p| {
+                    (
+                        key(p),
+                        p.barrier_producer.or(announced).map(|b| b.producer_id),
+                        from.get(&key(p)).copied(),
+                    )
+                })
+                .collect();
+            found = self.io.find_barriers(fid, &look).await;
         }
         let mut to_write: Vec<PartitionKey> = need
             .iter()
@@ -272,12 +272,12 @@ impl<Io: FailoverIo> Failover<Io> {
                     self.io.announced_barrier_producer(name, fid)
                 })
         });
-        let producer_of = |k: &PartitionKey| {
-            record
-                .as_ref()
-                .and_then(|r| r.partition(&k.0, k.1))
-                .and_then(|p| p.barrier_producer)
-        };
+        let recorded_producers: HashMap<PartitionKey, BarrierProducer> = record
+            .iter()
+            .flat_map(|r| r.partitions.iter())
+            .filter_map(|p| p.barrier_producer.map(|b| (key(p), b)))
+            .collect();
+        let producer_of = |k: &PartitionKey| recorded_producers.get(k).copied();
         let chosen = match recorded {
             Some(p) => {
                 // Partitions that joined since (or not written yet): the recorded id must be
@@ -310,16 +310,14 @@ impl<Io: FailoverIo> Failover<Io> {
             }
             None => self.io.new_barrier_producer(parts).await?,
         };
-        let keys: Vec<PartitionKey> = parts
-            .iter()
-            .filter(|k| !chosen.unreachable.contains(k))
-            .cloned()
-            .collect();
+        let unreachable: HashSet<&PartitionKey> = chosen.unreachable.iter().collect();
+        let keys: HashSet<&PartitionKey> =
+            parts.iter().filter(|k| !unreachable.contains(k)).collect();
         if keys.iter().any(|k| producer_of(k) != Some(chosen.producer)) {
             let producer = chosen.producer;
             self.records
                 .update_stopping(name, |p| {
-                    if keys.iter().any(|(t, i)| *t == p.topic && *i == p.partition) {
+                    if keys.contains(&key(p)) {
                         p.barrier_producer = Some(producer);
                     }
                     Ok(())
@@ -407,6 +405,16 @@ impl<Io: FailoverIo> Failover<Io> {
             .into_iter()
             .map(|p| (key(&p), p))
             .collect();
+        // The first look after each barrier, for every partition at once.
+        let first: Vec<(PartitionKey, i64, Option<i64>)> = check
+            .iter()
+            .filter_map(|(k, _)| {
+                found
+                    .get(k)
+                    .map(|b| (k.clone(), b.offset + 1, b.producer_id))
+            })
+            .collect();
+        let mut first_look = self.io.late_batches_of(fid, &first).await;
         'partitions: for (key, _) in check {
             let Some(record) = records.get(&key) else {
                 continue;
@@ -416,11 +424,15 @@ impl<Io: FailoverIo> Failover<Io> {
                     continue 'partitions;
                 };
                 let barrier = current.offset;
-                let late = match self
-                    .io
-                    .late_batches(&key.0, key.1, barrier + 1, fid, current.producer_id)
-                    .await
-                {
+                let late = match first_look.remove(&key) {
+                    Some(late) => late,
+                    None => {
+                        self.io
+                            .late_batches(&key.0, key.1, barrier + 1, fid, current.producer_id)
+                            .await
+                    }
+                };
+                let late = match late {
                     Ok(late) => late,
                     Err(e) => {
                         reason = format!("cannot re-read the log after the barrier: {e}");

@@ -174,6 +174,39 @@ pub trait FailoverIo: Send + Sync + 'static {
         fid: &str,
         producer_id: Option<i64>,
     ) -> impl Future<Output = Result<Vec<TailBatch>, String>> + Send;
+    /// [`Self::find_barrier`] of many partitions, each with its control barrier's producer id:
+    /// the barriers found. The real I/O asks each leader once for all its partitions.
+    fn find_barriers(
+        &self,
+        fid: &str,
+        parts: &[(PartitionKey, Option<i64>, Option<i64>)],
+    ) -> impl Future<Output = Found> + Send {
+        async move {
+            let mut found = Found::new();
+            for (k, pid, from) in parts {
+                if let Some(b) = self.find_barrier(&k.0, k.1, fid, *pid, *from).await {
+                    found.insert(k.clone(), b);
+                }
+            }
+            found
+        }
+    }
+    /// [`Self::late_batches`] of many partitions, each from its offset with its control
+    /// barrier's producer id. The real I/O asks each leader once for all its partitions.
+    fn late_batches_of(
+        &self,
+        fid: &str,
+        parts: &[(PartitionKey, i64, Option<i64>)],
+    ) -> impl Future<Output = HashMap<PartitionKey, Result<Vec<TailBatch>, String>>> + Send {
+        async move {
+            let mut out = HashMap::new();
+            for (k, from, pid) in parts {
+                let late = self.late_batches(&k.0, k.1, *from, fid, *pid).await;
+                out.insert(k.clone(), late);
+            }
+            out
+        }
+    }
     /// Abort every transaction still open in `parts` (an ABORT marker for each producer the
     /// leader describes with one): mirrored transactions the source never finished (H14).
     fn abort_open_transactions(
