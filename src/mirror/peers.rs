@@ -982,8 +982,8 @@ mod tests {
     async fn a_mirrors_topics_count_as_failed_over_once_any_instance_announces_it_not_when_paused()
     {
         let t = Arc::new(Topic::default());
-        let a = PeerLink::new("a", "st", Duration::from_secs(10), t.clone());
-        let b = PeerLink::new("b", "st", Duration::from_secs(10), t.clone());
+        let a = link("a", Duration::from_secs(10), &t);
+        let b = link("b", Duration::from_secs(10), &t);
         assert!(matches!(
             b.failover_refusal("m"),
             Some(PeerRefusal::NoLease(_))
