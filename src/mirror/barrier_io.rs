@@ -368,19 +368,19 @@ impl FailoverIo for KafkaFailoverIo {
         self.psm_entries(parts, own)
     }
 
-    /// The last mirrored offset of a partition whose barrier is at `barrier`: what its PSM has
-    /// applied below the barrier (-1: nothing known).
-    fn last_mirrored_offset(&self, topic: &str, partition: i32, barrier: i64) -> i64 {
-        self.psm
-            .as_ref()
-            .and_then(|r| r.existing(topic, partition))
-            .map(|s| {
-                s.lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .applied_through()
-            })
-            .unwrap_or(-1)
-            .min(barrier - 1)
+    async fn last_mirrored_offset(
+        &self,
+        topic: &str,
+        partition: i32,
+        fid: &str,
+        barrier: FoundBarrier,
+    ) -> Result<i64, String> {
+        let own = OwnBarrier {
+            failover_id: fid,
+            producer_id: barrier.producer_id,
+        };
+        self.last_data_before(topic, partition, barrier.offset, &own)
+            .await
     }
 
     fn topic_id(&self, topic: &str) -> Option<uuid::Uuid> {
@@ -399,7 +399,7 @@ impl FailoverIo for KafkaFailoverIo {
         &self,
         parts: &[PartitionKey],
         own: &[i64],
-    ) -> Result<Vec<(i64, ScreenEntry)>, String> {
+    ) -> Result<Vec<(PartitionKey, i64, ScreenEntry)>, String> {
         if self.peers.get().is_none() {
             return Ok(Vec::new());
         }
@@ -411,13 +411,13 @@ impl FailoverIo for KafkaFailoverIo {
         Ok(d.producers
             .into_iter()
             .filter(|(_, p)| !own.contains(&p.producer_id.0))
-            .map(|(_, p)| {
+            .map(|(k, p)| {
                 let entry = ScreenEntry {
                     max_epoch: i16::try_from(p.producer_epoch).unwrap_or(i16::MAX),
                     last_timestamp: p.last_timestamp,
                     added_ms: now,
                 };
-                (p.producer_id.0, entry)
+                (k, p.producer_id.0, entry)
             })
             .collect())
     }

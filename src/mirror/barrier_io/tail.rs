@@ -1,6 +1,6 @@
 //! Reading the tail of a partition's log during a failover: this failover's barrier in it (from
-//! where the log ended before it, when several instances recorded that), and the batches that
-//! landed after a barrier.
+//! where the log ended before it, when several instances recorded that), the batches that
+//! landed after a barrier, and the last mirrored batch before it.
 //!
 //! Owns: those reads and how a barrier of this failover is recognised ([`OwnBarrier`]). Must
 //! not touch: what the executor does with them.
@@ -80,6 +80,74 @@ impl KafkaFailoverIo {
             .into_iter()
             .filter(|b| b.own_barrier.is_none())
             .collect())
+    }
+
+    /// The last offset of the last data batch before offset `before` (a barrier) in a
+    /// partition's log, whoever mirrored it (review G15): control batches (markers, this
+    /// failover's control barriers) and data barriers (of any failover) are not mirrored
+    /// records. -1 when there is none down to the log start. Read backwards from `before`, a
+    /// growing window at a time.
+    pub(super) async fn last_data_before(
+        &self,
+        topic: &str,
+        partition: i32,
+        before: i64,
+        own: &OwnBarrier<'_>,
+    ) -> Result<i64, String> {
+        let addr = self
+            .leader_addr(topic, partition)
+            .ok_or_else(|| NO_LEADER.to_string())?;
+        let mut c = self
+            .cluster
+            .client(&addr, self.timeout)
+            .await
+            .map_err(|e| e.to_string())?;
+        let start = c
+            .list_offset(topic, partition, crate::client::EARLIEST)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut until = before;
+        let mut window = 64i64;
+        while until > start {
+            let from = until.saturating_sub(window).max(start);
+            let mut last = None;
+            let mut next = from;
+            while next < until {
+                let f = c
+                    .fetch_partition(topic, partition, next, 1024 * 1024)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let at = next;
+                for item in BatchWalker::fetched(&f.records) {
+                    let Ok((h, batch)) = item else { break };
+                    if h.base_offset >= until {
+                        next = until;
+                        break;
+                    }
+                    let mirrored = !h.is_control()
+                        && own.kind_of(&h, batch).is_none()
+                        && !matches!(parse_barrier(batch), Ok(Some(_)));
+                    if mirrored {
+                        last = Some(h.last_offset().min(until - 1));
+                    }
+                    next = next.max(h.last_offset() + 1);
+                }
+                if next == at {
+                    if at >= f.high_watermark {
+                        break;
+                    }
+                    return Err(format!(
+                        "no progress reading {topic}-{partition} at offset {at}"
+                    ));
+                }
+            }
+            if let Some(last) = last {
+                return Ok(last);
+            }
+            until = from;
+            window = window.saturating_mul(8);
+        }
+        Ok(-1)
     }
 }
 
