@@ -402,19 +402,31 @@ impl FailoverIo for KafkaFailoverIo {
         self.psm_entries(parts, own)
     }
 
-    /// The last mirrored offset of a partition whose barrier is at `barrier`: what its PSM has
-    /// applied below the barrier (-1: nothing known).
-    fn last_mirrored_offset(&self, topic: &str, partition: i32, barrier: i64) -> i64 {
-        self.psm
-            .as_ref()
-            .and_then(|r| r.existing(topic, partition))
-            .map(|s| {
-                s.lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .applied_through()
-            })
-            .unwrap_or(-1)
-            .min(barrier - 1)
+    async fn last_mirrored_offset(
+        &self,
+        topic: &str,
+        partition: i32,
+        fid: &str,
+        barrier: FoundBarrier,
+    ) -> Result<i64, String> {
+        let own = OwnBarrier {
+            failover_id: fid,
+            producer_id: barrier.producer_id,
+        };
+        self.last_data_before(topic, partition, barrier.offset, &own)
+            .await
+    }
+
+    async fn last_mirrored_offsets(
+        &self,
+        fid: &str,
+        found: &Found,
+    ) -> HashMap<PartitionKey, Result<i64, String>> {
+        let parts: Vec<(PartitionKey, i64, Option<i64>)> = found
+            .iter()
+            .map(|(k, b)| (k.clone(), b.offset, b.producer_id))
+            .collect();
+        self.last_data_before_many(fid, &parts).await
     }
 
     fn topic_id(&self, topic: &str) -> Option<uuid::Uuid> {
@@ -433,7 +445,7 @@ impl FailoverIo for KafkaFailoverIo {
         &self,
         parts: &[PartitionKey],
         own: &[i64],
-    ) -> Result<Vec<(i64, ScreenEntry)>, String> {
+    ) -> Result<Vec<(PartitionKey, i64, ScreenEntry)>, String> {
         if self.peers.get().is_none() {
             return Ok(Vec::new());
         }
@@ -446,14 +458,14 @@ impl FailoverIo for KafkaFailoverIo {
         Ok(d.producers
             .into_iter()
             .filter(|(_, p)| !own.contains(&p.producer_id.0))
-            .map(|(_, p)| {
+            .map(|(k, p)| {
                 let entry = ScreenEntry {
                     max_epoch: i16::try_from(p.producer_epoch).unwrap_or(i16::MAX),
                     last_timestamp: p.last_timestamp,
                     added_ms: now,
                     coordinator_epoch: p.coordinator_epoch.max(NO_COORDINATOR_EPOCH),
                 };
-                (p.producer_id.0, entry)
+                (k, p.producer_id.0, entry)
             })
             .collect())
     }

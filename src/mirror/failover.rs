@@ -423,7 +423,9 @@ impl<Io: FailoverIo> Failover<Io> {
         let complete = !self.io.hands_over();
         self.records.update_stopping(name, |p| {
             if let Some(n) = expired.get(&key(p)) {
-                p.producers_expired = *n;
+                // The barrier step counted the PSM's producers and the brokers' (several
+                // instances, review G15); the clear counts the PSM's at the barrier.
+                p.producers_expired = p.producers_expired.max(*n);
                 p.advance(FailoverStep::PsmCleared, now)?;
             }
             if complete && p.step == Some(FailoverStep::PsmCleared) {

@@ -211,6 +211,8 @@ impl FailoverIo for Fake {
                 producer_epoch: 0,
                 max_timestamp: 0,
                 own_barrier: None,
+                last_offset: b.offset,
+                is_data: true,
             })
             .collect())
     }
@@ -341,9 +343,22 @@ impl FailoverIo for Fake {
             .collect()
     }
 
-    fn last_mirrored_offset(&self, _topic: &str, _partition: i32, barrier: i64) -> i64 {
+    async fn last_mirrored_offset(
+        &self,
+        topic: &str,
+        partition: i32,
+        _fid: &str,
+        barrier: FoundBarrier,
+    ) -> Result<i64, String> {
         self.call(Call::LastMirrored);
-        barrier - 1
+        let s = self.state();
+        let log = s.logs.get(&(topic.to_string(), partition)).unwrap();
+        Ok(log
+            .iter()
+            .filter(|b| b.offset < barrier.offset && b.barrier.is_none() && !b.abort)
+            .map(|b| b.offset)
+            .max()
+            .unwrap_or(-1))
     }
 
     fn topic_id(&self, _topic: &str) -> Option<uuid::Uuid> {
@@ -361,15 +376,20 @@ impl FailoverIo for Fake {
 
     async fn broker_producers(
         &self,
-        _parts: &[PartitionKey],
+        parts: &[PartitionKey],
         own: &[i64],
-    ) -> Result<Vec<(i64, ScreenEntry)>, String> {
-        Ok(self
-            .state()
-            .broker_producers
+    ) -> Result<Vec<(PartitionKey, i64, ScreenEntry)>, String> {
+        // The brokers hold each of them in every partition asked.
+        Ok(parts
             .iter()
-            .filter(|(id, _)| !own.contains(id))
-            .copied()
+            .flat_map(|k| {
+                self.state()
+                    .broker_producers
+                    .iter()
+                    .filter(|(id, _)| !own.contains(id))
+                    .map(|(id, e)| (k.clone(), *id, *e))
+                    .collect::<Vec<_>>()
+            })
             .collect())
     }
 
@@ -1367,4 +1387,58 @@ async fn a_failover_whose_peers_all_fenced_does_not_reread_its_barriers() {
     // Nothing could land late: no re-read, one barrier (the test's write after it stands for
     // what the settle would have found).
     assert_eq!(rig.fake.barriers()[&p0].len(), 1);
+}
+
+#[tokio::test]
+async fn the_producers_mirrored_through_other_instances_are_counted_in_producers_expired() {
+    // Review G15: the brokers hold a producer no PSM here saw; the partition record (and so the
+    // report) counts it with the PSM's own.
+    let rig = rig("auto");
+    let now = now_ms();
+    let entry = ScreenEntry {
+        max_epoch: 0,
+        last_timestamp: now,
+        added_ms: now,
+        coordinator_epoch: crate::mirror::screening::NO_COORDINATOR_EPOCH,
+    };
+    rig.fake.state().broker_producers = vec![(8_000_001, entry), (8_000_002, entry)];
+    let exec = rig.executor(FaultHooks::default());
+    exec.begin(MIRROR).unwrap();
+    run_to_completion(&exec, false).await;
+    let expired: Vec<(i32, u32)> = rig
+        .on_disk()
+        .partitions
+        .iter()
+        .map(|p| (p.partition, p.producers_expired))
+        .collect();
+    assert!(
+        expired.iter().all(|(_, n)| *n == 3),
+        "producer 7 of the PSM and the brokers' two, per partition: {expired:?}"
+    );
+}
+
+#[tokio::test]
+async fn after_a_late_write_round_the_last_mirrored_offset_is_the_late_write_before_the_final_barrier(
+) {
+    // Defect H2: the last mirrored offset is read from the log before the *final* barrier; the
+    // abort marker the failover wrote after the late write is not a mirrored record.
+    let rig = rig("auto");
+    let p0 = ("orders".to_string(), 0);
+    {
+        let mut s = rig.fake.state();
+        s.several = true;
+        s.waited_out = Some(now_ms());
+        s.land_after_barrier.insert(p0.clone(), (9_003, true));
+    }
+    let exec = rig.executor(FaultHooks::default());
+    exec.begin(MIRROR).unwrap();
+    run_to_completion(&exec, false).await;
+    let log = rig.fake.state().logs[&p0].clone();
+    let late = log.iter().find(|b| b.producer_id == 9_003 && !b.abort);
+    let p = rig.on_disk().partition("orders", 0).unwrap().clone();
+    assert_eq!(
+        (p.last_mirrored_offset, p.barrier_offset.map(|b| b > 4)),
+        (late.map(|b| b.offset), Some(true)),
+        "{log:?}"
+    );
 }

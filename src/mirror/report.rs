@@ -135,6 +135,11 @@ pub struct PartitionReport {
     pub last_mirrored_source_offset: Option<i64>,
     pub last_mirrored_destination_offset: Option<i64>,
     pub barrier_offset: Option<i64>,
+    /// The last mirrored destination offset, read from the log at the barrier step: the last
+    /// data batch before the (final) barrier, whoever mirrored it (review G15). `None` when it
+    /// could not be read, and in reports of older versions.
+    #[serde(default)]
+    pub last_mirrored_offset: Option<i64>,
     /// Records of the source the destination does not have (source log end − next source offset
     /// to mirror); `None` when the source could not be read.
     pub rpo_records: Option<i64>,
@@ -286,6 +291,7 @@ pub fn complete(
                 last_mirrored_source_offset: last_src,
                 last_mirrored_destination_offset: last_dst,
                 barrier_offset: p.barrier_offset,
+                last_mirrored_offset: p.last_mirrored_offset,
                 rpo_records,
                 rpo_seconds,
                 last_known_lag_records,

@@ -18,6 +18,7 @@ use crate::psm_differential::{batch, RawConn};
 mod handover;
 mod liveness;
 mod record;
+mod report;
 
 const SESSION_MS: u64 = 3_000;
 

@@ -23,6 +23,7 @@ use kafka_protocol::messages::{FetchRequest, ListOffsetsRequest};
 use kafka_protocol::protocol::StrBytes;
 
 use crate::client::KafkaClient;
+use crate::protocol::barrier::parse_barrier;
 use crate::protocol::batch::BatchWalker;
 
 use super::super::failover::{Found, FoundBarrier, PartitionKey, TailBatch};
@@ -353,6 +354,177 @@ impl KafkaFailoverIo {
         }
         out
     }
+
+    /// The last mirrored offset before each partition's barrier (`parts`: partition, the
+    /// offset before which to look, the control barrier's producer id): the last offset of the
+    /// last data batch before it, whoever mirrored it (review G15); -1 when there is none.
+    /// Per leader one connection, one ListOffsets and a Fetch of the last 64 offsets before
+    /// every barrier, the leaders at once; a partition whose last data batch lies further back
+    /// is read backwards on its own ([`Self::last_data_before`]).
+    pub(super) async fn last_data_before_many(
+        &self,
+        fid: &str,
+        parts: &[(PartitionKey, i64, Option<i64>)],
+    ) -> PerPartition<i64> {
+        const WINDOW: i64 = 64;
+        let pids: HashMap<PartitionKey, Option<i64>> =
+            parts.iter().map(|(k, _, p)| (k.clone(), *p)).collect();
+        let before: HashMap<PartitionKey, i64> =
+            parts.iter().map(|(k, b, _)| (k.clone(), *b)).collect();
+        let keys: Vec<PartitionKey> = parts.iter().map(|(k, _, _)| k.clone()).collect();
+        let (by_leader, leaderless) = self.by_leader(&keys);
+        let mut out: PerPartition<i64> = leaderless
+            .into_iter()
+            .map(|k| (k, Err(NO_LEADER.to_string())))
+            .collect();
+        let own = |k: &PartitionKey| OwnBarrier {
+            failover_id: fid,
+            producer_id: pids.get(k).copied().flatten(),
+        };
+        let before = &before;
+        // Per partition: found, none down to the log start, or to be read further back.
+        let per_leader = join_all(
+            by_leader
+                .into_iter()
+                .map(|(addr, ps)| async move {
+                    let mut c = match self.cluster.client(&addr, self.timeout).await {
+                        Ok(c) => c,
+                        Err(e) => {
+                            let why = e.to_string();
+                            return ps.into_iter().map(|k| (k, Err(why.clone()))).collect();
+                        }
+                    };
+                    let starts = log_offsets(&mut c, &ps, crate::client::EARLIEST).await;
+                    let mut out: PerPartition<Option<i64>> = HashMap::new();
+                    let mut from = Vec::new();
+                    for k in ps {
+                        let b = before.get(&k).copied().unwrap_or(0);
+                        match starts.get(&k).cloned() {
+                            Some(Ok(start)) if b <= start => {
+                                out.insert(k, Ok(Some(-1)));
+                            }
+                            Some(Ok(start)) => from.push((k, (b - WINDOW).max(start))),
+                            Some(Err(e)) => {
+                                out.insert(k, Err(e));
+                            }
+                            None => {
+                                out.insert(k, Err("no log start offset".into()));
+                            }
+                        }
+                    }
+                    let at: HashMap<PartitionKey, i64> = from.iter().cloned().collect();
+                    let starts = &starts;
+                    for (k, tail) in read_tails(&mut c, &from, own).await {
+                        let b = before.get(&k).copied().unwrap_or(0);
+                        let r = tail.map(|batches| {
+                            let last = batches
+                                .iter()
+                                .filter(|t| {
+                                    t.base_offset < b && t.is_data && t.own_barrier.is_none()
+                                })
+                                .map(|t| t.last_offset.min(b - 1))
+                                .max();
+                            let read_from = at.get(&k).copied().unwrap_or(0);
+                            let start = starts
+                                .get(&k)
+                                .and_then(|s| s.as_ref().ok().copied())
+                                .unwrap_or(0);
+                            match last {
+                                Some(l) => Some(l),
+                                None if read_from <= start => Some(-1),
+                                None => None,
+                            }
+                        });
+                        out.insert(k, r);
+                    }
+                    out
+                })
+                .collect(),
+        )
+        .await;
+        for found in per_leader {
+            for (k, r) in found {
+                let r = match r {
+                    Ok(Some(l)) => Ok(l),
+                    Ok(None) => {
+                        let b = before.get(&k).copied().unwrap_or(0);
+                        self.last_data_before(&k.0, k.1, b - WINDOW, &own(&k)).await
+                    }
+                    Err(e) => Err(e),
+                };
+                out.insert(k, r);
+            }
+        }
+        out
+    }
+
+    /// The last offset of the last data batch before offset `before` (a barrier) in a
+    /// partition's log, whoever mirrored it (review G15): control batches (markers, this
+    /// failover's control barriers) and data barriers (of any failover) are not mirrored
+    /// records. -1 when there is none down to the log start. Read backwards from `before`, a
+    /// growing window at a time.
+    pub(super) async fn last_data_before(
+        &self,
+        topic: &str,
+        partition: i32,
+        before: i64,
+        own: &OwnBarrier<'_>,
+    ) -> Result<i64, String> {
+        let addr = self
+            .leader_addr(topic, partition)
+            .ok_or_else(|| NO_LEADER.to_string())?;
+        let mut c = self
+            .cluster
+            .client(&addr, self.timeout)
+            .await
+            .map_err(|e| e.to_string())?;
+        let start = c
+            .list_offset(topic, partition, crate::client::EARLIEST)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut until = before;
+        let mut window = 64i64;
+        while until > start {
+            let from = until.saturating_sub(window).max(start);
+            let mut last = None;
+            let mut next = from;
+            while next < until {
+                let f = c
+                    .fetch_partition(topic, partition, next, 1024 * 1024)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let at = next;
+                for item in BatchWalker::fetched(&f.records) {
+                    let Ok((h, batch)) = item else { break };
+                    if h.base_offset >= until {
+                        next = until;
+                        break;
+                    }
+                    let mirrored = !h.is_control()
+                        && own.kind_of(&h, batch).is_none()
+                        && !matches!(parse_barrier(batch), Ok(Some(_)));
+                    if mirrored {
+                        last = Some(h.last_offset().min(until - 1));
+                    }
+                    next = next.max(h.last_offset() + 1);
+                }
+                if next == at {
+                    if at >= f.high_watermark {
+                        break;
+                    }
+                    return Err(format!(
+                        "no progress reading {topic}-{partition} at offset {at}"
+                    ));
+                }
+            }
+            if let Some(last) = last {
+                return Ok(last);
+            }
+            until = from;
+            window = window.saturating_mul(8);
+        }
+        Ok(-1)
+    }
 }
 
 /// The batches of a partition from `from` to its high watermark.
@@ -395,6 +567,8 @@ fn walk(records: &[u8], at: i64, own: &OwnBarrier<'_>, out: &mut Vec<TailBatch>)
             producer_epoch: h.producer_epoch,
             max_timestamp: h.max_timestamp,
             own_barrier: own.kind_of(&h, batch),
+            last_offset: h.last_offset(),
+            is_data: !h.is_control() && !matches!(parse_barrier(batch), Ok(Some(_))),
         });
         next = h.last_offset() + 1;
     }

@@ -289,6 +289,65 @@ impl KafkaFailoverIo {
         fallback(&why, refused.into_iter().map(|(k, _)| k).collect())
     }
 
+    /// What the data barriers of `ps` carry: the producers the barrier expires and the last
+    /// mirrored offset. The last mirrored offset is read from the log (the last data batch
+    /// before where it ends now: the partitions are fenced, the barrier follows); where several
+    /// instances run, the producers are also those the brokers hold (mirrored through the
+    /// others, review G15). A read that fails leaves this instance's PSM figures (logged).
+    async fn value_figures(
+        &self,
+        fid: &str,
+        ps: &[PartitionKey],
+    ) -> HashMap<PartitionKey, (u32, i64)> {
+        let mut described: HashMap<PartitionKey, std::collections::HashSet<i64>> = HashMap::new();
+        if self.peers.get().is_some() {
+            match self.describe_producers(ps).await {
+                Ok(d) => {
+                    for (k, p) in d.producers {
+                        described.entry(k).or_default().insert(p.producer_id.0);
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(fid, error = %e.reason, "the data barrier's value counts this instance's producers only")
+                }
+            }
+        }
+        // Where each partition's log ends now, then the last data batch before that end.
+        let (by_leader, _) = self.by_leader(ps);
+        let mut ends: Vec<(PartitionKey, i64, Option<i64>)> = Vec::new();
+        for (addr, leader_ps) in by_leader {
+            if let Ok(mut c) = self.cluster.client(&addr, self.timeout).await {
+                for (k, end) in
+                    super::tails::log_offsets(&mut c, &leader_ps, crate::client::LATEST).await
+                {
+                    match end {
+                        Ok(end) => ends.push((k, end, None)),
+                        Err(e) => {
+                            tracing::debug!(fid, topic = %k.0, partition = k.1, error = %e, "the data barrier's value carries this instance's last applied offset")
+                        }
+                    }
+                }
+            }
+        }
+        let mut lasts = self.last_data_before_many(fid, &ends).await;
+        let mut out = HashMap::new();
+        for p in ps {
+            let (mut producers, mut last) = self.psm_summary(&p.0, p.1);
+            if let Some(d) = described.get(p) {
+                producers = producers.max(d.len() as u32);
+            }
+            match lasts.remove(p) {
+                Some(Ok(l)) => last = l,
+                Some(Err(e)) => {
+                    tracing::debug!(fid, topic = %p.0, partition = p.1, error = %e, "the data barrier's value carries this instance's last applied offset")
+                }
+                None => {}
+            }
+            out.insert(p.clone(), (producers, last));
+        }
+        out
+    }
+
     /// Data barriers of `ps` (all led by `addr`): one Produce request, acks=all.
     #[allow(clippy::too_many_arguments)]
     async fn write_data_barriers(
@@ -301,10 +360,11 @@ impl KafkaFailoverIo {
         failed: &mut Vec<PartitionKey>,
         reason: &mut String,
     ) {
+        let figures = self.value_figures(fid, ps).await;
         let now = now_ms().saturating_add(self.barrier_clock_skew_ms);
         let mut topics: Vec<TopicProduceData> = Vec::new();
         for p in ps {
-            let (producers, last) = self.psm_summary(&p.0, p.1);
+            let (producers, last) = figures.get(p).copied().unwrap_or((0, -1));
             let value = BarrierValue {
                 version: 1,
                 mirror: name.to_string(),

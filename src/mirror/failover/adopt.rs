@@ -181,7 +181,9 @@ impl<Io: FailoverIo> Failover<Io> {
                 p.last_mirrored_offset = b.last_mirrored_offset;
             }
             if p.step != Some(FailoverStep::PsmCleared) {
-                p.producers_expired = *n;
+                // The driver's count (the brokers' producers with its PSM's, review G15), or
+                // this instance's own PSM's when that is more.
+                p.producers_expired = b.producers_expired.unwrap_or(0).max(*n);
                 p.advance(FailoverStep::PsmCleared, now)?;
             }
             p.complete(now)?;

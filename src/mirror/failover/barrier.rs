@@ -140,12 +140,28 @@ impl<Io: FailoverIo> Failover<Io> {
         // The screening entries are durable before BARRIER_PERSISTED is: once it is recorded, a
         // restart rebuilds the PSM from the barrier on and could not find them again.
         let keys: Vec<PartitionKey> = found.keys().cloned().collect();
+        // Per partition, the producer ids the barrier expires: this instance's PSM and, several
+        // instances running, what the brokers hold (review G15: the report counts them all).
+        let mut expired: HashMap<PartitionKey, std::collections::HashSet<i64>> = HashMap::new();
         if !keys.is_empty() {
             let own: Vec<i64> = found.values().filter_map(|b| b.producer_id).collect();
-            let mut producers = self.io.psm_producers(&keys, &own);
+            let mut producers = Vec::new();
+            for k in &keys {
+                let theirs = self.io.psm_producers(std::slice::from_ref(k), &own);
+                expired
+                    .entry(k.clone())
+                    .or_default()
+                    .extend(theirs.iter().map(|(id, _)| *id));
+                producers.extend(theirs);
+            }
             // Several instances: what was mirrored through the others is known to the brokers.
             match self.io.broker_producers(&keys, &own).await {
-                Ok(more) => producers.extend(more),
+                Ok(more) => {
+                    for (k, id, entry) in more {
+                        expired.entry(k).or_default().insert(id);
+                        producers.push((id, entry));
+                    }
+                }
                 Err(e) => {
                     let why = format!("the producers the brokers hold for the partitions cannot be read (needed to screen what other instances mirrored): {e}");
                     return Err(self.fail_partitions(name, &keys, &why));
@@ -155,23 +171,41 @@ impl<Io: FailoverIo> Failover<Io> {
                 return Err(self.fail_partitions(name, &keys, &e.to_string()));
             }
         }
+        let expired: HashMap<PartitionKey, u32> = expired
+            .into_iter()
+            .map(|(k, ids)| (k, ids.len() as u32))
+            .collect();
+        // The last mirrored offset of each partition, from the log: the last data batch before
+        // its (last) barrier, whoever mirrored it (review G15). Unknown when it cannot be read.
+        let mut last_mirrored: HashMap<PartitionKey, i64> = HashMap::new();
+        for (k, r) in self.io.last_mirrored_offsets(fid, &found).await {
+            match r {
+                Ok(last) => {
+                    last_mirrored.insert(k, last);
+                }
+                Err(e) => {
+                    tracing::warn!(mirror = name, failover_id = %fid, topic = %k.0, partition = k.1, error = %e, "cannot read the log before the barrier: the partition's last mirrored offset is recorded as unknown");
+                }
+            }
+        }
         self.hooks.crash_point(CrashPoint::ScreenPersisted);
-        self.record_barriers(name, fid, &found)?;
+        self.record_barriers(name, fid, &found, &last_mirrored, &expired)?;
         self.hooks.crash_point(CrashPoint::BarrierPersisted);
         Ok(())
     }
 
-    /// Record BARRIER_WRITTEN and BARRIER_PERSISTED for the barriers `found`.
-    fn record_barriers(&self, name: &str, fid: &str, found: &Found) -> Result<(), Stall> {
+    /// Record BARRIER_WRITTEN and BARRIER_PERSISTED for the barriers `found`, with each
+    /// partition's last mirrored offset and the producers its barrier expires.
+    fn record_barriers(
+        &self,
+        name: &str,
+        fid: &str,
+        found: &Found,
+        last_mirrored: &HashMap<PartitionKey, i64>,
+        expired: &HashMap<PartitionKey, u32>,
+    ) -> Result<(), Stall> {
         let now = now_ms();
         let mut written = 0u64;
-        let last_mirrored: HashMap<PartitionKey, i64> = found
-            .iter()
-            .map(|(k, b)| {
-                let last = self.io.last_mirrored_offset(&k.0, k.1, b.offset);
-                (k.clone(), last)
-            })
-            .collect();
         let announced = self.io.announced_barrier_producer(name, fid);
         self.records.update_stopping(name, |p| {
             let k = key(p);
@@ -190,6 +224,7 @@ impl<Io: FailoverIo> Failover<Io> {
                 p.barrier_producer = None;
             }
             p.last_mirrored_offset = last_mirrored.get(&k).copied();
+            p.producers_expired = expired.get(&k).copied().unwrap_or(0);
             written += 1;
             Ok(())
         })?;

@@ -34,6 +34,10 @@ pub struct TailBatch {
     pub max_timestamp: i64,
     /// A barrier of the failover being run, and its form.
     pub own_barrier: Option<BarrierKind>,
+    /// The batch's last offset.
+    pub last_offset: i64,
+    /// Mirrored records: neither a control batch nor a barrier of any failover.
+    pub is_data: bool,
 }
 
 /// Mirror writes of a partition as the drain and the settle see them.
@@ -237,8 +241,34 @@ pub trait FailoverIo: Send + Sync + 'static {
     fn psm_ready(&self, topic: &str, partition: i32) -> bool;
     /// The producers the PSM holds for `parts`, except the ids `own`.
     fn psm_producers(&self, parts: &[PartitionKey], own: &[i64]) -> Vec<(i64, ScreenEntry)>;
-    /// What the partition's PSM has applied below `barrier` (-1: nothing known).
-    fn last_mirrored_offset(&self, topic: &str, partition: i32, barrier: i64) -> i64;
+    /// The last mirrored offset of a partition whose barrier of failover `fid` is `barrier`:
+    /// the last offset of the last data batch before it in the log (-1: none), whoever
+    /// mirrored it (review G15). `Err`: the log could not be read.
+    fn last_mirrored_offset(
+        &self,
+        topic: &str,
+        partition: i32,
+        fid: &str,
+        barrier: FoundBarrier,
+    ) -> impl Future<Output = Result<i64, String>> + Send;
+    /// [`Self::last_mirrored_offset`] of many partitions. The real I/O asks each leader once
+    /// for all its partitions.
+    fn last_mirrored_offsets(
+        &self,
+        fid: &str,
+        found: &Found,
+    ) -> impl Future<Output = HashMap<PartitionKey, Result<i64, String>>> + Send {
+        async move {
+            let mut out = HashMap::new();
+            for (k, b) in found {
+                out.insert(
+                    k.clone(),
+                    self.last_mirrored_offset(&k.0, k.1, fid, *b).await,
+                );
+            }
+            out
+        }
+    }
     /// The destination topic's id now.
     fn topic_id(&self, topic: &str) -> Option<uuid::Uuid>;
     /// Clear the partition's PSM at `barrier`, adding its producers (but `own`) to the screening
@@ -250,14 +280,14 @@ pub trait FailoverIo: Send + Sync + 'static {
         mirror: &str,
         screened: Vec<i64>,
     ) -> impl Future<Output = ()> + Send;
-    /// The producers the destination brokers hold for `parts` (but `own`), where several
-    /// instances run: mirrored traffic through the others passed no PSM of this instance.
-    /// Empty for a single instance. `Err`: a leader could not be asked.
+    /// The producers the destination brokers hold for `parts` (but `own`), each with its
+    /// partition, where several instances run: mirrored traffic through the others passed no
+    /// PSM of this instance. Empty for a single instance. `Err`: a leader could not be asked.
     fn broker_producers(
         &self,
         parts: &[PartitionKey],
         own: &[i64],
-    ) -> impl Future<Output = Result<Vec<(i64, ScreenEntry)>, String>> + Send;
+    ) -> impl Future<Output = Result<Vec<(PartitionKey, i64, ScreenEntry)>, String>> + Send;
     /// Tell the other instances (if any) that failover `fid` of `mirror` runs here, so they
     /// fence their mirror writes. `Err`: not told (the partitions fail and are retried).
     fn announce_failover(

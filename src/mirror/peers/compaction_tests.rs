@@ -93,10 +93,10 @@ fn record() -> impl Strategy<Value = PeerRecord> {
             epoch,
             at_ms: 0,
         }),
-        (m(), i(), 0..3i64).prop_map(|(mirror, by, n)| PeerRecord::AgentOffsets {
+        (m(), i(), 0..3i64, 0..3u32).prop_map(|(mirror, by, n, epoch)| PeerRecord::AgentOffsets {
             mirror,
             by,
-            epoch: 1,
+            epoch,
             offsets: serde_json::json!({ "n": n }),
         }),
         (m(), prop::option::of(f()), i(), 0..4u32).prop_map(|(mirror, failover_id, by, epoch)| {
@@ -143,6 +143,7 @@ fn record() -> impl Strategy<Value = PeerRecord> {
                         producer: None,
                         topic_id: None,
                         last_mirrored_offset: None,
+                        producers_expired: None,
                     })
                     .collect(),
                 screened: vec![ScreenedProducer {

@@ -125,6 +125,10 @@ pub struct StoppedPartition {
     pub topic_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_mirrored_offset: Option<i64>,
+    /// The producers the barrier expired, as the instance that wrote it counted them (the
+    /// brokers' and its PSM's, review G15). Absent in records of older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub producers_expired: Option<u32>,
 }
 
 impl ScreenedProducer {
@@ -153,6 +157,7 @@ impl StoppedPartition {
             producer: p.barrier_producer,
             topic_id: p.barrier_topic_id.clone(),
             last_mirrored_offset: p.last_mirrored_offset,
+            producers_expired: Some(p.producers_expired),
         })
     }
 }
@@ -189,7 +194,11 @@ impl PeerRecord {
                 epoch,
                 at_ms,
             } => format!("agent_owner/{mirror}/{epoch}/{owner}/{at_ms}"),
-            PeerRecord::AgentOffsets { mirror, .. } => format!("agent_offsets/{mirror}"),
+            // Per epoch: a reader keeps the highest epoch's latest maps, and compaction keeps
+            // each epoch's latest, so a later owner's maps survive a former owner's late ones.
+            PeerRecord::AgentOffsets { mirror, epoch, .. } => {
+                format!("agent_offsets/{mirror}/{epoch}")
+            }
             PeerRecord::Failover {
                 mirror,
                 failover_id,
@@ -205,7 +214,9 @@ impl PeerRecord {
             } => format!("fenced/{mirror}/{instance}"),
             PeerRecord::Stopped(s) => format!("stopped/{}", s.mirror),
             PeerRecord::Paused { mirror, .. } => format!("paused/{mirror}"),
-            PeerRecord::Report(r) => format!("report/{}/{}", r.mirror, r.failover_id),
+            // Per status: a completed report wins over an open one, whichever compaction
+            // keeps last.
+            PeerRecord::Report(r) => format!("report/{}/{}/{}", r.mirror, r.failover_id, r.status),
             PeerRecord::BarrierProducer { mirror, .. } => format!("barrier_producer/{mirror}"),
             PeerRecord::BarrierFrom { mirror, .. } => format!("barrier_from/{mirror}"),
         }

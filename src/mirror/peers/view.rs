@@ -125,12 +125,14 @@ pub struct PeerView {
     voided_at: Option<Instant>,
     /// Who runs each mirror's built-in agent.
     agents: AgentOwners,
-    /// Mirror → the agent's offset maps as last published.
-    agent_offsets: HashMap<String, serde_json::Value>,
+    /// Mirror → the agent's offset maps as last published at the highest ownership epoch
+    /// published, and that epoch.
+    agent_offsets: HashMap<String, (u32, serde_json::Value)>,
     /// Mirror → (paused, by, at_ms) of its latest pause or resume since its last failover
     /// record.
     paused: HashMap<String, (bool, String, i64)>,
-    /// (mirror, failover id) → its report as last published.
+    /// (mirror, failover id) → its report as last published (a completed one is never
+    /// replaced by one in progress).
     reports: BTreeMap<(String, String), Box<FailoverReport>>,
     /// (mirror, failover id) → every instance that drove it, in the order of their claims.
     drivers: HashMap<(String, String), Vec<String>>,
@@ -192,7 +194,7 @@ impl PeerView {
 
     /// The agent's offset maps of `mirror` as its owner last published them.
     pub fn agent_offsets(&self, mirror: &str) -> Option<&serde_json::Value> {
-        self.agent_offsets.get(mirror)
+        self.agent_offsets.get(mirror).map(|(_, o)| o)
     }
 
     pub fn me(&self) -> &str {
@@ -227,9 +229,21 @@ impl PeerView {
                 ..
             } => self.agents.claim(&mirror, &owner, epoch),
             PeerRecord::AgentOffsets {
-                mirror, offsets, ..
+                mirror,
+                offsets,
+                epoch,
+                ..
             } => {
-                self.agent_offsets.insert(mirror, offsets);
+                // A former owner's publication that lands after a later owner's is stale: the
+                // maps of the highest epoch published count (review G15).
+                if self
+                    .agent_offsets
+                    .get(&mirror)
+                    .is_some_and(|(kept, _)| *kept > epoch)
+                {
+                    return;
+                }
+                self.agent_offsets.insert(mirror, (epoch, offsets));
             }
             PeerRecord::Failover {
                 mirror,
@@ -311,8 +325,13 @@ impl PeerView {
                 self.paused.insert(mirror, (paused, by, at_ms));
             }
             PeerRecord::Report(r) => {
-                self.reports
-                    .insert((r.mirror.clone(), r.failover_id.clone()), r);
+                // The caller's open report, retried, can land after the completed one of the
+                // instance that took the failover over (review G15): it changes nothing.
+                let k = (r.mirror.clone(), r.failover_id.clone());
+                if !r.is_complete() && self.reports.get(&k).is_some_and(|kept| kept.is_complete()) {
+                    return;
+                }
+                self.reports.insert(k, r);
             }
         }
     }
@@ -632,6 +651,7 @@ mod tests {
                 }),
                 topic_id: None,
                 last_mirrored_offset: Some(8),
+                producers_expired: Some(1),
             }],
             screened: vec![ScreenedProducer {
                 producer_id: 7,
@@ -798,5 +818,81 @@ mod tests {
         );
         b.apply(fenced("m", "f1", "a"), later, 0);
         assert!(b.undrained_drivers("m", "f1", later).is_empty());
+    }
+
+    fn offsets(by: &str, epoch: u32, n: i64) -> PeerRecord {
+        PeerRecord::AgentOffsets {
+            mirror: "m".into(),
+            by: by.into(),
+            epoch,
+            offsets: serde_json::json!({ "n": n }),
+        }
+    }
+
+    #[test]
+    fn a_former_agent_owners_late_offsets_do_not_replace_the_new_owners() {
+        // Review G15: a's publication at epoch 1 lands after b, owner at epoch 2, published.
+        let now = Instant::now();
+        let mut v = PeerView::new("c", T);
+        v.apply(offsets("a", 1, 10), now, 0);
+        v.apply(offsets("b", 2, 20), now, 0);
+        v.apply(offsets("a", 1, 11), now, 0);
+        assert_eq!(v.agent_offsets("m"), Some(&serde_json::json!({ "n": 20 })));
+        v.apply(offsets("b", 2, 21), now, 0);
+        assert_eq!(
+            v.agent_offsets("m"),
+            Some(&serde_json::json!({ "n": 21 })),
+            "the owner's own later maps replace its earlier ones"
+        );
+        assert_ne!(
+            offsets("a", 1, 0).key(),
+            offsets("b", 2, 0).key(),
+            "compaction keeps each epoch's latest"
+        );
+    }
+
+    fn report(fid: &str, complete: bool) -> PeerRecord {
+        let mut r = FailoverReport::open(
+            "m",
+            fid,
+            "caller".into(),
+            1,
+            (None, None, false),
+            Vec::new(),
+            None,
+        );
+        if complete {
+            r.status = "complete".into();
+        }
+        PeerRecord::Report(Box::new(r))
+    }
+
+    #[test]
+    fn an_open_report_landing_after_the_completed_one_of_its_failover_changes_nothing() {
+        // Review G15: the caller retries its open report; the instance that took the failover
+        // over completed it meanwhile.
+        let now = Instant::now();
+        let mut v = PeerView::new("c", T);
+        v.apply(report("f1", false), now, 0);
+        v.apply(report("f1", true), now, 0);
+        v.apply(report("f1", false), now, 0);
+        v.apply(report("f2", false), now, 0);
+        let status: Vec<(String, String)> = v
+            .reports("m")
+            .into_iter()
+            .map(|r| (r.failover_id, r.status))
+            .collect();
+        assert_eq!(
+            status,
+            vec![
+                ("f1".to_string(), "complete".to_string()),
+                ("f2".to_string(), "in_progress".to_string())
+            ]
+        );
+        assert_ne!(
+            report("f1", false).key(),
+            report("f1", true).key(),
+            "compaction keeps the completed one"
+        );
     }
 }
