@@ -207,3 +207,7 @@ fn startable(slot: &MirrorSlot, name: &str) -> Result<(), StartError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "peer_adopt_tests.rs"]
+mod tests;

@@ -135,7 +135,7 @@ impl<Io: FailoverIo> Failover<Io> {
             .iter()
             .filter(|p| ours(p) && at_their_barrier(p, theirs.get(&key(p)).copied()))
             .map(key)
-            .filter(|(t, p)| self.io.psm_ready(t, *p))
+            .filter(|(t, p)| self.io.psm_ready(t, *p) && !self.hooks.adoption_held())
             .collect();
         if !ready.is_empty() {
             let own: Vec<i64> = ready
