@@ -51,6 +51,14 @@ pub enum StartError {
     FailoverInProgress(String),
     #[error("mirror {0:?} has no STOPPED partition to start")]
     NothingStopped(String),
+    /// Several instances: an instance alive has not said it has every partition STOPPED for
+    /// the failover yet (review G4).
+    #[error("mirror {mirror:?}: instances {instances:?} have not adopted failover {failover_id} yet (not every partition STOPPED there); a failback waits until every instance alive has, or is gone")]
+    NotAdopted {
+        mirror: String,
+        failover_id: String,
+        instances: Vec<String>,
+    },
     /// Several instances: the failback could not be recorded on the state topic (nothing
     /// changed on any instance).
     #[error("{0}")]
@@ -515,6 +523,7 @@ impl MirrorController {
         v.extend(self.screening.unreadable().map(|e| e.to_string()));
         v.extend(self.peers.get().and_then(|p| p.problem()));
         v.extend(self.unmigrated());
+        v.extend(self.stale_adoptions());
         if !self.barriers_checked.load(Ordering::SeqCst) && !self.recorded_barriers().is_empty() {
             v.push("failover barriers not yet checked against the partitions' logs".to_string());
         }
@@ -547,11 +556,12 @@ impl MirrorController {
         }
         if let Some(p) = self.peers.get() {
             self.startable(name)?;
+            self.wait_every_instance_adopted(name).await?;
             p.announce_mirroring(name)
                 .await
                 .map_err(StartError::StateTopic)?;
         }
-        self.stopped_to_mirroring(name)
+        self.stopped_to_mirroring(name, peer_adopt::Failback::Called)
     }
 
     /// Resume failovers that were in progress when the gateway stopped.

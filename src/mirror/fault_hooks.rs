@@ -83,6 +83,10 @@ pub struct FaultHooks {
     /// are recorded and the PSM cleared, before the partitions are handed to the other
     /// instances, until PATH exists (120 s at most): a test can kill the driver there.
     pub hold_before_handover_until: Option<PathBuf>,
+    /// `MIRRORGATE_TEST_HOLD_ADOPTION_UNTIL=PATH`: a partition adopted from another instance's
+    /// handover stays STOPPING (DRAINED), as while this instance's PSM is still rebuilding,
+    /// until PATH exists (review G4).
+    pub hold_adoption_until: Option<PathBuf>,
     /// `MIRRORGATE_TEST_FAIL_BARRIER_WRITES=N`: the first N barrier writes fail.
     pub fail_barrier_writes: i64,
     /// `MIRRORGATE_TEST_TXN_MARKERS_ERROR=CODE`: every barrier marker is answered with that error
@@ -122,6 +126,8 @@ impl FaultHooks {
                 "MIRRORGATE_TEST_HOLD_BEFORE_HANDOVER_UNTIL",
             )
             .map(PathBuf::from),
+            hold_adoption_until: std::env::var_os("MIRRORGATE_TEST_HOLD_ADOPTION_UNTIL")
+                .map(PathBuf::from),
             fail_barrier_writes: num("MIRRORGATE_TEST_FAIL_BARRIER_WRITES").unwrap_or(0),
             txn_markers_error: std::env::var("MIRRORGATE_TEST_TXN_MARKERS_ERROR")
                 .ok()
@@ -162,6 +168,15 @@ impl FaultHooks {
         if let Some(path) = &self.hold_before_handover_until {
             hold_until(path).await;
         }
+    }
+}
+
+impl FaultHooks {
+    /// Whether the hooks hold adoptions now (`MIRRORGATE_TEST_HOLD_ADOPTION_UNTIL`).
+    pub fn adoption_held(&self) -> bool {
+        self.hold_adoption_until
+            .as_deref()
+            .is_some_and(|p| !p.exists())
     }
 }
 

@@ -13,6 +13,7 @@ use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts};
 use crate::metrics::Metrics;
 
 use super::controller::MirrorController;
+use super::state::PartitionState;
 
 /// Metrics of mirrors and failovers.
 pub struct MirrorMetrics {
@@ -184,6 +185,27 @@ impl prometheus::core::Collector for PartitionStateGauge {
             g.with_label_values(&[&m, s]).set(n as i64);
         }
         let mut out = prometheus::core::Collector::collect(&g);
+        if let Ok(stopping) = prometheus::GaugeVec::new(
+            Opts::new(
+                "mirrorgate_mirror_stopping_seconds",
+                "How long the oldest partition of each mirror has been in failover here (STOPPING or FAILED), in seconds; 0: none. A failover that does not complete on this instance (its own, or one adopted from another instance) keeps growing it.",
+            ),
+            &["mirror"],
+        ) {
+            let now = super::screening::now_ms();
+            for (r, _) in self.0.records() {
+                let since = r
+                    .partitions
+                    .iter()
+                    .filter(|p| p.failover_id.is_some())
+                    .filter(|p| matches!(p.state, PartitionState::Stopping | PartitionState::Failed))
+                    .map(|p| p.step_ms.get("STOPPING").copied().unwrap_or(p.updated_ms))
+                    .min();
+                let secs = since.map_or(0.0, |t| (now - t).max(0) as f64 / 1000.0);
+                stopping.with_label_values(&[&r.name]).set(secs);
+            }
+            out.extend(prometheus::core::Collector::collect(&stopping));
+        }
         if let Ok(open) = prometheus::IntGaugeVec::new(
             Opts::new(
                 "mirrorgate_mirror_open_transactions",

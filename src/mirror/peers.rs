@@ -22,6 +22,7 @@
 //! and [`PeerLink::wait_fenced`] through its I/O), the admission snapshot (asked through
 //! [`PeerLink::mirror_write_refusal`]), how a mirror is fenced here (the [`FenceHook`]).
 
+mod adopted;
 pub mod agent_owner;
 mod agents;
 pub mod clock;

@@ -28,6 +28,8 @@
 //! | STOPPING  | STOPPED   | [`PartitionRecord::complete`] (only with a persisted barrier and a cleared PSM) |
 //! | STOPPING  | FAILED    | [`PartitionRecord::fail`]                                    |
 //! | STOPPED   | MIRRORING | explicit start only (failback), [`PartitionRecord::start_mirroring`], requires the destination partition to be empty or aligned |
+//! | STOPPING  | MIRRORING | abandon only, [`PartitionRecord::abandon_adopted`]: a failover another instance drives, failed back or replaced before it completed here (review G4) |
+//! | FAILED    | MIRRORING | abandon only, as above                                       |
 //!
 //! Everything else — including staying in the same state — is a [`TransitionError`].
 //!
@@ -60,6 +62,7 @@
 //! a barrier offset) — it never guesses and never panics.
 
 mod barrier_record;
+mod failover_step;
 mod mirror_record;
 
 use std::collections::BTreeMap;
@@ -69,6 +72,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use thiserror::Error;
 
 pub use barrier_record::{AbortedTransaction, BarrierKind, BarrierProducer};
+pub use failover_step::{FailoverStep, StepError};
 pub use mirror_record::{MirrorRecord, StateDecodeError};
 
 /// The persistence format version written by [`MirrorRecord::encode`].
@@ -92,10 +96,14 @@ pub enum TransitionKind {
     Ordinary,
     /// Only through an explicit start with its precondition ([`PartitionState::start_mirroring`]).
     ExplicitStart,
+    /// Only through abandoning a failover this instance adopted from the one driving it, once
+    /// the state topic shows it failed back or replaced ([`PartitionRecord::abandon_adopted`]);
+    /// the caller checks that the failover is adopted, never this instance's own.
+    AbandonAdopted,
 }
 
 /// Every allowed transition (the table in the module doc).
-pub const TRANSITIONS: [(PartitionState, PartitionState, TransitionKind); 8] = {
+pub const TRANSITIONS: [(PartitionState, PartitionState, TransitionKind); 10] = {
     use PartitionState::*;
     use TransitionKind::*;
     [
@@ -107,6 +115,8 @@ pub const TRANSITIONS: [(PartitionState, PartitionState, TransitionKind); 8] = {
         (Stopping, Stopped, Ordinary),
         (Stopping, Failed, Ordinary),
         (Stopped, Mirroring, ExplicitStart),
+        (Stopping, Mirroring, AbandonAdopted),
+        (Failed, Mirroring, AbandonAdopted),
     ]
 };
 
@@ -183,6 +193,24 @@ impl PartitionState {
                 to,
                 reason: "only an explicit start (failback) resumes mirroring a STOPPED partition",
             }),
+            TransitionKind::AbandonAdopted => Err(TransitionError {
+                from: self,
+                to,
+                reason: "a failover in progress cannot be undone; it completes or fails (only one adopted from another instance is abandoned, when that instance failed it back)",
+            }),
+        }
+    }
+
+    /// Abandoning an adopted failover: STOPPING or FAILED → MIRRORING.
+    pub fn abandon_adopted(self) -> Result<PartitionState, TransitionError> {
+        let to = PartitionState::Mirroring;
+        match self.rule(to)? {
+            TransitionKind::AbandonAdopted => Ok(to),
+            _ => Err(TransitionError {
+                from: self,
+                to,
+                reason: "only a partition in failover (STOPPING or FAILED) abandons it",
+            }),
         }
     }
 
@@ -200,7 +228,7 @@ impl PartitionState {
                 to,
                 reason: "the destination partition is neither empty nor aligned with the source",
             }),
-            TransitionKind::Ordinary => Err(TransitionError {
+            TransitionKind::Ordinary | TransitionKind::AbandonAdopted => Err(TransitionError {
                 from: self,
                 to,
                 reason: "an explicit start applies only to a STOPPED partition",
@@ -213,82 +241,6 @@ impl fmt::Display for PartitionState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
-}
-
-/// Failover progress of one partition (module doc). Offsets are the barrier's log offset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "step", rename_all = "SCREAMING_SNAKE_CASE", deny_unknown_fields)]
-pub enum FailoverStep {
-    Fenced,
-    Drained,
-    BarrierWritten { offset: i64 },
-    BarrierPersisted { offset: i64 },
-    PsmCleared,
-}
-
-impl FailoverStep {
-    /// The name used in JSON and messages.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            FailoverStep::Fenced => "FENCED",
-            FailoverStep::Drained => "DRAINED",
-            FailoverStep::BarrierWritten { .. } => "BARRIER_WRITTEN",
-            FailoverStep::BarrierPersisted { .. } => "BARRIER_PERSISTED",
-            FailoverStep::PsmCleared => "PSM_CLEARED",
-        }
-    }
-
-    /// The offset the step carries, if any.
-    pub const fn offset(self) -> Option<i64> {
-        match self {
-            FailoverStep::BarrierWritten { offset } | FailoverStep::BarrierPersisted { offset } => {
-                Some(offset)
-            }
-            _ => None,
-        }
-    }
-
-    /// Whether `self` may be recorded when `prev` is the current step (`None`: the failover has
-    /// just begun). `Err` names the rule that forbids it.
-    pub fn check_after(self, prev: Option<FailoverStep>) -> Result<(), &'static str> {
-        use FailoverStep::*;
-        if self.offset().is_some_and(|o| o < 0) {
-            return Err("a barrier offset cannot be negative");
-        }
-        match (prev, self) {
-            (Some(p), n) if p == n => Ok(()),
-            (None, Fenced) => Ok(()),
-            (Some(Fenced), Drained) => Ok(()),
-            (Some(Drained), BarrierWritten { .. }) => Ok(()),
-            (Some(BarrierWritten { .. }), BarrierWritten { .. }) => Ok(()),
-            (Some(BarrierWritten { offset: w }), BarrierPersisted { offset: p }) if w == p => Ok(()),
-            (Some(BarrierWritten { .. }), BarrierPersisted { .. }) => {
-                Err("the persisted barrier offset must be the written barrier's offset")
-            }
-            (Some(BarrierPersisted { .. }), PsmCleared) => Ok(()),
-            _ => Err("failover steps go FENCED, DRAINED, BARRIER_WRITTEN, BARRIER_PERSISTED, PSM_CLEARED in order"),
-        }
-    }
-}
-
-impl fmt::Display for FailoverStep {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.offset() {
-            Some(o) => write!(f, "{}(offset {o})", self.as_str()),
-            None => f.write_str(self.as_str()),
-        }
-    }
-}
-
-/// A refused failover step.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("cannot record failover step {to} after {} in state {state}: {reason}",
-    .from.map_or_else(|| "the start of the failover".to_owned(), |s| s.to_string()))]
-pub struct StepError {
-    pub state: PartitionState,
-    pub from: Option<FailoverStep>,
-    pub to: FailoverStep,
-    pub reason: &'static str,
 }
 
 /// Makes an `Option` field required in JSON (present, possibly `null`) instead of defaulting.
@@ -500,6 +452,23 @@ impl PartitionRecord {
         now_ms: i64,
     ) -> Result<(), TransitionError> {
         self.state = self.state.start_mirroring(destination_aligned)?;
+        self.forget_failover(now_ms);
+        Ok(())
+    }
+
+    /// Abandon the failover this partition is in (STOPPING or FAILED → MIRRORING): another
+    /// instance drives it, and the state topic shows it failed back or replaced before it
+    /// completed here (review G4). The partition was never writable here, so nothing written
+    /// through this instance lies after the barrier. Clears the failover fields. The caller
+    /// checks that the failover is adopted: one this instance drives is never undone.
+    pub fn abandon_adopted(&mut self, now_ms: i64) -> Result<(), TransitionError> {
+        self.state = self.state.abandon_adopted()?;
+        self.forget_failover(now_ms);
+        Ok(())
+    }
+
+    /// Clear the failover fields (back to MIRRORING).
+    fn forget_failover(&mut self, now_ms: i64) {
         self.failover_id = None;
         self.step = None;
         self.step_ms.clear();
@@ -512,7 +481,6 @@ impl PartitionRecord {
         self.producers_expired = 0;
         self.last_error = None;
         self.updated_ms = now_ms;
-        Ok(())
     }
 
     fn refuse(&self, to: PartitionState, reason: &'static str) -> TransitionError {

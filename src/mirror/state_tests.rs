@@ -6,14 +6,14 @@ use std::collections::HashSet;
 use PartitionState::*;
 
 /// The expected rule for every pair, written out independently of [`TRANSITIONS`]:
-/// 'o' ordinary, 's' explicit start only, '-' refused. Rows: from, columns: to, both in
+/// 'o' ordinary, 's' explicit start only, 'a' abandoning an adopted failover only, '-' refused. Rows: from, columns: to, both in
 /// [`PartitionState::ALL`] order (MIRRORING, PAUSED, STOPPING, STOPPED, FAILED).
 const MATRIX: [&str; 5] = [
     "-oo--", // MIRRORING
     "o-o--", // PAUSED
-    "---oo", // STOPPING
+    "a--oo", // STOPPING
     "s----", // STOPPED
-    "--o--", // FAILED
+    "a-o--", // FAILED
 ];
 
 #[test]
@@ -27,6 +27,12 @@ fn all_25_pairs_follow_the_table() {
                 b'o' => {
                     assert_eq!(ordinary, Ok(to), "{from}->{to}");
                     assert_eq!(from.rule(to), Ok(TransitionKind::Ordinary));
+                }
+                b'a' => {
+                    let err = ordinary.unwrap_err();
+                    assert_eq!((err.from, err.to), (from, to));
+                    assert_eq!(from.rule(to), Ok(TransitionKind::AbandonAdopted));
+                    assert_eq!(from.abandon_adopted(), Ok(Mirroring), "{from}->{to}");
                 }
                 b's' => {
                     let err = ordinary.unwrap_err();
@@ -45,6 +51,9 @@ fn all_25_pairs_follow_the_table() {
             }
             if to == Mirroring && want != b's' {
                 assert!(start.is_err(), "start from {from}");
+            }
+            if to == Mirroring && want != b'a' {
+                assert!(from.abandon_adopted().is_err(), "abandon from {from}");
             }
         }
     }

@@ -15,6 +15,7 @@ use crate::gw::{admin_call, try_admin_call, ProcessGateway, TestGateway};
 use crate::harness;
 use crate::psm_differential::{batch, RawConn};
 
+mod failback;
 mod handover;
 mod liveness;
 mod record;

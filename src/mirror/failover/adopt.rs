@@ -135,7 +135,7 @@ impl<Io: FailoverIo> Failover<Io> {
             .iter()
             .filter(|p| ours(p) && at_their_barrier(p, theirs.get(&key(p)).copied()))
             .map(key)
-            .filter(|(t, p)| self.io.psm_ready(t, *p))
+            .filter(|(t, p)| self.io.psm_ready(t, *p) && !self.hooks.adoption_held())
             .collect();
         if !ready.is_empty() {
             let own: Vec<i64> = ready
@@ -267,12 +267,15 @@ impl<Io: FailoverIo> Failover<Io> {
         {
             return Ok(());
         }
-        // A failover of this instance's own still in progress is not overridden; one completed
-        // (own or adopted) gives way to the newer failover of the other instance: this
-        // instance missed the failback in between (it was down).
+        // A failover of this instance's own still in progress is not overridden. One completed
+        // (own or adopted), or one adopted from another instance and not completed here, gives
+        // way to the newer failover: this instance missed the failback in between (it was down,
+        // or still adopting; review G4). Its partitions not STOPPED yet were never writable
+        // here: they abandon it and join the new one.
+        let adopted = slot.record.adopted_from.is_some();
         let supersede = match &slot.record.failover_id {
             _ if same => false,
-            Some(own) if slot.running || !slot.record.all_stopped() => {
+            Some(own) if slot.running || (!adopted && !slot.record.all_stopped()) => {
                 return Err(AdoptError::OwnFailover {
                     mirror: name.to_string(),
                     own: own.clone(),
@@ -296,10 +299,16 @@ impl<Io: FailoverIo> Failover<Io> {
             |p| match p.state {
                 PartitionState::Mirroring | PartitionState::Paused | PartitionState::Failed => true,
                 PartitionState::Stopped => supersede,
-                PartitionState::Stopping => producer.is_some() && p.barrier_producer.is_none(),
+                PartitionState::Stopping => {
+                    supersede || (producer.is_some() && p.barrier_producer.is_none())
+                }
             },
             |p| {
                 match p.state {
+                    PartitionState::Stopping | PartitionState::Failed if supersede => {
+                        p.abandon_adopted(now)?;
+                        p.begin_failover(fid.to_string(), now)?;
+                    }
                     PartitionState::Failed => p.retry(now)?,
                     PartitionState::Stopped => {
                         p.start_mirroring(true, now)?;

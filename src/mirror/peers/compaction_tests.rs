@@ -128,6 +128,12 @@ fn record() -> impl Strategy<Value = PeerRecord> {
             instance,
             at_ms: 0,
         }),
+        (m(), f(), i()).prop_map(|(mirror, failover_id, instance)| PeerRecord::Adopted {
+            mirror,
+            failover_id,
+            instance,
+            at_ms: 0,
+        }),
         (m(), f(), i(), 0..3i32).prop_map(|(mirror, failover_id, by, n)| {
             PeerRecord::Stopped(Stopped {
                 mirror,
@@ -198,6 +204,7 @@ fn at(mut r: PeerRecord, t: i64) -> PeerRecord {
         PeerRecord::AgentOwner { at_ms, .. }
         | PeerRecord::Failover { at_ms, .. }
         | PeerRecord::Fenced { at_ms, .. }
+        | PeerRecord::Adopted { at_ms, .. }
         | PeerRecord::Paused { at_ms, .. } => *at_ms = t,
         PeerRecord::Stopped(s) => s.at_ms = t,
         PeerRecord::Heartbeat { .. }

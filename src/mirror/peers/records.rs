@@ -84,6 +84,15 @@ pub enum PeerRecord {
         instance: String,
         at_ms: i64,
     },
+    /// `instance` has every partition of `mirror` STOPPED at failover `failover_id`'s barriers
+    /// (or has nothing of the mirror to stop): a failback waits for every instance alive to
+    /// say so (review G4).
+    Adopted {
+        mirror: String,
+        failover_id: String,
+        instance: String,
+        at_ms: i64,
+    },
     /// The partitions the failover STOPPED so far, with their barriers and the producer ids
     /// it screened (cumulative: the latest record of a failover holds all of them).
     Stopped(Stopped),
@@ -212,6 +221,9 @@ impl PeerRecord {
             PeerRecord::Fenced {
                 mirror, instance, ..
             } => format!("fenced/{mirror}/{instance}"),
+            PeerRecord::Adopted {
+                mirror, instance, ..
+            } => format!("adopted/{mirror}/{instance}"),
             PeerRecord::Stopped(s) => format!("stopped/{}", s.mirror),
             PeerRecord::Paused { mirror, .. } => format!("paused/{mirror}"),
             // Per status: a completed report wins over an open one, whichever compaction

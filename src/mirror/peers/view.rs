@@ -112,6 +112,8 @@ pub struct PeerView {
     barrier_from: HashMap<String, (String, LogEnds)>,
     /// (mirror, instance) → the failover id it acknowledged.
     fenced: HashMap<(String, String), String>,
+    /// (mirror, instance) → the failover id it has every partition STOPPED for.
+    adopted: HashMap<(String, String), String>,
     /// Sent-at of the last heartbeat of this instance the state topic acknowledged.
     heartbeat_acked: Option<Instant>,
     /// Sent-at of the last read that reached the state topic's end (records applied).
@@ -164,6 +166,7 @@ impl PeerView {
             barrier_producers: HashMap::new(),
             barrier_from: HashMap::new(),
             fenced: HashMap::new(),
+            adopted: HashMap::new(),
             heartbeat_acked: None,
             caught_up: None,
             last_error: None,
@@ -316,6 +319,14 @@ impl PeerView {
             } => {
                 self.fenced.insert((mirror, instance), failover_id);
             }
+            PeerRecord::Adopted {
+                mirror,
+                failover_id,
+                instance,
+                ..
+            } => {
+                self.adopted.insert((mirror, instance), failover_id);
+            }
             PeerRecord::Paused {
                 mirror,
                 paused,
@@ -382,6 +393,23 @@ impl PeerView {
                     != Some(fid)
             })
             .collect()
+    }
+
+    /// The other instances alive at `now` that have not said they have every partition of
+    /// `mirror` STOPPED for failover `fid`: a failback of it waits for them (review G4).
+    pub fn not_adopted(&self, mirror: &str, fid: &str, now: Instant) -> Vec<String> {
+        self.alive(now)
+            .into_iter()
+            .map(|(i, _)| i)
+            .filter(|i| !self.has_adopted(mirror, i, fid))
+            .collect()
+    }
+
+    /// Whether `instance` said it has every partition of `mirror` STOPPED for failover `fid`.
+    pub fn has_adopted(&self, mirror: &str, instance: &str, fid: &str) -> bool {
+        self.adopted
+            .get(&(mirror.to_string(), instance.to_string()))
+            .is_some_and(|f| f == fid)
     }
 
     /// When this instance last read a heartbeat of `instance`.
@@ -507,10 +535,11 @@ impl PeerView {
             sorted(self.agent_offsets.iter()),
             sorted(self.barrier_from.iter().map(|(m, (f, p))| (m, f, sorted(p.iter())))),
         ) + &format!(
-            "\npaused {:?}\nreports {:?}\nknown {:?}",
+            "\npaused {:?}\nreports {:?}\nknown {:?}\nadopted {:?}",
             sorted(self.paused.iter()),
             self.reports,
-            self.known
+            self.known,
+            sorted(self.adopted.iter())
         )
     }
 }
@@ -728,6 +757,32 @@ mod tests {
             .to_follow(now)
             .iter()
             .any(|f| matches!(f, Follow::Paused { .. })));
+    }
+
+    #[test]
+    fn a_failback_waits_for_every_instance_alive_until_it_has_adopted_that_failover() {
+        // Review G4.
+        let now = Instant::now();
+        let mut v = PeerView::new("a", T);
+        v.apply(hb("b", 0), now, 0);
+        v.apply(hb("c", 0), now, 0);
+        v.apply(announce("m", "f1", "a"), now, 0);
+        assert_eq!(v.not_adopted("m", "f1", now), vec!["b", "c"]);
+        let adopted = |i: &str, fid: &str| PeerRecord::Adopted {
+            mirror: "m".into(),
+            failover_id: fid.into(),
+            instance: i.into(),
+            at_ms: 1,
+        };
+        v.apply(adopted("b", "f1"), now, 0);
+        v.apply(adopted("c", "f0"), now, 0);
+        assert_eq!(
+            v.not_adopted("m", "f1", now),
+            vec!["c"],
+            "c adopted another"
+        );
+        let later = now + T + MARGIN;
+        assert!(v.not_adopted("m", "f1", later).is_empty(), "c is gone");
     }
 
     #[test]
