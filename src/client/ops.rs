@@ -160,56 +160,6 @@ pub fn plain_batch_of(
     Ok(buf.freeze())
 }
 
-/// The offsets ListOffsets answers for `timestamp` (e.g. [`super::LATEST`]: the log end) of
-/// `partitions`, all led by the broker `c` is connected to, in one request: per partition the
-/// offset, or the error code the broker answered.
-pub async fn list_offsets(
-    c: &mut KafkaClient,
-    partitions: &[(String, i32)],
-    timestamp: i64,
-) -> Result<Vec<((String, i32), Result<i64, i16>)>, ClientError> {
-    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-    use kafka_protocol::messages::ListOffsetsRequest;
-    let mut by_topic: std::collections::BTreeMap<&str, Vec<i32>> = Default::default();
-    for (t, p) in partitions {
-        by_topic.entry(t.as_str()).or_default().push(*p);
-    }
-    let req = ListOffsetsRequest::default()
-        .with_replica_id((-1).into())
-        .with_topics(
-            by_topic
-                .iter()
-                .map(|(t, ps)| {
-                    ListOffsetsTopic::default()
-                        .with_name(StrBytes::from_string(t.to_string()).into())
-                        .with_partitions(
-                            ps.iter()
-                                .map(|p| {
-                                    ListOffsetsPartition::default()
-                                        .with_partition_index(*p)
-                                        .with_current_leader_epoch(-1)
-                                        .with_timestamp(timestamp)
-                                })
-                                .collect(),
-                        )
-                })
-                .collect(),
-        );
-    let resp = c.send(&req, 7).await?;
-    let mut out = Vec::with_capacity(partitions.len());
-    for t in resp.topics {
-        for p in t.partitions {
-            let r = if p.error_code == 0 {
-                Ok(p.offset)
-            } else {
-                Err(p.error_code)
-            };
-            out.push(((t.name.0.to_string(), p.partition_index), r));
-        }
-    }
-    Ok(out)
-}
-
 /// The log end offset of a partition on its leader `c` — beyond the high watermark, what the
 /// leader has appended and its followers may not have yet: the end offset of the partition's
 /// current leader epoch (Metadata for the epoch, then OffsetForLeaderEpoch, as a consumer).

@@ -286,40 +286,20 @@ impl FailoverIo for KafkaFailoverIo {
         &self,
         parts: &[PartitionKey],
     ) -> (HashMap<PartitionKey, i64>, Vec<PartitionKey>, String) {
-        let (by_leader, mut failed) = self.by_leader(parts);
-        let mut why = if failed.is_empty() {
-            String::new()
-        } else {
-            NO_LEADER.to_string()
-        };
-        let mut ends = HashMap::new();
-        for (addr, ps) in by_leader {
-            let answer = match self.cluster.client(&addr, self.timeout).await {
-                Ok(mut c) => crate::client::ops::list_offsets(&mut c, &ps, crate::client::LATEST)
-                    .await
-                    .map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            };
-            match answer {
-                Ok(offsets) => {
-                    for (k, r) in offsets {
-                        match r {
-                            Ok(o) => {
-                                ends.insert(k, o);
-                            }
-                            Err(code) => {
-                                why = format!(
-                                    "ListOffsets of {}-{} answered error code {code}",
-                                    k.0, k.1
-                                );
-                                failed.push(k);
-                            }
-                        }
-                    }
+        let answers = self
+            .on_each_leader(parts, |mut c, ps| async move {
+                tails::log_offsets(&mut c, &ps, crate::client::LATEST).await
+            })
+            .await;
+        let (mut ends, mut failed, mut why) = (HashMap::new(), Vec::new(), String::new());
+        for (k, r) in answers {
+            match r {
+                Ok(o) => {
+                    ends.insert(k, o);
                 }
                 Err(e) => {
-                    why = format!("cannot ask broker {addr} where its partitions' logs end: {e}");
-                    failed.extend(ps);
+                    why = e;
+                    failed.push(k);
                 }
             }
         }

@@ -22,6 +22,7 @@ mod committed_view;
 mod consumer_failover;
 mod failover;
 mod fleet;
+mod handover;
 mod latency;
 mod load;
 mod mirror;
@@ -94,6 +95,13 @@ enum Bench {
         /// `NODE_ID=HOST:PORT,…`
         #[arg(long)]
         brokers: String,
+    },
+    /// A failover's handover of many screened producer ids over a state topic with the brokers'
+    /// default max.message.bytes: appended in parts, read back by a fresh reader.
+    Handover {
+        /// How many screened producer ids the handover names.
+        #[arg(long, default_value_t = 1_000_000)]
+        ids: u64,
     },
     /// Producer-state manager and batch walker micro-figures (no cluster needed).
     Psm {
@@ -386,6 +394,7 @@ fn main() -> ExitCode {
             relay::parse_brokers(&brokers).and_then(|b| relay::serve(port_base, &b))
         }
         Bench::Psm { quick } => psm::run(quick),
+        Bench::Handover { ids } => handover::run(ids),
         Bench::Mirror {
             quick,
             transactional: false,

@@ -225,6 +225,44 @@ pub(crate) async fn read_tails<'a>(
 }
 
 impl KafkaFailoverIo {
+    /// `ask` with a connection to the leader of each group of `keys`, the leaders at once: per
+    /// partition its answer, or why there was none (no leader, no connection).
+    pub(super) async fn on_each_leader<T, F, Fut>(
+        &self,
+        keys: &[PartitionKey],
+        ask: F,
+    ) -> PerPartition<T>
+    where
+        F: Fn(KafkaClient, Vec<PartitionKey>) -> Fut,
+        Fut: Future<Output = PerPartition<T>>,
+    {
+        let (by_leader, leaderless) = self.by_leader(keys);
+        let mut out: PerPartition<T> = leaderless
+            .into_iter()
+            .map(|k| (k, Err(NO_LEADER.to_string())))
+            .collect();
+        let ask = &ask;
+        let per_leader = join_all(
+            by_leader
+                .into_iter()
+                .map(|(addr, ps)| async move {
+                    match self.cluster.client(&addr, self.timeout).await {
+                        Ok(c) => ask(c, ps).await,
+                        Err(e) => {
+                            let why = format!("cannot connect to broker {addr}: {e}");
+                            ps.into_iter().map(|k| (k, Err(why.clone()))).collect()
+                        }
+                    }
+                })
+                .collect(),
+        )
+        .await;
+        for answers in per_leader {
+            out.extend(answers);
+        }
+        out
+    }
+
     /// This failover's barrier in the log tail of each of `parts` (the last one, when a late
     /// write made the failover write more than one): a data barrier carrying the failover id,
     /// or a control batch (ABORT marker) of the partition's `Option<i64>`, the control barrier's
@@ -307,52 +345,33 @@ impl KafkaFailoverIo {
         let from: HashMap<PartitionKey, i64> =
             parts.iter().map(|(k, f, _)| (k.clone(), *f)).collect();
         let keys: Vec<PartitionKey> = parts.iter().map(|(k, _, _)| k.clone()).collect();
-        let (by_leader, leaderless) = self.by_leader(&keys);
-        let mut out: PerPartition<Vec<TailBatch>> = leaderless
-            .into_iter()
-            .map(|k| (k, Err(NO_LEADER.to_string())))
-            .collect();
         let own = |k: &PartitionKey| OwnBarrier {
             failover_id: fid,
             producer_id: pids.get(k).copied().flatten(),
         };
-        let from = &from;
-        let per_leader = join_all(
-            by_leader
+        let (from, own) = (&from, &own);
+        self.on_each_leader(&keys, |mut c, ps| async move {
+            let at: Vec<(PartitionKey, i64)> = ps
                 .into_iter()
-                .map(|(addr, ps)| async move {
-                    let mut c = match self.cluster.client(&addr, self.timeout).await {
-                        Ok(c) => c,
-                        Err(e) => {
-                            let why = e.to_string();
-                            return ps.into_iter().map(|k| (k, Err(why.clone()))).collect();
-                        }
-                    };
-                    let at: Vec<(PartitionKey, i64)> = ps
-                        .into_iter()
-                        .map(|k| {
-                            let f = from.get(&k).copied().unwrap_or(0);
-                            (k, f)
-                        })
-                        .collect();
-                    read_tails(&mut c, &at, own).await
+                .map(|k| {
+                    let f = from.get(&k).copied().unwrap_or(0);
+                    (k, f)
                 })
-                .collect(),
-        )
-        .await;
-        for tails in per_leader {
-            out.extend(tails.into_iter().map(|(k, r)| {
-                (
-                    k,
-                    r.map(|all| {
+                .collect();
+            read_tails(&mut c, &at, own)
+                .await
+                .into_iter()
+                .map(|(k, r)| {
+                    let late = r.map(|all| {
                         all.into_iter()
                             .filter(|b| b.own_barrier.is_none())
                             .collect()
-                    }),
-                )
-            }));
-        }
-        out
+                    });
+                    (k, late)
+                })
+                .collect()
+        })
+        .await
     }
 
     /// The last mirrored offset before each partition's barrier (`parts`: partition, the
@@ -372,88 +391,63 @@ impl KafkaFailoverIo {
         let before: HashMap<PartitionKey, i64> =
             parts.iter().map(|(k, b, _)| (k.clone(), *b)).collect();
         let keys: Vec<PartitionKey> = parts.iter().map(|(k, _, _)| k.clone()).collect();
-        let (by_leader, leaderless) = self.by_leader(&keys);
-        let mut out: PerPartition<i64> = leaderless
-            .into_iter()
-            .map(|k| (k, Err(NO_LEADER.to_string())))
-            .collect();
         let own = |k: &PartitionKey| OwnBarrier {
             failover_id: fid,
             producer_id: pids.get(k).copied().flatten(),
         };
-        let before = &before;
-        // Per partition: found, none down to the log start, or to be read further back.
-        let per_leader = join_all(
-            by_leader
-                .into_iter()
-                .map(|(addr, ps)| async move {
-                    let mut c = match self.cluster.client(&addr, self.timeout).await {
-                        Ok(c) => c,
-                        Err(e) => {
-                            let why = e.to_string();
-                            return ps.into_iter().map(|k| (k, Err(why.clone()))).collect();
+        let (before, own_ref) = (&before, &own);
+        // Per partition: found (`Some`), or to be read further back (`None`).
+        let found = self
+            .on_each_leader(&keys, |mut c, ps| async move {
+                let starts = log_offsets(&mut c, &ps, crate::client::EARLIEST).await;
+                let mut out: PerPartition<Option<i64>> = HashMap::new();
+                let mut from = Vec::new();
+                for k in ps {
+                    let b = before.get(&k).copied().unwrap_or(0);
+                    match starts.get(&k).cloned() {
+                        Some(Ok(start)) if b <= start => {
+                            out.insert(k, Ok(Some(-1)));
                         }
-                    };
-                    let starts = log_offsets(&mut c, &ps, crate::client::EARLIEST).await;
-                    let mut out: PerPartition<Option<i64>> = HashMap::new();
-                    let mut from = Vec::new();
-                    for k in ps {
-                        let b = before.get(&k).copied().unwrap_or(0);
-                        match starts.get(&k).cloned() {
-                            Some(Ok(start)) if b <= start => {
-                                out.insert(k, Ok(Some(-1)));
-                            }
-                            Some(Ok(start)) => from.push((k, (b - WINDOW).max(start))),
-                            Some(Err(e)) => {
-                                out.insert(k, Err(e));
-                            }
-                            None => {
-                                out.insert(k, Err("no log start offset".into()));
-                            }
+                        Some(Ok(start)) => from.push((k, (b - WINDOW).max(start))),
+                        Some(Err(e)) => {
+                            out.insert(k, Err(e));
+                        }
+                        None => {
+                            out.insert(k, Err("no log start offset".into()));
                         }
                     }
-                    let at: HashMap<PartitionKey, i64> = from.iter().cloned().collect();
-                    let starts = &starts;
-                    for (k, tail) in read_tails(&mut c, &from, own).await {
-                        let b = before.get(&k).copied().unwrap_or(0);
-                        let r = tail.map(|batches| {
-                            let last = batches
-                                .iter()
-                                .filter(|t| {
-                                    t.base_offset < b && t.is_data && t.own_barrier.is_none()
-                                })
-                                .map(|t| t.last_offset.min(b - 1))
-                                .max();
-                            let read_from = at.get(&k).copied().unwrap_or(0);
-                            let start = starts
-                                .get(&k)
-                                .and_then(|s| s.as_ref().ok().copied())
-                                .unwrap_or(0);
-                            match last {
-                                Some(l) => Some(l),
-                                None if read_from <= start => Some(-1),
-                                None => None,
-                            }
-                        });
-                        out.insert(k, r);
-                    }
-                    out
-                })
-                .collect(),
-        )
-        .await;
-        for found in per_leader {
-            for (k, r) in found {
-                let r = match r {
-                    Ok(Some(l)) => Ok(l),
-                    Ok(None) => {
-                        let b = before.get(&k).copied().unwrap_or(0);
-                        self.last_data_before(&k.0, k.1, b - WINDOW, &own(&k)).await
-                    }
-                    Err(e) => Err(e),
-                };
-                out.insert(k, r);
-            }
+                }
+                let read_from: HashMap<PartitionKey, i64> = from.iter().cloned().collect();
+                for (k, tail) in read_tails(&mut c, &from, own_ref).await {
+                    let b = before.get(&k).copied().unwrap_or(0);
+                    let at_start = matches!(
+                        (read_from.get(&k), starts.get(&k)),
+                        (Some(read), Some(Ok(start))) if read <= start
+                    );
+                    let r = tail.map(|batches| {
+                        batches
+                            .iter()
+                            .filter(|t| t.base_offset < b && t.is_data && t.own_barrier.is_none())
+                            .map(|t| t.last_offset.min(b - 1))
+                            .max()
+                            .or(at_start.then_some(-1))
+                    });
+                    out.insert(k, r);
+                }
+                out
+            })
+            .await;
+        let mut out = PerPartition::new();
+        for (k, r) in found {
+            let r = match r {
+                Ok(Some(l)) => Ok(l),
+                Ok(None) => {
+                    let b = before.get(&k).copied().unwrap_or(0);
+                    self.last_data_before(&k.0, k.1, b - WINDOW, &own(&k)).await
+                }
+                Err(e) => Err(e),
+            };
+            out.insert(k, r);
         }
         out
     }
