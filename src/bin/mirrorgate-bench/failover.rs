@@ -301,13 +301,15 @@ async fn failover_once(
         let everywhere = started.elapsed().as_secs_f64();
         if instances > 1 {
             // Every other instance fenced before the barrier (else the failover could not end).
+            // The driver may list itself too (it records its own drain: review G1).
             let (_, peers) =
                 crate::fleet::admin(&fleet.admins[0], hyper::Method::GET, "/v1/instances").await?;
-            let fenced = peers["failovers"][0]["fenced"]
+            let me = peers["instance"].as_str().unwrap_or_default();
+            let others_fenced = peers["failovers"][0]["fenced"]
                 .as_array()
-                .map(Vec::len)
+                .map(|f| f.iter().filter(|i| i.as_str() != Some(me)).count())
                 .unwrap_or(0);
-            if fenced + 1 != instances {
+            if others_fenced + 1 != instances {
                 return Err(format!("not every instance fenced: {peers}"));
             }
         }
