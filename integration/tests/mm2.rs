@@ -37,16 +37,23 @@ fn count_records(bootstrap: &str, topic: &str, partitions: i32) -> usize {
 /// Start MirrorMaker 2 copying `topic` from `from` to `to` (identity names, idempotent
 /// producer), logging to `dir/mm2.log`.
 fn start_mm2(dir: &std::path::Path, from: &str, to: &str, topic: &str) -> Mm2 {
+    // Cluster aliases of this MirrorMaker alone: its Connect group (`<src>-mm2`) and internal
+    // topics are named after them, and two MirrorMakers sharing them (tests running side by
+    // side against one destination) would join one group and run each other's tasks.
+    static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tag = format!("{}x{n}", std::process::id());
+    let (src, dst) = (format!("src{tag}"), format!("dst{tag}"));
     let props = dir.join("mm2.properties");
     std::fs::write(
         &props,
         format!(
-            "clusters = src, dst\n\
-             src.bootstrap.servers = {from}\n\
-             dst.bootstrap.servers = {to}\n\
-             src->dst.enabled = true\n\
-             src->dst.topics = {topic}\n\
-             dst->src.enabled = false\n\
+            "clusters = {src}, {dst}\n\
+             {src}.bootstrap.servers = {from}\n\
+             {dst}.bootstrap.servers = {to}\n\
+             {src}->{dst}.enabled = true\n\
+             {src}->{dst}.topics = {topic}\n\
+             {dst}->{src}.enabled = false\n\
              replication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy\n\
              replication.factor = 1\n\
              checkpoints.topic.replication.factor = 1\n\
@@ -60,7 +67,7 @@ fn start_mm2(dir: &std::path::Path, from: &str, to: &str, topic: &str) -> Mm2 {
              emit.checkpoints.enabled = false\n\
              sync.group.offsets.enabled = false\n\
              refresh.topics.interval.seconds = 5\n\
-             dst.producer.enable.idempotence = true\n"
+             {dst}.producer.enable.idempotence = true\n"
         ),
     )
     .expect("write mm2.properties");
@@ -68,7 +75,7 @@ fn start_mm2(dir: &std::path::Path, from: &str, to: &str, topic: &str) -> Mm2 {
     Mm2(Command::new(harness::repo().join("integration/rig"))
         .args(["java", "org.apache.kafka.connect.mirror.MirrorMaker"])
         .arg(&props)
-        .args(["--clusters", "dst"])
+        .args(["--clusters", dst.as_str()])
         .stdout(log.try_clone().expect("log"))
         .stderr(log)
         .stdin(Stdio::null())
