@@ -40,14 +40,7 @@ fn a_failback_during_another_instances_adoption_leaves_no_instance_stopping() {
     let topic = mirror_topic("peers-g4");
     harness::create_topic(&source, &topic, 1, None);
     let state_topic = harness::unique_topic("peers-g4-state");
-    let mut with_agent = instance_config("g4", &topic, "a", &state_topic);
-    with_agent.mirrors[0].source = Some(mirrorgate::config::ClusterConfig {
-        bootstrap: vec![source.clone()],
-        connect_timeout_ms: 3000,
-        metadata_refresh_ms: 30_000,
-        tls: None,
-        sasl: None,
-    });
+    let with_agent = instance_config_with_agent("g4", &topic, "a", &state_topic, &source);
     init_state_topic(&with_agent);
     let a = TestGateway::start(with_agent);
     let release = crate::gw::scratch_dir().join("release");

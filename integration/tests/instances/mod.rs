@@ -34,6 +34,25 @@ fn instance_config(name: &str, topic: &str, id: &str, state_topic: &str) -> Conf
     cfg
 }
 
+/// [`instance_config`] of an instance whose built-in agent mirrors the topic from `source`.
+fn instance_config_with_agent(
+    name: &str,
+    topic: &str,
+    id: &str,
+    state_topic: &str,
+    source: &str,
+) -> Config {
+    let mut cfg = instance_config(name, topic, id, state_topic);
+    cfg.mirrors[0].source = Some(mirrorgate::config::ClusterConfig {
+        bootstrap: vec![source.to_string()],
+        connect_timeout_ms: 3000,
+        metadata_refresh_ms: 30_000,
+        tls: None,
+        sasl: None,
+    });
+    cfg
+}
+
 /// Create the state topic the way `mirrorgate state init` does.
 fn init_state_topic(cfg: &Config) {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -595,14 +614,7 @@ fn a_failback_on_the_instance_that_failed_over_makes_the_mirror_read_only_again_
     let topic = mirror_topic("peers-back");
     harness::create_topic(&source, &topic, 1, None);
     let state_topic = harness::unique_topic("peers-back-state");
-    let mut with_agent = instance_config("back", &topic, "a", &state_topic);
-    with_agent.mirrors[0].source = Some(mirrorgate::config::ClusterConfig {
-        bootstrap: vec![source.clone()],
-        connect_timeout_ms: 3000,
-        metadata_refresh_ms: 30_000,
-        tls: None,
-        sasl: None,
-    });
+    let with_agent = instance_config_with_agent("back", &topic, "a", &state_topic, &source);
     init_state_topic(&with_agent);
     let a = TestGateway::start(with_agent);
     let b = TestGateway::start(instance_config("back", &topic, "b", &state_topic));

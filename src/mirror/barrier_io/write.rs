@@ -16,7 +16,7 @@ use kafka_protocol::protocol::StrBytes;
 use crate::config::BarrierMode;
 use crate::protocol::barrier::{encode_barrier_batch, BarrierValue, BARRIER_TIMESTAMP};
 
-use super::super::failover::{BarrierWrites, Found, FoundBarrier, PartitionKey};
+use super::super::failover::{BarrierWrites, FailoverIo, Found, FoundBarrier, PartitionKey};
 use super::super::screening::now_ms;
 use super::super::state::{BarrierKind, BarrierProducer};
 use super::tails::{join_all, log_offsets, read_tails};
@@ -313,22 +313,12 @@ impl KafkaFailoverIo {
             }
         }
         // Where each partition's log ends now, then the last data batch before that end.
-        let (by_leader, _) = self.by_leader(ps);
-        let mut ends: Vec<(PartitionKey, i64, Option<i64>)> = Vec::new();
-        for (addr, leader_ps) in by_leader {
-            if let Ok(mut c) = self.cluster.client(&addr, self.timeout).await {
-                for (k, end) in
-                    super::tails::log_offsets(&mut c, &leader_ps, crate::client::LATEST).await
-                {
-                    match end {
-                        Ok(end) => ends.push((k, end, None)),
-                        Err(e) => {
-                            tracing::debug!(fid, topic = %k.0, partition = k.1, error = %e, "the data barrier's value carries this instance's last applied offset")
-                        }
-                    }
-                }
-            }
+        let (ends, _, why) = FailoverIo::log_ends(self, ps).await;
+        if ends.len() < ps.len() {
+            tracing::debug!(fid, error = %why, "the data barrier's value carries this instance's last applied offset where the log end is unknown");
         }
+        let ends: Vec<(PartitionKey, i64, Option<i64>)> =
+            ends.into_iter().map(|(k, end)| (k, end, None)).collect();
         let mut lasts = self.last_data_before_many(fid, &ends).await;
         let mut out = HashMap::new();
         for p in ps {
