@@ -227,8 +227,8 @@ fn settled_log_ends(destination: &str, topic: &str, partitions: i32) -> Vec<i64>
     }
 }
 
-/// Log line of the agent matching a destination batch it finds beyond its offset map.
-const RECOVERED: &str = "recovered a mirrored batch missing from the offset map";
+/// Log line of the agent having matched the destination batches it found beyond its offset map.
+const RECOVERED: &str = "matched the destination's tail beyond the offset map to the source";
 /// Log line of the agent starting without an offset map on an aligned destination.
 const ALIGNED: &str = "the destination is aligned with the source; mirroring continues from there";
 

@@ -19,7 +19,8 @@
 //!   compared with the offset map (and the batch found there is matched) before resending.
 //!
 //! Owns: the per-partition loop; its reads of the destination and source logs are the child
-//! module `logs`, compacted/gapped batches and batch comparison the child module `gapped`. Must not touch: the controller beyond reading states.
+//! module `logs`, matching a destination tail to the source the child module `matching`,
+//! compacted/gapped batches and batch comparison the child module `gapped`. Must not touch: the controller beyond reading states.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -34,6 +35,7 @@ use crate::protocol::batch::{BatchHeader, BatchWalker};
 mod append;
 mod gapped;
 mod logs;
+mod matching;
 mod txn;
 
 use super::offsets::PartitionMap;
@@ -293,9 +295,7 @@ impl Task {
                          records (truncated or recreated); delete and recreate the destination topic and the agent's map entry"
                     )));
                 }
-                while self.next_dst < end {
-                    self.reconcile_one(end).await?;
-                }
+                self.match_destination_tail(end).await?;
             }
             None => {
                 let start = self.source_offset(EARLIEST).await?;
@@ -326,9 +326,7 @@ impl Task {
                 // A non-empty destination is accepted when it is aligned: batch for batch the
                 // same as the source from the same offset (failback: the old source mirrors from
                 // the cluster that mirrored it as-is). Every batch is compared (CRC, offsets).
-                while self.next_dst < end {
-                    self.reconcile_one(end).await?;
-                }
+                self.match_destination_tail(end).await?;
                 if end != 0 {
                     tracing::info!(
                         topic = %self.topic, partition = self.partition, aligned_through = end,
@@ -341,33 +339,6 @@ impl Task {
             .next_source
             .store(self.next_src, Ordering::Relaxed);
         Ok(())
-    }
-
-    /// Match the destination batch at `next_dst` (below `end`) with the source batch at
-    /// `next_src` and record it, or fail: the destination holds what the agent did not write.
-    async fn reconcile_one(&mut self, end: i64) -> Step<()> {
-        let d = self
-            .dest_batch_at(self.next_dst)
-            .await?
-            .ok_or_else(|| Halt::Retry(format!("no destination batch at {} yet", self.next_dst)))?;
-        // Compared with what the agent appends for the source batch (`gapped::same_batch`: as-is,
-        // rewritten or without producer id; LogAppendTime restamping allowed). A compacted
-        // source may have no batch at `next_src` itself (removed): the next one is compared.
-        let s = self.source_batch_at(self.next_src).await?;
-        match s {
-            Some((s, b))
-                if s.base_offset >= self.next_src
-                    && d.base_offset == self.next_dst
-                    && self.reconcile_with(&s, &b, &d)? =>
-            {
-                Ok(())
-            }
-            _ => Err(Halt::Fail(format!(
-                "the destination has records {}..{end} that do not match the source from offset {} \
-                 (not written by this agent); delete and recreate the destination topic",
-                self.next_dst, self.next_src
-            ))),
-        }
     }
 
     // ------------------------------------------------------------------ main loop

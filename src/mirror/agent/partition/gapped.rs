@@ -537,7 +537,7 @@ impl Task {
             }
             _ => return Ok(false),
         }
-        tracing::info!(
+        tracing::debug!(
             topic = %self.topic, partition = self.partition, source = s.base_offset,
             destination = d.base_offset, "recovered a mirrored batch missing from the offset map"
         );

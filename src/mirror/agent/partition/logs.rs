@@ -1,6 +1,6 @@
 //! What a partition task reads of the two logs: the destination leader (direct connection,
 //! reads only) and the gateway's mirror-listener port for it, the source leader (one kept
-//! connection), their offsets and the batch found at an offset.
+//! connection), their offsets, the batch found at an offset and a window of batches.
 //!
 //! Owns: these connections and the mapping of their errors to retry / fail.
 //! Must not touch: the offset map and appends (the parent's loop).
@@ -100,14 +100,21 @@ impl Task {
             .map_err(|e| Halt::Retry(e.to_string()))
     }
 
-    /// The first batch (header and CRC) of the destination at `offset`.
-    pub(super) async fn dest_batch_at(&self, offset: i64) -> Step<Option<BatchHeader>> {
+    /// The destination's batches from the one holding `offset` on, as much as one fetch
+    /// returns (up to 1 MiB; may end with a partial batch).
+    pub(super) async fn dest_fetch(&self, offset: i64) -> Step<bytes::Bytes> {
         let mut c = self.dest_reader().await?;
         let f = c
             .fetch_partition(&self.topic, self.partition, offset, 1 << 20)
             .await
             .map_err(|e| Halt::Retry(e.to_string()))?;
-        for item in BatchWalker::fetched(&f.records) {
+        Ok(f.records)
+    }
+
+    /// The first batch (header and CRC) of the destination at `offset`.
+    pub(super) async fn dest_batch_at(&self, offset: i64) -> Step<Option<BatchHeader>> {
+        let records = self.dest_fetch(offset).await?;
+        for item in BatchWalker::fetched(&records) {
             let (h, _) = item.map_err(|e| Halt::Fail(format!("corrupt destination batch: {e}")))?;
             if h.last_offset() >= offset {
                 return Ok(Some(h));
@@ -204,20 +211,5 @@ impl Task {
                 Err(Halt::Retry(format!("source fetch: {e}")))
             }
         }
-    }
-
-    /// The first source batch at `offset` with its bytes, waiting for it.
-    pub(super) async fn source_batch_at(
-        &mut self,
-        offset: i64,
-    ) -> Step<Option<(BatchHeader, bytes::Bytes)>> {
-        let f = self.source_fetch(offset).await?;
-        for item in BatchWalker::fetched(&f.records) {
-            let (h, b) = item.map_err(|e| Halt::Fail(format!("corrupt source batch: {e}")))?;
-            if h.last_offset() >= offset {
-                return Ok(Some((h, f.records.slice_ref(b))));
-            }
-        }
-        Ok(None)
     }
 }
