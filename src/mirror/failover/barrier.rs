@@ -46,6 +46,7 @@ impl<Io: FailoverIo> Failover<Io> {
         // Several instances: nothing is written once another took the failover over, or while
         // this one cannot confirm it still drives it (a process paused past its lease).
         self.io.check_driving(name, fid)?;
+        let mut took = StepTimes::start();
         let mut found: Found = HashMap::new();
         if resumed {
             // A partition that joined after a takeover, or a driver whose records were lost,
@@ -65,6 +66,7 @@ impl<Io: FailoverIo> Failover<Io> {
                 .collect();
             found = self.io.find_barriers(fid, &look).await;
         }
+        took.lap("find");
         let mut to_write: Vec<PartitionKey> = need
             .iter()
             .map(key)
@@ -116,6 +118,7 @@ impl<Io: FailoverIo> Failover<Io> {
                     .ok_if_failed()?;
             }
         }
+        took.lap("prepare");
         let producer = self.barrier_form(name, &mut to_write).await?;
         // Partitions whose barrier could not be written (e.g. their leader is down) fail and
         // are retried; the others go on, so one dead broker holds up only its partitions.
@@ -125,6 +128,7 @@ impl<Io: FailoverIo> Failover<Io> {
             self.fail_partitions(name, &w.failed, &w.reason)
                 .ok_if_failed()?;
         }
+        took.lap("write");
         self.hooks.crash_point(CrashPoint::BarrierWritten);
         // Mirror writes whose answer never came may have landed after the barrier.
         let (found, unsettled, why) = self
@@ -136,6 +140,7 @@ impl<Io: FailoverIo> Failover<Io> {
         }
         // Their producers are read from the PSM: only once it is rebuilt (after a restart, or a
         // rebuild triggered by an unknown outcome of mirror produce).
+        took.lap("settle");
         let found = self.with_psm_ready(name, found);
         // The screening entries are durable before BARRIER_PERSISTED is: once it is recorded, a
         // restart rebuilds the PSM from the barrier on and could not find them again.
@@ -144,7 +149,14 @@ impl<Io: FailoverIo> Failover<Io> {
         // instances running, what the brokers hold (review G15: the report counts them all).
         let mut expired: HashMap<PartitionKey, std::collections::HashSet<i64>> = HashMap::new();
         if !keys.is_empty() {
-            let own: Vec<i64> = found.values().filter_map(|b| b.producer_id).collect();
+            // The barriers' own producer ids: one per partition but mostly the same id, so
+            // deduplicated once here (each partition's lookup below filters by them).
+            let own: Vec<i64> = found
+                .values()
+                .filter_map(|b| b.producer_id)
+                .collect::<HashSet<i64>>()
+                .into_iter()
+                .collect();
             let mut producers = Vec::new();
             for k in &keys {
                 let theirs = self.io.psm_producers(std::slice::from_ref(k), &own);
@@ -171,6 +183,7 @@ impl<Io: FailoverIo> Failover<Io> {
                 return Err(self.fail_partitions(name, &keys, &e.to_string()));
             }
         }
+        took.lap("screen");
         let expired: HashMap<PartitionKey, u32> = expired
             .into_iter()
             .map(|(k, ids)| (k, ids.len() as u32))
@@ -188,8 +201,12 @@ impl<Io: FailoverIo> Failover<Io> {
                 }
             }
         }
+        took.lap("last_mirrored");
         self.hooks.crash_point(CrashPoint::ScreenPersisted);
         self.record_barriers(name, fid, &found, &last_mirrored, &expired)?;
+        took.lap("record");
+        tracing::info!(mirror = name, failover_id = %fid, partitions = found.len(), resumed,
+            ms = %took, "barrier step done (milliseconds per phase)");
         self.hooks.crash_point(CrashPoint::BarrierPersisted);
         Ok(())
     }
@@ -545,5 +562,40 @@ impl<Io: FailoverIo> Failover<Io> {
             found.remove(k);
         }
         (found, failed, reason)
+    }
+}
+
+/// Milliseconds spent in each phase of one barrier step, for its summary log line.
+struct StepTimes {
+    at: std::time::Instant,
+    laps: Vec<(&'static str, u128)>,
+}
+
+impl StepTimes {
+    fn start() -> Self {
+        StepTimes {
+            at: std::time::Instant::now(),
+            laps: Vec::new(),
+        }
+    }
+
+    /// The time since the previous lap is phase `what`'s.
+    fn lap(&mut self, what: &'static str) {
+        let now = std::time::Instant::now();
+        self.laps
+            .push((what, now.duration_since(self.at).as_millis()));
+        self.at = now;
+    }
+}
+
+impl std::fmt::Display for StepTimes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (what, ms)) in self.laps.iter().enumerate() {
+            if i > 0 {
+                f.write_str(" ")?;
+            }
+            write!(f, "{what}={ms}")?;
+        }
+        Ok(())
     }
 }
