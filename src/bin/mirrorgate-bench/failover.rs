@@ -398,7 +398,9 @@ fn batch(pid: i64, seq: i32) -> bytes::Bytes {
 }
 
 /// Mirrored batches of 3 producers (2 each) into every partition of `info`, through the mirror
-/// listener ports of nodes 1 and 2.
+/// listener ports of nodes 1 and 2. Partitions answered with a retriable error (e.g.
+/// NOT_ENOUGH_REPLICAS while a fresh partition's follower joins the ISR) are sent again, the
+/// same batch (idempotent: the broker appends it once), for up to [`MIRRORED_RETRY_FOR`].
 pub(crate) async fn write_mirrored(
     info: &[(String, Vec<i32>)],
     mirror_ports: [u16; 2],
@@ -407,48 +409,94 @@ pub(crate) async fn write_mirrored(
         let mut c = KafkaClient::connect(&format!("127.0.0.1:{port}"), Duration::from_secs(120))
             .await
             .map_err(|e| e.to_string())?;
+        let led: Vec<(String, i32)> = info
+            .iter()
+            .flat_map(|(t, leaders)| {
+                leaders
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, l)| **l == node)
+                    .map(|(p, _)| (t.clone(), p as i32))
+            })
+            .collect();
         for seq in 0..2 {
             for pid in 0..3i64 {
-                let mut data = Vec::new();
-                for (t, leaders) in info {
-                    let parts: Vec<PartitionProduceData> = leaders
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, l)| **l == node)
-                        .map(|(p, _)| {
-                            PartitionProduceData::default()
-                                .with_index(p as i32)
-                                .with_records(Some(batch(5_000_000 + pid, seq)))
-                        })
-                        .collect();
-                    if !parts.is_empty() {
-                        data.push(
-                            TopicProduceData::default()
-                                .with_name(StrBytes::from_string(t.clone()).into())
-                                .with_partition_data(parts),
-                        );
+                let deadline = std::time::Instant::now() + MIRRORED_RETRY_FOR;
+                let mut todo = led.clone();
+                while !todo.is_empty() {
+                    let failed = produce_once(&mut c, &todo, batch(5_000_000 + pid, seq)).await?;
+                    if let Some((_, code)) = failed.iter().find(|(_, code)| !retriable(*code)) {
+                        return Err(format!("mirror produce failed: error {code}"));
                     }
-                }
-                let r = c
-                    .send(
-                        &ProduceRequest::default()
-                            .with_acks(-1)
-                            .with_timeout_ms(30_000)
-                            .with_topic_data(data),
-                        9,
-                    )
-                    .await
-                    .map_err(|e| e.to_string())?;
-                if let Some(p) = r
-                    .responses
-                    .iter()
-                    .flat_map(|t| t.partition_responses.iter())
-                    .find(|p| p.error_code != 0)
-                {
-                    return Err(format!("mirror produce failed: error {}", p.error_code));
+                    if !failed.is_empty() && std::time::Instant::now() >= deadline {
+                        return Err(format!(
+                            "mirror produce failed: error {} on {} partitions for {MIRRORED_RETRY_FOR:?}",
+                            failed[0].1,
+                            failed.len()
+                        ));
+                    }
+                    if !failed.is_empty() {
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                    todo = failed.into_iter().map(|(k, _)| k).collect();
                 }
             }
         }
     }
     Ok(())
+}
+
+/// How long [`write_mirrored`] sends a batch again that was answered with a retriable error.
+const MIRRORED_RETRY_FOR: Duration = Duration::from_secs(60);
+
+/// Kafka error codes worth sending the same idempotent batch again for.
+fn retriable(code: i16) -> bool {
+    // NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS(_AFTER_APPEND).
+    matches!(code, 6 | 7 | 19 | 20)
+}
+
+/// One Produce request of `records` to each of `parts`; the partitions answered with an error,
+/// with its code.
+async fn produce_once(
+    c: &mut KafkaClient,
+    parts: &[(String, i32)],
+    records: bytes::Bytes,
+) -> Result<Vec<((String, i32), i16)>, String> {
+    let mut by_topic: Vec<(String, Vec<PartitionProduceData>)> = Vec::new();
+    for (t, p) in parts {
+        let data = PartitionProduceData::default()
+            .with_index(*p)
+            .with_records(Some(records.clone()));
+        match by_topic.last_mut() {
+            Some((last, v)) if last == t => v.push(data),
+            _ => by_topic.push((t.clone(), vec![data])),
+        }
+    }
+    let data: Vec<TopicProduceData> = by_topic
+        .into_iter()
+        .map(|(t, v)| {
+            TopicProduceData::default()
+                .with_name(StrBytes::from_string(t).into())
+                .with_partition_data(v)
+        })
+        .collect();
+    let r = c
+        .send(
+            &ProduceRequest::default()
+                .with_acks(-1)
+                .with_timeout_ms(30_000)
+                .with_topic_data(data),
+            9,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(r.responses
+        .iter()
+        .flat_map(|t| {
+            t.partition_responses
+                .iter()
+                .filter(|p| p.error_code != 0)
+                .map(|p| ((t.name.0.to_string(), p.index), p.error_code))
+        })
+        .collect())
 }
