@@ -37,6 +37,7 @@
 mod adopt;
 mod barrier;
 mod io;
+mod step_times;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -17,6 +17,7 @@ use super::super::screening::{now_ms, ScreenEntry, NO_COORDINATOR_EPOCH};
 use super::super::state::{
     AbortedTransaction, BarrierKind, BarrierProducer, FailoverStep, PartitionRecord,
 };
+use super::step_times::StepTimes;
 use super::{key, Failover, FailoverIo, Found, NewProducer, PartitionKey, ProducerIdError, Stall};
 
 /// New barriers a failover writes after mirror writes that landed late, per partition, before
@@ -562,40 +563,5 @@ impl<Io: FailoverIo> Failover<Io> {
             found.remove(k);
         }
         (found, failed, reason)
-    }
-}
-
-/// Milliseconds spent in each phase of one barrier step, for its summary log line.
-struct StepTimes {
-    at: std::time::Instant,
-    laps: Vec<(&'static str, u128)>,
-}
-
-impl StepTimes {
-    fn start() -> Self {
-        StepTimes {
-            at: std::time::Instant::now(),
-            laps: Vec::new(),
-        }
-    }
-
-    /// The time since the previous lap is phase `what`'s.
-    fn lap(&mut self, what: &'static str) {
-        let now = std::time::Instant::now();
-        self.laps
-            .push((what, now.duration_since(self.at).as_millis()));
-        self.at = now;
-    }
-}
-
-impl std::fmt::Display for StepTimes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for (i, (what, ms)) in self.laps.iter().enumerate() {
-            if i > 0 {
-                f.write_str(" ")?;
-            }
-            write!(f, "{what}={ms}")?;
-        }
-        Ok(())
     }
 }
