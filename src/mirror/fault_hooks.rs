@@ -4,8 +4,10 @@
 //!
 //! Owns: the names and meaning of the `MIRRORGATE_CRASH_AFTER` and `MIRRORGATE_TEST_*` variables
 //! the controller honours, and the crash points of a failover. Must not touch: anything else of
-//! the environment (the agent's own hook, `MIRRORGATE_TEST_LOSE_AGENT_APPEND_ANSWERS`, is read by
-//! `mirror/agent.rs`), the failover's rules.
+//! the environment (the agent's own hooks are read where they act:
+//! `MIRRORGATE_TEST_LOSE_AGENT_APPEND_ANSWERS` by `mirror/agent.rs`,
+//! `MIRRORGATE_TEST_HOLD_AGENT_DISCOVERY_WHILE` by `mirror/agent/discovery.rs`), the failover's
+//! rules.
 
 use std::path::PathBuf;
 use std::time::Duration;

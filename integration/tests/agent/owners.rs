@@ -443,3 +443,110 @@ fn disruptive_a_plain_batch_appended_by_a_killed_owner_above_the_high_watermark_
     );
     assert_eq!(read_log(&destination, &topic, 0).records.len(), sent);
 }
+
+/// Review G2, the former owner's path. The agent's owner is paused (SIGSTOP) past its session
+/// while its run loop is held in a discovery pass (a slow source metadata answer, made by a
+/// test hook) and both source producers write; the other instance takes the agent over and
+/// mirrors on. When the paused owner resumes, it gets its lease back within milliseconds (a
+/// heartbeat and a read) while its run loop is still held, and its partition tasks go on from
+/// their older positions: none of their batches may be appended — ownership is asked before
+/// every append, not on the run loop's turn. Each source record ends up on the destination
+/// once, in order, and the partitions keep MIRRORING on the new owner.
+#[test]
+fn the_agents_former_owner_paused_past_its_session_appends_nothing_once_it_resumes() {
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let idempotent = harness::unique_topic("owner-pause-idem");
+    let plain = harness::unique_topic("owner-pause-plain");
+    for t in [&idempotent, &plain] {
+        harness::create_topic(&source, t, 1, None);
+    }
+    let hold_dir = tempfile::tempdir().expect("temp dir");
+    let hold = hold_dir.path().join("hold-discovery");
+    let hold_env = hold.to_str().expect("utf-8 path").to_string();
+    let (a, b) = two_instances_with_the_agent(
+        "ownerpause",
+        &[&idempotent, &plain],
+        &source,
+        |_| {},
+        &[("MIRRORGATE_TEST_HOLD_AGENT_DISCOVERY_WHILE", &hold_env)],
+    );
+    let idem_writer = SourceWriter::start(&source, &idempotent, "idem", 8000, 300);
+    let plain_writer = SourceWriter::start_without_producer_id(&source, &plain, "plain", 8000, 300);
+    wait_for(
+        "records mirrored through a",
+        Duration::from_secs(30),
+        || log_end(&destination, &idempotent, 0) > 300 && log_end(&destination, &plain, 0) > 300,
+    );
+    // a's run loop enters its next discovery pass (every 3 s) and stays there.
+    std::fs::write(&hold, b"").expect("hold file");
+    std::thread::sleep(Duration::from_secs(4));
+    let pid = a.pid().expect("a runs") as libc::pid_t;
+    // SAFETY: kill(2) on the pid of a child this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0, "SIGSTOP a");
+    let taken_over = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_for("b runs the agent", Duration::from_secs(30), || {
+            let s = agent_status(&b.admin(), "ownerpause");
+            s["owner"] == "b" && s["runs_here"] == true && s["epoch"] == 2
+        });
+        // b appends well past a's position (more than the broker's five deduplicated batches
+        // per producer).
+        let at = log_end(&destination, &idempotent, 0);
+        wait_for("b mirrors on", Duration::from_secs(30), || {
+            log_end(&destination, &idempotent, 0) > at + 300
+        });
+    }));
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0, "SIGCONT a");
+    if let Err(e) = taken_over {
+        std::panic::resume_unwind(e);
+    }
+    // a runs again beside b, its run loop still held, while both producers write.
+    std::thread::sleep(Duration::from_secs(3));
+    std::fs::remove_file(&hold).expect("hold file removed");
+    let sent = (idem_writer.finish(false), plain_writer.finish(false));
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let parts = partitions_json(&b.admin(), "ownerpause");
+        let caught_up = parts
+            .iter()
+            .all(|p| p["state"] == "MIRRORING" && p["lag_records"] == 0);
+        let logs: Vec<_> = [&idempotent, &plain]
+            .iter()
+            .map(|t| {
+                (
+                    kv(&read_log(&source, t, 0)),
+                    kv(&read_log(&destination, t, 0)),
+                )
+            })
+            .collect();
+        if caught_up && logs.iter().all(|(s, d)| s == d) {
+            break;
+        }
+        if Instant::now() > deadline {
+            let mut why = Vec::new();
+            for (t, (s, d)) in [&idempotent, &plain].iter().zip(&logs) {
+                let mut seen = std::collections::HashSet::new();
+                let twice: Vec<_> = d.iter().filter(|r| !seen.insert(*r)).take(5).collect();
+                why.push(format!(
+                    "{t}: source {} records, destination {}, appended twice (first 5): {twice:?}",
+                    s.len(),
+                    d.len()
+                ));
+            }
+            panic!(
+                "the destination does not hold the source's records once, in order: {why:?}; b's partitions: {parts:?}"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    for (t, n) in [(&idempotent, sent.0), (&plain, sent.1)] {
+        assert_eq!(read_log(&destination, t, 0).records.len(), n, "{t}");
+    }
+    let s = agent_status(&a.admin(), "ownerpause");
+    assert!(
+        s["owner"] == "b" && s["runs_here"] == false,
+        "a runs the agent again after it resumed: {s}"
+    );
+    drop(a);
+}

@@ -20,6 +20,7 @@ use super::{lock, MirrorAgent};
 impl MirrorAgent {
     /// Source metadata; create or grow destination topics.
     pub(super) async fn discover(&self) {
+        hold_while_the_test_says_so().await;
         let timeout = Duration::from_millis(self.source.connect_timeout_ms);
         let mut addrs: Vec<String> = self
             .source_meta
@@ -323,5 +324,22 @@ impl MirrorAgent {
             configs = ?configs, "created the destination topic (configs copied from the source)"
         );
         Ok(())
+    }
+}
+
+/// Test hook (environment, read once): while the file named by
+/// `MIRRORGATE_TEST_HOLD_AGENT_DISCOVERY_WHILE` exists, a discovery pass waits before it asks
+/// the source, as one stuck on a slow metadata answer would; the agent's run loop is held with
+/// it while the partition tasks go on (the window of review G2's former-owner path). Unset in
+/// production: a pass never waits.
+async fn hold_while_the_test_says_so() {
+    static HOLD: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    let hold = HOLD.get_or_init(|| {
+        std::env::var_os("MIRRORGATE_TEST_HOLD_AGENT_DISCOVERY_WHILE").map(Into::into)
+    });
+    if let Some(path) = hold {
+        while path.exists() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 }
