@@ -1,6 +1,6 @@
-//! docker-compose.yml (not runnable here: no Docker engine) must agree with
-//! config/mirrorgate.yaml and with the rig's ports, so the same config and tests work against
-//! either.
+//! docker-compose.yml must agree with config/mirrorgate.yaml and with the rig's ports, so the
+//! same config and tests work against either (the stack itself runs under podman in
+//! `integration/compose-test`, docs/docker.md).
 
 use std::collections::{BTreeMap, BTreeSet};
 
