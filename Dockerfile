@@ -4,8 +4,8 @@
 #   docker run --rm -p 127.0.0.1:9092-9093:9092-9093 -p 127.0.0.1:9180:9180 \
 #     -e MIRRORGATE_ADMIN_TOKEN=... -v $PWD/my.yaml:/etc/mirrorgate/mirrorgate.yaml:ro mirrorgate
 #
-# docker-compose.yml builds it for the whole stack. The build stage's `cargo build` line is run
-# outside Docker by integration/tests/observability.rs, so keep it a plain one-line RUN.
+# docker-compose.yml builds it for the whole stack (run under podman by integration/compose-test,
+# part of the test command). Keep the `cargo build` line a plain one-line RUN (checked statically).
 
 # ---- build ------------------------------------------------------------------------------
 FROM rust:1.95-slim-bookworm AS build

@@ -35,7 +35,7 @@ use crate::failover::{
     failover, mirror_config, produce_one_expect_error, wait_mirroring, wait_stopped,
 };
 use crate::gw::{free_port_range, TestGateway};
-use crate::harness::{self, repo, run_with_timeout, tail_text};
+use crate::harness::{self, repo, run_with_timeout};
 use crate::psm_differential::{batch, RawConn};
 
 /// Metrics only the built-in mirror agent exports (absent unless a mirror has a `source`): lag

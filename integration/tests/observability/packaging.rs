@@ -671,46 +671,23 @@ fn compose_stack_agrees_with_config_dockerfile_and_provisioning() {
 
 // ------------------------------------------------------------------------------ build
 
+/// The build stage's cargo line is plain and locked. The image itself is built for real (the
+/// Dockerfile, under podman) and its binary started with the image's config by
+/// `integration/compose-test`, the test command's last step; a release build here, beside the
+/// parallel integration tests, only repeated it and starved them.
 #[test]
-fn dockerfile_build_stage_cargo_command_builds_outside_docker() {
+fn dockerfile_build_stage_is_one_locked_release_build_of_the_gateway() {
     let cmds = dockerfile_cargo_commands();
-    assert!(!cmds.is_empty(), "the build stage runs cargo");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    for words in &cmds {
-        assert!(
-            words.contains(&"--locked".to_string()),
-            "{words:?} uses --locked"
-        );
-        let mut cmd = Command::new(&cargo);
-        cmd.args(&words[1..]).current_dir(repo());
-        let started = Instant::now();
-        let out = run_with_timeout(cmd, Duration::from_secs(1200));
-        assert!(
-            out.status.success(),
-            "`{}` failed ({:?}):\n{}",
-            words.join(" "),
-            out.status,
-            tail_text(&out.stderr, 40)
-        );
-        eprintln!("`{}` took {:?}", words.join(" "), started.elapsed());
+    assert_eq!(cmds.len(), 1, "one cargo line in the build stage: {cmds:?}");
+    let words = &cmds[0];
+    for flag in ["build", "--release", "--locked"] {
+        assert!(words.contains(&flag.to_string()), "{words:?} has {flag}");
     }
-    // The image's binary is that build's output; it accepts the image's default config.
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .map(|p| if p.is_relative() { repo().join(p) } else { p })
-        .unwrap_or_else(|| repo().join("target"));
-    let bin = target_dir.join("release").join("mirrorgate");
-    assert!(bin.exists(), "{} was not built", bin.display());
-    let mut check = Command::new(&bin);
-    check
-        .args(["check-config", "config/mirrorgate.compose.yaml"])
-        .current_dir(repo())
-        .env("MIRRORGATE_ADMIN_TOKEN", "test-token");
-    let out = run_with_timeout(check, Duration::from_secs(30));
     assert!(
-        out.status.success(),
-        "the release binary rejects the image's config: {}",
-        String::from_utf8_lossy(&out.stderr)
+        words
+            .windows(2)
+            .any(|w| w[0] == "--bin" && w[1] == "mirrorgate"),
+        "{words:?} builds the gateway binary"
     );
 }
 
