@@ -37,7 +37,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("app", 8),
 ];
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+pub(crate) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -168,7 +168,7 @@ const MAX_NON_TEST_LINES: usize = 600;
 
 /// The lines of `text` before its unit-test module (a `#[cfg(test)]` followed by `mod` or a
 /// `#[path]` of one), all of them when it has none.
-fn non_test_lines(text: &str) -> usize {
+pub(crate) fn non_test_lines(text: &str) -> usize {
     let lines: Vec<&str> = text.lines().collect();
     lines
         .iter()

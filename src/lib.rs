@@ -32,3 +32,5 @@ pub mod state;
 mod architecture_tests;
 #[cfg(test)]
 mod docs_tests;
+#[cfg(test)]
+mod file_graph_tests;

@@ -25,8 +25,6 @@ use std::time::Duration;
 
 use crate::cluster::ClusterView;
 use crate::config::BarrierMode;
-use crate::protocol::barrier::parse_barrier;
-use crate::protocol::batch::BatchHeader;
 use crate::psm::registry::PsmRegistry;
 
 use super::admission::Admission;
@@ -36,9 +34,10 @@ use super::failover::{
 };
 use super::fault_hooks::FaultHooks;
 use super::mirror_metrics::MirrorMetrics;
+use super::own_barrier::OwnBarrier;
 use super::pid_allocator::PidAllocator;
 use super::screening::{ScreenEntry, Screening, NO_COORDINATOR_EPOCH};
-use super::state::{BarrierKind, BarrierProducer};
+use super::state::BarrierProducer;
 use tails::PerPartition;
 
 /// Stops the built-in agent of a mirror; the future ends once its appends in flight are answered.
@@ -506,28 +505,5 @@ impl FailoverIo for KafkaFailoverIo {
             Some(p) => p.ack_own_drain(mirror, fid).await,
             None => Ok(()),
         }
-    }
-}
-
-/// What identifies the failover's own barriers in a log: a data barrier carries the failover
-/// id; a control barrier is an ABORT marker of the recorded producer id.
-pub(crate) struct OwnBarrier<'a> {
-    pub failover_id: &'a str,
-    pub producer_id: Option<i64>,
-}
-
-impl OwnBarrier<'_> {
-    /// The form of the barrier `batch` (header `h`) is, if it is one of this failover's.
-    pub fn kind_of(&self, h: &BatchHeader, batch: &[u8]) -> Option<BarrierKind> {
-        if let Some(pid) = self.producer_id {
-            if crate::protocol::txn_marker::is_control_barrier(h, batch, pid) {
-                return Some(BarrierKind::Control);
-            }
-        }
-        if h.is_control() || self.failover_id.is_empty() {
-            return None;
-        }
-        matches!(parse_barrier(batch), Ok(Some(v)) if v.failover_id == self.failover_id)
-            .then_some(BarrierKind::Data)
     }
 }

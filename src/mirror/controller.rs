@@ -90,6 +90,7 @@ pub struct MirrorController {
     peers: std::sync::OnceLock<Arc<super::peers::PeerLink>>,
 }
 
+mod gauges;
 mod pause;
 mod peer_adopt;
 mod peer_fence;
@@ -495,17 +496,6 @@ impl MirrorController {
             }
         }
         v
-    }
-
-    /// Partition counts per (mirror, state), for the metrics collector.
-    pub fn state_counts(&self) -> Vec<(String, &'static str, usize)> {
-        let mut out = Vec::new();
-        for m in self.summaries() {
-            for (st, n) in m.counts {
-                out.push((m.name.clone(), st.as_str(), n));
-            }
-        }
-        out
     }
 
     /// Readiness problems: unreadable mirror state, an unreadable PID screening set.

@@ -1,7 +1,7 @@
 //! Unit tests of the controller's decisions for admin requests and of overlapping mirror regexes,
 //! over a cluster view filled by hand (no broker).
 
-use super::super::barrier_io::OwnBarrier;
+use super::super::own_barrier::OwnBarrier;
 use super::super::screening::SCREEN_FILE;
 use super::super::state::BarrierKind;
 use super::*;

@@ -4,7 +4,8 @@
 //! Owns: the metric names and help texts of `mirrorgate_barrier*`, `mirrorgate_pid_screened_total`,
 //! `mirrorgate_duplicate_ack_guard_total`, `mirrorgate_produce_rejected_total`,
 //! `mirrorgate_failover_*`, `mirrorgate_mirror_*` and `mirrorgate_protection_*`. Must not touch:
-//! what is counted (the callers decide).
+//! what is counted (the callers decide); the controller itself (the gauges read it through the
+//! [`MirrorStates`] seam it implements: this file never names it).
 
 use std::sync::Arc;
 
@@ -12,8 +13,7 @@ use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts};
 
 use crate::metrics::Metrics;
 
-use super::controller::MirrorController;
-use super::state::PartitionState;
+use super::state::{MirrorRecord, PartitionState};
 
 /// Metrics of mirrors and failovers.
 pub struct MirrorMetrics {
@@ -164,8 +164,22 @@ impl MirrorMetrics {
     }
 }
 
-/// Scrape-time collector of `mirrorgate_mirror_partitions{mirror,state}`.
-pub struct PartitionStateGauge(pub Arc<MirrorController>);
+/// What the scrape-time gauges read of the mirrors (the mirror controller implements it).
+pub trait MirrorStates: Send + Sync {
+    /// Partition counts per (mirror, state).
+    fn state_counts(&self) -> Vec<(String, &'static str, usize)>;
+    /// Every mirror's record (and why it is unreadable, if it is).
+    fn records(&self) -> Vec<(MirrorRecord, Option<String>)>;
+    /// Per mirror, the transactions open in its partitions.
+    fn open_transactions(&self) -> Vec<(String, usize)>;
+    /// Until when producers of failed-over topics must stay behind the gateway (ms since the
+    /// epoch; `i64::MAX`: the screening set is unreadable; `None`: nothing screened).
+    fn protection_needed_until_ms(&self) -> Option<i64>;
+}
+
+/// Scrape-time collector of `mirrorgate_mirror_partitions{mirror,state}` and the other
+/// per-mirror gauges.
+pub struct PartitionStateGauge(pub Arc<dyn MirrorStates>);
 
 impl prometheus::core::Collector for PartitionStateGauge {
     fn desc(&self) -> Vec<&prometheus::core::Desc> {

@@ -10,7 +10,8 @@
 //! [`policy`] — [`policy::MirrorPolicy`], the one mirror interface the proxy holds (the controller implements it); [`fault_hooks`] — the fault-injection hooks, read once at start; [`mirror_metrics`] — the
 //! metrics; [`pid_allocator`] — the failover step that advances the destination brokers'
 //! producer-id allocators past the screened ids; [`barrier_check`] — the start-up check of
-//! recorded barriers against the logs; [`permissions`]; [`agent`] — the built-in mirror agent;
+//! recorded barriers against the logs; [`own_barrier`] — how a failover recognises its own
+//! barriers in a log; [`permissions`]; [`agent`] — the built-in mirror agent;
 //! [`sync`] — the agent's topic config and ACL sync (stopped by the failover);
 //! [`groups`] — the consumer group offset sync of the agent's mirrors; [`peers`] — several
 //! instances: heartbeats, leases and failover fences through the state topic;
@@ -31,6 +32,7 @@ pub mod failover;
 pub mod fault_hooks;
 pub mod groups;
 pub mod mirror_metrics;
+pub mod own_barrier;
 pub mod peers;
 pub mod permissions;
 pub mod pid_allocator;

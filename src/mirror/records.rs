@@ -17,7 +17,7 @@ use crate::config::Config;
 use crate::state::StateStore;
 
 use super::admission::Admission;
-use super::barrier_io::OwnBarrier;
+use super::own_barrier::OwnBarrier;
 use super::screening::{now_ms, ScreenError};
 use super::state::{
     BarrierKind, MirrorRecord, PartitionRecord, PartitionState, StepError, TransitionError,

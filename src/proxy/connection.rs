@@ -25,69 +25,20 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::ApiKey;
-use kafka_protocol::protocol::StrBytes;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
 
-use crate::config::{LimitsConfig, ListenerConfig};
-use crate::metrics::{ApiHandles, ListenerKind, Metrics};
+use crate::metrics::{ListenerKind, Metrics};
 use crate::net::Stream;
 use crate::protocol::frame::{
     parse_request_header, read_frame, response_correlation_id, FrameError,
 };
 use crate::protocol::produce::peek_acks;
-use crate::protocol::rewrite::AddressMap;
 use crate::protocol::versions;
 
+use super::context::ConnContext;
 use super::exchange::{self, ExchangeError, Step};
-
-use crate::cluster::ClusterView;
-
-/// Maps node ids to this listener's ports.
-pub struct ListenerAddressMap {
-    host: StrBytes,
-    listener: ListenerConfig,
-}
-
-impl ListenerAddressMap {
-    pub fn new(listener: &ListenerConfig) -> Self {
-        ListenerAddressMap {
-            host: StrBytes::from_string(listener.advertised().to_string()),
-            listener: listener.clone(),
-        }
-    }
-}
-
-impl AddressMap for ListenerAddressMap {
-    fn endpoint(&self, node_id: i32) -> Option<(StrBytes, i32)> {
-        self.listener
-            .port_for_node(node_id)
-            .map(|p| (self.host.clone(), i32::from(p)))
-    }
-}
-
-/// Everything a connection needs, shared by all connections of one listener.
-pub struct ConnContext {
-    pub kind: ListenerKind,
-    /// The PSM registry, when mirrors are configured (the produce tap feeds it).
-    pub psm: Option<Arc<crate::psm::registry::PsmRegistry>>,
-    /// Verify CRC-32C of tracked batches on this listener.
-    pub verify_crc: bool,
-    /// The mirror controller, when mirrors are configured (read-only enforcement, fencing,
-    /// barriers, PID screening).
-    pub mirrors: Option<Arc<dyn crate::mirror::policy::MirrorPolicy>>,
-    pub address_map: ListenerAddressMap,
-    pub cluster: Arc<ClusterView>,
-    pub metrics: Arc<Metrics>,
-    pub handles: ApiHandles,
-    pub limits: LimitsConfig,
-    pub connect_timeout: Duration,
-    /// Sets up the transport of accepted client sockets (TLS, when configured).
-    pub acceptor: crate::net::Acceptor,
-    /// SASL principals allowed on this listener (`None`: no limit).
-    pub principal_limits: Option<Arc<super::sasl::PrincipalLimits>>,
-}
 
 /// Why the gateway closed a connection on its own.
 #[derive(Debug, thiserror::Error)]

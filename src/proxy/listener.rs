@@ -11,7 +11,8 @@ use tokio::sync::{mpsc, watch};
 
 use crate::config::ListenerConfig;
 
-use super::connection::{serve, ConnContext};
+use super::connection::serve;
+use super::context::ConnContext;
 
 /// Ports bound so far, per node id.
 #[derive(Default)]

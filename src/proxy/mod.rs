@@ -7,12 +7,12 @@
 //! configuration it is given and records what happens in [`crate::metrics`].
 
 pub mod connection;
+pub mod context;
 pub mod exchange;
 pub mod listener;
 pub mod sasl;
-pub mod screen;
 
-pub use connection::{ConnContext, ListenerAddressMap};
+pub use context::{ConnContext, ListenerAddressMap};
 pub use listener::BoundPorts;
 
 #[cfg(test)]

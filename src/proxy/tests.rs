@@ -17,7 +17,8 @@ use crate::metrics::{ListenerKind, Metrics};
 use crate::protocol::frame::{parse_request_header, read_frame};
 use crate::protocol::rewrite::BrokerEndpoint;
 
-use super::connection::{serve, ConnContext, ListenerAddressMap};
+use super::connection::serve;
+use super::context::{ConnContext, ListenerAddressMap};
 use crate::cluster::{ClusterView, Snapshot};
 
 /// How the fake broker answers.

@@ -3,8 +3,8 @@
 //!
 //! Owns: the PSM's metric names, help texts and labels, and building the producer gauge from
 //! the registry at each scrape.
-//! Must not touch: producer state or slots (it reads counts through
-//! [`PsmRegistry::producer_counts`]), sockets, disk.
+//! Must not touch: producer state or slots (it reads counts through the [`ProducerCounts`] seam,
+//! which the registry implements: this file never names the registry), sockets, disk.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,7 +13,6 @@ use prometheus::{IntCounter, IntCounterVec, Opts};
 
 use crate::metrics::Metrics;
 
-use super::registry::PsmRegistry;
 use super::Verdict;
 
 /// Result label of `mirrorgate_psm_batches_total`.
@@ -156,15 +155,24 @@ impl PsmCounters {
     }
 }
 
+/// What the producer gauge reads at each scrape: the owner of the producer state (the registry)
+/// implements it, so the metrics depend on this seam and not on the registry.
+pub trait ProducerCounts: Send + Sync {
+    /// Whether the counts are per partition (else per topic).
+    fn per_partition(&self) -> bool;
+    /// Producer entries per (topic, partition), the partition `None` when aggregated per topic.
+    fn producer_counts(&self) -> Vec<(String, Option<i32>, usize)>;
+}
+
 /// Scrape-time collector of `mirrorgate_psm_producers{topic,partition}` (or `{topic}` when
 /// aggregated): built from the registry at each scrape, so series of deleted topics disappear.
 pub struct ProducerGauge {
-    registry: Arc<PsmRegistry>,
+    registry: Arc<dyn ProducerCounts>,
     desc: Vec<prometheus::core::Desc>,
 }
 
 impl ProducerGauge {
-    pub fn new(registry: Arc<PsmRegistry>) -> Self {
+    pub fn new(registry: Arc<dyn ProducerCounts>) -> Self {
         let labels: Vec<String> = if registry.per_partition() {
             vec!["topic".into(), "partition".into()]
         } else {
@@ -215,5 +223,64 @@ impl prometheus::core::Collector for ProducerGauge {
             g.with_label_values(&values).set(n as i64);
         }
         prometheus::core::Collector::collect(&g)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus::core::Collector;
+
+    /// Counts handed to the gauge as the registry would.
+    struct FakeCounts {
+        per_partition: bool,
+        counts: Vec<(String, Option<i32>, usize)>,
+    }
+
+    impl ProducerCounts for FakeCounts {
+        fn per_partition(&self) -> bool {
+            self.per_partition
+        }
+        fn producer_counts(&self) -> Vec<(String, Option<i32>, usize)> {
+            self.counts.clone()
+        }
+    }
+
+    /// The gauge's samples as the text exposition format prints them.
+    fn samples(gauge: &ProducerGauge) -> Vec<String> {
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&gauge.collect())
+            .expect("encodes");
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn the_producer_gauge_reports_each_partitions_count_from_its_owner() {
+        let gauge = ProducerGauge::new(Arc::new(FakeCounts {
+            per_partition: true,
+            counts: vec![("orders".into(), Some(0), 3), ("orders".into(), Some(1), 0)],
+        }));
+        assert_eq!(
+            samples(&gauge),
+            [
+                r#"mirrorgate_psm_producers{partition="0",topic="orders"} 3"#,
+                r#"mirrorgate_psm_producers{partition="1",topic="orders"} 0"#,
+            ]
+        );
+    }
+
+    #[test]
+    fn the_producer_gauge_has_only_a_topic_label_when_counts_are_per_topic() {
+        let gauge = ProducerGauge::new(Arc::new(FakeCounts {
+            per_partition: false,
+            counts: vec![("orders".into(), None, 5)],
+        }));
+        assert_eq!(
+            samples(&gauge),
+            [r#"mirrorgate_psm_producers{topic="orders"} 5"#]
+        );
     }
 }

@@ -24,7 +24,7 @@ use crate::metrics::Metrics;
 use crate::protocol::batch::BatchHeader;
 use crate::state::StateStore;
 
-pub use super::metrics::{BatchResult, ProducerGauge, PsmCounters};
+pub use super::metrics::{BatchResult, ProducerCounts, ProducerGauge, PsmCounters};
 pub use super::slot::{
     AppendedMarker, BrokerOutcome, ClearedProducer, OpenTxn, PartitionSlot, SlotView, StaleReason,
     MIN_REBUILD_INTERVAL,
@@ -351,10 +351,6 @@ impl PsmRegistry {
     }
 
     /// Whether producer counts are per partition (else per topic).
-    pub(super) fn per_partition(&self) -> bool {
-        self.per_partition
-    }
-
     /// Write snapshots of changed, ready partitions. Returns how many were written.
     pub fn write_snapshots(&self) -> usize {
         let Some(store) = &self.store else { return 0 };
@@ -412,9 +408,15 @@ impl PsmRegistry {
         self.counters.expired_by_time.inc_by(total as u64);
         total
     }
+}
+
+impl ProducerCounts for PsmRegistry {
+    fn per_partition(&self) -> bool {
+        self.per_partition
+    }
 
     /// Producer counts per partition (or per topic when aggregated), for the metrics collector.
-    pub fn producer_counts(&self) -> Vec<(String, Option<i32>, usize)> {
+    fn producer_counts(&self) -> Vec<(String, Option<i32>, usize)> {
         let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
         let mut per: HashMap<(String, Option<i32>), usize> = HashMap::new();
         for ((t, p), s) in slots.iter() {

@@ -21,6 +21,7 @@ mod batch;
 mod committed_view;
 mod consumer_failover;
 mod failover;
+mod failover_fixture;
 mod fleet;
 mod handover;
 mod latency;

@@ -21,8 +21,9 @@
 //!    p50/p99/p99.9 per mode and the overhead versus direct in milliseconds, and CPU per MiB
 //!    of each proxy at 50 %.
 //!
-//! Owns: the phases, the figures and the targets. Must not touch: how the proxies run
-//! (`process.rs`, `relay.rs`, `peer.rs`).
+//! Owns: the phases and what each measures. Must not touch: how the proxies run (`process.rs`,
+//! `relay.rs`, `peer.rs`), how measurements become figures (`proxy_report.rs`, which also owns
+//! the figures' types: this file uses them, never the other way round).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -34,9 +35,12 @@ use kafka_protocol::protocol::StrBytes;
 use mirrorgate::client::KafkaClient;
 use serde_json::Value;
 
-use crate::latency::{self, Latency};
+use crate::latency;
 use crate::peer::{self, PeerProcess};
 use crate::process::{gateway_binary, peak_rss_kib, CpuMeter, GatewayProcess};
+use crate::proxy_report::{
+    round2, Cpu50, LatTable, ProduceRun, SatTable, Saturation, RATES, RECORD_SIZE,
+};
 use crate::relay::RelayProcess;
 use crate::{java, median, Clusters};
 
@@ -55,9 +59,6 @@ const MIRROR_TOPICS: &str = "bench-proxy-[0-9]+-[a-z]+-mirror-.*";
 const RELAY_BASE: u16 = 17192;
 /// Kroxylicious bootstrap port (node n on PEER_BASE + n).
 const PEER_BASE: u16 = 17500;
-/// Fixed rates, in percent of the direct saturation rate.
-pub(crate) const RATES: [u32; 3] = [25, 50, 75];
-pub(crate) const RECORD_SIZE: u64 = 1024;
 /// Excluded start of every fixed-rate run (connections, metadata, first batches).
 const WARMUP: Duration = Duration::from_secs(2);
 
@@ -73,15 +74,6 @@ pub struct Options {
     pub peer: bool,
     /// Another gateway binary measured side by side (`baseline`, `baseline-mirror`).
     pub baseline: Option<PathBuf>,
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(crate) struct ProduceRun {
-    pub(crate) records_per_s: f64,
-    pub(crate) mb_per_s: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-    p999_ms: f64,
 }
 
 /// Parse the final summary line of ProducerPerformance:
@@ -229,27 +221,11 @@ pub(crate) struct Mode {
     pid: Option<u32>,
 }
 
-/// Figures of one saturation run.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Saturation {
-    pub(crate) produce: ProduceRun,
-    pub(crate) consume_mb_per_s: f64,
-    pub(crate) cpu_s: Option<f64>,
-}
-
 /// The modes in a rotated order: repetition `i` starts with mode `i % n`, so no mode is always
 /// first (or always right after the JVM-heavy one).
 fn rotated<T>(items: &[T], i: usize) -> impl Iterator<Item = &T> {
     let n = items.len();
     (0..n).map(move |k| &items[(i + k) % n])
-}
-
-pub(crate) fn round2(x: f64) -> f64 {
-    (x * 100.0).round() / 100.0
-}
-
-pub(crate) fn round3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
 }
 
 pub fn run(opts: Options) -> Result<Value, String> {
@@ -434,8 +410,9 @@ fn run_modes(
     drop(relay);
     drop(gateway);
 
+    let names: Vec<&'static str> = modes.iter().map(|m| m.name).collect();
     Ok(crate::proxy_report::report(
-        &modes,
+        &names,
         &sat,
         &lat,
         &cpu50,
@@ -449,11 +426,6 @@ fn run_modes(
         peer_error,
     ))
 }
-
-pub(crate) type SatTable = BTreeMap<&'static str, Vec<Saturation>>;
-pub(crate) type LatTable = BTreeMap<(&'static str, u32), Vec<Latency>>;
-/// CPU seconds and MiB of the 50 % runs, per proxy.
-pub(crate) type Cpu50 = BTreeMap<&'static str, (f64, f64)>;
 
 #[allow(clippy::too_many_arguments)]
 fn measure(

@@ -2,20 +2,57 @@
 //! MiB, the before/after ratios against a `--baseline` gateway, and the targets, as the one JSON
 //! object the benchmark prints last.
 //!
-//! Owns: turning measurements into figures. Must not touch: how they are measured (`proxy.rs`).
+//! Owns: the measurements' types (what one run found) and turning them into figures. Must not
+//! touch: how they are measured (`proxy.rs`, which uses this file, never the other way round).
+
+use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
 use crate::latency::Latency;
 use crate::median;
 use crate::peer;
-use crate::proxy::{
-    round2, round3, Cpu50, LatTable, Mode, SatTable, Saturation, RATES, RECORD_SIZE,
-};
+
+/// Fixed rates, in percent of the direct saturation rate.
+pub(crate) const RATES: [u32; 3] = [25, 50, 75];
+pub(crate) const RECORD_SIZE: u64 = 1024;
+
+/// What ProducerPerformance reported for one saturation run.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct ProduceRun {
+    pub(crate) records_per_s: f64,
+    pub(crate) mb_per_s: f64,
+    pub(crate) p50_ms: f64,
+    pub(crate) p99_ms: f64,
+    pub(crate) p999_ms: f64,
+}
+
+/// Figures of one saturation run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Saturation {
+    pub(crate) produce: ProduceRun,
+    pub(crate) consume_mb_per_s: f64,
+    pub(crate) cpu_s: Option<f64>,
+}
+
+/// Saturation runs per mode.
+pub(crate) type SatTable = BTreeMap<&'static str, Vec<Saturation>>;
+/// Fixed-rate runs per (mode, rate in percent).
+pub(crate) type LatTable = BTreeMap<(&'static str, u32), Vec<Latency>>;
+/// CPU seconds and MiB of the 50 % runs, per proxy.
+pub(crate) type Cpu50 = BTreeMap<&'static str, (f64, f64)>;
+
+pub(crate) fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+pub(crate) fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
 
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn report(
-    modes: &[Mode],
+    modes: &[&'static str],
     sat: &SatTable,
     lat: &LatTable,
     cpu50: &Cpu50,
@@ -63,27 +100,27 @@ pub(crate) fn report(
     };
 
     let mut table = serde_json::Map::new();
-    for m in modes {
+    for &m in modes {
         let mut row = json!({
-            "produce_mb_per_s": sat_med(m.name, &|s| s.produce.mb_per_s).map(round2),
-            "produce_records_per_s": sat_med(m.name, &|s| s.produce.records_per_s).map(round2),
-            "consume_mb_per_s": sat_med(m.name, &|s| s.consume_mb_per_s).map(round2),
-            "cpu_ms_per_mib": cpu_per_mib(m.name),
-            "cpu_ms_per_mib_at_50": cpu_per_mib_50(m.name),
+            "produce_mb_per_s": sat_med(m, &|s| s.produce.mb_per_s).map(round2),
+            "produce_records_per_s": sat_med(m, &|s| s.produce.records_per_s).map(round2),
+            "consume_mb_per_s": sat_med(m, &|s| s.consume_mb_per_s).map(round2),
+            "cpu_ms_per_mib": cpu_per_mib(m),
+            "cpu_ms_per_mib_at_50": cpu_per_mib_50(m),
         });
         for pct in RATES {
-            row[format!("p50_ms_{pct}")] = json!(lat_med(m.name, pct, &p50));
-            row[format!("p99_ms_{pct}")] = json!(lat_med(m.name, pct, &p99));
-            row[format!("p999_ms_{pct}")] = json!(lat_med(m.name, pct, &p999));
-            if m.name != "direct" {
-                row[format!("p50_overhead_ms_{pct}")] = json!(overhead(m.name, pct, &p50));
-                row[format!("p99_overhead_ms_{pct}")] = json!(overhead(m.name, pct, &p99));
-                row[format!("p999_overhead_ms_{pct}")] = json!(overhead(m.name, pct, &p999));
+            row[format!("p50_ms_{pct}")] = json!(lat_med(m, pct, &p50));
+            row[format!("p99_ms_{pct}")] = json!(lat_med(m, pct, &p99));
+            row[format!("p999_ms_{pct}")] = json!(lat_med(m, pct, &p999));
+            if m != "direct" {
+                row[format!("p50_overhead_ms_{pct}")] = json!(overhead(m, pct, &p50));
+                row[format!("p99_overhead_ms_{pct}")] = json!(overhead(m, pct, &p99));
+                row[format!("p999_overhead_ms_{pct}")] = json!(overhead(m, pct, &p999));
             }
         }
-        table.insert(m.name.to_string(), row);
+        table.insert(m.to_string(), row);
     }
-    let has_peer = modes.iter().any(|m| m.name == "peer");
+    let has_peer = modes.contains(&"peer");
     let throughput_ratio = ratio(
         sat_med("gateway", &|s| s.produce.mb_per_s),
         sat_med("direct", &|s| s.produce.mb_per_s),

@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::failover::{fresh_topics, leaders, write_mirrored};
+use crate::failover_fixture::{fresh_topics, leaders, write_mirrored, Measured};
 use crate::fleet::{admin, ports, wait_stopped, Fleet};
 
 /// The takeover over fresh topics of `sizes` with `instances` gateways of `bin`: seconds from
@@ -19,7 +19,7 @@ pub(crate) async fn run(
     bin: &Path,
     sizes: &[i32],
     instances: usize,
-) -> Result<super::failover::Measured, String> {
+) -> Result<Measured, String> {
     let (prefix, names) = fresh_topics(destination, "to", sizes).await?;
     let r = async {
         let total: i64 = sizes.iter().map(|p| i64::from(*p)).sum();
@@ -40,7 +40,7 @@ pub(crate) async fn run(
         if fleet.gateways[0].exited().is_none() {
             return Err("the driver did not end after writing its barriers".into());
         }
-        Ok(super::failover::Measured {
+        Ok(Measured {
             seconds,
             everywhere: seconds,
             steps: fleet.timeline(1).await,

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use crate::config::Config;
 use crate::metrics::Metrics;
+use crate::mirror::groups::io::RoundKind;
 use crate::mirror::groups::kafka_io::{KafkaGroupIo, MapLookup, TxnLookup};
-use crate::mirror::groups::policy::RoundKind;
 use crate::mirror::groups::{metrics as group_metrics, Gate, GroupSync};
 
 use super::{lock, MirrorAgent, MirrorGroupSync};

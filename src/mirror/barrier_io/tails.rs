@@ -27,8 +27,9 @@ use crate::protocol::barrier::parse_barrier;
 use crate::protocol::batch::BatchWalker;
 
 use super::super::failover::{Found, FoundBarrier, PartitionKey, TailBatch};
+use super::super::own_barrier::OwnBarrier;
 use super::super::state::BarrierKind;
-use super::{KafkaFailoverIo, OwnBarrier, NO_LEADER};
+use super::{KafkaFailoverIo, NO_LEADER};
 
 /// Bytes a Fetch asks for per partition, and in all.
 const PARTITION_MAX_BYTES: i32 = 1024 * 1024;

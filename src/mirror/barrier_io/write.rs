@@ -17,10 +17,11 @@ use crate::config::BarrierMode;
 use crate::protocol::barrier::{encode_barrier_batch, BarrierValue, BARRIER_TIMESTAMP};
 
 use super::super::failover::{BarrierWrites, FailoverIo, Found, FoundBarrier, PartitionKey};
+use super::super::own_barrier::OwnBarrier;
 use super::super::screening::now_ms;
 use super::super::state::{BarrierKind, BarrierProducer};
 use super::tails::{join_all, log_offsets, read_tails};
-use super::{KafkaFailoverIo, OwnBarrier, NO_LEADER};
+use super::{KafkaFailoverIo, NO_LEADER};
 
 impl KafkaFailoverIo {
     /// Write the barriers of `parts`, grouped per leader: with `producer`, a control batch

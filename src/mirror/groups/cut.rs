@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::policy::{retried, GroupIo, Scan, Tp};
+use super::io::{retried, GroupIo, Scan, Tp};
 
 /// Poll interval while waiting for the cut.
 const CUT_POLL: Duration = Duration::from_millis(100);

@@ -41,7 +41,7 @@ use crate::mirror::agent::offsets::PartitionMap;
 use crate::mirror::controller::MirrorController;
 use crate::mirror::PartitionState;
 
-use super::policy::{CommitOutcome, GroupIo, IoError, RoundKind, Scan, Tp};
+use super::io::{CommitOutcome, GroupIo, IoError, RoundKind, Scan, Tp};
 
 mod source;
 

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use prometheus::{GaugeVec, IntCounterVec, IntGaugeVec, Opts};
 
-use super::policy::GroupIo;
+use super::io::GroupIo;
 use super::GroupSync;
 
 /// The counters every mirror's sync shares (labelled by mirror).

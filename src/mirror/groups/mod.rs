@@ -4,7 +4,8 @@
 //! `groups.sync_interval_ms`, and one last time when a failover stops the agent. After that the
 //! destination's offsets belong to the applications: the sync of that mirror never writes again.
 //!
-//! - [`policy`]: the rules of a round over the [`policy::GroupIo`] seam (unit-tested with a fake).
+//! - [`io`]: the seam ([`io::GroupIo`]) the rules and the cut read the clusters through;
+//! - [`policy`]: the rules of a round over that seam (unit-tested with a fake);
 //! - [`cut`]: the consistent cut a round waits for before it commits.
 //! - [`kafka_io`]: that seam over the clusters' brokers (not through the gateway's listeners).
 //! - [`metrics`]: the `mirrorgate_group_sync_*` series.
@@ -46,6 +47,7 @@
 //! tasks, topic configs and ACLs.
 
 pub mod cut;
+pub mod io;
 pub mod kafka_io;
 pub mod metrics;
 pub mod outcome;
@@ -60,9 +62,10 @@ use tokio::sync::watch;
 
 use crate::config::{GroupFilter, GroupSyncConfig};
 
+use io::{GroupIo, RoundKind};
 use metrics::GroupMetrics;
 use outcome::{FinalGroupSync, FinalOutcome, GroupNotSynced, RoundSummary};
-use policy::{run_round, GroupIo, GroupOutcome, GroupReport, RoundKind, RoundLimits};
+use policy::{run_round, GroupOutcome, GroupReport, RoundLimits};
 
 /// How long the final round may take: an unreachable source never holds a failover longer.
 pub const FINAL_SYNC_BUDGET: Duration = Duration::from_secs(5);

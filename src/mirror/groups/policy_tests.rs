@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::io::*;
 use super::policy::*;
 use super::*;
 use crate::mirror::agent::offsets::PartitionMap;

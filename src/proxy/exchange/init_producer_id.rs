@@ -3,11 +3,11 @@
 //! traffic left in the brokers.
 //!
 //! Owns: remembering the request for the screening. Must not touch: the screening policy
-//! (`proxy::screen`), the screening set (the mirror controller's).
+//! (`proxy::exchange::screen`), the screening set (the mirror controller's).
 
 use bytes::Bytes;
 
-use super::super::screen::{self, InitRequest};
+use super::screen::{self, InitRequest};
 use super::{ConnContext, ExchangeError, Step};
 
 /// The request, decoded for the screening (`None`: mirrors not configured, or unreadable).

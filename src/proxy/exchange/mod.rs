@@ -34,6 +34,7 @@ pub mod init_producer_id;
 pub mod markers;
 pub mod metadata;
 pub mod produce;
+pub mod screen;
 
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
@@ -43,7 +44,7 @@ use crate::protocol::admin_refusal::{self, AdminRefusalError};
 use crate::protocol::enforce;
 use crate::protocol::frame::{FrameError, RequestHeaderInfo};
 
-use super::connection::ConnContext;
+use super::context::ConnContext;
 
 /// Error code UNKNOWN_TOPIC_ID (retriable: the client refreshes metadata).
 const UNKNOWN_TOPIC_ID: i16 = 100;

@@ -280,7 +280,7 @@ const REFUSAL_LOG_START_OFFSET: i64 = -2;
 /// whatever its epoch, with INVALID_PRODUCER_ID_MAPPING: the partition would refuse the
 /// coordinator's markers and the transaction hang. Clients treat it as fatal: the application
 /// creates its producer again, and the new producer's InitProducerId is screened, which gets
-/// the transactional id another producer id (`proxy::screen`). UNKNOWN_PRODUCER_ID would not
+/// the transactional id another producer id (`proxy::exchange::screen`). UNKNOWN_PRODUCER_ID would not
 /// do: a Java client with transactions v2 bumps its epoch with EndTxn, without InitProducerId,
 /// and would be refused again and again.
 fn refuse_mirrored_producer_id(

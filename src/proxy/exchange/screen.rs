@@ -28,7 +28,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::connection::ConnContext;
+use super::super::context::ConnContext;
 
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse};
@@ -39,7 +39,7 @@ use crate::mirror::controller::ScreenEntry;
 use crate::mirror::policy::MirrorPolicy;
 use crate::protocol::frame::FrameError;
 
-use super::exchange::ExchangeError;
+use super::ExchangeError;
 
 /// Fresh producer ids asked for an idempotent producer before giving up.
 pub const MAX_FRESH_IDS: usize = 8;

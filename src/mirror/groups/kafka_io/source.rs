@@ -14,7 +14,7 @@ use crate::client::single_partition_fetch;
 use crate::mirror::agent::wire;
 use crate::protocol::batch::BatchWalker;
 
-use super::super::policy::{IoError, Scan, Tp};
+use super::super::io::{IoError, Scan, Tp};
 use super::{KafkaGroupIo, Side};
 
 /// Bytes one Fetch of a scan asks for.
