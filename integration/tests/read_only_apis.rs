@@ -886,10 +886,13 @@ fn after_failover_the_mirror_listener_refuses_changes_to_stopped_topics() {
         .find(|c| c.0 == s.topic)
         .expect("mirror topic entry");
     assert_eq!(mirror.1, POLICY_VIOLATION, "{configs:?}");
+    // The admin API shows the records, which are saved before the admission's lookup snapshot
+    // is refreshed from them: a request right after the API showed STOPPED may still be refused
+    // naming STOPPING. Either is the refusal the guarantee asks for.
     assert!(
         mirror.2.contains("is fenced")
             && mirror.2.contains("mirror ro")
-            && mirror.2.contains("STOPPED"),
+            && (mirror.2.contains("STOPPED") || mirror.2.contains("STOPPING")),
         "{configs:?}"
     );
     assert!(

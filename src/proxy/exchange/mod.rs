@@ -208,6 +208,9 @@ impl Pending {
 mod tests;
 
 #[cfg(test)]
+mod golden_tests;
+
+#[cfg(test)]
 #[path = "policy_tests.rs"]
 pub(crate) mod policy_tests;
 

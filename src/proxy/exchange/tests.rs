@@ -341,6 +341,32 @@ pub fn legacy_handle(ctx: &ConnContext, request: Bytes, response: Bytes) -> Outc
     out
 }
 
+/// Counters a step may change (rejections, barriers seen, PSM results).
+pub fn counters(ctx: &ConnContext) -> Vec<String> {
+    ctx.metrics
+        .render()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.contains("rejected") || l.contains("barriers_seen") || l.contains("psm_batches")
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// Lower-case hex of `bytes` (the golden files' frames).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of lower-case hex `text`.
+pub fn unhex(text: &str) -> Bytes {
+    (0..text.len() / 2)
+        .map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16).expect("hex"))
+        .collect::<Vec<u8>>()
+        .into()
+}
+
 /// Counts of one Produce and its response: body walks, batch walks, request decodes, response
 /// decodes, response encodes.
 fn counted(
@@ -543,20 +569,9 @@ mod equivalence {
         response_frame(ApiKey::Produce, &resp, version, h.correlation_id)
     }
 
-    /// Counters a step may change (rejections, barriers seen, PSM results).
-    fn counters(ctx: &ConnContext) -> Vec<String> {
-        ctx.metrics
-            .render()
-            .lines()
-            .filter(|l| !l.starts_with('#'))
-            .filter(|l| {
-                l.contains("rejected") || l.contains("barriers_seen") || l.contains("psm_batches")
-            })
-            .map(str::to_string)
-            .collect()
-    }
-
-    fn same_handling(
+    /// A Produce request of `topics` and the broker's answer to what the gateway forwards.
+    #[allow(clippy::too_many_arguments)]
+    fn produce_case(
         mirror_listener: bool,
         version: i16,
         acks: i16,
@@ -564,7 +579,7 @@ mod equivalence {
         errors: &[i16],
         endpoints: bool,
         tag: bool,
-    ) -> Result<(), TestCaseError> {
+    ) -> (Bytes, Bytes) {
         let req = ProduceRequest::default()
             .with_acks(acks)
             .with_timeout_ms(1_000)
@@ -575,18 +590,16 @@ mod equivalence {
                     .collect(),
             );
         let request = request_frame(&req, version, 77);
-        let (old, new) = (fixture(), fixture());
-        let pick = |f: &Fixture| {
-            if mirror_listener {
-                f.mirror.clone()
-            } else {
-                f.client.clone()
-            }
+        // The broker answers what the new path forwards (the same frame is asserted later), in
+        // a context of its own: this probe must leave no trace in the compared ones.
+        let probe = fixture();
+        let ctx = if mirror_listener {
+            probe.mirror.clone()
+        } else {
+            probe.client.clone()
         };
-        let (old_ctx, new_ctx) = (pick(&old), pick(&new));
-        // The broker answers what the new path forwards (the same frame is asserted below).
         let response = match super::super::begin(
-            &new_ctx,
+            &ctx,
             &parse_request_header(&request[4..]).unwrap(),
             Some(acks),
             request.clone(),
@@ -597,11 +610,88 @@ mod equivalence {
             }
             _ => Bytes::new(),
         };
-        let (new_ctx, _keep) = {
-            // A fresh context: the probe above must leave no trace in the compared one.
-            let f = fixture();
-            (pick(&f), f)
-        };
+        (request, response)
+    }
+
+    /// A Metadata request and a response of `brokers` and `topics` to it.
+    fn metadata_case(version: i16, brokers: &[i32], topics: &[(String, u128)]) -> (Bytes, Bytes) {
+        let mut request = BytesMut::new();
+        request.put_i32(0);
+        RequestHeader::default()
+            .with_request_api_key(ApiKey::Metadata as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(5)
+            .encode(
+                &mut request,
+                ApiKey::Metadata.request_header_version(version),
+            )
+            .unwrap();
+        MetadataRequest::default()
+            .encode(&mut request, version)
+            .unwrap();
+        let len = (request.len() - 4) as i32;
+        request[0..4].copy_from_slice(&len.to_be_bytes());
+        let resp = MetadataResponse::default()
+            .with_brokers(
+                brokers
+                    .iter()
+                    .map(|id| {
+                        MetadataResponseBroker::default()
+                            .with_node_id(BrokerId(*id))
+                            .with_host(StrBytes::from_static_str("10.1.1.1"))
+                            .with_port(9092 + id)
+                    })
+                    .collect(),
+            )
+            .with_topics(
+                topics
+                    .iter()
+                    .map(|(n, id)| {
+                        MetadataResponseTopic::default()
+                            .with_name(Some(TopicName(StrBytes::from_string(n.clone()))))
+                            .with_topic_id(if version >= 10 {
+                                uuid::Uuid::from_u128(*id)
+                            } else {
+                                uuid::Uuid::nil()
+                            })
+                    })
+                    .collect(),
+            );
+        (
+            request.freeze(),
+            response_frame(ApiKey::Metadata, &resp, version, 5),
+        )
+    }
+
+    fn pick(f: &Fixture, mirror_listener: bool) -> Arc<ConnContext> {
+        if mirror_listener {
+            f.mirror.clone()
+        } else {
+            f.client.clone()
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn same_handling(
+        mirror_listener: bool,
+        version: i16,
+        acks: i16,
+        topics: &Topics,
+        errors: &[i16],
+        endpoints: bool,
+        tag: bool,
+    ) -> Result<(), TestCaseError> {
+        let (request, response) = produce_case(
+            mirror_listener,
+            version,
+            acks,
+            topics,
+            errors,
+            endpoints,
+            tag,
+        );
+        let (old, new) = (fixture(), fixture());
+        let (old_ctx, new_ctx) = (pick(&old, mirror_listener), pick(&new, mirror_listener));
         let was = legacy_handle(&old_ctx, request.clone(), response.clone());
         let now = handle(&new_ctx, request, response);
         prop_assert_eq!(&now.forwarded, &was.forwarded);
@@ -617,6 +707,92 @@ mod equivalence {
         prop_assert_eq!(counters(&new_ctx), counters(&old_ctx));
         Ok(())
     }
+
+    fn produce_strategy() -> impl Strategy<Value = (bool, i16, i16, Topics, Vec<i16>, bool, bool)> {
+        (
+            any::<bool>(),
+            prop::sample::select(vec![3i16, 5, 8, 9, 10, 11, 12, 13]),
+            prop::sample::select(vec![-1i16, 1, 0]),
+            topics_strategy(),
+            proptest::collection::vec(prop::sample::select(vec![0i16, 0, 0, 6, 47]), 1..4),
+            any::<bool>(),
+            any::<bool>(),
+        )
+    }
+
+    fn metadata_strategy() -> impl Strategy<Value = (bool, i16, Vec<i32>, Vec<(String, u128)>)> {
+        (
+            any::<bool>(),
+            1i16..=12,
+            proptest::collection::vec(0i32..12, 0..6),
+            proptest::collection::vec(("[a-z]{1,8}", any::<u128>()), 0..4),
+        )
+    }
+
+    /// One golden case: the frames in, what the handling before the exchanges made of them.
+    fn golden_line(
+        mirror_listener: bool,
+        request: &Bytes,
+        response: &Bytes,
+        was: &Outcome,
+        counters: Vec<String>,
+    ) -> String {
+        serde_json::json!({
+            "listener": if mirror_listener { "mirror" } else { "client" },
+            "request": hex(request),
+            "response": hex(response),
+            "forwarded": was.forwarded.as_ref().map(|f| hex(f)),
+            "answered": was.answered.as_ref().map(|f| hex(f)),
+            "written": was.response.as_ref().map(|f| hex(f)),
+            "error": was.error,
+            "counters": counters,
+        })
+        .to_string()
+    }
+
+    /// Records `golden/*.jsonl` from the handling before the exchanges (deterministic: a fixed
+    /// seed). Run once, before that handling was removed:
+    /// `cargo test --lib record_golden_frames -- --ignored`.
+    #[test]
+    #[ignore]
+    fn record_golden_frames() {
+        use proptest::strategy::ValueTree;
+        use proptest::test_runner::{RngAlgorithm, TestRng, TestRunner};
+        let mut runner = TestRunner::new_with_rng(
+            ProptestConfig::default(),
+            TestRng::from_seed(RngAlgorithm::ChaCha, &[7; 32]),
+        );
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/proxy/exchange/golden");
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut lines = Vec::new();
+        for _ in 0..GOLDEN_CASES {
+            let (ml, version, acks, topics, errors, endpoints, tag) =
+                produce_strategy().new_tree(&mut runner).unwrap().current();
+            let (request, response) =
+                produce_case(ml, version, acks, &topics, &errors, endpoints, tag);
+            let f = fixture();
+            let ctx = pick(&f, ml);
+            let was = legacy_handle(&ctx, request.clone(), response.clone());
+            let now = handle(&pick(&fixture(), ml), request.clone(), response.clone());
+            assert_eq!(now.response, was.response);
+            lines.push(golden_line(ml, &request, &response, &was, counters(&ctx)));
+        }
+        std::fs::write(dir.join("produce.jsonl"), lines.join("\n") + "\n").unwrap();
+        let mut lines = Vec::new();
+        for _ in 0..GOLDEN_CASES {
+            let (ml, version, brokers, topics) =
+                metadata_strategy().new_tree(&mut runner).unwrap().current();
+            let (request, response) = metadata_case(version, &brokers, &topics);
+            let f = fixture();
+            let ctx = pick(&f, ml);
+            let was = legacy_handle(&ctx, request.clone(), response.clone());
+            lines.push(golden_line(ml, &request, &response, &was, counters(&ctx)));
+        }
+        std::fs::write(dir.join("metadata.jsonl"), lines.join("\n") + "\n").unwrap();
+    }
+
+    const GOLDEN_CASES: usize = 64;
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(96))]
@@ -642,28 +818,8 @@ mod equivalence {
             topics in proptest::collection::vec(("[a-z]{1,8}", any::<u128>()), 0..4),
         ) {
             let f = fixture();
-            let ctx = if mirror_listener { f.mirror.clone() } else { f.client.clone() };
-            let mut request = BytesMut::new();
-            request.put_i32(0);
-            RequestHeader::default()
-                .with_request_api_key(ApiKey::Metadata as i16)
-                .with_request_api_version(version)
-                .with_correlation_id(5)
-                .encode(&mut request, ApiKey::Metadata.request_header_version(version))
-                .unwrap();
-            MetadataRequest::default().encode(&mut request, version).unwrap();
-            let len = (request.len() - 4) as i32;
-            request[0..4].copy_from_slice(&len.to_be_bytes());
-            let resp = MetadataResponse::default()
-                .with_brokers(brokers.iter().map(|id| MetadataResponseBroker::default()
-                    .with_node_id(BrokerId(*id))
-                    .with_host(StrBytes::from_static_str("10.1.1.1"))
-                    .with_port(9092 + id)).collect())
-                .with_topics(topics.iter().map(|(n, id)| MetadataResponseTopic::default()
-                    .with_name(Some(TopicName(StrBytes::from_string(n.clone()))))
-                    .with_topic_id(if version >= 10 { uuid::Uuid::from_u128(*id) } else { uuid::Uuid::nil() })).collect());
-            let response = response_frame(ApiKey::Metadata, &resp, version, 5);
-            let request = request.freeze();
+            let ctx = pick(&f, mirror_listener);
+            let (request, response) = metadata_case(version, &brokers, &topics);
             let was = legacy_handle(&ctx, request.clone(), response.clone());
             let now = handle(&ctx, request, response);
             prop_assert_eq!(now, was);
