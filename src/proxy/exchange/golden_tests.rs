@@ -95,8 +95,14 @@ fn the_golden_produce_cases_cover_forwarding_local_answers_refusals_and_both_lis
     let count = |f: &dyn Fn(&Case) -> bool| all.iter().filter(|c| f(c)).count();
     assert!(count(&|c| c.listener == "mirror") > 0, "mirror listener");
     assert!(count(&|c| c.listener == "client") > 0, "client listener");
-    assert!(count(&|c| c.written.is_some()) > 0, "forwarded and answered");
-    assert!(count(&|c| c.answered.is_some()) > 0, "answered by the gateway");
+    assert!(
+        count(&|c| c.written.is_some()) > 0,
+        "forwarded and answered"
+    );
+    assert!(
+        count(&|c| c.answered.is_some()) > 0,
+        "answered by the gateway"
+    );
     assert!(
         count(&|c| c.forwarded.is_some() && c.written.is_none() && c.error.is_none()) > 0,
         "acks=0"
@@ -105,7 +111,9 @@ fn the_golden_produce_cases_cover_forwarding_local_answers_refusals_and_both_lis
     assert!(count(&|c| !c.counters.is_empty()) > 0, "counters moved");
     let metadata = cases(METADATA);
     assert!(
-        metadata.iter().any(|c| c.written.as_ref() != Some(&c.response)),
+        metadata
+            .iter()
+            .any(|c| c.written.as_ref() != Some(&c.response)),
         "a rewritten Metadata response"
     );
     // Every frame decodes as hex of a whole frame (a length prefix that matches).

@@ -213,7 +213,3 @@ mod golden_tests;
 #[cfg(test)]
 #[path = "policy_tests.rs"]
 pub(crate) mod policy_tests;
-
-#[cfg(test)]
-#[path = "legacy_tests.rs"]
-pub(crate) mod legacy;
