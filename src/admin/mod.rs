@@ -79,7 +79,7 @@ pub trait AdminBackend: Send + Sync + 'static {
         _mirror: &str,
         _topic: &str,
         _partition: i32,
-    ) -> Option<crate::mirror::agent::offsets::PartitionMap> {
+    ) -> Option<crate::mirror::offset_map::PartitionMap> {
         None
     }
     /// The estimated bytes of a partition's lag (built-in agent).

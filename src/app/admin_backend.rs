@@ -98,7 +98,7 @@ impl crate::admin::AdminBackend for Gateway {
         mirror: &str,
         topic: &str,
         partition: i32,
-    ) -> Option<crate::mirror::agent::offsets::PartitionMap> {
+    ) -> Option<crate::mirror::offset_map::PartitionMap> {
         self.agent.as_ref()?.offset_map(mirror, topic, partition)
     }
     fn permissions_missing(&self) -> Vec<String> {

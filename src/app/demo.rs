@@ -24,7 +24,7 @@ use kafka_protocol::records::{
 
 use crate::client::retry::{self, Lasting, Level};
 use crate::client::{Connector, KafkaClient};
-use crate::mirror::agent::wire;
+use crate::mirror::wire;
 
 /// Idempotent producers the demo runs on the source.
 pub const SOURCE_PRODUCERS: usize = 4;

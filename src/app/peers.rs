@@ -182,9 +182,9 @@ pub async fn migrate_state(config: &Config, dry_run: bool) -> Result<(String, bo
                     .map_err(|e| format!("mirror {}: its state file: {e}", m.name))?,
             );
         }
-        let offsets = crate::mirror::agent::offsets::MirrorOffsets::file_name(&m.name);
+        let offsets = crate::mirror::offset_map::MirrorOffsets::file_name(&m.name);
         if let Some(b) = store
-            .read(crate::mirror::agent::offsets::AGENT_AREA, &offsets)
+            .read(crate::mirror::offset_map::AGENT_AREA, &offsets)
             .map_err(|e| e.to_string())?
         {
             let maps = serde_json::from_slice(&b)

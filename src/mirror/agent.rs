@@ -5,14 +5,14 @@
 //!
 //! - Discovery ([`discovery`]): source metadata every few seconds; destination topics are created with the
 //!   source's partition count (and grown), replication factor min(source, destination brokers),
-//!   and [`wire::COPIED_CONFIGS`] copied from the source. A topic the offset map has entries
+//!   and [`super::wire::COPIED_CONFIGS`] copied from the source. A topic the offset map has entries
 //!   for is never created again.
 //! - Identity (review F4, F17): the map records the source cluster id and per topic the source
 //!   and destination topic ids; a changed source cluster refuses the mirror, a changed or
 //!   vanished topic and extra destination partitions fail those partitions (FAILED, marked here,
 //!   no task) — see
 //!   docs/agent.md#what-the-agent-checks-the-source-is-the-one-it-mirrored-the-destination-still-holds-it.
-//! - One task per MIRRORING partition ([`partition`]): exact offset map ([`offsets`], persisted
+//! - One task per MIRRORING partition ([`partition`]): exact offset map ([`super::offset_map`], persisted
 //!   in the state store area `agent`), per-partition order, one request in flight, retries that
 //!   never duplicate, FAILED with a reason on what it cannot mirror.
 //! - Config and ACL sync ([`crate::mirror::sync`]) started with the agent, for the same mirrors.
@@ -33,11 +33,9 @@ mod discovery;
 mod group_link;
 mod lag;
 mod metrics;
-pub mod offsets;
 mod ownership;
 mod partition;
 mod transactions;
-pub mod wire;
 
 pub use lag::PartStats;
 
@@ -59,10 +57,10 @@ use crate::mirror::groups::{GroupSync, FINAL_SYNC_BUDGET};
 use crate::mirror::PartitionState;
 use crate::state::StateStore;
 
+use super::offset_map::{self, MirrorOffsets, AGENT_AREA};
+use super::wire::ClusterMeta;
 use lag::LagCollector;
 use metrics::AgentMetrics;
-use offsets::{MirrorOffsets, AGENT_AREA};
-use wire::ClusterMeta;
 
 /// How long a failover waits for the agent's appends in flight.
 const STOP_WAIT: Duration = Duration::from_secs(10);
@@ -350,7 +348,7 @@ impl Agent {
         mirror: &str,
         topic: &str,
         partition: i32,
-    ) -> Option<offsets::PartitionMap> {
+    ) -> Option<offset_map::PartitionMap> {
         let m = self.mirror(mirror)?;
         let o = lock(&m.offsets);
         o.get(topic, partition).cloned()

@@ -11,7 +11,9 @@
 //! metrics; [`pid_allocator`] — the failover step that advances the destination brokers'
 //! producer-id allocators past the screened ids; [`barrier_check`] — the start-up check of
 //! recorded barriers against the logs; [`own_barrier`] — how a failover recognises its own
-//! barriers in a log; [`permissions`]; [`agent`] — the built-in mirror agent;
+//! barriers in a log; [`offset_map`] — the agent's exact source → destination offset map (the
+//! agent writes it; the group sync, the admin API and the report read it); [`wire`] — the
+//! requests the agent and the group sync send to the clusters; [`permissions`]; [`agent`] — the built-in mirror agent;
 //! [`sync`] — the agent's topic config and ACL sync (stopped by the failover);
 //! [`groups`] — the consumer group offset sync of the agent's mirrors; [`peers`] — several
 //! instances: heartbeats, leases and failover fences through the state topic;
@@ -32,6 +34,7 @@ pub mod failover;
 pub mod fault_hooks;
 pub mod groups;
 pub mod mirror_metrics;
+pub mod offset_map;
 pub mod own_barrier;
 pub mod peers;
 pub mod permissions;
@@ -44,6 +47,7 @@ pub mod report_follow;
 pub mod screening;
 pub mod state;
 pub mod sync;
+pub mod wire;
 
 pub use state::{
     FailoverStep, MirrorRecord, PartitionRecord, PartitionState, StateDecodeError, StepError,

@@ -18,8 +18,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::state::StateStore;
 
-use super::groups::outcome::FinalGroupSync;
+pub mod group_sync;
+
 use super::state::{AbortedTransaction, MirrorRecord, PartitionState};
+use group_sync::FinalGroupSync;
 
 /// The state store area of the reports.
 pub const REPORTS_AREA: &str = "failovers";

@@ -21,7 +21,7 @@ use rdkafka::message::{DeliveryResult, Message};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::ClientContext;
 
-use mirrorgate::mirror::agent::offsets::{MirrorOffsets, PartitionMap, Range};
+use mirrorgate::mirror::offset_map::{MirrorOffsets, PartitionMap, Range};
 
 use crate::failover::{data_barrier, failover, wait_stopped};
 use crate::gw::{admin_call, test_config, TestGateway};

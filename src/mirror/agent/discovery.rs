@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use crate::client::KafkaClient;
 
-use super::offsets::{check_id, IdCheck};
-use super::wire::{self, ClusterMeta};
+use super::super::offset_map::{check_id, IdCheck};
+use super::super::wire::{self, ClusterMeta};
 use super::{lock, MirrorAgent};
 
 impl MirrorAgent {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::mirror::peers::agent_owner::AgentTurn;
 
-use super::offsets::MirrorOffsets;
+use super::super::offset_map::MirrorOffsets;
 use super::{lock, MirrorAgent};
 
 /// How often the owner publishes its offset maps on the state topic when they changed: what

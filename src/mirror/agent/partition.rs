@@ -38,7 +38,7 @@ mod logs;
 mod matching;
 mod txn;
 
-use super::offsets::PartitionMap;
+use super::super::offset_map::PartitionMap;
 use super::{lock, MirrorAgent, PartStats};
 
 /// How a partition task ended.

@@ -19,7 +19,7 @@ use std::time::Duration;
 use crate::cluster::ClusterView;
 use crate::config::VerificationPolicy;
 
-use super::wire::{self, VERIFICATION_CONFIG};
+use super::super::wire::{self, VERIFICATION_CONFIG};
 
 /// DescribeConfigs `config_source` of a per-broker dynamic setting, which a cluster-wide
 /// default does not override.

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::client::retry::is_retriable;
-use crate::mirror::agent::offsets::PartitionMap;
+use crate::mirror::offset_map::PartitionMap;
 
 /// A topic partition.
 pub type Tp = (String, i32);

@@ -37,8 +37,8 @@ use kafka_protocol::protocol::StrBytes;
 use crate::client::{Connector, KafkaClient, PartitionRequestError, EARLIEST};
 use crate::cluster::ClusterView;
 use crate::config::{ClusterConfig, TopicRouter};
-use crate::mirror::agent::offsets::PartitionMap;
 use crate::mirror::controller::MirrorController;
+use crate::mirror::offset_map::PartitionMap;
 use crate::mirror::PartitionState;
 
 use super::io::{CommitOutcome, GroupIo, IoError, RoundKind, Scan, Tp};

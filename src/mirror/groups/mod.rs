@@ -301,7 +301,7 @@ impl<I: GroupIo + 'static> GroupSync<I> {
             tracing::error!(mirror = %self.mirror, error = %e, "group sync phase");
         }
         let outcome = match ran {
-            Ok(Ok(summary)) => FinalGroupSync::ran(summary, now_ms()),
+            Ok(Ok(summary)) => summary.into_final(now_ms()),
             Ok(Err(why)) => FinalGroupSync::skipped(why, now_ms()),
             Err(_) => {
                 self.metrics.error(&self.mirror);
@@ -313,7 +313,7 @@ impl<I: GroupIo + 'static> GroupSync<I> {
                     groups: Vec::new(),
                     error: Some(why),
                 };
-                FinalGroupSync::ran(RoundSummary::of(&cut_short, known), now_ms())
+                RoundSummary::of(&cut_short, known).into_final(now_ms())
             }
         };
         self.log_final(&outcome);

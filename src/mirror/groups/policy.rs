@@ -33,7 +33,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::config::GroupFilter;
-use crate::mirror::agent::offsets::PartitionMap;
+use crate::mirror::offset_map::PartitionMap;
 
 use super::io::{retried, CommitOutcome, GroupIo, IoError, Retriable, RoundKind, Tp};
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::io::*;
 use super::policy::*;
 use super::*;
-use crate::mirror::agent::offsets::PartitionMap;
+use crate::mirror::offset_map::PartitionMap;
 
 const T: &str = "orders";
 

@@ -11,7 +11,7 @@ use crate::client::KafkaClient;
 use crate::mirror::PartitionState;
 use crate::protocol::batch::BatchHeader;
 
-use super::super::wire;
+use super::super::super::wire;
 use super::{
     backoff, check_ack, not_appended, unknown_outcome, Halt, Step, Task,
     INVALID_PRODUCER_ID_MAPPING, PRODUCE_TIMEOUT,

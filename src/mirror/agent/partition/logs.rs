@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::client::{KafkaClient, EARLIEST, LATEST};
 use crate::protocol::batch::{BatchHeader, BatchWalker};
 
-use super::super::wire;
+use super::super::super::wire;
 use super::{Halt, Step, Task, FETCH_WAIT};
 
 /// How long a task starting to mirror waits for the destination's high watermark to reach its

@@ -24,7 +24,7 @@ use crate::protocol::batch::{control_marker, BatchHeader, ControlType};
 use crate::protocol::txn_marker::MarkerSpec;
 use crate::psm::Marker;
 
-use super::super::wire;
+use super::super::super::wire;
 use super::{not_appended, unknown_outcome, Halt, Step, Task};
 
 /// Refusals of a transactional batch for verification after which the partition fails even

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use kafka_protocol::protocol::StrBytes;
 
 use crate::client::single_partition_fetch;
-use crate::mirror::agent::wire;
+use crate::mirror::wire;
 use crate::protocol::batch::BatchWalker;
 
 use super::super::io::{IoError, Scan, Tp};

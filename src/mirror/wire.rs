@@ -2,6 +2,8 @@
 //! factors, topic configs, topic and partition creation, a long-poll fetch, and a one-batch
 //! produce.
 //!
+//! Used by the agent and by the group sync (cluster metadata).
+//!
 //! Owns: request shapes and versions. Must not touch: agent state, the controller.
 
 use std::collections::{HashMap, HashSet};

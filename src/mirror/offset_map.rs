@@ -18,7 +18,8 @@
 //! their producer id in this partition (see `partition/gapped.rs`), persisted with the map so a
 //! restart treats the same batches the same way. Files without them (older files) read as none.
 //!
-//! Owns: the map and its JSON format. Must not touch: sockets, the controller.
+//! Owns: the map and its JSON format (the agent writes it; the group sync, the admin API and the
+//! failover read it). Must not touch: sockets, the controller.
 
 use std::collections::BTreeMap;
 
