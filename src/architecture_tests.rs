@@ -37,7 +37,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("app", 8),
 ];
 
-pub(crate) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -182,8 +182,9 @@ pub(crate) fn non_test_lines(text: &str) -> usize {
         .unwrap_or(lines.len())
 }
 
-/// Every non-test source file under `src/` (not `*tests.rs`) and its non-test line count.
-fn non_test_sizes() -> BTreeMap<String, usize> {
+/// Every non-test source file under `src/` (not `*tests.rs`): its path relative to `src/` and
+/// its text.
+pub(crate) fn non_test_sources() -> Vec<(PathBuf, String)> {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
@@ -194,10 +195,18 @@ fn non_test_sizes() -> BTreeMap<String, usize> {
                 .is_some_and(|n| n.to_string_lossy().ends_with("tests.rs"))
         })
         .map(|f| {
-            let rel = f.strip_prefix(&src).expect("under src");
             let text = std::fs::read_to_string(&f).expect("source file");
-            (rel.to_string_lossy().into_owned(), non_test_lines(&text))
+            let rel = f.strip_prefix(&src).expect("under src").to_path_buf();
+            (rel, text)
         })
+        .collect()
+}
+
+/// Every non-test source file under `src/` and its non-test line count.
+fn non_test_sizes() -> BTreeMap<String, usize> {
+    non_test_sources()
+        .into_iter()
+        .map(|(rel, text)| (rel.to_string_lossy().into_owned(), non_test_lines(&text)))
         .collect()
 }
 

@@ -14,9 +14,9 @@
 //! missing (a trait the owner implements, or the shared types moved to a file of their own).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use crate::architecture_tests::{non_test_lines, rust_files};
+use crate::architecture_tests::{non_test_lines, non_test_sources};
 
 /// A module path: `["mirror", "failover"]` for `src/mirror/failover.rs`; a binary's files start
 /// with `"bin"` and its name (`["bin", "mirrorgate-bench", "proxy"]`); `src/main.rs` is `["main"]`.
@@ -155,20 +155,9 @@ fn resolve(from: &[String], path: &[String], files: &BTreeSet<ModPath>) -> Optio
 
 /// File module → the file modules its code names, with the paths that do (for the message).
 fn file_edges() -> BTreeMap<ModPath, BTreeMap<ModPath, BTreeSet<String>>> {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    let code: BTreeMap<ModPath, String> = files
-        .iter()
-        .filter(|f| {
-            !f.file_name()
-                .is_some_and(|n| n.to_string_lossy().ends_with("tests.rs"))
-        })
-        .map(|f| {
-            let rel = f.strip_prefix(&src).expect("under src");
-            let text = std::fs::read_to_string(f).expect("source file");
-            (module_of(rel), code_of(&text))
-        })
+    let code: BTreeMap<ModPath, String> = non_test_sources()
+        .into_iter()
+        .map(|(rel, text)| (module_of(&rel), code_of(&text)))
         .collect();
     let known: BTreeSet<ModPath> = code.keys().cloned().collect();
     let mut edges: BTreeMap<ModPath, BTreeMap<ModPath, BTreeSet<String>>> = BTreeMap::new();
