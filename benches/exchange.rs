@@ -31,8 +31,8 @@ use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 use mirrorgate::cluster::{ClusterView, Snapshot, TopicInfo};
+use mirrorgate::controller::MirrorController;
 use mirrorgate::metrics::{ListenerKind, Metrics};
-use mirrorgate::mirror::controller::MirrorController;
 use mirrorgate::protocol::rewrite::BrokerEndpoint;
 use mirrorgate::proxy::{ConnContext, ListenerAddressMap};
 use mirrorgate::psm::registry::PsmRegistry;

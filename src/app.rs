@@ -13,8 +13,8 @@ use tokio::sync::{mpsc, watch};
 
 use crate::cluster::ClusterView;
 use crate::config::{Config, ListenerConfig};
+use crate::controller::{MirrorController, PartitionStateGauge};
 use crate::metrics::{ListenerKind, Metrics};
-use crate::mirror::controller::{MirrorController, PartitionStateGauge};
 use crate::mirror::permissions::PermissionCheck;
 use crate::proxy::{BoundPorts, ConnContext, ListenerAddressMap};
 use crate::psm::registry::{ProducerGauge, PsmRegistry};
@@ -74,7 +74,7 @@ pub struct Gateway {
     /// The check of the gateway principal's own permissions; `None` without mirrors.
     pub permissions: Option<Arc<PermissionCheck>>,
     /// The built-in mirror agent; `None` without a mirror with a `source:`.
-    pub agent: Option<Arc<crate::mirror::agent::Agent>>,
+    pub agent: Option<Arc<crate::agent::Agent>>,
     /// The failover reports; `None` without mirrors.
     reports: Option<crate::mirror::report::ReportStore>,
     /// The audit trail of state-changing admin calls.
@@ -130,11 +130,11 @@ impl Gateway {
             .transpose()?;
         if config
             .state_dir
-            .join(crate::mirror::controller::MIRRORS_AREA)
+            .join(crate::controller::MIRRORS_AREA)
             .is_dir()
         {
             let store = StateStore::open(&config.state_dir)?;
-            crate::mirror::controller::check_state_matches_config(&config, &store)
+            crate::controller::check_state_matches_config(&config, &store)
                 .map_err(StartError::StateMismatch)?;
         }
         let (psm, mirrors, permissions) = if config.mirrors.is_empty() {
@@ -224,7 +224,7 @@ impl Gateway {
             })?,
             None => crate::client::Connector::plain(),
         };
-        let agent = crate::mirror::agent::start(
+        let agent = crate::agent::start(
             &config,
             mirrors.as_ref(),
             &cluster,
@@ -238,9 +238,9 @@ impl Gateway {
                 let store =
                     crate::mirror::report::ReportStore::new(StateStore::open(&config.state_dir)?);
                 let names: Vec<String> = config.mirrors.iter().map(|m| m.name.clone()).collect();
-                crate::mirror::report_follow::resume(&store, ctl, agent.as_ref(), &names);
+                crate::agent::report_follow::resume(&store, ctl, agent.as_ref(), &names);
                 if config.instances.is_some() {
-                    tokio::spawn(crate::mirror::report_follow::take_over_open_reports(
+                    tokio::spawn(crate::agent::report_follow::take_over_open_reports(
                         store.clone(),
                         ctl.clone(),
                         agent.clone(),

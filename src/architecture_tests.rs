@@ -27,14 +27,25 @@ const LAYERS: &[(&str, u8)] = &[
     ("psm", 4),
     // The audit trail of admin calls, with its writer to a Kafka topic.
     ("audit", 4),
-    // Mirrors: states, failover, the agent.
+    // A mirror's state of record and the decisions a connection asks of it: partition states,
+    // the records and their persistence, admission, the screening set, the failover report.
     ("mirror", 5),
-    // Client-facing connections (ask the mirror controller and the PSM for decisions).
-    ("proxy", 6),
+    // Several instances: the state topic, leases, failover fences, adoption.
+    ("instances", 6),
+    // The failover: the step executor, barrier I/O, the producer-id allocator, preflight.
+    ("failover", 7),
+    // The one mirror type the gateway holds: wires the parts below, answers the admin calls.
+    ("controller", 8),
+    // Topic config, ACL and consumer group offset sync.
+    ("sync", 9),
+    // The built-in mirror agent (runs the syncs of its mirrors).
+    ("agent", 10),
+    // Client-facing connections (ask the mirror policy and the PSM for decisions).
+    ("proxy", 11),
     // The admin API, reaching the gateway through its `AdminBackend` seam.
-    ("admin", 7),
+    ("admin", 12),
     // Wiring.
-    ("app", 8),
+    ("app", 13),
 ];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {

@@ -339,12 +339,50 @@ fn module_path(root: &Path, file: &Path) -> String {
     parts.join("::")
 }
 
+/// The modules of the files `root`'s sources include with `#[path = "F"] mod NAME;`: the
+/// declaring file's module and `NAME` (`controller/tests.rs` is `controller::tests`).
+fn path_declared_modules(root: &Path, files: &[std::path::PathBuf]) -> BTreeMap<PathBuf, String> {
+    let mut out = BTreeMap::new();
+    for f in files {
+        let Ok(text) = std::fs::read_to_string(f) else {
+            continue;
+        };
+        let mut declared: Option<String> = None;
+        for line in text.lines() {
+            let l = line.trim();
+            if let Some(rest) = l.strip_prefix("#[path = \"") {
+                declared = rest.split('"').next().map(str::to_string);
+                continue;
+            }
+            let Some(target) = declared.take() else {
+                continue;
+            };
+            let name = l
+                .trim_start_matches("pub(crate) ")
+                .strip_prefix("mod ")
+                .and_then(|r| r.strip_suffix(';'));
+            if let (Some(name), Some(dir)) = (name, f.parent()) {
+                let here = module_path(root, f);
+                let module = if here.is_empty() {
+                    name.to_string()
+                } else {
+                    format!("{here}::{name}")
+                };
+                out.insert(dir.join(target), module);
+            }
+        }
+    }
+    out
+}
+
 /// The full paths of the tests in `root` (`#[test]` / `#[tokio::test]` functions), as `cargo
-/// test` prints them: integration tests by their file, unit tests (in `src/`) with the `tests`
-/// module they live in (a sibling `*_tests.rs`, or an inline `mod tests`).
+/// test` prints them: integration tests by their file, unit tests (in `src/`) with the test
+/// module they live in (a file of its own, included with `#[path]` or as `mod *_tests`, or an
+/// inline `mod tests`).
 fn test_paths(root: &Path, unit: bool) -> BTreeSet<String> {
     let mut files = Vec::new();
     files_under(root, &mut files);
+    let declared = path_declared_modules(root, &files);
     let mut out = BTreeSet::new();
     for f in files
         .iter()
@@ -353,14 +391,14 @@ fn test_paths(root: &Path, unit: bool) -> BTreeSet<String> {
         let Ok(text) = std::fs::read_to_string(f) else {
             continue;
         };
-        let mut module = module_path(root, f);
-        if unit {
-            if let Some(parent) = module.strip_suffix("_tests") {
-                module = format!("{parent}::tests");
-            } else if module == "tests" || module.ends_with("::tests") {
-            } else {
-                module = format!("{module}::tests");
-            }
+        let mut module = declared
+            .get(f)
+            .cloned()
+            .unwrap_or_else(|| module_path(root, f));
+        let test_module =
+            module == "tests" || module.ends_with("::tests") || module.ends_with("_tests");
+        if unit && !test_module {
+            module = format!("{module}::tests");
         }
         let mut armed = false;
         for line in text.lines() {

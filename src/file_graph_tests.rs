@@ -18,7 +18,7 @@ use std::path::Path;
 
 use crate::architecture_tests::{non_test_lines, non_test_sources};
 
-/// A module path: `["mirror", "failover"]` for `src/mirror/failover.rs`; a binary's files start
+/// A module path: `["mirror", "admission"]` for `src/mirror/admission.rs`; a binary's files start
 /// with `"bin"` and its name (`["bin", "mirrorgate-bench", "proxy"]`); `src/main.rs` is `["main"]`.
 type ModPath = Vec<String>;
 
@@ -285,7 +285,7 @@ fn no_source_files_import_each_other_in_a_circle() {
 
 /// The file edges lifted to the parts of each folder: an edge `a → b` (neither containing the
 /// other) becomes an edge between the children of their deepest common module on the way to
-/// each (`mirror/agent/partition.rs → mirror/groups/io.rs` is `mirror/agent → mirror/groups`).
+/// each (`agent/partition.rs → sync/groups/io.rs` is `agent → sync`).
 fn part_edges(
     edges: &BTreeMap<ModPath, BTreeMap<ModPath, BTreeSet<String>>>,
 ) -> BTreeMap<ModPath, BTreeMap<ModPath, BTreeSet<String>>> {

@@ -15,11 +15,15 @@
 //! - [`net`]: transport under the protocol: TCP and TLS of client and broker connections.
 
 pub mod admin;
+pub mod agent;
 pub mod app;
 pub mod audit;
 pub mod client;
 pub mod cluster;
 pub mod config;
+pub mod controller;
+pub mod failover;
+pub mod instances;
 pub mod metrics;
 pub mod mirror;
 pub mod net;
@@ -27,6 +31,7 @@ pub mod protocol;
 pub mod proxy;
 pub mod psm;
 pub mod state;
+pub mod sync;
 
 #[cfg(test)]
 mod architecture_tests;

@@ -10,8 +10,8 @@ use hyper::{Response, StatusCode};
 use serde_json::json;
 
 use crate::config::is_valid_topic_name;
-use crate::mirror::controller::MirrorController;
-use crate::mirror::groups::policy::{translate, translate_back};
+use crate::controller::MirrorController;
+use crate::sync::groups::policy::{translate, translate_back};
 
 use super::{error_reply, json_reply, AdminBackend};
 

@@ -10,7 +10,7 @@ use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::json;
 
-use crate::mirror::controller::{FailoverError, MirrorSummary, PauseError, StartError};
+use crate::controller::{FailoverError, MirrorSummary, PauseError, StartError};
 use crate::mirror::state::PartitionRecord;
 
 use super::{check_token, error_reply, json_reply, preflight, AdminBackend};
@@ -20,7 +20,7 @@ use crate::audit::AuditNote;
 /// (review F15), when one ran in this process.
 fn mirror_summary(
     m: &MirrorSummary,
-    pid_allocator: Option<crate::mirror::pid_allocator::Outcome>,
+    pid_allocator: Option<crate::failover::pid_allocator::Outcome>,
     protection_until: Option<i64>,
 ) -> serde_json::Value {
     let mut counts = serde_json::Map::new();
@@ -193,7 +193,7 @@ pub(super) async fn mirrors(
                         &format!("no mirror named {name:?}"),
                     );
                 };
-                let assessment = crate::mirror::preflight::assess(facts, options.guards());
+                let assessment = crate::failover::preflight::assess(facts, options.guards());
                 if options.dry_run {
                     // With the groups the failover's final round of the group sync will sync.
                     let mut v = serde_json::to_value(&assessment).unwrap_or_default();

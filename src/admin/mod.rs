@@ -30,7 +30,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::cluster::ClusterView;
-use crate::mirror::controller::MirrorController;
+use crate::controller::MirrorController;
 use crate::psm::registry::PsmRegistry;
 
 /// Why the gateway is or is not ready (the `/readyz` body).
@@ -70,7 +70,7 @@ pub trait AdminBackend: Send + Sync + 'static {
         crate::audit::log(&event);
     }
     /// The group offset sync of mirror `mirror`; `None` when it has none.
-    fn group_sync(&self, _mirror: &str) -> Option<crate::mirror::groups::SyncStatus> {
+    fn group_sync(&self, _mirror: &str) -> Option<crate::sync::groups::SyncStatus> {
         None
     }
     /// The built-in agent's offset map of a partition of mirror `mirror`.
@@ -94,7 +94,7 @@ pub trait AdminBackend: Send + Sync + 'static {
     /// When the source's log end of a partition last moved (built-in agent).
     fn agent_source_end_moved_ms(&self, mirror: &str, topic: &str, partition: i32) -> Option<i64>;
     /// The built-in agent's view of a mirror's source cluster; `None` without an agent.
-    fn agent_source(&self, mirror: &str) -> Option<crate::mirror::preflight::SourceFacts>;
+    fn agent_source(&self, mirror: &str) -> Option<crate::failover::preflight::SourceFacts>;
     /// Permissions the gateway's own principal lacks for its protection work.
     fn permissions_missing(&self) -> Vec<String>;
     /// A failover was called: store its report and complete it when the failover completes.

@@ -3,12 +3,12 @@
 //! controller, the built-in agent, the PSM and the cluster view.
 //!
 //! Owns: reading the options (bad ones are a 400 with the reason) and gathering the facts.
-//! Must not touch: the verdict (`crate::mirror::preflight::assess`), the failover.
+//! Must not touch: the verdict (`crate::failover::preflight::assess`), the failover.
 
 use serde::Deserialize;
 
-use crate::mirror::controller::MirrorController;
-use crate::mirror::preflight::{Guards, MirrorFacts, PartitionFacts};
+use crate::controller::MirrorController;
+use crate::failover::preflight::{Guards, MirrorFacts, PartitionFacts};
 use crate::mirror::report::{FailedAtCall, FailoverReport, PartitionLag};
 use crate::mirror::screening::now_ms;
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::cluster::ClusterView;
-use crate::mirror::controller::MirrorController;
+use crate::controller::MirrorController;
 use crate::psm::registry::PsmRegistry;
 
 use super::{Gateway, Readiness};
@@ -62,12 +62,12 @@ impl crate::admin::AdminBackend for Gateway {
             .as_ref()?
             .source_end_moved_ms(mirror, topic, partition)
     }
-    fn agent_source(&self, mirror: &str) -> Option<crate::mirror::preflight::SourceFacts> {
+    fn agent_source(&self, mirror: &str) -> Option<crate::failover::preflight::SourceFacts> {
         self.agent.as_ref()?.source_facts(mirror)
     }
     fn failover_called(&self, report: crate::mirror::report::FailoverReport) {
         if let (Some(store), Some(ctl)) = (&self.reports, &self.mirrors) {
-            crate::mirror::report_follow::open(store, ctl.clone(), self.agent.clone(), report);
+            crate::agent::report_follow::open(store, ctl.clone(), self.agent.clone(), report);
         }
     }
     fn failover_reports(
@@ -90,7 +90,7 @@ impl crate::admin::AdminBackend for Gateway {
     fn mirror_sync(&self, mirror: &str) -> Option<serde_json::Value> {
         self.agent.as_ref()?.sync_status(mirror)
     }
-    fn group_sync(&self, mirror: &str) -> Option<crate::mirror::groups::SyncStatus> {
+    fn group_sync(&self, mirror: &str) -> Option<crate::sync::groups::SyncStatus> {
         Some(self.agent.as_ref()?.group_sync(mirror)?.status())
     }
     fn offset_map(

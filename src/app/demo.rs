@@ -22,9 +22,9 @@ use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 
+use crate::client::mirror_ops;
 use crate::client::retry::{self, Lasting, Level};
 use crate::client::{Connector, KafkaClient};
-use crate::mirror::wire;
 
 /// Idempotent producers the demo runs on the source.
 pub const SOURCE_PRODUCERS: usize = 4;
@@ -179,7 +179,7 @@ async fn create_topic(bootstrap: &str, topic: &str) -> Result<(), String> {
 
 /// The leader's address of `topic`/`partition` as `bootstrap` advertises it.
 async fn leader(bootstrap: &str, topic: &str, partition: i32) -> Result<String, String> {
-    let meta = wire::metadata_of(
+    let meta = mirror_ops::metadata_of(
         &Connector::plain(),
         &[bootstrap.to_string()],
         TIMEOUT,

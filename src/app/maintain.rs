@@ -11,8 +11,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::cluster::ClusterView;
+use crate::controller::MirrorController;
 use crate::metrics::Metrics;
-use crate::mirror::controller::MirrorController;
 use crate::mirror::permissions::PermissionCheck;
 
 /// How often the gateway principal's permissions are checked again.
@@ -41,7 +41,8 @@ pub(super) async fn maintain_mirrors(
                 let (ctl, cluster, metrics) =
                     (controller.clone(), cluster.clone(), metrics.clone());
                 tokio::spawn(async move {
-                    crate::mirror::barrier_check::check_all(&ctl, &cluster, &metrics, timeout).await
+                    crate::controller::barrier_check::check_all(&ctl, &cluster, &metrics, timeout)
+                        .await
                 });
             }
             controller.expire_screen();

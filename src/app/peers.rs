@@ -1,7 +1,7 @@
 //! Wiring of several instances (`instances` configured): the link to the state topic, its
 //! loops, the fence this instance applies for the others' failovers, and its gauges.
 //!
-//! Owns: that wiring. Must not touch: what the link decides (`mirror/peers.rs`).
+//! Owns: that wiring. Must not touch: what the link decides (`instances.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,10 +11,10 @@ use tokio::sync::watch;
 
 use crate::cluster::ClusterView;
 use crate::config::Config;
+use crate::controller::MirrorController;
+use crate::instances::log::KafkaStateLog;
+use crate::instances::PeerLink;
 use crate::metrics::Metrics;
-use crate::mirror::controller::MirrorController;
-use crate::mirror::peers::log::KafkaStateLog;
-use crate::mirror::peers::PeerLink;
 
 /// Start the link when `instances` is configured.
 pub(super) fn start(
@@ -145,7 +145,7 @@ pub async fn init_state_topic(config: &Config) -> Result<Option<String>, String>
         crate::client::Connector::for_cluster(&config.destination).map_err(|e| e.to_string())?;
     let view = ClusterView::new(config.destination.clone(), connector, Metrics::new());
     let timeout = Duration::from_millis(config.destination.connect_timeout_ms);
-    let rf = crate::mirror::peers::log::create(&view, &i.state_topic, timeout)
+    let rf = crate::instances::log::create(&view, &i.state_topic, timeout)
         .await
         .map_err(|e| format!("cannot create the state topic {}: {e}", i.state_topic))?;
     Ok(Some(format!(
@@ -155,13 +155,13 @@ pub async fn init_state_topic(config: &Config) -> Result<Option<String>, String>
 }
 
 /// `mirrorgate state migrate`: move what the state directory holds and the state topic lacks
-/// into the state topic (`mirror/peers/migrate.rs` decides what). Returns what was moved (or
+/// into the state topic (`instances/migrate.rs` decides what). Returns what was moved (or
 /// would be, `dry_run`), and whether everything could be.
 pub async fn migrate_state(config: &Config, dry_run: bool) -> Result<(String, bool), String> {
-    use crate::mirror::peers::log::StateLog;
-    use crate::mirror::peers::migrate::{plan, Local};
-    use crate::mirror::peers::records::ScreenedProducer;
-    use crate::mirror::peers::view::PeerView;
+    use crate::instances::log::StateLog;
+    use crate::instances::migrate::{plan, Local};
+    use crate::instances::records::ScreenedProducer;
+    use crate::instances::view::PeerView;
     let Some(i) = &config.instances else {
         return Err(
             "state migrate moves a state directory into the state topic of several instances: configure `instances` first"

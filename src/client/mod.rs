@@ -10,6 +10,7 @@
 
 mod connector;
 mod kafka;
+pub mod mirror_ops;
 pub mod ops;
 pub mod retry;
 pub mod sasl;

@@ -2,7 +2,7 @@
 //! mirror's source to the destination, and how often (docs/moving-applications.md).
 //!
 //! Owns: the section's model, its defaults, its validation and the compiled group filter.
-//! Must not touch: anything at run time (the sync itself is `mirror/groups`).
+//! Must not touch: anything at run time (the sync itself is `sync/groups`).
 
 use regex::Regex;
 use serde::{Deserialize, Serialize};

@@ -1,5 +1,5 @@
 //! The `instances` section: this gateway is one of several in front of the same destination
-//! cluster, known to the others through the state topic (`mirror/peers.rs`).
+//! cluster, known to the others through the state topic (`instances.rs`).
 //!
 //! Owns: the section's fields, defaults and checks. Must not touch: what the instances do with
 //! them.

@@ -4,7 +4,7 @@
 //!
 //! Owns: the two config sections, the default list of topic config keys that stay local, the
 //! ACL resource and principal pattern syntax and its compiled form.
-//! Must not touch: anything at run time (the sync itself is `mirror::sync`).
+//! Must not touch: anything at run time (the sync itself is `sync`).
 
 use regex::Regex;
 use serde::{Deserialize, Serialize};

@@ -24,7 +24,7 @@ use crate::cluster::ClusterView;
 use crate::config::TopicRouter;
 use crate::metrics::ListenerKind;
 
-use super::peers::{PeerLink, PeerRefusal};
+use super::peer_gate::{PeerGate, PeerRefusal};
 use super::screening::{now_ms, ScreenError};
 use super::state::{MirrorRecord, PartitionState};
 
@@ -51,12 +51,12 @@ pub struct PartitionWrites {
     /// `mirrorgate_protection_unknown_outcome_writes_total`.
     unknown_total: IntCounter,
     /// Admitted and not yet answered.
-    pub(super) in_flight: AtomicI64,
+    pub(crate) in_flight: AtomicI64,
     /// Ended without the broker's answer (connection lost or timed out): such a write may
     /// still be appended later, so the failover re-reads the log after its barrier.
-    pub(super) unknown: AtomicU64,
+    pub(crate) unknown: AtomicU64,
     /// When the last write of unknown outcome ended (ms since the epoch; 0: never).
-    pub(super) last_unknown_ms: AtomicI64,
+    pub(crate) last_unknown_ms: AtomicI64,
 }
 
 /// One admitted mirror write of a partition. [`InFlightGuard::answered`] releases it when the
@@ -154,7 +154,7 @@ pub struct Admission {
     agent_failed: RwLock<HashMap<String, HashMap<i32, String>>>,
     /// The other instances (`instances` configured): their failovers fence mirror writes here,
     /// and without a lease on the state topic none is admitted.
-    peers: OnceLock<Arc<PeerLink>>,
+    peers: OnceLock<Arc<dyn PeerGate>>,
 }
 
 impl Admission {
@@ -224,7 +224,7 @@ impl Admission {
     }
 
     /// Ask `peers` before admitting a mirror write (set once, at start).
-    pub fn set_peers(&self, peers: Arc<PeerLink>) {
+    pub fn set_peers(&self, peers: Arc<dyn PeerGate>) {
         let _ = self.peers.set(peers);
     }
 
@@ -501,7 +501,7 @@ impl Admission {
     }
 
     /// Why a STOPPED partition's recorded barrier no longer guards: the log does not hold it
-    /// (see [`super::barrier_check`]).
+    /// (the controller's start-up barrier check).
     pub fn barrier_missing(&self, topic: &str, partition: i32) -> Option<String> {
         let m = self
             .barrier_missing

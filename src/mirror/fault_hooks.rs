@@ -5,8 +5,8 @@
 //! Owns: the names and meaning of the `MIRRORGATE_CRASH_AFTER` and `MIRRORGATE_TEST_*` variables
 //! the controller honours, and the crash points of a failover. Must not touch: anything else of
 //! the environment (the agent's own hooks are read where they act:
-//! `MIRRORGATE_TEST_LOSE_AGENT_APPEND_ANSWERS` by `mirror/agent.rs`,
-//! `MIRRORGATE_TEST_HOLD_AGENT_DISCOVERY_WHILE` by `mirror/agent/discovery.rs`), the failover's
+//! `MIRRORGATE_TEST_LOSE_AGENT_APPEND_ANSWERS` by `agent.rs`,
+//! `MIRRORGATE_TEST_HOLD_AGENT_DISCOVERY_WHILE` by `agent/discovery.rs`), the failover's
 //! rules.
 
 use std::path::PathBuf;

@@ -26,28 +26,17 @@
 //! Must not touch: sockets, the state store's file layout, the PSM's contents.
 
 pub mod admission;
-pub mod agent;
-pub mod barrier_check;
-pub mod barrier_io;
-pub mod controller;
-pub mod failover;
 pub mod fault_hooks;
-pub mod groups;
 pub mod mirror_metrics;
 pub mod offset_map;
 pub mod own_barrier;
-pub mod peers;
+pub mod peer_gate;
 pub mod permissions;
-pub mod pid_allocator;
 pub mod policy;
-pub mod preflight;
 pub mod records;
 pub mod report;
-pub mod report_follow;
 pub mod screening;
 pub mod state;
-pub mod sync;
-pub mod wire;
 
 pub use state::{
     FailoverStep, MirrorRecord, PartitionRecord, PartitionState, StateDecodeError, StepError,

@@ -4,16 +4,16 @@
 //! InitProducerId answer must be screened, and tells it what it saw (barriers, refusals,
 //! duplicate acknowledgements) for the metrics.
 //!
-//! Owns: that interface, and its implementation by [`MirrorController`] (each method delegates
-//! to the controller's admission, screening set or metrics). Must not touch: the decisions
-//! themselves (`admission.rs`, `screening.rs`), failover, persistence.
+//! Owns: that interface. Its implementation is the controller's (`controller/policy.rs`: each
+//! method delegates to the controller's admission, screening set or metrics); this module names
+//! no controller, so the mirror's state of record stays below everything that drives it. Must
+//! not touch: the decisions themselves (`admission.rs`, `screening.rs`), failover, persistence.
 //!
 //! The proxy's tests can give a connection a fake policy; the real one is the controller.
 
 use crate::metrics::ListenerKind;
 
 use super::admission::{InFlightGuard, Refusal};
-use super::controller::MirrorController;
 use super::screening::{Collision, ScreenEntry};
 
 /// What the proxy asks of the mirrors (see the module doc).
@@ -71,78 +71,4 @@ pub trait MirrorPolicy: Send + Sync {
     fn count_duplicate_ack(&self);
     /// `n` barrier batches of `topic` seen, by `kind` ("mirrored", "hidden").
     fn count_barriers_seen(&self, topic: &str, kind: &str, n: u64);
-}
-
-impl MirrorPolicy for MirrorController {
-    fn is_mirror_topic(&self, topic: &str) -> bool {
-        MirrorController::is_mirror_topic(self, topic)
-    }
-
-    fn admit(
-        &self,
-        listener: ListenerKind,
-        topic: &str,
-        partition: i32,
-    ) -> Result<Option<InFlightGuard>, Refusal> {
-        MirrorController::admit(self, listener, topic, partition)
-    }
-
-    fn admitted_mirror_writes_lapsed(&self) -> Option<String> {
-        MirrorController::admitted_mirror_writes_lapsed(self)
-    }
-
-    fn mirror_send_deadline(&self) -> Option<std::time::Duration> {
-        MirrorController::mirror_send_deadline(self)
-    }
-
-    fn barrier_offset(&self, topic: &str, partition: i32) -> Option<i64> {
-        MirrorController::barrier_offset(self, topic, partition)
-    }
-
-    fn refuse_admin(
-        &self,
-        listener: ListenerKind,
-        op: &str,
-        topic: &str,
-        partition: Option<i32>,
-    ) -> Option<Refusal> {
-        MirrorController::refuse_admin(self, listener, op, topic, partition)
-    }
-
-    fn refuse_admin_everywhere(&self, listener: ListenerKind, op: &str) -> Option<Refusal> {
-        MirrorController::refuse_admin_everywhere(self, listener, op)
-    }
-
-    fn screening_active(&self) -> bool {
-        MirrorController::screening_active(self)
-    }
-
-    fn screened(&self, producer_id: i64) -> Option<ScreenEntry> {
-        MirrorController::screened(self, producer_id)
-    }
-
-    fn mirrored_producer_collision(
-        &self,
-        producer_id: i64,
-        epoch: Option<i16>,
-        transactional_id: Option<&str>,
-    ) -> Option<Collision> {
-        MirrorController::mirrored_producer_collision(self, producer_id, epoch, transactional_id)
-    }
-
-    fn count_screened(&self) {
-        MirrorController::count_screened(self)
-    }
-
-    fn count_acks_zero_refused(&self) {
-        MirrorController::count_acks_zero_refused(self)
-    }
-
-    fn count_duplicate_ack(&self) {
-        MirrorController::count_duplicate_ack(self)
-    }
-
-    fn count_barriers_seen(&self, topic: &str, kind: &str, n: u64) {
-        MirrorController::count_barriers_seen(self, topic, kind, n)
-    }
 }

@@ -23,7 +23,7 @@ use crate::state::{StateError, StateStore};
 
 /// State-store area of the PID screening set.
 pub const SCREEN_AREA: &str = "screen";
-pub(super) const SCREEN_FILE: &str = "pids.json";
+pub(crate) const SCREEN_FILE: &str = "pids.json";
 
 pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -186,7 +186,7 @@ impl Screening {
         self.unreadable.as_ref()
     }
 
-    pub(super) fn lock(&self) -> MutexGuard<'_, HashMap<i64, ScreenEntry>> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, HashMap<i64, ScreenEntry>> {
         self.set.lock().unwrap_or_else(|e| e.into_inner())
     }
 

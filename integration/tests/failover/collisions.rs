@@ -455,7 +455,7 @@ struct TxnCollision {
 /// marker's coordinator epoch (the agent tells it of each marker it writes; here it learns the
 /// marker from the broker).
 fn txn_collision(prefix: &str) -> TxnCollision {
-    use mirrorgate::mirror::wire::{set_cluster_default, write_marker, VERIFICATION_CONFIG};
+    use mirrorgate::client::mirror_ops::{set_cluster_default, write_marker, VERIFICATION_CONFIG};
     use mirrorgate::protocol::txn_marker::MarkerSpec;
     let destination = harness::cluster("destination");
     let topic = harness::unique_topic(prefix);

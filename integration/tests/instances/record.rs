@@ -298,8 +298,8 @@ fn a_gateway_that_failed_over_alone_is_migrated_into_the_state_topic_and_a_new_i
 /// takes a 3 MiB record, and the state log reads it back whole.
 #[test]
 fn the_state_topic_takes_a_record_of_several_mebibytes_and_reads_it_back() {
-    use mirrorgate::mirror::peers::log::{KafkaStateLog, StateLog};
-    use mirrorgate::mirror::peers::records::PeerRecord;
+    use mirrorgate::instances::log::{KafkaStateLog, StateLog};
+    use mirrorgate::instances::records::PeerRecord;
     let topic = mirror_topic("peers-big");
     let state_topic = harness::unique_topic("peers-big-state");
     let cfg = instance_config("big", &topic, "a", &state_topic);

@@ -13,7 +13,7 @@ use mirrorgate::config::{
     AclSyncConfig, ClusterConfig, ConfigSyncConfig, MirrorConfig, SaslConfig, SaslMechanism,
     SecretSource,
 };
-use mirrorgate::mirror::sync::acls::{
+use mirrorgate::sync::acls::{
     AclBinding, PATTERN_LITERAL, PATTERN_PREFIXED, RESOURCE_GROUP, RESOURCE_TOPIC,
 };
 

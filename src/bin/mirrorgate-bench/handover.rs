@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use mirrorgate::client::{ops, KafkaClient};
 use mirrorgate::cluster::ClusterView;
 use mirrorgate::config::ClusterConfig;
-use mirrorgate::mirror::peers::log::{parts, KafkaStateLog, StateLog};
-use mirrorgate::mirror::peers::records::{ScreenedProducer, Stopped};
-use mirrorgate::mirror::peers::view::PeerRecord;
+use mirrorgate::instances::log::{parts, KafkaStateLog, StateLog};
+use mirrorgate::instances::records::{ScreenedProducer, Stopped};
+use mirrorgate::instances::view::PeerRecord;
 use mirrorgate::mirror::screening::ScreenEntry;
 use serde_json::json;
 

@@ -7,7 +7,7 @@
 
 use crate::metrics::ListenerKind;
 
-use super::super::peers::PeerRefusal;
+use super::super::peer_gate::PeerRefusal;
 use super::super::state::PartitionState;
 use super::{Admission, Refusal, REJECT_ERROR_CODE, RETRY_LATER_ERROR_CODE};
 

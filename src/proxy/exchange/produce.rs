@@ -24,8 +24,8 @@ use std::borrow::Cow;
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, ProduceResponse};
 
+use crate::controller::{Collision, InFlightGuard};
 use crate::metrics::ListenerKind;
-use crate::mirror::controller::{Collision, InFlightGuard};
 use crate::mirror::policy::MirrorPolicy;
 use crate::protocol::enforce::{self, RejectedPartition, Rejection};
 use crate::protocol::frame::{Edited, FrameError, RequestHeaderInfo};

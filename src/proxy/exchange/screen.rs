@@ -35,7 +35,7 @@ use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResp
 use kafka_protocol::protocol::Decodable;
 
 use crate::cluster::{transaction_state_partition, TRANSACTION_STATE_TOPIC};
-use crate::mirror::controller::ScreenEntry;
+use crate::controller::ScreenEntry;
 use crate::mirror::policy::MirrorPolicy;
 use crate::protocol::frame::FrameError;
 

@@ -19,8 +19,8 @@ use kafka_protocol::records::{
 };
 
 use crate::cluster::{ClusterView, Snapshot, TopicInfo};
+use crate::controller::MirrorController;
 use crate::metrics::{ListenerKind, Metrics};
-use crate::mirror::controller::MirrorController;
 use crate::protocol::frame::counts;
 use crate::protocol::frame::parse_request_header;
 use crate::protocol::rewrite::BrokerEndpoint;

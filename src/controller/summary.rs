@@ -1,0 +1,62 @@
+//! A mirror's record in numbers ([`MirrorController::summaries`]): partition counts per state,
+//! counted under the records' lock without copying the partitions, for what reads them often
+//! (the admin API's mirror summaries, the metrics collector) while a failover of thousands of
+//! partitions updates them.
+//!
+//! Owns: that count. Must not touch: the records themselves.
+
+use super::MirrorController;
+use crate::mirror::state::PartitionState;
+
+/// A mirror's record in numbers ([`MirrorController::summaries`]).
+#[derive(Debug, Clone)]
+pub struct MirrorSummary {
+    pub name: String,
+    pub partitions: usize,
+    /// Partitions per state, in [`PartitionState::ALL`] order.
+    pub counts: Vec<(PartitionState, usize)>,
+    pub failover_id: Option<String>,
+    pub started_ms: Option<i64>,
+    pub completed_ms: Option<i64>,
+    /// Why its state cannot be read, when it cannot.
+    pub unreadable: Option<String>,
+}
+
+impl MirrorController {
+    /// Every mirror's partition counts per state (as [`Self::records`] reports the states),
+    /// counted under the lock without copying the partitions: what the admin API's mirror
+    /// summaries and the metrics collector read, often, while a failover of thousands of
+    /// partitions updates the records.
+    pub fn summaries(&self) -> Vec<MirrorSummary> {
+        self.records
+            .lock()
+            .iter()
+            .map(|s| {
+                let r = &s.record;
+                let mut counts = [0usize; PartitionState::ALL.len()];
+                for p in &r.partitions {
+                    let st = match p.state {
+                        PartitionState::Mirroring
+                            if self.admission.agent_error(&p.topic, p.partition).is_some() =>
+                        {
+                            PartitionState::Failed
+                        }
+                        st => st,
+                    };
+                    if let Some(i) = PartitionState::ALL.iter().position(|a| *a == st) {
+                        counts[i] += 1;
+                    }
+                }
+                MirrorSummary {
+                    name: r.name.clone(),
+                    partitions: r.partitions.len(),
+                    counts: PartitionState::ALL.into_iter().zip(counts).collect(),
+                    failover_id: r.failover_id.clone(),
+                    started_ms: r.started_ms,
+                    completed_ms: r.completed_ms,
+                    unreadable: s.unreadable.clone(),
+                }
+            })
+            .collect()
+    }
+}
