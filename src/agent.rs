@@ -24,6 +24,9 @@
 //! - Lag per partition (records and seconds, [`lag`]): `mirrorgate_mirror_lag_records` /
 //!   `mirrorgate_mirror_lag_seconds` and the admin API.
 //!
+//! - Reports ([`report_follow`]): a failover's report is completed from the agent's figures
+//!   once every partition is STOPPED.
+//!
 //! Owns: the agent's start, its tasks (started, supervised, stopped, drained) and its offset
 //! maps. Must not touch: partition states beyond marking
 //! a partition FAILED through the controller, the PSM (the produce tap feeds it).

@@ -1,10 +1,14 @@
 //! The mirror controller: the one mirror type the rest of the gateway holds. It wires and fronts
-//! the parts of `mirror/` — admission ([`crate::mirror::admission`]: the read-only and fencing checks on
-//! the produce path, mirror writes in flight), the records ([`crate::mirror::records`], persisted), the
-//! PID screening set ([`crate::mirror::screening`]), the failover executor ([`super::failover`] over the
-//! real I/O of [`crate::failover::barrier_io`]) — and adds what spans them: partitions joining as the
-//! destination's topics appear, the failover, pause and failback calls of the admin API, the
-//! recorded barriers, and readiness.
+//! the parts below it — admission ([`crate::mirror::admission`]: the read-only and fencing
+//! checks on the produce path, mirror writes in flight), the records
+//! ([`crate::mirror::records`], persisted), the PID screening set
+//! ([`crate::mirror::screening`]), the other instances ([`crate::instances`], through the
+//! fence and adopt hooks it hands them), the failover executor ([`crate::failover`] over the
+//! real I/O of [`crate::failover::barrier_io`]) — and adds what spans them: partitions joining
+//! as the destination's topics appear, the failover, pause and failback calls of the admin API,
+//! the recorded barriers (checked against the logs at start: [`barrier_check`]), and readiness.
+//! It implements [`crate::mirror::policy::MirrorPolicy`], the interface a client connection
+//! holds (`policy.rs`).
 //!
 //! Owns: the wiring of those parts and the answers of the admin-facing calls. Must not touch:
 //! client sockets (the proxy asks it for decisions), brokers and the PSM (through the failover's
@@ -22,8 +26,8 @@ use crate::metrics::{ListenerKind, Metrics};
 use crate::psm::registry::PsmRegistry;
 use crate::state::StateStore;
 
-use super::failover::{Failover, FailoverSettings};
 use crate::failover::barrier_io::KafkaFailoverIo;
+use crate::failover::{Failover, FailoverSettings};
 use crate::mirror::admission::Admission;
 use crate::mirror::fault_hooks::FaultHooks;
 use crate::mirror::mirror_metrics::MirrorMetrics;
@@ -31,8 +35,8 @@ use crate::mirror::records::Records;
 use crate::mirror::screening::{now_ms, Screening};
 use crate::mirror::state::{MirrorRecord, PartitionRecord, PartitionState};
 
-pub use super::failover::FailoverStarted;
 pub use crate::failover::barrier_io::AgentStopHook;
+pub use crate::failover::FailoverStarted;
 pub use crate::mirror::admission::{InFlightGuard, Refusal, REJECT_ERROR_CODE};
 pub use crate::mirror::mirror_metrics::PartitionStateGauge;
 pub use crate::mirror::records::{

@@ -29,6 +29,11 @@
 //! real one; the unit tests use a fake), the records through [`Records`], the screening set
 //! through [`Screening`].
 //!
+//! Its parts: [`barrier_io`] — the real [`FailoverIo`] (barrier writes, the barrier's producer
+//! id, PSM clearing, the tails of the logs); [`pid_allocator`] — the step that advances the
+//! destination brokers' producer-id allocators past the screened ids; [`preflight`] — the dry
+//! run's go / no-go assessment, a pure function.
+//!
 //! Owns: the order of the failover steps and what each records; the settle of mirror writes of
 //! unknown outcome (review F1); the choice of the barrier's producer id and form. Must not touch:
 //! brokers or the PSM directly, the admission snapshot (refreshed by the records), the state

@@ -6,11 +6,14 @@
 //! stop under the same gate ([`wire`]). After the failover the destination belongs to the
 //! applications.
 //!
+//! The consumer group offset sync of the same mirrors is [`groups`]: committed offsets
+//! translated through the agent's offset map, a final round at failover.
+//!
 //! Several instances: the instance that runs the mirror's built-in agent (its owner on the state
 //! topic) alone syncs; the others stand by, and take over with the agent. Sync state (what was in
 //! step, what was created, drift) lives in memory on the instance syncing.
 //!
-//! Owns: the per-mirror sync loops, their status (admin API) and metrics
+//! Owns: the per-mirror config and ACL sync loops, their status (admin API) and metrics
 //! (`mirrorgate_config_sync_*`, `mirrorgate_config_drift_*`, `mirrorgate_acl_sync_*`).
 //! Must not touch: partition states, the agent's tasks and offset maps, the records.
 

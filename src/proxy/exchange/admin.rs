@@ -15,8 +15,8 @@
 
 use bytes::Bytes;
 
-use crate::controller::Collision;
 use crate::metrics::ListenerKind;
+use crate::mirror::screening::Collision;
 use crate::protocol::admin_refusal::{self, AdminDecision, Target, TxnProducer};
 use crate::protocol::enforce::Rejection;
 use crate::protocol::frame::RequestHeaderInfo;
@@ -40,7 +40,7 @@ pub fn begin(
     let op = format!("{:?}", h.api_key);
     let listener = ctx.kind;
     let cluster = &ctx.cluster;
-    let refusal = |r: crate::controller::Refusal| Rejection::new(r.error_code, r.message);
+    let refusal = |r: crate::mirror::admission::Refusal| Rejection::new(r.error_code, r.message);
     let decision = admin_refusal::plan(
         &frame,
         h.api_key,

@@ -24,9 +24,10 @@ use std::borrow::Cow;
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, ProduceResponse};
 
-use crate::controller::{Collision, InFlightGuard};
 use crate::metrics::ListenerKind;
+use crate::mirror::admission::InFlightGuard;
 use crate::mirror::policy::MirrorPolicy;
+use crate::mirror::screening::Collision;
 use crate::protocol::enforce::{self, RejectedPartition, Rejection};
 use crate::protocol::frame::{Edited, FrameError, RequestHeaderInfo};
 use crate::protocol::produce::{BatchQuestions, ProduceView, TopicRef};

@@ -35,8 +35,8 @@ use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResp
 use kafka_protocol::protocol::Decodable;
 
 use crate::cluster::{transaction_state_partition, TRANSACTION_STATE_TOPIC};
-use crate::controller::ScreenEntry;
 use crate::mirror::policy::MirrorPolicy;
+use crate::mirror::screening::ScreenEntry;
 use crate::protocol::frame::FrameError;
 
 use super::ExchangeError;
