@@ -31,6 +31,8 @@ mod compaction_tests;
 pub mod log;
 pub mod migrate;
 pub mod records;
+#[cfg(test)]
+mod sim_tests;
 pub mod view;
 
 use std::collections::HashSet;
@@ -77,6 +79,9 @@ pub struct PeerLink {
     /// Added to the wall clock written into this instance's records (a test hook: a host whose
     /// clock is off).
     clock_skew_ms: std::sync::atomic::AtomicI64,
+    /// `limits.unknown_outcome_settle_ms`: how long after a lease ended its mirror writes may
+    /// still land (the barrier's settle).
+    settle_ms: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -100,6 +105,7 @@ impl PeerLink {
             agents: std::sync::OnceLock::new(),
             twin_reported: Mutex::new(None),
             clock_skew_ms: std::sync::atomic::AtomicI64::new(0),
+            settle_ms: std::sync::atomic::AtomicU64::new(5_000),
         })
     }
 
@@ -108,6 +114,16 @@ impl PeerLink {
     pub fn set_clock_skew_ms(&self, ms: i64) {
         self.clock_skew_ms
             .store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How long after a lease ended its mirror writes may still land
+    /// (`limits.unknown_outcome_settle_ms`, 5 s unless set): instances gone or restarted that
+    /// long before a barrier are settled for ([`Self::lease_end_of_waited_out`]).
+    pub fn set_unknown_outcome_settle(&self, settle: Duration) {
+        self.settle_ms.store(
+            settle.as_millis() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// This host's wall clock as written into the records, ms since the epoch.
@@ -678,7 +694,8 @@ impl PeerLink {
     ///
     /// An instance waited out (alive when the wait began, never acknowledged), and an earlier
     /// driver of the failover gone without acknowledging that its own writes were drained, may
-    /// have mirror writes the brokers still append (review G1): `Ok(Some(ms))` names when the
+    /// have mirror writes the brokers still append (review G1), and so may the previous process
+    /// of an instance restarted lately: `Ok(Some(ms))` names when the
     /// last of their leases certainly ended (wall clock, ms), for the barrier's settle.
     pub async fn wait_fenced(
         &self,
@@ -688,9 +705,9 @@ impl PeerLink {
     ) -> Result<Option<i64>, String> {
         let deadline = clock::now() + limit;
         let mut logged = false;
-        let first = self.view().waiting_for(mirror, fid, clock::now());
+        let first = self.fence_waiting_for(mirror, fid);
         loop {
-            let waiting = self.view().waiting_for(mirror, fid, clock::now());
+            let waiting = self.fence_waiting_for(mirror, fid);
             if waiting.is_empty() {
                 return Ok(self.lease_end_of_waited_out(mirror, fid, &first));
             }
@@ -710,9 +727,24 @@ impl PeerLink {
         }
     }
 
+    /// The instances the barrier of failover `fid` of `mirror` waits for now: alive, and not
+    /// having acknowledged its fence (one step of [`Self::wait_fenced`]).
+    pub fn fence_waiting_for(&self, mirror: &str, fid: &str) -> Vec<String> {
+        self.view().waiting_for(mirror, fid, clock::now())
+    }
+
     /// When the last lease ended (wall clock, ms) of the instances of `waited` that never
-    /// acknowledged failover `fid`'s fence, and of the earlier drivers of it gone undrained.
-    fn lease_end_of_waited_out(&self, mirror: &str, fid: &str, waited: &[String]) -> Option<i64> {
+    /// acknowledged failover `fid`'s fence, of the earlier drivers of it gone undrained, of the
+    /// instances gone just before the wait began (waited for by no one), and of the previous
+    /// processes of instances restarted lately (their new process acknowledges for the id, but
+    /// cannot drain what the old one sent) — [`Self::wait_fenced`]'s answer once nothing is
+    /// waited for.
+    pub fn lease_end_of_waited_out(
+        &self,
+        mirror: &str,
+        fid: &str,
+        waited: &[String],
+    ) -> Option<i64> {
         let v = self.view();
         let now = clock::now();
         let acked = v.acknowledged(mirror, fid);
@@ -722,6 +754,14 @@ impl PeerLink {
             .map(|i| (i.clone(), v.last_seen(i).unwrap_or(now)))
             .collect();
         gone.extend(v.undrained_drivers(mirror, fid, now));
+        // A process restarted lately acknowledged for its id; the writes of the one before it
+        // were never drained (found by the simulation, `instances::sim_tests`).
+        let settle =
+            Duration::from_millis(self.settle_ms.load(std::sync::atomic::Ordering::Relaxed));
+        gone.extend(v.replaced_lately(now, settle));
+        // An instance gone just before the wait began is waited for by no one; its lease may
+        // have ended a moment ago (found by the simulation as well).
+        gone.extend(v.gone_lately(mirror, fid, now, settle));
         let session = v.session();
         let last = gone.iter().map(|(_, seen)| *seen + session).max()?;
         let ago = now.saturating_duration_since(last).as_millis() as i64;

@@ -50,6 +50,7 @@ pub(super) fn start(
     );
     controller.set_peers(link.clone());
     let settle = Duration::from_millis(config.limits.unknown_outcome_settle_ms);
+    link.set_unknown_outcome_settle(settle);
     let fence = controller.peer_fence_hook(settle);
     let follow = controller.peer_follow_hook(settle);
     tokio::spawn(link.clone().run(fence, follow, shutdown.clone()));

@@ -30,7 +30,32 @@ pub const BROKER_TOLERANCE: Duration = Duration::from_secs(1);
 
 /// The lease clock's now: monotonic, and counting the time the machine was suspended.
 pub fn now() -> Instant {
+    #[cfg(test)]
+    if let Some(t) = sim::now() {
+        return t;
+    }
     Instant::now() + suspended()
+}
+
+/// The lease clock of a simulation (unit tests only): while set on this thread, [`now`] answers
+/// it, so simulated instances run on virtual time (`instances::sim_tests`).
+#[cfg(test)]
+pub(crate) mod sim {
+    use std::cell::Cell;
+    use std::time::Instant;
+
+    thread_local! {
+        static NOW: Cell<Option<Instant>> = const { Cell::new(None) };
+    }
+
+    pub(crate) fn now() -> Option<Instant> {
+        NOW.with(Cell::get)
+    }
+
+    /// Set (or, with `None`, clear) this thread's simulated lease clock.
+    pub(crate) fn set(t: Option<Instant>) {
+        NOW.with(|c| c.set(t));
+    }
 }
 
 /// How long the machine has been suspended since it booted (zero where the OS does not say).

@@ -100,6 +100,12 @@ pub struct PeerView {
     grace: Duration,
     /// Instance → when this instance read its last heartbeat.
     seen: HashMap<String, Instant>,
+    /// Instance → the incarnation of its last heartbeat read.
+    incarnations: HashMap<String, String>,
+    /// Instance → when the last heartbeat of its previous process was read, once a heartbeat of
+    /// another incarnation followed (it was restarted): that process's mirror writes may still
+    /// land although the new one acknowledges fences for the id.
+    replaced: HashMap<String, Instant>,
     /// Mirror → the failover announced for it (absent or `None`: mirroring).
     failovers: BTreeMap<String, Option<Announced>>,
     /// Mirror → who announced it mirrors again, and when (the latest such record).
@@ -160,6 +166,8 @@ impl PeerView {
             first_acked: None,
             grace: grace(session),
             seen: HashMap::new(),
+            incarnations: HashMap::new(),
+            replaced: HashMap::new(),
             failovers: BTreeMap::new(),
             mirroring: HashMap::new(),
             stopped: HashMap::new(),
@@ -220,6 +228,14 @@ impl PeerView {
             } => {
                 if instance != self.me {
                     self.agents.heartbeat(&instance, agents);
+                    if let Some(inc) = incarnation {
+                        let before = self.incarnations.insert(instance.clone(), inc.clone());
+                        if before.is_some_and(|b| b != inc) {
+                            if let Some(last) = self.seen.get(&instance) {
+                                self.replaced.insert(instance.clone(), *last);
+                            }
+                        }
+                    }
                     self.seen.insert(instance, now);
                 } else if let Some(i) = incarnation.filter(|i| *i != self.incarnation) {
                     self.read_twin(i, now);
@@ -412,6 +428,44 @@ impl PeerView {
             .is_some_and(|f| f == fid)
     }
 
+    /// The other instances restarted lately, with when their previous process was last seen:
+    /// its lease may have run until a session after that, and mirror writes it sent before then
+    /// may land up to `settle` later. Listed while that may still happen.
+    pub fn replaced_lately(&self, now: Instant, settle: Duration) -> Vec<(String, Instant)> {
+        let mut v: Vec<(String, Instant)> = self
+            .replaced
+            .iter()
+            .filter(|(_, seen)| now < **seen + self.session + settle)
+            .map(|(i, seen)| (i.clone(), *seen))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The other instances gone lately that did not acknowledge failover `fid` of `mirror`: no
+    /// longer alive at `now`, so no barrier waits for them, yet their lease ended only a moment
+    /// before, and mirror writes they sent before it ended may land up to `settle` later.
+    pub fn gone_lately(
+        &self,
+        mirror: &str,
+        fid: &str,
+        now: Instant,
+        settle: Duration,
+    ) -> Vec<(String, Instant)> {
+        let acked = self.acknowledged(mirror, fid);
+        let mut v: Vec<(String, Instant)> = self
+            .seen
+            .iter()
+            .filter(|(_, seen)| {
+                now >= **seen + self.session + MARGIN && now < **seen + self.session + settle
+            })
+            .filter(|(i, _)| !acked.contains(*i))
+            .map(|(i, seen)| (i.clone(), *seen))
+            .collect();
+        v.sort();
+        v
+    }
+
     /// When this instance last read a heartbeat of `instance`.
     pub fn last_seen(&self, instance: &str) -> Option<Instant> {
         self.seen.get(instance).copied()
@@ -594,6 +648,55 @@ mod tests {
         assert_eq!(hb("a", 1).key(), "instance/a");
         assert_eq!(announce("m", "f", "a").key(), "failover/m/f/1/a/0");
         assert_eq!(fenced("m", "f", "b").key(), "fenced/m/b");
+    }
+
+    fn hb_of(i: &str, incarnation: &str) -> PeerRecord {
+        PeerRecord::Heartbeat {
+            agents: vec![],
+            instance: i.into(),
+            at_ms: 0,
+            incarnation: Some(incarnation.into()),
+        }
+    }
+
+    #[test]
+    fn a_restarted_instances_previous_process_is_listed_while_its_writes_may_still_land() {
+        let t0 = Instant::now();
+        let settle = Duration::from_secs(5);
+        let mut v = PeerView::new("a", T);
+        v.apply(hb_of("b", "first"), t0, 0);
+        v.apply(hb_of("b", "first"), t0 + Duration::from_secs(1), 0);
+        assert!(v
+            .replaced_lately(t0 + Duration::from_secs(2), settle)
+            .is_empty());
+        v.apply(hb_of("b", "second"), t0 + Duration::from_secs(3), 0);
+        let seen = t0 + Duration::from_secs(1);
+        assert_eq!(
+            v.replaced_lately(t0 + Duration::from_secs(4), settle),
+            vec![("b".to_string(), seen)],
+            "the old process was last seen at its last heartbeat"
+        );
+        assert!(v.replaced_lately(seen + T + settle, settle).is_empty());
+    }
+
+    #[test]
+    fn an_instance_gone_without_acknowledging_is_listed_until_its_lease_and_settle_are_over() {
+        let t0 = Instant::now();
+        let settle = Duration::from_secs(5);
+        let mut v = PeerView::new("a", T);
+        v.apply(hb("b", 0), t0, 0);
+        v.apply(hb("c", 0), t0, 0);
+        v.apply(fenced("m", "f", "c"), t0, 0);
+        assert!(
+            v.gone_lately("m", "f", t0 + T, settle).is_empty(),
+            "alive: waited for, not gone"
+        );
+        assert_eq!(
+            v.gone_lately("m", "f", t0 + T + MARGIN, settle),
+            vec![("b".to_string(), t0)],
+            "c acknowledged the fence"
+        );
+        assert!(v.gone_lately("m", "f", t0 + T + settle, settle).is_empty());
     }
 
     #[test]

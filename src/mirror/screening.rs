@@ -26,10 +26,34 @@ pub const SCREEN_AREA: &str = "screen";
 pub(crate) const SCREEN_FILE: &str = "pids.json";
 
 pub(crate) fn now_ms() -> i64 {
+    #[cfg(test)]
+    if let Some(ms) = sim_clock::now_ms() {
+        return ms;
+    }
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+/// The wall clock of a simulation (unit tests only): while set on this thread, [`now_ms`] answers
+/// it instead of the system clock, so a simulated run is the same on every machine.
+#[cfg(test)]
+pub(crate) mod sim_clock {
+    use std::cell::Cell;
+
+    thread_local! {
+        static NOW_MS: Cell<Option<i64>> = const { Cell::new(None) };
+    }
+
+    pub(crate) fn now_ms() -> Option<i64> {
+        NOW_MS.with(Cell::get)
+    }
+
+    /// Set (or, with `None`, clear) this thread's simulated wall clock.
+    pub(crate) fn set(ms: Option<i64>) {
+        NOW_MS.with(|c| c.set(ms));
+    }
 }
 
 /// A producer id that mirrored traffic left in the destination brokers' state.

@@ -1,0 +1,670 @@
+//! A deterministic simulation of the several-instances protocol: three gateway processes run the
+//! real [`PeerLink`] code — heartbeats, reads of the state topic, leases, fences, the failover's
+//! announcement and its wait — over an in-memory state topic, on virtual time, under a seeded
+//! schedule of faults. Every mirror write a process admits is followed until it lands in the
+//! mirror's partition (or is dropped), and the run is checked against the promise the protocol
+//! exists for: **no mirror write lands after the failover's barrier**, except one of an
+//! instance the barrier waited out, and then no later than the settle the barrier is checked
+//! for (the waited-out leases' end plus `limits.unknown_outcome_settle_ms`, review G1). After
+//! the faults stop, every process must converge: fenced, and the failover through its barrier.
+//!
+//! What a seed chooses: the step lengths, which process acts when, when the failover starts and
+//! through which process, and the faults — a process paused (SIGSTOP) for up to two and a half
+//! sessions, cut off from the state topic, its appends answered with an error although written
+//! (unknown outcome), the state topic down for everyone, a process killed and started again
+//! with the same id (its unsent writes gone, its sent ones still landing), its wall clock moved.
+//! Not modelled yet: a driver killed mid-failover (takeover by claims), handovers, agent
+//! ownership, VM pauses that stop the lease clock (review G13, an operator condition).
+//!
+//! The model of a mirror write follows the gateway: admitted when [`PeerLink::mirror_write_refusal`]
+//! says nothing, sent at the process's next step only while its lease holds and before the send
+//! deadline taken at admission (the lease's remaining time, review G1), then appended by the
+//! broker within a delay (mostly milliseconds, sometimes up to the settle time). A fence
+//! (the [`FenceHook`]) succeeds once every write of that process is appended or dropped.
+//!
+//! Positive controls ([`Sabotage`]): with a protection of the model switched off, the checker
+//! must find a violation within the seeds — so a green run is evidence.
+//!
+//! Replay one seed with its full history: `MIRRORGATE_SIM_SEED=N cargo test --lib
+//! instances::sim_tests -- --nocapture`; more seeds: `MIRRORGATE_SIM_SEEDS=100000`.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::log::ReadResult;
+use super::*;
+
+const SESSION: Duration = Duration::from_secs(10);
+/// `limits.unknown_outcome_settle_ms`: how long after the waited-out leases' end the barrier
+/// is checked for late mirror writes.
+const SETTLE_MS: i64 = 5_000;
+const MIRROR: &str = "m";
+const FID: &str = "f1";
+const IDS: [&str; 3] = ["a", "b", "c"];
+/// Faults start only before this (virtual ms); the rest of the run is calm.
+const FAULTS_UNTIL_MS: i64 = 60_000;
+/// The end of a run (virtual ms).
+const RUN_MS: i64 = 130_000;
+/// The virtual wall clock's start (ms since the epoch).
+const EPOCH_MS: i64 = 1_800_000_000_000;
+
+/// A protection of the model switched off, to show that the checker sees its absence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sabotage {
+    None,
+    /// A process acknowledges a fence without waiting for its writes in flight.
+    Fence,
+    /// A process sends an admitted write whatever its lease and send deadline say (before G1).
+    SendDeadline,
+    /// The barrier is not checked again for the writes of instances it waited out (before G1).
+    Settle,
+}
+
+/// splitmix64: a stable generator, so that a seed replays the same run on every version of
+/// every dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `lo..hi` (`lo` when the range is empty).
+    fn range(&mut self, lo: i64, hi: i64) -> i64 {
+        if hi <= lo {
+            return lo;
+        }
+        lo + (self.next() % (hi - lo) as u64) as i64
+    }
+
+    /// True with probability `per_mille` / 1000.
+    fn chance(&mut self, per_mille: u64) -> bool {
+        self.next() % 1000 < per_mille
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WriteState {
+    Admitted,
+    Sent { lands_at: i64 },
+    Landed { at: i64 },
+    Dropped,
+}
+
+#[derive(Debug, Clone)]
+struct Write {
+    /// The process (slot, generation) that admitted it.
+    by: (usize, u32),
+    admitted_at: i64,
+    deadline: i64,
+    state: WriteState,
+}
+
+/// What the processes and the state topic share: the topic's records, the faults in force and
+/// the mirror writes.
+struct World {
+    now: i64,
+    records: Vec<PeerRecord>,
+    down_until: i64,
+    cut_until: [i64; 3],
+    lose_answers_until: [i64; 3],
+    writes: Vec<Write>,
+    sabotage: Sabotage,
+}
+
+type Shared = Arc<Mutex<World>>;
+
+fn lock(w: &Shared) -> std::sync::MutexGuard<'_, World> {
+    w.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The state topic as one process reaches it.
+struct SimLog {
+    world: Shared,
+    slot: usize,
+}
+
+impl StateLog for SimLog {
+    fn append(&self, r: &PeerRecord) -> BoxFuture<'_, Result<(), String>> {
+        let r = r.clone();
+        Box::pin(async move {
+            let mut w = lock(&self.world);
+            if w.now < w.down_until || w.now < w.cut_until[self.slot] {
+                return Err("state topic unreachable".into());
+            }
+            w.records.push(r);
+            if w.now < w.lose_answers_until[self.slot] {
+                return Err("answer lost (the record was written)".into());
+            }
+            Ok(())
+        })
+    }
+
+    fn read(&self, from: i64) -> BoxFuture<'_, Result<ReadResult, String>> {
+        Box::pin(async move {
+            let w = lock(&self.world);
+            if w.now < w.down_until || w.now < w.cut_until[self.slot] {
+                return Err("state topic unreachable".into());
+            }
+            let end = w.records.len() as i64;
+            // At most 64 records per read, as a bounded fetch would return.
+            let upto = end.min(from.max(0) + 64);
+            Ok(ReadResult {
+                records: w.records[from.max(0) as usize..upto as usize].to_vec(),
+                next: upto,
+                high_watermark: end,
+                reset: None,
+            })
+        })
+    }
+}
+
+struct Proc {
+    generation: u32,
+    link: Arc<PeerLink>,
+    next: i64,
+    next_read: i64,
+    next_heartbeat: i64,
+    paused_until: i64,
+    /// Dead until then (killed; started again with the same id at that time).
+    dead_until: i64,
+    /// This process's lease clock's offset from virtual time (processes start at other times).
+    clock_offset_ms: i64,
+    fence: FenceHook,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Driver {
+    Announcing,
+    DrainingOwn,
+    Waiting {
+        first: Vec<String>,
+    },
+    Done {
+        barrier_at: i64,
+        settle_ms: Option<i64>,
+    },
+}
+
+/// The outcome of one seed.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub violations: Vec<String>,
+    pub not_converged: Vec<String>,
+    pub admitted: usize,
+    pub landed: usize,
+    pub faults: usize,
+    pub history: Vec<String>,
+}
+
+fn fence_hook(world: &Shared, slot: usize, generation: u32) -> FenceHook {
+    let world = world.clone();
+    Arc::new(move |_mirror: String| {
+        let world = world.clone();
+        Box::pin(async move {
+            let w = lock(&world);
+            if w.sabotage == Sabotage::Fence {
+                return Ok(());
+            }
+            let busy = w
+                .writes
+                .iter()
+                .filter(|x| x.by == (slot, generation))
+                .filter(|x| matches!(x.state, WriteState::Admitted | WriteState::Sent { .. }))
+                .count();
+            if busy == 0 {
+                Ok(())
+            } else {
+                Err(format!("{busy} mirror writes not answered yet"))
+            }
+        }) as BoxFuture<'static, Result<(), String>>
+    })
+}
+
+fn start(world: &Shared, slot: usize, generation: u32, now: i64, rng: &mut Rng) -> Proc {
+    let log = Arc::new(SimLog {
+        world: world.clone(),
+        slot,
+    });
+    let link = PeerLink::new(IDS[slot], "state", SESSION, log);
+    link.set_unknown_outcome_settle(Duration::from_millis(SETTLE_MS as u64));
+    Proc {
+        generation,
+        link,
+        next: 0,
+        next_read: now,
+        next_heartbeat: now,
+        paused_until: 0,
+        dead_until: 0,
+        clock_offset_ms: rng.range(0, 3_600_000),
+        fence: fence_hook(world, slot, generation),
+    }
+}
+
+/// Run one seed.
+pub fn run(seed: u64, sabotage: Sabotage) -> Outcome {
+    let mut rng = Rng(seed);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let base = Instant::now();
+    let world: Shared = Arc::new(Mutex::new(World {
+        now: 0,
+        records: Vec::new(),
+        down_until: 0,
+        cut_until: [0; 3],
+        lose_answers_until: [0; 3],
+        writes: Vec::new(),
+        sabotage,
+    }));
+    let mut out = Outcome::default();
+    let mut procs: Vec<Proc> = (0..3).map(|s| start(&world, s, 0, 0, &mut rng)).collect();
+    let failover_at = rng.range(8_000, 40_000);
+    let mut driver: Option<(usize, u32, Driver)> = None;
+    let follow: FollowHook = Arc::new(|_f: Follow| -> BoxFuture<'static, Result<bool, String>> {
+        Box::pin(async { Ok(true) })
+    });
+    let mut now = 0i64;
+    while now < RUN_MS {
+        now += rng.range(5, 150);
+        lock(&world).now = now;
+        crate::mirror::screening::sim_clock::set(Some(EPOCH_MS + now));
+        // Writes appended by the brokers by now.
+        {
+            let mut w = lock(&world);
+            for x in w.writes.iter_mut() {
+                if let WriteState::Sent { lands_at } = x.state {
+                    if lands_at <= now {
+                        x.state = WriteState::Landed { at: lands_at };
+                    }
+                }
+            }
+        }
+        // Faults.
+        if now < FAULTS_UNTIL_MS && rng.chance(8) {
+            let slot = rng.range(0, 3) as usize;
+            let kind = rng.range(0, 6);
+            let is_driver = driver.as_ref().is_some_and(|(s, _, _)| *s == slot);
+            let what = match kind {
+                0 => {
+                    let d = rng.range(1_000, 25_000);
+                    procs[slot].paused_until = procs[slot].paused_until.max(now + d);
+                    format!("pause {} for {d} ms", IDS[slot])
+                }
+                1 => {
+                    let d = rng.range(1_000, 25_000);
+                    let mut w = lock(&world);
+                    w.cut_until[slot] = w.cut_until[slot].max(now + d);
+                    format!("cut {} off the state topic for {d} ms", IDS[slot])
+                }
+                2 => {
+                    let d = rng.range(500, 5_000);
+                    let mut w = lock(&world);
+                    w.lose_answers_until[slot] = w.lose_answers_until[slot].max(now + d);
+                    format!("lose the append answers of {} for {d} ms", IDS[slot])
+                }
+                3 => {
+                    let d = rng.range(1_000, 15_000);
+                    let mut w = lock(&world);
+                    w.down_until = w.down_until.max(now + d);
+                    format!("state topic down for {d} ms")
+                }
+                4 if !is_driver && procs[slot].dead_until <= now => {
+                    let d = rng.range(500, 20_000);
+                    let generation = procs[slot].generation;
+                    // Its writes not sent yet die with it; the ones sent still land.
+                    let mut w = lock(&world);
+                    for x in w.writes.iter_mut() {
+                        if x.by == (slot, generation) && x.state == WriteState::Admitted {
+                            x.state = WriteState::Dropped;
+                        }
+                    }
+                    drop(w);
+                    procs[slot] = start(&world, slot, generation + 1, now + d, &mut rng);
+                    procs[slot].dead_until = now + d;
+                    format!("kill {} and start it again after {d} ms", IDS[slot])
+                }
+                _ => {
+                    let skew = rng.range(-120_000, 120_000);
+                    procs[slot].link.set_clock_skew_ms(skew);
+                    format!("move the wall clock of {} by {skew} ms", IDS[slot])
+                }
+            };
+            out.faults += 1;
+            out.history.push(format!("{now:>7} fault: {what}"));
+        }
+        // Each process that runs takes a step, in an order the seed chooses.
+        let first = rng.range(0, 3) as usize;
+        for k in 0..3 {
+            let slot = (first + k) % 3;
+            let p = &mut procs[slot];
+            if now < p.paused_until || now < p.dead_until {
+                continue;
+            }
+            let generation = p.generation;
+            let link = p.link.clone();
+            clock::sim::set(Some(
+                base + Duration::from_millis((now + p.clock_offset_ms) as u64),
+            ));
+            // Read the state topic (every 100 ms at its end, at once otherwise).
+            if now >= p.next_read {
+                let fence = p.fence.clone();
+                let mut next = p.next;
+                let at_end = rt.block_on(async {
+                    let at_end = link.read_once(&mut next, &fence).await;
+                    link.follow_once(&follow);
+                    for _ in 0..8 {
+                        tokio::task::yield_now().await;
+                    }
+                    at_end
+                });
+                p.next = next;
+                p.next_read = now + if at_end { 100 } else { 0 };
+            }
+            if now >= p.next_heartbeat {
+                let ok = rt.block_on(link.heartbeat_once());
+                p.next_heartbeat = now
+                    + if ok {
+                        SESSION.as_millis() as i64 / 4
+                    } else {
+                        100
+                    };
+            }
+            // Send the admitted writes (or drop those whose lease ended).
+            {
+                let lapsed = link.lease_problem().is_some();
+                let mut w = lock(&world);
+                let sabotage = w.sabotage;
+                let mut sent = Vec::new();
+                for (i, x) in w.writes.iter_mut().enumerate() {
+                    if x.by != (slot, generation) || x.state != WriteState::Admitted {
+                        continue;
+                    }
+                    if sabotage != Sabotage::SendDeadline && (lapsed || now > x.deadline) {
+                        x.state = WriteState::Dropped;
+                        continue;
+                    }
+                    let delay = if rng.chance(100) {
+                        rng.range(0, SETTLE_MS)
+                    } else {
+                        rng.range(0, 50)
+                    };
+                    x.state = WriteState::Sent {
+                        lands_at: now + delay,
+                    };
+                    sent.push((i, delay));
+                }
+                drop(w);
+                for (i, delay) in sent {
+                    out.history.push(format!(
+                        "{now:>7} {} sends write {i} (lands in {delay} ms)",
+                        IDS[slot]
+                    ));
+                }
+            }
+            // Admit a mirror write, unless this process's controller already runs the failover.
+            let stopping = driver
+                .as_ref()
+                .is_some_and(|(s, g, _)| *s == slot && *g == generation);
+            if !stopping && rng.chance(300) && link.mirror_write_refusal(MIRROR).is_none() {
+                let remaining = link.lease_remaining().unwrap_or_default().as_millis() as i64;
+                let mut w = lock(&world);
+                let i = w.writes.len();
+                w.writes.push(Write {
+                    by: (slot, generation),
+                    admitted_at: now,
+                    deadline: now + remaining,
+                    state: WriteState::Admitted,
+                });
+                out.admitted += 1;
+                out.history.push(format!(
+                    "{now:>7} {} admits write {i} (send deadline in {remaining} ms)",
+                    IDS[slot]
+                ));
+            }
+            // The failover, through this process.
+            if driver.is_none() && now >= failover_at {
+                driver = Some((slot, generation, Driver::Announcing));
+                out.history.push(format!(
+                    "{now:>7} failover {FID} called through {}",
+                    IDS[slot]
+                ));
+            }
+            if let Some((ds, dg, d)) = driver.as_mut() {
+                if *ds == slot && *dg == generation {
+                    let next = match d.clone() {
+                        Driver::Announcing => match rt.block_on(link.announce(MIRROR, FID)) {
+                            Ok(()) => Some(Driver::DrainingOwn),
+                            Err(_) => None,
+                        },
+                        Driver::DrainingOwn => {
+                            let w = lock(&world);
+                            let busy = w.writes.iter().any(|x| {
+                                x.by == (slot, generation)
+                                    && matches!(
+                                        x.state,
+                                        WriteState::Admitted | WriteState::Sent { .. }
+                                    )
+                            });
+                            drop(w);
+                            (!busy).then(|| Driver::Waiting {
+                                first: link.fence_waiting_for(MIRROR, FID),
+                            })
+                        }
+                        Driver::Waiting { first } => {
+                            let waiting = link.fence_waiting_for(MIRROR, FID);
+                            if waiting.is_empty() && link.check_driving(MIRROR, FID).is_ok() {
+                                let settle = link.lease_end_of_waited_out(MIRROR, FID, &first);
+                                Some(Driver::Done {
+                                    barrier_at: now,
+                                    settle_ms: settle
+                                        .filter(|_| sabotage != Sabotage::Settle)
+                                        .map(|ms| ms - EPOCH_MS),
+                                })
+                            } else {
+                                None
+                            }
+                        }
+                        Driver::Done { .. } => None,
+                    };
+                    if let Some(n) = next {
+                        out.history
+                            .push(format!("{now:>7} {} failover: {n:?}", IDS[slot]));
+                        *d = n;
+                    }
+                }
+            }
+        }
+        clock::sim::set(None);
+    }
+    crate::mirror::screening::sim_clock::set(None);
+    drop(rt);
+    check(&world, &procs, driver, &mut out, base, now);
+    out
+}
+
+fn check(
+    world: &Shared,
+    procs: &[Proc],
+    driver: Option<(usize, u32, Driver)>,
+    out: &mut Outcome,
+    base: Instant,
+    now: i64,
+) {
+    let w = lock(world);
+    out.landed = w
+        .writes
+        .iter()
+        .filter(|x| matches!(x.state, WriteState::Landed { .. }))
+        .count();
+    match driver {
+        Some((
+            _,
+            _,
+            Driver::Done {
+                barrier_at,
+                settle_ms,
+            },
+        )) => {
+            for (i, x) in w.writes.iter().enumerate() {
+                let WriteState::Landed { at } = x.state else {
+                    continue;
+                };
+                if at <= barrier_at {
+                    continue;
+                }
+                let covered = settle_ms.is_some_and(|s| at <= s + SETTLE_MS);
+                if !covered {
+                    out.violations.push(format!(
+                        "write {i} of {} (admitted at {}, send deadline {}) landed at {at}, after the barrier at {barrier_at}{}",
+                        IDS[x.by.0],
+                        x.admitted_at,
+                        x.deadline,
+                        match settle_ms {
+                            Some(s) => format!(" and after its settle until {}", s + SETTLE_MS),
+                            None => " with no settle".to_string(),
+                        }
+                    ));
+                }
+            }
+        }
+        other => out.not_converged.push(format!(
+            "the failover did not reach its barrier by the end of the run: {other:?}"
+        )),
+    }
+    drop(w);
+    for (slot, p) in procs.iter().enumerate() {
+        clock::sim::set(Some(
+            base + Duration::from_millis((now + p.clock_offset_ms) as u64),
+        ));
+        match p.link.mirror_write_refusal(MIRROR) {
+            Some(PeerRefusal::FailedOver(_)) => {}
+            other => out.not_converged.push(format!(
+                "{} still admits or does not know the failover at the end: {other:?}",
+                IDS[slot]
+            )),
+        }
+    }
+    clock::sim::set(None);
+}
+
+fn seeds() -> u64 {
+    std::env::var("MIRRORGATE_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2_000)
+}
+
+fn tail(h: &[String], n: usize) -> String {
+    h[h.len().saturating_sub(n)..].join("\n")
+}
+
+/// Seeds `shard`, `shard + SHARDS`, … below [`seeds`]: every run keeps the promise and
+/// converges. (The seeds are split over several tests so that they run on every core.)
+fn check_seeds(shard: u64) {
+    if let Some(seed) = std::env::var("MIRRORGATE_SIM_SEED")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    {
+        if seed % SHARDS != shard {
+            return;
+        }
+        let o = run(seed, Sabotage::None);
+        println!("{}", o.history.join("\n"));
+        assert!(
+            o.violations.is_empty() && o.not_converged.is_empty(),
+            "seed {seed}: {:?} {:?}",
+            o.violations,
+            o.not_converged
+        );
+        return;
+    }
+    let (mut admitted, mut landed, mut faults, mut runs) = (0, 0, 0, 0);
+    for seed in (shard..seeds()).step_by(SHARDS as usize) {
+        let o = run(seed, Sabotage::None);
+        assert!(
+            o.violations.is_empty() && o.not_converged.is_empty(),
+            "seed {seed} (replay: MIRRORGATE_SIM_SEED={seed} cargo test --lib instances::sim_tests -- --nocapture):\nviolations: {:#?}\nnot converged: {:#?}\nlast events:\n{}",
+            o.violations,
+            o.not_converged,
+            tail(&o.history, 60)
+        );
+        admitted += o.admitted;
+        landed += o.landed;
+        faults += o.faults;
+        runs += 1;
+    }
+    println!(
+        "shard {shard}: {runs} seeds, {admitted} mirror writes admitted, {landed} landed, {faults} faults"
+    );
+}
+
+const SHARDS: u64 = 4;
+
+#[test]
+fn no_mirror_write_lands_after_the_barrier_beyond_its_settle_and_every_instance_converges_0() {
+    check_seeds(0);
+}
+
+#[test]
+fn no_mirror_write_lands_after_the_barrier_beyond_its_settle_and_every_instance_converges_1() {
+    check_seeds(1);
+}
+
+#[test]
+fn no_mirror_write_lands_after_the_barrier_beyond_its_settle_and_every_instance_converges_2() {
+    check_seeds(2);
+}
+
+#[test]
+fn no_mirror_write_lands_after_the_barrier_beyond_its_settle_and_every_instance_converges_3() {
+    check_seeds(3);
+}
+
+/// The first seed (of at most `MIRRORGATE_SIM_SEEDS`) whose run breaks the promise with
+/// `sabotage`, and the violation.
+fn first_violation(sabotage: Sabotage) -> Option<(u64, String)> {
+    (0..seeds()).find_map(|seed| {
+        let o = run(seed, sabotage);
+        o.violations.first().map(|v| (seed, v.clone()))
+    })
+}
+
+#[test]
+fn a_fence_acknowledged_before_its_writes_were_answered_is_caught() {
+    let found = first_violation(Sabotage::Fence);
+    println!("sabotage fence: {found:?}");
+    assert!(found.is_some(), "no seed caught the sabotaged fence");
+}
+
+#[test]
+fn a_write_sent_after_its_lease_ended_is_caught() {
+    let found = first_violation(Sabotage::SendDeadline);
+    println!("sabotage send deadline: {found:?}");
+    assert!(
+        found.is_some(),
+        "no seed caught writes sent without a lease"
+    );
+}
+
+#[test]
+fn a_barrier_not_settled_for_a_waited_out_instance_is_caught() {
+    let found = first_violation(Sabotage::Settle);
+    println!("sabotage settle: {found:?}");
+    assert!(
+        found.is_some(),
+        "no seed caught the missing settle (review G1)"
+    );
+}
+
+#[test]
+fn a_seed_replays_the_same_history() {
+    let a = run(7, Sabotage::None).history;
+    let b = run(7, Sabotage::None).history;
+    assert!(!a.is_empty());
+    assert_eq!(a, b);
+}
