@@ -13,8 +13,11 @@
 //! sessions, cut off from the state topic, its appends answered with an error although written
 //! (unknown outcome), the state topic down for everyone, a process killed and started again
 //! with the same id (its unsent writes gone, its sent ones still landing), its wall clock moved.
-//! Not modelled yet: a driver killed mid-failover (takeover by claims), handovers, agent
-//! ownership, VM pauses that stop the lease clock (review G13, an operator condition).
+//! A driver killed or paused mid-failover is taken over as the controller does it: the
+//! instance the state topic names claims the failover at the next epoch, and the first claim
+//! of an epoch drives; the checker also fails a run where two instances drive one epoch. Not
+//! modelled yet: handovers and adoption, agent ownership, VM pauses that stop the lease clock
+//! (review G13, an operator condition).
 //!
 //! The model of a mirror write follows the gateway: admitted when [`PeerLink::mirror_write_refusal`]
 //! says nothing, sent at the process's next step only while its lease holds and before the send
@@ -114,6 +117,8 @@ struct World {
     lose_answers_until: [i64; 3],
     writes: Vec<Write>,
     sabotage: Sabotage,
+    /// Drive follows handed to processes (slot, generation, epoch), taken by the run loop.
+    drive: Vec<(usize, u32, u32)>,
 }
 
 type Shared = Arc<Mutex<World>>;
@@ -175,6 +180,7 @@ struct Proc {
     /// This process's lease clock's offset from virtual time (processes start at other times).
     clock_offset_ms: i64,
     fence: FenceHook,
+    follow: FollowHook,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -188,6 +194,10 @@ enum Driver {
         barrier_at: i64,
         settle_ms: Option<i64>,
     },
+    /// Another instance's claim came first: this one writes no barrier.
+    TakenOver {
+        by: String,
+    },
 }
 
 /// The outcome of one seed.
@@ -198,6 +208,8 @@ pub struct Outcome {
     pub admitted: usize,
     pub landed: usize,
     pub faults: usize,
+    /// Drivers that took the failover over (an epoch above the first).
+    pub takeovers: usize,
     pub history: Vec<String>,
 }
 
@@ -225,6 +237,36 @@ fn fence_hook(world: &Shared, slot: usize, generation: u32) -> FenceHook {
     })
 }
 
+/// What the controller does with a follow: a failover whose driver is gone is claimed on the
+/// state topic; a claim that came first (or the process's own announcement) makes it drive.
+/// Handovers, failbacks and pauses are not modelled (done at once).
+fn follow_hook(world: &Shared, slot: usize, generation: u32, link: &Arc<PeerLink>) -> FollowHook {
+    let world = world.clone();
+    let link = Arc::downgrade(link);
+    Arc::new(move |f: Follow| {
+        let world = world.clone();
+        let link = link.clone();
+        Box::pin(async move {
+            match f {
+                Follow::TakeOver {
+                    mirror,
+                    failover_id,
+                    epoch,
+                    ..
+                } => match link.upgrade() {
+                    Some(l) => l.claim(&mirror, &failover_id, epoch).await.map(|()| true),
+                    None => Ok(true),
+                },
+                Follow::Drive { epoch, .. } => {
+                    lock(&world).drive.push((slot, generation, epoch));
+                    Ok(true)
+                }
+                _ => Ok(true),
+            }
+        }) as BoxFuture<'static, Result<bool, String>>
+    })
+}
+
 fn start(world: &Shared, slot: usize, generation: u32, now: i64, rng: &mut Rng) -> Proc {
     let log = Arc::new(SimLog {
         world: world.clone(),
@@ -232,6 +274,7 @@ fn start(world: &Shared, slot: usize, generation: u32, now: i64, rng: &mut Rng) 
     });
     let link = PeerLink::new(IDS[slot], "state", SESSION, log);
     link.set_unknown_outcome_settle(Duration::from_millis(SETTLE_MS as u64));
+    let follow = follow_hook(world, slot, generation, &link);
     Proc {
         generation,
         link,
@@ -242,6 +285,7 @@ fn start(world: &Shared, slot: usize, generation: u32, now: i64, rng: &mut Rng) 
         dead_until: 0,
         clock_offset_ms: rng.range(0, 3_600_000),
         fence: fence_hook(world, slot, generation),
+        follow,
     }
 }
 
@@ -260,14 +304,18 @@ pub fn run(seed: u64, sabotage: Sabotage) -> Outcome {
         lose_answers_until: [0; 3],
         writes: Vec::new(),
         sabotage,
+        drive: Vec::new(),
     }));
     let mut out = Outcome::default();
     let mut procs: Vec<Proc> = (0..3).map(|s| start(&world, s, 0, 0, &mut rng)).collect();
     let failover_at = rng.range(8_000, 40_000);
-    let mut driver: Option<(usize, u32, Driver)> = None;
-    let follow: FollowHook = Arc::new(|_f: Follow| -> BoxFuture<'static, Result<bool, String>> {
-        Box::pin(async { Ok(true) })
-    });
+    // Every process that drove the failover: (slot, generation, epoch, phase); one that was
+    // taken over or died stays listed with its last phase.
+    let mut drivers: Vec<(usize, u32, u32, Driver)> = Vec::new();
+    let mut called = false;
+    // Epoch → the instances that drove it (at most one may).
+    let mut epochs: std::collections::BTreeMap<u32, std::collections::BTreeSet<usize>> =
+        Default::default();
     let mut now = 0i64;
     while now < RUN_MS {
         now += rng.range(5, 150);
@@ -288,7 +336,6 @@ pub fn run(seed: u64, sabotage: Sabotage) -> Outcome {
         if now < FAULTS_UNTIL_MS && rng.chance(8) {
             let slot = rng.range(0, 3) as usize;
             let kind = rng.range(0, 6);
-            let is_driver = driver.as_ref().is_some_and(|(s, _, _)| *s == slot);
             let what = match kind {
                 0 => {
                     let d = rng.range(1_000, 25_000);
@@ -313,7 +360,7 @@ pub fn run(seed: u64, sabotage: Sabotage) -> Outcome {
                     w.down_until = w.down_until.max(now + d);
                     format!("state topic down for {d} ms")
                 }
-                4 if !is_driver && procs[slot].dead_until <= now => {
+                4 if procs[slot].dead_until <= now => {
                     let d = rng.range(500, 20_000);
                     let generation = procs[slot].generation;
                     // Its writes not sent yet die with it; the ones sent still land.
@@ -326,6 +373,16 @@ pub fn run(seed: u64, sabotage: Sabotage) -> Outcome {
                     drop(w);
                     procs[slot] = start(&world, slot, generation + 1, now + d, &mut rng);
                     procs[slot].dead_until = now + d;
+                    // A failover it was driving is in its records: the new process resumes it
+                    // (the executor's resume at start), announcing it again.
+                    let resumes = drivers.iter().any(|(s, g, _, d)| {
+                        *s == slot
+                            && *g == generation
+                            && !matches!(d, Driver::Done { .. } | Driver::TakenOver { .. })
+                    });
+                    if resumes {
+                        drivers.push((slot, generation + 1, 1, Driver::Announcing));
+                    }
                     format!("kill {} and start it again after {d} ms", IDS[slot])
                 }
                 _ => {
@@ -353,6 +410,7 @@ pub fn run(seed: u64, sabotage: Sabotage) -> Outcome {
             // Read the state topic (every 100 ms at its end, at once otherwise).
             if now >= p.next_read {
                 let fence = p.fence.clone();
+                let follow = p.follow.clone();
                 let mut next = p.next;
                 let at_end = rt.block_on(async {
                     let at_end = link.read_once(&mut next, &fence).await;
@@ -406,10 +464,36 @@ pub fn run(seed: u64, sabotage: Sabotage) -> Outcome {
                     ));
                 }
             }
+            // Drive what the state topic named this process to drive.
+            let named: Vec<u32> = {
+                let mut w = lock(&world);
+                let (mine, rest): (Vec<_>, Vec<_>) = w
+                    .drive
+                    .drain(..)
+                    .partition(|(s, g, _)| *s == slot && *g == generation);
+                w.drive = rest;
+                mine.into_iter().map(|(_, _, e)| e).collect()
+            };
+            for epoch in named {
+                if !drivers
+                    .iter()
+                    .any(|(s, g, e, _)| *s == slot && *g == generation && *e == epoch)
+                {
+                    epochs.entry(epoch).or_default().insert(slot);
+                    drivers.push((slot, generation, epoch, Driver::DrainingOwn));
+                    if epoch > 1 {
+                        out.takeovers += 1;
+                    }
+                    out.history.push(format!(
+                        "{now:>7} {} drives failover {FID} at epoch {epoch}",
+                        IDS[slot]
+                    ));
+                }
+            }
             // Admit a mirror write, unless this process's controller already runs the failover.
-            let stopping = driver
-                .as_ref()
-                .is_some_and(|(s, g, _)| *s == slot && *g == generation);
+            let stopping = drivers
+                .iter()
+                .any(|(s, g, _, _)| *s == slot && *g == generation);
             if !stopping && rng.chance(300) && link.mirror_write_refusal(MIRROR).is_none() {
                 let remaining = link.lease_remaining().unwrap_or_default().as_millis() as i64;
                 let mut w = lock(&world);
@@ -427,55 +511,56 @@ pub fn run(seed: u64, sabotage: Sabotage) -> Outcome {
                 ));
             }
             // The failover, through this process.
-            if driver.is_none() && now >= failover_at {
-                driver = Some((slot, generation, Driver::Announcing));
+            if !called && now >= failover_at {
+                called = true;
+                epochs.entry(1).or_default().insert(slot);
+                drivers.push((slot, generation, 1, Driver::Announcing));
                 out.history.push(format!(
                     "{now:>7} failover {FID} called through {}",
                     IDS[slot]
                 ));
             }
-            if let Some((ds, dg, d)) = driver.as_mut() {
-                if *ds == slot && *dg == generation {
-                    let next = match d.clone() {
-                        Driver::Announcing => match rt.block_on(link.announce(MIRROR, FID)) {
-                            Ok(()) => Some(Driver::DrainingOwn),
-                            Err(_) => None,
-                        },
-                        Driver::DrainingOwn => {
-                            let w = lock(&world);
-                            let busy = w.writes.iter().any(|x| {
-                                x.by == (slot, generation)
-                                    && matches!(
-                                        x.state,
-                                        WriteState::Admitted | WriteState::Sent { .. }
-                                    )
-                            });
-                            drop(w);
-                            (!busy).then(|| Driver::Waiting {
-                                first: link.fence_waiting_for(MIRROR, FID),
+            for (ds, dg, _, d) in drivers.iter_mut() {
+                if *ds != slot || *dg != generation {
+                    continue;
+                }
+                let next = match d.clone() {
+                    Driver::Announcing => match rt.block_on(link.announce(MIRROR, FID)) {
+                        Ok(()) => Some(Driver::DrainingOwn),
+                        Err(NotDriving::TakenOver { by, .. }) => Some(Driver::TakenOver { by }),
+                        Err(_) => None,
+                    },
+                    Driver::DrainingOwn => {
+                        let w = lock(&world);
+                        let busy = w.writes.iter().any(|x| {
+                            x.by == (slot, generation)
+                                && matches!(x.state, WriteState::Admitted | WriteState::Sent { .. })
+                        });
+                        drop(w);
+                        (!busy).then(|| Driver::Waiting {
+                            first: link.fence_waiting_for(MIRROR, FID),
+                        })
+                    }
+                    Driver::Waiting { first } => match link.check_driving(MIRROR, FID) {
+                        Err(NotDriving::TakenOver { by, .. }) => Some(Driver::TakenOver { by }),
+                        Err(_) => None,
+                        Ok(()) if !link.fence_waiting_for(MIRROR, FID).is_empty() => None,
+                        Ok(()) => {
+                            let settle = link.lease_end_of_waited_out(MIRROR, FID, &first);
+                            Some(Driver::Done {
+                                barrier_at: now,
+                                settle_ms: settle
+                                    .filter(|_| sabotage != Sabotage::Settle)
+                                    .map(|ms| ms - EPOCH_MS),
                             })
                         }
-                        Driver::Waiting { first } => {
-                            let waiting = link.fence_waiting_for(MIRROR, FID);
-                            if waiting.is_empty() && link.check_driving(MIRROR, FID).is_ok() {
-                                let settle = link.lease_end_of_waited_out(MIRROR, FID, &first);
-                                Some(Driver::Done {
-                                    barrier_at: now,
-                                    settle_ms: settle
-                                        .filter(|_| sabotage != Sabotage::Settle)
-                                        .map(|ms| ms - EPOCH_MS),
-                                })
-                            } else {
-                                None
-                            }
-                        }
-                        Driver::Done { .. } => None,
-                    };
-                    if let Some(n) = next {
-                        out.history
-                            .push(format!("{now:>7} {} failover: {n:?}", IDS[slot]));
-                        *d = n;
-                    }
+                    },
+                    Driver::Done { .. } | Driver::TakenOver { .. } => None,
+                };
+                if let Some(n) = next {
+                    out.history
+                        .push(format!("{now:>7} {} failover: {n:?}", IDS[slot]));
+                    *d = n;
                 }
             }
         }
@@ -483,14 +568,23 @@ pub fn run(seed: u64, sabotage: Sabotage) -> Outcome {
     }
     crate::mirror::screening::sim_clock::set(None);
     drop(rt);
-    check(&world, &procs, driver, &mut out, base, now);
+    for (epoch, by) in &epochs {
+        if by.len() > 1 {
+            out.violations.push(format!(
+                "epoch {epoch} of failover {FID} was driven by {} instances: {:?}",
+                by.len(),
+                by.iter().map(|s| IDS[*s]).collect::<Vec<_>>()
+            ));
+        }
+    }
+    check(&world, &procs, &drivers, &mut out, base, now);
     out
 }
 
 fn check(
     world: &Shared,
     procs: &[Proc],
-    driver: Option<(usize, u32, Driver)>,
+    drivers: &[(usize, u32, u32, Driver)],
     out: &mut Outcome,
     base: Instant,
     now: i64,
@@ -501,40 +595,41 @@ fn check(
         .iter()
         .filter(|x| matches!(x.state, WriteState::Landed { .. }))
         .count();
-    match driver {
-        Some((
-            _,
-            _,
+    // Every barrier written, with the settle its driver checks it for.
+    let done: Vec<(i64, Option<i64>)> = drivers
+        .iter()
+        .filter_map(|(_, _, _, d)| match d {
             Driver::Done {
                 barrier_at,
                 settle_ms,
-            },
-        )) => {
+            } => Some((*barrier_at, *settle_ms)),
+            _ => None,
+        })
+        .collect();
+    match done.iter().map(|(b, _)| *b).min() {
+        None => out.not_converged.push(format!(
+            "the failover did not reach its barrier by the end of the run: {drivers:?}"
+        )),
+        Some(first) => {
             for (i, x) in w.writes.iter().enumerate() {
                 let WriteState::Landed { at } = x.state else {
                     continue;
                 };
-                if at <= barrier_at {
-                    continue;
-                }
-                let covered = settle_ms.is_some_and(|s| at <= s + SETTLE_MS);
-                if !covered {
+                // A later barrier lies after it, or a driver re-reads the log behind its
+                // barrier until after it landed.
+                let covered = done
+                    .iter()
+                    .any(|(b, s)| at <= *b || s.is_some_and(|s| at <= s + SETTLE_MS));
+                if at > first && !covered {
                     out.violations.push(format!(
-                        "write {i} of {} (admitted at {}, send deadline {}) landed at {at}, after the barrier at {barrier_at}{}",
+                        "write {i} of {} (admitted at {}, send deadline {}) landed at {at}, after the barrier at {first} and outside every settle: {done:?}",
                         IDS[x.by.0],
                         x.admitted_at,
                         x.deadline,
-                        match settle_ms {
-                            Some(s) => format!(" and after its settle until {}", s + SETTLE_MS),
-                            None => " with no settle".to_string(),
-                        }
                     ));
                 }
             }
         }
-        other => out.not_converged.push(format!(
-            "the failover did not reach its barrier by the end of the run: {other:?}"
-        )),
     }
     drop(w);
     for (slot, p) in procs.iter().enumerate() {
@@ -583,7 +678,7 @@ fn check_seeds(shard: u64) {
         );
         return;
     }
-    let (mut admitted, mut landed, mut faults, mut runs) = (0, 0, 0, 0);
+    let (mut admitted, mut landed, mut faults, mut takeovers, mut runs) = (0, 0, 0, 0, 0);
     for seed in (shard..seeds()).step_by(SHARDS as usize) {
         let o = run(seed, Sabotage::None);
         assert!(
@@ -596,10 +691,11 @@ fn check_seeds(shard: u64) {
         admitted += o.admitted;
         landed += o.landed;
         faults += o.faults;
+        takeovers += o.takeovers;
         runs += 1;
     }
     println!(
-        "shard {shard}: {runs} seeds, {admitted} mirror writes admitted, {landed} landed, {faults} faults"
+        "shard {shard}: {runs} seeds, {admitted} mirror writes admitted, {landed} landed, {faults} faults, {takeovers} takeovers"
     );
 }
 
