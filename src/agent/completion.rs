@@ -47,6 +47,9 @@ impl Agent {
         }
         todo.sort();
         todo.dedup();
+        // Matching reads the source: an instance that never ran the agent learns where its
+        // leaders are first.
+        m.know_source_leaders(parts, timeout).await;
         m.match_tails(todo).await;
         for (topic, partition) in parts {
             let next = lock(&m.offsets)
@@ -93,6 +96,31 @@ impl Agent {
             );
         }
         out
+    }
+}
+
+impl super::MirrorAgent {
+    /// Reads the source's metadata when it names no leader for one of `parts`: an instance
+    /// that did not run the agent never read it, and it drives a failover's report as well as
+    /// the owner (found by the chaos run: its reports had no `rpo_records`).
+    async fn know_source_leaders(&self, parts: &[(String, i32)], timeout: Duration) {
+        let known = {
+            let meta = self.source_meta.read().unwrap_or_else(|e| e.into_inner());
+            meta.as_ref()
+                .is_some_and(|meta| parts.iter().all(|(t, p)| meta.leader_addr(t, *p).is_some()))
+        };
+        if known {
+            return;
+        }
+        let addrs = self.source.bootstrap.clone();
+        match crate::client::mirror_ops::metadata(&self.source_connector, &addrs, timeout).await {
+            Ok(meta) => {
+                *self.source_meta.write().unwrap_or_else(|e| e.into_inner()) = Some(meta);
+            }
+            Err(e) => {
+                tracing::warn!(mirror = %self.name, error = %e, "the source cannot be read for the failover report: its RPO figures stay unknown");
+            }
+        }
     }
 }
 

@@ -550,3 +550,42 @@ fn the_agents_former_owner_paused_past_its_session_appends_nothing_once_it_resum
     );
     drop(a);
 }
+
+/// A failover called through the instance that does not run the agent, the source up and
+/// everything mirrored: the report it completes counts what the destination lacks from the
+/// source's own log end (0 here), as the agent's owner would. Found by the chaos run (seed 3):
+/// `rpo_records` was null on every partition of such a report, the instance never having read
+/// the source's metadata.
+#[test]
+fn a_failover_through_the_instance_without_the_agent_reports_the_rpo_read_from_the_source() {
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("owner-rpo");
+    harness::create_topic(&source, &topic, 2, None);
+    let (_a, b) = two_instances_with_the_agent("ownerrpo", &[&topic], &source, |_| {}, &[]);
+    crate::failover::wait_mirroring(&b.admin(), "ownerrpo", 2);
+    let sent = SourceWriter::start(&source, &topic, "rpo", 200, 2000).finish(false);
+    assert_eq!(sent, 200);
+    wait_for(
+        "every source record mirrored",
+        Duration::from_secs(60),
+        || {
+            (0..2).all(|p| {
+                kv(&read_log(&source, &topic, p)) == kv(&read_log(&destination, &topic, p))
+            })
+        },
+    );
+    crate::failover::failover(&b.admin(), "ownerrpo");
+    crate::failover::wait_stopped(&b.admin(), "ownerrpo");
+    let report = completed_report(&b.admin(), "ownerrpo");
+    let parts = report["partitions"].as_array().cloned().unwrap_or_default();
+    assert_eq!(parts.len(), 2, "{report}");
+    for p in &parts {
+        assert_eq!(
+            p["rpo_records"], 0,
+            "partition {}: {report}",
+            p["partition"]
+        );
+    }
+    assert_eq!(report["totals"]["rpo_records"], 0, "{report}");
+}
