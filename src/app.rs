@@ -141,6 +141,12 @@ impl Gateway {
             (None, None, None)
         } else {
             let store = StateStore::open(&config.state_dir)?;
+            if let Some(s) = crate::mirror::fault_hooks::Sabotage::active() {
+                tracing::error!(
+                    sabotage = s.as_str(),
+                    "MIRRORGATE_TEST_SABOTAGE is set: a protection of the mirrors is switched off (chaos-run positive control; never in production)"
+                );
+            }
             let registry = PsmRegistry::new(&config, Some(store.clone()), &metrics);
             let _ = metrics
                 .registry()

@@ -427,6 +427,9 @@ impl MirrorController {
     /// The screening entry of a producer id, if mirrored traffic left it in the brokers and it
     /// has not certainly expired there.
     pub fn screened(&self, producer_id: i64) -> Option<ScreenEntry> {
+        if crate::mirror::fault_hooks::Sabotage::Screening.is_on() {
+            return None;
+        }
         self.screening.screened(producer_id)
     }
 

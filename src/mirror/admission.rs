@@ -24,6 +24,7 @@ use crate::cluster::ClusterView;
 use crate::config::TopicRouter;
 use crate::metrics::ListenerKind;
 
+use super::fault_hooks::Sabotage;
 use super::peer_gate::{PeerGate, PeerRefusal};
 use super::screening::{now_ms, ScreenError};
 use super::state::{MirrorRecord, PartitionState};
@@ -418,7 +419,9 @@ impl Admission {
                             .and_then(|p| p.mirror_write_refusal(mirror))
                     })
                     .flatten();
-                if state == PartitionState::Mirroring && peer_refusal.is_none() {
+                if state == PartitionState::Mirroring && peer_refusal.is_none()
+                    || Sabotage::Fence.is_on()
+                {
                     return Ok(Some(guard));
                 }
                 // Refused: never forwarded, so its outcome is known (not a write a failover

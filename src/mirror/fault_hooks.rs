@@ -8,9 +8,61 @@
 //! `MIRRORGATE_TEST_LOSE_AGENT_APPEND_ANSWERS` by `agent.rs`,
 //! `MIRRORGATE_TEST_HOLD_AGENT_DISCOVERY_WHILE` by `agent/discovery.rs`), the failover's
 //! rules.
+//!
+//! `MIRRORGATE_TEST_SABOTAGE` ([`Sabotage`]) is read here too, once per process, and asked where
+//! the protection it switches off acts: the chaos run's positive controls
+//! (`mirrorgate-bench chaos --sabotage NAME`) start gateways with one protection off to show
+//! that its checker then fails the run.
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
 use std::time::Duration;
+
+/// A protection switched off by `MIRRORGATE_TEST_SABOTAGE=barrier|fence|screening` (never in
+/// production: the gateway logs an ERROR at start when it is set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sabotage {
+    /// Barrier writes are skipped and reported written at the log end: partitions turn
+    /// writable with no barrier in their log.
+    Barrier,
+    /// The mirror listener admits writes to partitions a failover fenced or stopped.
+    Fence,
+    /// No producer id is screened: neither InitProducerId answers nor local writes of mirrored
+    /// producer ids are checked against the screening set.
+    Screening,
+}
+
+impl Sabotage {
+    /// Every sabotage, as `MIRRORGATE_TEST_SABOTAGE` names it.
+    pub const ALL: [Sabotage; 3] = [Sabotage::Barrier, Sabotage::Fence, Sabotage::Screening];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Sabotage::Barrier => "barrier",
+            Sabotage::Fence => "fence",
+            Sabotage::Screening => "screening",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Sabotage> {
+        Sabotage::ALL.into_iter().find(|x| x.as_str() == s)
+    }
+
+    /// The sabotage this process runs with (`MIRRORGATE_TEST_SABOTAGE`, read once).
+    pub fn active() -> Option<Sabotage> {
+        static ACTIVE: OnceLock<Option<Sabotage>> = OnceLock::new();
+        *ACTIVE.get_or_init(|| {
+            std::env::var("MIRRORGATE_TEST_SABOTAGE")
+                .ok()
+                .and_then(|v| Sabotage::parse(&v))
+        })
+    }
+
+    /// Whether this process runs with `self` switched off.
+    pub fn is_on(self) -> bool {
+        Sabotage::active() == Some(self)
+    }
+}
 
 /// A point of the failover right after a step where `MIRRORGATE_CRASH_AFTER` can end the process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

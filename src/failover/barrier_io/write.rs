@@ -48,6 +48,9 @@ impl KafkaFailoverIo {
                 reason: "barrier write failed (MIRRORGATE_TEST_FAIL_BARRIER_WRITES)".into(),
             };
         }
+        if crate::mirror::fault_hooks::Sabotage::Barrier.is_on() {
+            return self.pretend_barriers_written(parts).await;
+        }
         let (by_leader, leaderless) = self.by_leader(parts);
         if !leaderless.is_empty() {
             reason = NO_LEADER.into();
@@ -71,6 +74,32 @@ impl KafkaFailoverIo {
         }
         BarrierWrites {
             written: out,
+            failed,
+            reason,
+        }
+    }
+
+    /// `MIRRORGATE_TEST_SABOTAGE=barrier`: nothing is written; each partition's barrier is
+    /// reported at its log end, as if it had been appended there.
+    async fn pretend_barriers_written(&self, parts: &[PartitionKey]) -> BarrierWrites {
+        tracing::error!(
+            partitions = parts.len(),
+            "MIRRORGATE_TEST_SABOTAGE=barrier: no barrier written"
+        );
+        let (ends, failed, reason) = FailoverIo::log_ends(self, parts).await;
+        let written = ends
+            .into_iter()
+            .map(|(k, offset)| {
+                let b = FoundBarrier {
+                    offset,
+                    kind: BarrierKind::Data,
+                    producer_id: None,
+                };
+                (k, b)
+            })
+            .collect();
+        BarrierWrites {
+            written,
             failed,
             reason,
         }
