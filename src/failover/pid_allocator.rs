@@ -534,7 +534,7 @@ impl PidAllocator {
     /// advance every destination broker past `screened`. Logs and counts the outcome; never
     /// fails (screening is the fallback).
     pub async fn advance_past(&self, mirror: &str, screened: Vec<i64>) {
-        if !self.config.enabled {
+        if !self.config.enabled || crate::mirror::fault_hooks::Sabotage::Screening.is_on() {
             return;
         }
         let brokers: Vec<i32> = self.cluster.brokers().into_iter().map(|(n, _)| n).collect();

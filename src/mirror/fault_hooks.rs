@@ -27,8 +27,10 @@ pub enum Sabotage {
     Barrier,
     /// The mirror listener admits writes to partitions a failover fenced or stopped.
     Fence,
-    /// No producer id is screened: neither InitProducerId answers nor local writes of mirrored
-    /// producer ids are checked against the screening set.
+    /// Every protection against producer-id collisions is off: no producer id is screened
+    /// (neither InitProducerId answers nor local writes of mirrored producer ids are checked
+    /// against the screening set), the failover does not advance the brokers' producer-id
+    /// allocators, and a local write acknowledged below the barrier passes as acknowledged.
     Screening,
 }
 

@@ -26,6 +26,7 @@ use kafka_protocol::messages::{ApiKey, ProduceResponse};
 
 use crate::metrics::ListenerKind;
 use crate::mirror::admission::InFlightGuard;
+use crate::mirror::fault_hooks::Sabotage;
 use crate::mirror::policy::MirrorPolicy;
 use crate::mirror::screening::Collision;
 use crate::protocol::enforce::{self, RejectedPartition, Rejection};
@@ -452,7 +453,7 @@ fn duplicate_ack_guard(
                 name.to_string()
             };
             let barrier = ctl.barrier_offset(&name, partition)?;
-            if base_offset >= barrier {
+            if base_offset >= barrier || Sabotage::Screening.is_on() {
                 return None;
             }
             ctl.count_duplicate_ack();
