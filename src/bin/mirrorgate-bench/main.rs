@@ -11,6 +11,7 @@
 //!   for transactional data), through the gateway, in one run.
 //! - `failover`, `load`: see their modules.
 //! - `consumer-failover`: a consumer group across a failover with the source killed.
+//! - `chaos`: a seeded chaos run of three instances with a history checker.
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 mod batch;
+mod chaos;
 mod committed_view;
 mod consumer_failover;
 mod failover;
@@ -174,6 +176,30 @@ enum Bench {
         /// The group sync's interval (`groups.sync_interval_ms`; default: the product's).
         #[arg(long, default_value_t = mirrorgate::config::DEFAULT_GROUP_SYNC_INTERVAL_MS)]
         sync_interval_ms: u64,
+    },
+    /// A seeded chaos run: three gateway instances, the built-in agent, real producers, faults
+    /// drawn from the seed, a failover; a checker over the history and the brokers' logs
+    /// (docs/reliability.md). The JSON verdict is the last line.
+    Chaos {
+        /// The seed (default: drawn from the clock, and printed).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Run this many seeds, one after the other from --seed (a campaign).
+        #[arg(long, default_value_t = 1)]
+        seeds: u64,
+        /// The test command's bounded run: 35 s before the failover, 25 s after.
+        #[arg(long)]
+        smoke: bool,
+        /// Minutes of load per seed (60 % before the failover); default 2.5.
+        #[arg(long)]
+        minutes: Option<f64>,
+        /// Switch one protection off in the instances (barrier, fence, screening): the run
+        /// succeeds only if the checker then fails it (a positive control).
+        #[arg(long)]
+        sabotage: Option<String>,
+        /// Carry out target/chaos/seed-S/schedule.json again instead of drawing the schedule.
+        #[arg(long)]
+        replay: bool,
     },
 }
 
@@ -432,6 +458,21 @@ fn main() -> ExitCode {
         } => consumer_failover::run(consumer_failover::Options {
             quick,
             sync_interval_ms,
+        }),
+        Bench::Chaos {
+            seed,
+            seeds,
+            smoke,
+            minutes,
+            sabotage,
+            replay,
+        } => chaos::run(chaos::Options {
+            seed,
+            seeds,
+            smoke,
+            minutes,
+            sabotage,
+            replay,
         }),
     };
     match result {

@@ -117,13 +117,18 @@ pub fn gateway_yaml(
          state_dir: {}\n\
          logging: {{ level: warn }}\n\
          {mirrors}",
-        destination
-            .iter()
-            .map(|a| format!("\"{a}\""))
-            .collect::<Vec<_>>()
-            .join(", "),
+        yaml_list(destination),
         state.display()
     )
+}
+
+/// `["a", "b"]`'s inside for a YAML flow sequence: each address quoted, comma-separated.
+pub fn yaml_list(addrs: &[String]) -> String {
+    addrs
+        .iter()
+        .map(|a| format!("\"{a}\""))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// How [`GatewayProcess::spawn`] starts a gateway.

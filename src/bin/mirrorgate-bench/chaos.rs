@@ -1,0 +1,571 @@
+//! `mirrorgate-bench chaos`: a seeded chaos run against real processes, judged afterwards by a
+//! checker over the history of every client operation and the logs read straight from the
+//! brokers (docs/reliability.md, "The chaos run").
+//!
+//! The cluster under test, all on this machine: an isolated rig (run directory
+//! `target/chaos/rig`, ports +1500) with a source (one broker) and a destination (two brokers),
+//! and three gateway instances sharing a state topic, each configured with the mirror's built-in
+//! agent (one runs it at a time). The workload: idempotent producers on the source (the Java
+//! client, librdkafka, kafka-python), the moved producer and, after the failover call, local
+//! producers through every instance and the late mirror writer (`probes.rs`). The nemesis
+//! (`plan.rs`, drawn from the seed): SIGSTOP/SIGCONT and SIGKILL/restart of instances, SIGKILL
+//! and restart of a destination broker, a planned failover or one with the source killed,
+//! through a random instance after a dry run, and a pause of another instance or a kill of the
+//! driver while it runs. When everything is quiet again the checker (`check.rs`) reads both
+//! logs and decides.
+//!
+//! Output: `target/chaos/seed-S/` holds `schedule.json` (`--replay` reads it back),
+//! `history.jsonl` (one operation a line), `verdict.json`, the instances' and clients' logs; a
+//! short summary goes to stderr and the JSON verdict is the last line of stdout. With
+//! `--sabotage NAME` the instances run with one protection off
+//! (`MIRRORGATE_TEST_SABOTAGE`): the run then succeeds only if the checker fails it.
+//!
+//! Owns: the run's phases and the verdict's JSON. Must not touch: the shared rig's clusters
+//! (the run's own rig only), the rules (`check.rs`), the schedule's drawing (`plan.rs`).
+
+mod check;
+mod clients;
+mod gateways;
+mod logs;
+mod output;
+mod plan;
+mod probes;
+mod world;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hyper::Method;
+use serde_json::{json, Value};
+
+use crate::fleet::admin;
+use crate::{cluster_brokers, repo, Clusters, Rig};
+use check::{check, Inputs, Origin};
+use clients::{Library, Producer, Shared, Spec};
+use gateways::{admin_addr, client_addr, mirror_addr, Instance, Topology, MIRROR};
+use output::{summary, verdict_json};
+use plan::{AtFailover, Fault, Mode, Schedule, INSTANCES};
+use world::World;
+
+/// The run's own rig: ports shifted by this much (source 127.0.0.1:20592, destination 30592 and
+/// 30594), free in the shared rig's layout and below the ephemeral port range.
+const PORT_OFFSET: i32 = 1500;
+const TOPIC: &str = "chaos-events";
+const PARTITIONS: i32 = 3;
+/// The instances' session timeout: pauses of the schedule go past it.
+const SESSION_MS: u64 = 6_000;
+
+pub struct Options {
+    pub seed: Option<u64>,
+    pub seeds: u64,
+    pub smoke: bool,
+    pub minutes: Option<f64>,
+    pub sabotage: Option<String>,
+    pub replay: bool,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+pub fn run(o: Options) -> Result<Value, String> {
+    if let Some(s) = &o.sabotage {
+        if mirrorgate::mirror::fault_hooks::Sabotage::parse(s).is_none() {
+            return Err(format!(
+                "--sabotage {s}: unknown; one of barrier, fence, screening"
+            ));
+        }
+    }
+    if o.replay && o.seed.is_none() {
+        return Err("--replay needs --seed S (the run whose schedule.json to replay)".into());
+    }
+    let (before_ms, after_ms) = match (o.smoke, o.minutes) {
+        (_, Some(m)) if m > 0.0 => ((m * 36_000.0) as u64, (m * 24_000.0) as u64),
+        (_, Some(m)) => return Err(format!("--minutes {m}: must be above 0")),
+        (true, None) => (35_000, 25_000),
+        (false, None) => (90_000, 60_000),
+    };
+    let first = o.seed.unwrap_or_else(|| now_ms() as u64 % 1_000_000);
+    let bin = crate::process::gateway_binary()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    let mut runs = Vec::new();
+    let mut failed = Vec::new();
+    for seed in first..first + o.seeds.max(1) {
+        let dir = repo().join("target/chaos").join(match &o.sabotage {
+            Some(s) => format!("seed-{seed}-sabotage-{s}"),
+            None => format!("seed-{seed}"),
+        });
+        let schedule = if o.replay {
+            let text = std::fs::read_to_string(dir.join("schedule.json"))
+                .map_err(|e| format!("--replay: {}: {e}", dir.join("schedule.json").display()))?;
+            serde_json::from_str(&text).map_err(|e| format!("--replay: schedule.json: {e}"))?
+        } else {
+            Schedule::draw(seed, before_ms, after_ms, SESSION_MS)
+        };
+        let v = rt.block_on(run_one(&bin, &dir, &schedule, o.sabotage.as_deref()))?;
+        let passed = v["verdict"] == "pass";
+        let expected = passed == o.sabotage.is_none();
+        if !expected {
+            failed.push(seed);
+        }
+        runs.push(v);
+    }
+    let minutes = (started.elapsed().as_secs_f64() / 60.0 * 100.0).round() / 100.0;
+    let out = if runs.len() == 1 {
+        let mut v = runs.remove(0);
+        v["minutes"] = json!(minutes);
+        v
+    } else {
+        json!({
+            "bench": "chaos",
+            "seeds": runs.len(),
+            "first_seed": first,
+            "minutes": minutes,
+            "sabotage": o.sabotage,
+            "unexpected": failed,
+            "runs": runs,
+            "verdict": if failed.is_empty() { "pass" } else { "fail" },
+        })
+    };
+    if failed.is_empty() {
+        Ok(out)
+    } else {
+        println!("{out}");
+        Err(match &o.sabotage {
+            Some(s) => format!(
+                "the checker did not catch --sabotage {s} (seeds {failed:?}): a green run would not be evidence"
+            ),
+            None => format!(
+                "the checker failed seeds {failed:?}; replay with --seed S --replay (target/chaos/seed-S/)"
+            ),
+        })
+    }
+}
+
+fn start_producers(
+    specs: &[(Library, &str, Origin, String, u32)],
+    history: &Shared,
+    dir: &Path,
+) -> Result<Vec<Producer>, String> {
+    specs
+        .iter()
+        .map(|(lib, name, origin, bootstrap, rate)| {
+            let spec = Spec {
+                library: *lib,
+                name,
+                origin: *origin,
+                bootstrap,
+                topic: TOPIC,
+                per_second: *rate,
+            };
+            Producer::start(&spec, history, dir)
+        })
+        .collect()
+}
+
+/// Stops producers side by side.
+async fn stop_producers(ps: Vec<Producer>) {
+    let handles: Vec<_> = ps
+        .into_iter()
+        .map(|p| tokio::task::spawn_blocking(move || p.stop(Duration::from_secs(40))))
+        .collect();
+    for h in handles {
+        let _ = h.await;
+    }
+}
+
+/// Calls the failover (after a dry run) through instance `driver`, or the next instances while
+/// it cannot answer: the failover id.
+async fn call_failover(driver: usize) -> Result<(String, usize), String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = String::new();
+    let mut i = driver;
+    while Instant::now() < deadline {
+        let base = format!("/v1/mirrors/{MIRROR}/failover");
+        let dry = admin(
+            &admin_addr(i),
+            Method::POST,
+            &format!("{base}?dry_run=true"),
+        )
+        .await;
+        match dry {
+            Ok((200, _)) => {}
+            other => {
+                last = format!("dry run through instance {i}: {other:?}");
+                i = (i + 1) % INSTANCES;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        }
+        match admin(&admin_addr(i), Method::POST, &base).await {
+            Ok((202, v)) => {
+                let id = v["failover_id"].as_str().unwrap_or_default().to_string();
+                return Ok((id, i));
+            }
+            other => last = format!("failover through instance {i}: {other:?}"),
+        }
+        i = (i + 1) % INSTANCES;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Err(format!("no instance took the failover call: {last}"))
+}
+
+async fn run_one(
+    bin: &Path,
+    dir: &Path,
+    schedule: &Schedule,
+    sabotage: Option<&str>,
+) -> Result<Value, String> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let text = serde_json::to_string_pretty(schedule).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join("schedule.json"), text).map_err(|e| e.to_string())?;
+    eprintln!(
+        "chaos: seed {} ({:?} failover through instance {}, {} faults){}",
+        schedule.seed,
+        schedule.mode,
+        schedule.driver,
+        schedule.fault_count(),
+        sabotage
+            .map(|s| format!(", sabotage {s}"))
+            .unwrap_or_default()
+    );
+    let rig_dir = repo().join("target/chaos/rig");
+    let rig = Rig::isolated(&rig_dir, PORT_OFFSET);
+    // A rig left behind by an interrupted run is stopped first: every run starts clean.
+    let _ = rig.run(&["down"]);
+    let _ = std::fs::remove_dir_all(rig_dir.join("source"));
+    let _ = std::fs::remove_dir_all(rig_dir.join("destination"));
+    let (clusters, addrs) = Clusters::ensure_in(rig.clone(), &["source", "destination"], true)?;
+    let source = cluster_brokers(&addrs, "source")?.remove(0);
+    let destination = cluster_brokers(&addrs, "destination")?;
+    crate::topics::create(&source, &[(TOPIC.to_string(), PARTITIONS)]).await?;
+
+    let env: Vec<(String, String)> = sabotage
+        .map(|s| vec![("MIRRORGATE_TEST_SABOTAGE".to_string(), s.to_string())])
+        .unwrap_or_default();
+    let topology = Topology {
+        source: source.clone(),
+        destination: destination.clone(),
+        topic: TOPIC.to_string(),
+        session_ms: SESSION_MS,
+    };
+    let mut instances = Vec::new();
+    for i in 0..INSTANCES {
+        let mut inst = Instance::configure(bin, i, dir, &topology, env.clone())?;
+        inst.start(bin)?;
+        instances.push(inst);
+    }
+    let world = World {
+        bin: bin.to_path_buf(),
+        rig,
+        instances: Mutex::new(instances),
+        crashes: Mutex::default(),
+    };
+    let result = drive(&world, dir, schedule, &source, &destination, sabotage).await;
+    world.with(|v| v.clear());
+    drop(clusters);
+    result
+}
+
+async fn drive(
+    world: &World,
+    dir: &Path,
+    schedule: &Schedule,
+    source: &str,
+    destination: &[String],
+    sabotage: Option<&str>,
+) -> Result<Value, String> {
+    for i in 0..INSTANCES {
+        gateways::wait_ready(i, Duration::from_secs(120)).await?;
+        gateways::wait_state(i, "MIRRORING", PARTITIONS as i64, Duration::from_secs(120)).await?;
+    }
+    let history: Shared = Arc::default();
+
+    // Before the failover: the source under load, mirrored by the agent, under the nemesis.
+    let source_specs = [
+        (Library::Java, "sj", Origin::Source, source.to_string(), 30),
+        (
+            Library::Librdkafka,
+            "sr",
+            Origin::Source,
+            source.to_string(),
+            30,
+        ),
+        (
+            Library::KafkaPython,
+            "sp",
+            Origin::Source,
+            source.to_string(),
+            15,
+        ),
+    ];
+    let source_producers = start_producers(&source_specs, &history, dir)?;
+    let stop_probes = Arc::new(AtomicBool::new(false));
+    let moved = Arc::new(AtomicBool::new(false));
+    let hold_moved = Arc::new(AtomicBool::new(false));
+    let moved_task = tokio::spawn(probes::moved_producer(
+        probes::Moved {
+            source: source.to_string(),
+            gateways: (0..INSTANCES).map(client_addr).collect(),
+            topic: TOPIC.to_string(),
+            partitions: PARTITIONS,
+            moved: moved.clone(),
+            hold: hold_moved.clone(),
+            target: Arc::new(AtomicUsize::new(schedule.driver)),
+            stop: stop_probes.clone(),
+            every: Duration::from_millis(150),
+        },
+        history.clone(),
+    ));
+    // Short-lived producers, one every 1.5 s until the failover: the ids a local producer must
+    // not be handed as they are.
+    let stop_one_shots = Arc::new(AtomicBool::new(false));
+    let one_shot_task = tokio::spawn(probes::one_shot_producers(
+        source.to_string(),
+        TOPIC.to_string(),
+        PARTITIONS,
+        schedule.before_ms / 1_500,
+        stop_one_shots.clone(),
+        Duration::from_millis(1_500),
+        history.clone(),
+    ));
+    let t0 = Instant::now();
+    world.faults(t0, &schedule.before).await?;
+    tokio::time::sleep_until((t0 + Duration::from_millis(schedule.before_ms)).into()).await;
+
+    // The failover.
+    hold_moved.store(true, Ordering::Relaxed);
+    stop_one_shots.store(true, Ordering::Relaxed);
+    let _ = one_shot_task.await;
+    let mut caught_up = None;
+    match schedule.mode {
+        Mode::Planned => {
+            stop_producers(source_producers).await;
+            caught_up = Some(wait_caught_up(source, &destination[0]).await);
+        }
+        Mode::Unplanned => {
+            world.rig(&["kill-node", "source", "1"]).await?;
+            // The source's producers go on against a dead cluster until the end.
+            let keep = source_producers;
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                stop_producers(keep).await;
+            });
+        }
+    }
+    world.all_up()?;
+    let local_specs = [
+        (
+            Library::Java,
+            "lj",
+            Origin::Local,
+            client_addr((schedule.driver + 1) % INSTANCES),
+            20,
+        ),
+        (
+            Library::Librdkafka,
+            "lr",
+            Origin::Local,
+            client_addr((schedule.driver + 2) % INSTANCES),
+            20,
+        ),
+        (
+            Library::KafkaPython,
+            "lp",
+            Origin::Local,
+            client_addr(schedule.driver),
+            10,
+        ),
+    ];
+    let local_producers = start_producers(&local_specs, &history, dir)?;
+    let late_task = tokio::spawn(probes::late_mirror_writer(
+        (0..INSTANCES).map(mirror_addr).collect(),
+        TOPIC.to_string(),
+        PARTITIONS,
+        stop_probes.clone(),
+        Duration::from_millis(300),
+        history.clone(),
+    ));
+    if let AtFailover::PauseOther { instance, .. } = schedule.at_failover {
+        world.with(|v| v[instance].pause());
+    }
+    let called = Instant::now();
+    let called_ms = now_ms();
+    let (failover_id, driver) = call_failover(schedule.driver).await?;
+    eprintln!("chaos: failover {failover_id} through instance {driver}");
+    let at_failover = async {
+        match schedule.at_failover {
+            AtFailover::Nothing => Ok(()),
+            AtFailover::PauseOther { instance, ms } => {
+                tokio::time::sleep_until((called + Duration::from_millis(ms)).into()).await;
+                world.with(|v| v[instance].resume());
+                Ok(())
+            }
+            AtFailover::KillDriver { after_ms, ms } => {
+                tokio::time::sleep(Duration::from_millis(after_ms)).await;
+                eprintln!("chaos: killing the driver, instance {driver}");
+                world
+                    .fault(Fault::KillGateway {
+                        instance: driver,
+                        ms,
+                    })
+                    .await
+            }
+        }
+    };
+    // The moved producer goes to the gateways once the mirror is STOPPED somewhere (its first
+    // write there carries the source's producer id).
+    let release_moved = async {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < deadline {
+            for i in 0..INSTANCES {
+                if let Ok(s) = gateways::states(i).await {
+                    if s["STOPPED"].as_i64() == Some(PARTITIONS as i64) {
+                        moved.store(true, Ordering::Relaxed);
+                        hold_moved.store(false, Ordering::Relaxed);
+                        return;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    let t1 = Instant::now();
+    let (a, b, ()) = tokio::join!(
+        at_failover,
+        world.faults(t1, &schedule.after),
+        release_moved
+    );
+    a?;
+    b?;
+    tokio::time::sleep_until((t1 + Duration::from_millis(schedule.after_ms)).into()).await;
+
+    // Quiet: clients stop, every process runs, the source is back to be read.
+    stop_producers(local_producers).await;
+    stop_probes.store(true, Ordering::Relaxed);
+    let _ = tokio::join!(moved_task, late_task);
+    world.all_up()?;
+    if schedule.mode == Mode::Unplanned {
+        world.rig(&["start-node", "source", "1"]).await?;
+    }
+    let mut converged = true;
+    for i in 0..INSTANCES {
+        if let Err(e) =
+            gateways::wait_state(i, "STOPPED", PARTITIONS as i64, Duration::from_secs(120)).await
+        {
+            eprintln!("chaos: {e}");
+            converged = false;
+        }
+    }
+    let mut barriers: Vec<Vec<Option<check::Barrier>>> = vec![Vec::new(); PARTITIONS as usize];
+    for i in 0..INSTANCES {
+        let b = gateways::barriers(i, PARTITIONS).await?;
+        for (p, x) in b.into_iter().enumerate() {
+            barriers[p].push(x);
+        }
+    }
+    let mut report = None;
+    for i in (0..INSTANCES).map(|k| (driver + k) % INSTANCES) {
+        match gateways::report(i, &failover_id, PARTITIONS).await {
+            Ok(r) => {
+                report = Some(r);
+                break;
+            }
+            Err(e) => eprintln!("chaos: {e}"),
+        }
+    }
+    let report = report.ok_or("no instance has the failover's report")?;
+    let rpo = report.rpo;
+    let source_raw = read_settled(source).await?;
+    let destination_log = read_settled(&destination[0]).await?;
+    std::fs::write(dir.join("source.tsv"), logs::dump(&source_raw)).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join("destination.tsv"), logs::dump(&destination_log))
+        .map_err(|e| e.to_string())?;
+    let source_log = logs::source_records(source_raw);
+    let (ops, history_lines) = clients::with(&history, |h| {
+        let lines: Vec<String> = h
+            .ops()
+            .iter()
+            .filter_map(|o| serde_json::to_string(o).ok())
+            .collect();
+        (h.ops().to_vec(), lines)
+    });
+    std::fs::write(dir.join("history.jsonl"), history_lines.join("\n") + "\n")
+        .map_err(|e| e.to_string())?;
+    let verdict = check(&Inputs {
+        mode: schedule.mode,
+        ops: &ops,
+        source: &source_log,
+        destination: &destination_log,
+        barriers: &barriers,
+        rpo: &rpo,
+    });
+    world.all_up()?;
+    let mut panics: Vec<String> = world.with(|v| v.iter().flat_map(|i| i.panics()).collect());
+    if let Ok(c) = world.crashes.lock() {
+        panics.extend(c.iter().cloned());
+    }
+    let ok = verdict.ok() && converged && panics.is_empty();
+    summary(schedule, &verdict, converged, &panics, caught_up);
+    let first_local_ack_ms = ops
+        .iter()
+        .filter(|o| o.origin == Origin::Local)
+        .filter(|o| matches!(o.outcome, check::Outcome::Acked { .. }))
+        .filter_map(|o| o.answered_ms)
+        .min();
+    let mut v = verdict_json(schedule, &verdict, &rpo, converged, &panics, sabotage, ok);
+    v["rto_seconds"] = json!(report.rto_seconds);
+    v["first_local_ack_s"] =
+        json!(first_local_ack_ms.map(|t| ((t - called_ms) as f64 / 100.0).round() / 10.0));
+    std::fs::write(dir.join("verdict.json"), v.to_string()).map_err(|e| e.to_string())?;
+    Ok(v)
+}
+
+/// Waits until the destination holds as many records per partition as the source (the agent
+/// caught up): the seconds it took, or `None` after a minute.
+async fn wait_caught_up(source: &str, destination: &str) -> Option<f64> {
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(60) {
+        let s = logs::read_topic(source, TOPIC, PARTITIONS).await;
+        let d = logs::read_topic(destination, TOPIC, PARTITIONS).await;
+        if let (Ok(s), Ok(d)) = (s, d) {
+            if logs::data_counts(&s) == logs::data_counts(&d) {
+                return Some(started.elapsed().as_secs_f64());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    None
+}
+
+/// The whole topic on `bootstrap`, once two readings agree (60 s at most).
+async fn read_settled(bootstrap: &str) -> Result<Vec<Vec<check::Entry>>, String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last: Option<Vec<Vec<check::Entry>>> = None;
+    let mut why = String::new();
+    while Instant::now() < deadline {
+        match logs::read_topic(bootstrap, TOPIC, PARTITIONS).await {
+            Ok(now) => {
+                if last.as_ref() == Some(&now) {
+                    return Ok(now);
+                }
+                last = Some(now);
+            }
+            Err(e) => why = e,
+        }
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+    }
+    Err(format!(
+        "{bootstrap}: {TOPIC} could not be read to a settled end: {why}"
+    ))
+}

@@ -1,0 +1,263 @@
+//! The checker's rules on small hand-made histories: a clean run passes, and each breach is
+//! counted where it belongs.
+
+use super::*;
+
+const MIRRORED_PID: i64 = 7;
+const LOCAL_PID: i64 = 1001;
+const BARRIER_PID: i64 = 555;
+
+fn op(client: &str, origin: Origin, n: u64, outcome: Outcome) -> Op {
+    Op {
+        client: client.into(),
+        origin,
+        key: format!("{client}-{n}"),
+        n,
+        sent_ms: 0,
+        answered_ms: Some(1),
+        outcome,
+    }
+}
+
+fn acked(partition: i32, offset: i64) -> Outcome {
+    Outcome::Acked { partition, offset }
+}
+
+fn data(offset: i64, producer_id: i64, key: &str) -> Entry {
+    Entry::Data {
+        offset,
+        producer_id,
+        producer_epoch: 0,
+        key: key.into(),
+    }
+}
+
+fn src(offset: i64, key: &str) -> SourceRecord {
+    SourceRecord {
+        offset,
+        key: key.into(),
+    }
+}
+
+/// One partition: source s-0, s-1 mirrored at 0, 1; the control barrier at 2; local l-0 at 3.
+struct Run {
+    mode: Mode,
+    ops: Vec<Op>,
+    source: Vec<Vec<SourceRecord>>,
+    destination: Vec<Vec<Entry>>,
+    barriers: Vec<Vec<Option<Barrier>>>,
+    rpo: Vec<Option<i64>>,
+}
+
+impl Run {
+    fn clean() -> Run {
+        let barrier = Some(Barrier {
+            offset: 2,
+            producer_id: Some(BARRIER_PID),
+        });
+        Run {
+            mode: Mode::Unplanned,
+            ops: vec![
+                op("s", Origin::Source, 0, acked(0, 0)),
+                op("s", Origin::Source, 1, acked(0, 1)),
+                op("l", Origin::Local, 0, acked(0, 3)),
+            ],
+            source: vec![vec![src(0, "s-0"), src(1, "s-1")]],
+            destination: vec![vec![
+                data(0, MIRRORED_PID, "s-0"),
+                data(1, MIRRORED_PID, "s-1"),
+                Entry::Control {
+                    offset: 2,
+                    producer_id: BARRIER_PID,
+                },
+                data(3, LOCAL_PID, "l-0"),
+            ]],
+            barriers: vec![vec![barrier; 3]],
+            rpo: vec![Some(0)],
+        }
+    }
+
+    fn check(&self) -> Verdict {
+        check(&Inputs {
+            mode: self.mode,
+            ops: &self.ops,
+            source: &self.source,
+            destination: &self.destination,
+            barriers: &self.barriers,
+            rpo: &self.rpo,
+        })
+    }
+}
+
+#[test]
+fn a_clean_run_passes() {
+    let v = Run::clean().check();
+    assert!(v.ok(), "{v:?}");
+    assert_eq!((v.operations, v.acked, v.lost), (3, 3, 0));
+}
+
+#[test]
+fn an_acknowledged_local_record_missing_from_the_log_is_lost() {
+    let mut r = Run::clean();
+    r.destination[0].pop();
+    let v = r.check();
+    assert_eq!(v.lost, 1);
+    assert!(!v.ok());
+}
+
+#[test]
+fn a_record_twice_in_the_log_is_duplicated() {
+    let mut r = Run::clean();
+    r.destination[0].push(data(4, LOCAL_PID, "l-0"));
+    assert_eq!(r.check().duplicated, 1);
+}
+
+#[test]
+fn a_source_record_after_the_barrier_is_a_mirror_write_after_it() {
+    let mut r = Run::clean();
+    r.source[0].push(src(2, "s-2"));
+    r.ops.push(op("s", Origin::Source, 2, acked(0, 2)));
+    r.destination[0].push(data(4, MIRRORED_PID, "s-2"));
+    r.rpo = vec![Some(1)];
+    assert_eq!(r.check().after_barrier, 1);
+}
+
+#[test]
+fn a_late_mirror_write_is_allowed_before_the_barrier_only() {
+    let mut r = Run::clean();
+    r.ops.push(op("late", Origin::Late, 0, Outcome::Unknown));
+    r.destination[0].push(data(4, -1, "late-0"));
+    assert_eq!(r.check().after_barrier, 1);
+
+    let mut r = Run::clean();
+    r.ops.push(op("late", Origin::Late, 0, Outcome::Unknown));
+    r.destination[0].insert(2, data(2, -1, "late-0"));
+    r.barriers = vec![vec![
+        Some(Barrier {
+            offset: 3,
+            producer_id: Some(BARRIER_PID)
+        });
+        3
+    ]];
+    if let Entry::Control { offset, .. } = &mut r.destination[0][3] {
+        *offset = 3;
+    }
+    if let Entry::Data { offset, .. } = &mut r.destination[0][4] {
+        *offset = 4;
+    }
+    r.ops[2].outcome = acked(0, 4);
+    let v = r.check();
+    assert!(v.ok(), "{v:?}");
+}
+
+#[test]
+fn a_local_record_written_with_a_mirrored_producer_id_is_a_collision_after_the_barrier() {
+    let mut r = Run::clean();
+    r.destination[0][3] = data(3, MIRRORED_PID, "l-0");
+    assert_eq!(r.check().after_barrier, 1);
+}
+
+#[test]
+fn a_mirrored_producer_id_at_a_higher_epoch_is_no_collision() {
+    let mut r = Run::clean();
+    r.destination[0][3] = Entry::Data {
+        offset: 3,
+        producer_id: MIRRORED_PID,
+        producer_epoch: 1,
+        key: "l-0".into(),
+    };
+    let v = r.check();
+    assert!(v.ok(), "{v:?}");
+}
+
+#[test]
+fn a_local_record_before_the_barrier_breaks_read_only() {
+    let mut r = Run::clean();
+    r.destination[0].insert(0, data(0, LOCAL_PID, "l-1"));
+    r.ops.push(op("l", Origin::Local, 1, Outcome::Unknown));
+    let v = r.check();
+    assert_eq!(v.before_barrier, 1);
+}
+
+#[test]
+fn a_partition_without_its_barrier_in_the_log_is_counted() {
+    let mut r = Run::clean();
+    r.destination[0].remove(2);
+    let v = r.check();
+    assert_eq!(v.barrier_missing, 1);
+    assert!(!v.ok());
+}
+
+#[test]
+fn instances_that_report_different_barriers_are_counted() {
+    let mut r = Run::clean();
+    r.barriers[0][1] = None;
+    assert_eq!(r.check().barrier_missing, 1);
+}
+
+#[test]
+fn an_unplanned_failover_may_leave_exactly_the_reported_rpo() {
+    let mut r = Run::clean();
+    r.source[0].push(src(2, "s-2"));
+    r.ops.push(op("s", Origin::Source, 2, acked(0, 2)));
+    r.rpo = vec![Some(1)];
+    let v = r.check();
+    assert!(v.ok(), "{v:?}");
+    assert_eq!((v.unmirrored_acked, v.rpo_records), (1, 1));
+
+    r.rpo = vec![None];
+    assert!(
+        r.check().ok(),
+        "with the source dead the report cannot count"
+    );
+
+    r.rpo = vec![Some(0)];
+    assert_eq!(r.check().rpo_mismatch, 1);
+}
+
+#[test]
+fn a_planned_failover_leaves_nothing_behind() {
+    let mut r = Run::clean();
+    r.mode = Mode::Planned;
+    r.source[0].push(src(2, "s-2"));
+    r.rpo = vec![Some(1)];
+    assert_eq!(r.check().rpo_mismatch, 1);
+}
+
+#[test]
+fn mirrored_records_that_are_not_the_sources_prefix_diverge() {
+    let mut r = Run::clean();
+    r.destination[0].swap(0, 1);
+    let v = r.check();
+    assert_eq!(v.mirror_divergence, 1);
+}
+
+#[test]
+fn a_producers_records_out_of_order_are_counted() {
+    let mut r = Run::clean();
+    r.ops.push(op("l", Origin::Local, 1, acked(0, 4)));
+    r.destination[0].push(data(4, LOCAL_PID, "l-1"));
+    r.ops[2].outcome = acked(0, 4);
+    r.ops[3].outcome = acked(0, 3);
+    r.destination[0][3] = data(3, LOCAL_PID, "l-1");
+    r.destination[0][4] = data(4, LOCAL_PID, "l-0");
+    assert_eq!(r.check().order_violations, 1);
+}
+
+#[test]
+fn an_uncertain_record_may_be_present_once() {
+    let mut r = Run::clean();
+    r.ops[2].outcome = Outcome::Failed {
+        reason: "timeout".into(),
+    };
+    let v = r.check();
+    assert!(v.ok(), "{v:?}");
+    assert_eq!(v.uncertain_present, 1);
+}
+
+#[test]
+fn a_record_no_client_wrote_is_counted() {
+    let mut r = Run::clean();
+    r.destination[0].push(data(4, LOCAL_PID, "stranger-0"));
+    assert_eq!(r.check().mirror_divergence, 1);
+}

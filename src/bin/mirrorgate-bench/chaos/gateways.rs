@@ -1,0 +1,294 @@
+//! The chaos run's gateway instances: three processes of the gateway binary sharing a state
+//! topic, each configured with the mirror and its built-in agent (one runs it at a time), each
+//! with its own state directory that outlives a kill. Instance `i` listens from port
+//! `BASE + 100 i` (client), `+ 10` (mirror) and `+ 20` (admin).
+//!
+//! Owns: the instances' configuration, processes and signals (SIGKILL, SIGSTOP, SIGCONT), and the
+//! admin calls of the run. Must not touch: the clusters (the rig), the clients, the rules.
+
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hyper::Method;
+use serde_json::Value;
+
+use super::check::Barrier;
+use crate::fleet::admin;
+use crate::process::{die_with_parent, readyz};
+
+/// Instance 0's client listener port.
+const BASE: u16 = 18192;
+pub const MIRROR: &str = "chaos";
+pub const STATE_TOPIC: &str = "chaos-state";
+
+/// One instance.
+pub struct Instance {
+    pub index: usize,
+    dir: PathBuf,
+    child: Option<Child>,
+    paused: bool,
+    /// Extra environment (the sabotage).
+    env: Vec<(String, String)>,
+}
+
+/// The client, mirror and admin ports of instance `i`.
+pub fn ports(i: usize) -> (u16, u16, u16) {
+    let base = BASE + 100 * i as u16;
+    (base, base + 10, base + 20)
+}
+
+pub fn client_addr(i: usize) -> String {
+    format!("127.0.0.1:{}", ports(i).0)
+}
+
+pub fn mirror_addr(i: usize) -> String {
+    format!("127.0.0.1:{}", ports(i).1)
+}
+
+pub fn admin_addr(i: usize) -> String {
+    format!("127.0.0.1:{}", ports(i).2)
+}
+
+/// What every instance of a run shares: the clusters, the mirrored topic and the session timeout.
+pub struct Topology {
+    pub source: String,
+    pub destination: Vec<String>,
+    pub topic: String,
+    pub session_ms: u64,
+}
+
+fn yaml(i: usize, t: &Topology, state: &Path) -> String {
+    let (client, mirror, admin) = ports(i);
+    let (source, destination, topic, session_ms) =
+        (&t.source, &t.destination, &t.topic, t.session_ms);
+    format!(
+        "destination: {{ bootstrap: [{}] }}\n\
+         listeners:\n  client: {{ bind: 127.0.0.1, port_base: {client}, max_brokers: 4 }}\n  mirror: {{ bind: 127.0.0.1, port_base: {mirror}, max_brokers: 4 }}\n\
+         admin: {{ bind: \"127.0.0.1:{admin}\" }}\n\
+         state_dir: {}\n\
+         logging: {{ level: warn }}\n\
+         instances:\n  id: gw-{i}\n  state_topic: {STATE_TOPIC}\n  session_timeout_ms: {session_ms}\n\
+         mirrors:\n  - name: {MIRROR}\n    topics: [\"{topic}\"]\n    source: {{ bootstrap: [\"{source}\"] }}\n",
+        crate::process::yaml_list(destination),
+        state.display()
+    )
+}
+
+impl Instance {
+    /// Configures instance `i` in `work/gw-i` (state initialised) without starting it.
+    pub fn configure(
+        bin: &Path,
+        i: usize,
+        work: &Path,
+        topology: &Topology,
+        env: Vec<(String, String)>,
+    ) -> Result<Instance, String> {
+        let dir = work.join(format!("gw-{i}"));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let config = dir.join("mirrorgate.yaml");
+        let text = yaml(i, topology, &dir.join("state"));
+        std::fs::write(&config, text).map_err(|e| e.to_string())?;
+        let out = Command::new(bin)
+            .args(["state", "init", "--config"])
+            .arg(&config)
+            .output()
+            .map_err(|e| format!("cannot run {} state init: {e}", bin.display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "state init of instance {i}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(Instance {
+            index: i,
+            dir,
+            child: None,
+            paused: false,
+            env,
+        })
+    }
+
+    /// Starts the process (its log appended to `gateway.log`).
+    pub fn start(&mut self, bin: &Path) -> Result<(), String> {
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("gateway.log"))
+            .map_err(|e| e.to_string())?;
+        let child = die_with_parent(&mut Command::new(bin))
+            .arg("run")
+            .arg("--config")
+            .arg(self.dir.join("mirrorgate.yaml"))
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("cannot start instance {}: {e}", self.index))?;
+        self.child = Some(child);
+        self.paused = false;
+        Ok(())
+    }
+
+    fn signal(&self, sig: i32) {
+        if let Some(c) = &self.child {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe {
+                libc::kill(c.id() as i32, sig);
+            }
+        }
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.paused = false;
+    }
+
+    pub fn pause(&mut self) {
+        self.signal(libc::SIGSTOP);
+        self.paused = true;
+    }
+
+    pub fn resume(&mut self) {
+        self.signal(libc::SIGCONT);
+        self.paused = false;
+    }
+
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+
+    /// How the process ended, if it did on its own (not killed by the run).
+    pub fn exited(&mut self) -> Option<String> {
+        match self.child.as_mut().map(|c| c.try_wait()) {
+            Some(Ok(Some(status))) => Some(status.to_string()),
+            _ => None,
+        }
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// Lines of its log that say it panicked.
+    pub fn panics(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.join("gateway.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("panicked"))
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        self.resume();
+        self.kill();
+    }
+}
+
+/// Waits until instance `i` answers `/readyz` with 200.
+pub async fn wait_ready(i: usize, limit: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + limit;
+    while !readyz(ports(i).2).await {
+        if Instant::now() > deadline {
+            return Err(format!("instance {i} not ready within {limit:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
+}
+
+/// The mirror's partition counts per state on instance `i`.
+pub async fn states(i: usize) -> Result<Value, String> {
+    let (_, m) = admin(
+        &admin_addr(i),
+        Method::GET,
+        &format!("/v1/mirrors/{MIRROR}"),
+    )
+    .await?;
+    Ok(m["states"].clone())
+}
+
+/// Waits until instance `i` counts `n` partitions in `state`.
+pub async fn wait_state(i: usize, state: &str, n: i64, limit: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let s = states(i).await;
+        if s.as_ref().ok().and_then(|s| s[state].as_i64()) == Some(n) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "instance {i}: not {n} partitions {state} within {limit:?}: {s:?}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The barrier of each partition as instance `i` reports it.
+pub async fn barriers(i: usize, partitions: i32) -> Result<Vec<Option<Barrier>>, String> {
+    let (_, v) = admin(
+        &admin_addr(i),
+        Method::GET,
+        &format!("/v1/mirrors/{MIRROR}/partitions"),
+    )
+    .await?;
+    let list = v["partitions"]
+        .as_array()
+        .or_else(|| v.as_array())
+        .ok_or_else(|| format!("instance {i}: partitions: {v}"))?;
+    Ok((0..partitions)
+        .map(|p| {
+            let e = list
+                .iter()
+                .find(|e| e["partition"].as_i64() == Some(p as i64))?;
+            Some(Barrier {
+                offset: e["barrier_offset"].as_i64()?,
+                producer_id: e["barrier_producer_id"].as_i64(),
+            })
+        })
+        .collect())
+}
+
+/// What the chaos run reads of a failover report: `rpo_records` per partition, `rto_seconds`.
+pub struct Report {
+    pub rpo: Vec<Option<i64>>,
+    pub rto_seconds: Option<f64>,
+}
+
+/// The failover report of `id` as instance `i` has it.
+pub async fn report(i: usize, id: &str, partitions: i32) -> Result<Report, String> {
+    let (status, v) = admin(
+        &admin_addr(i),
+        Method::GET,
+        &format!("/v1/mirrors/{MIRROR}/failovers/{id}"),
+    )
+    .await?;
+    if status != 200 {
+        return Err(format!(
+            "failover report {id} on instance {i}: {status} {v}"
+        ));
+    }
+    let list = v["partitions"]
+        .as_array()
+        .ok_or_else(|| format!("failover report {id}: no partitions: {v}"))?;
+    let rpo = (0..partitions)
+        .map(|p| {
+            list.iter()
+                .find(|e| e["partition"].as_i64() == Some(p as i64))
+                .and_then(|e| e["rpo_records"].as_i64())
+        })
+        .collect();
+    Ok(Report {
+        rpo,
+        rto_seconds: v["rto_seconds"].as_f64(),
+    })
+}

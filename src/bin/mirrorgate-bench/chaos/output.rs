@@ -1,0 +1,84 @@
+//! The chaos run's verdict as people and programs read it: the summary on stderr and the JSON
+//! object of the last line.
+//!
+//! Owns: the verdict's wording and its JSON fields. Must not touch: the rules (`check.rs`).
+
+use serde_json::{json, Value};
+
+use super::check::Verdict;
+use super::plan::Schedule;
+
+pub fn summary(
+    s: &Schedule,
+    v: &Verdict,
+    converged: bool,
+    panics: &[String],
+    caught_up: Option<Option<f64>>,
+) {
+    eprintln!(
+        "chaos: seed {}: {} operations, {} acknowledged; lost {}, duplicated {}, out of order {}, after the barrier {}, before it {}, barriers missing {}, RPO mismatches {}, divergent {}; RPO {} records ({} acknowledged); converged {converged}; panics {}{}",
+        s.seed,
+        v.operations,
+        v.acked,
+        v.lost,
+        v.duplicated,
+        v.order_violations,
+        v.after_barrier,
+        v.before_barrier,
+        v.barrier_missing,
+        v.rpo_mismatch,
+        v.mirror_divergence,
+        v.rpo_records,
+        v.unmirrored_acked,
+        panics.len(),
+        match caught_up {
+            Some(Some(t)) => format!("; the agent caught up {t:.1} s after the source producers stopped"),
+            Some(None) => "; the agent did not catch up within 60 s".into(),
+            None => String::new(),
+        }
+    );
+    for w in &v.violations {
+        eprintln!("chaos:   {w}");
+    }
+    for p in panics.iter().take(5) {
+        eprintln!("chaos:   panic: {p}");
+    }
+}
+
+pub fn verdict_json(
+    s: &Schedule,
+    v: &Verdict,
+    rpo: &[Option<i64>],
+    converged: bool,
+    panics: &[String],
+    sabotage: Option<&str>,
+    ok: bool,
+) -> Value {
+    let reported: Option<i64> = rpo.iter().copied().sum();
+    json!({
+        "bench": "chaos",
+        "seed": s.seed,
+        "mode": s.mode,
+        "sabotage": sabotage,
+        "operations": v.operations,
+        "faults": s.fault_count(),
+        "acked": v.acked,
+        "lost": v.lost,
+        "duplicated": v.duplicated,
+        "order_violations": v.order_violations,
+        "after_barrier": v.after_barrier,
+        "before_barrier": v.before_barrier,
+        "barrier_missing": v.barrier_missing,
+        "rpo_mismatch": v.rpo_mismatch,
+        "mirror_divergence": v.mirror_divergence,
+        "skipped": Value::Null,
+        "rpo_records_logs": v.rpo_records,
+        "rpo_records_report": reported,
+        "unmirrored_acked": v.unmirrored_acked,
+        "uncertain_present": v.uncertain_present,
+        "converged": converged,
+        "panics": panics.len(),
+        "violations": v.violations,
+        "verdict": if ok { "pass" } else { "fail" },
+    })
+}

@@ -1,0 +1,252 @@
+//! The schedule of one chaos run, drawn from its seed: how the failover happens (planned or with
+//! the source killed), through which instance, and the faults before, at and after it. The same
+//! seed draws the same schedule; it is written next to the run's history (`schedule.json`) and
+//! `--replay` reads it back instead of drawing it.
+//!
+//! Owns: the random choices of a run and their JSON form. Must not touch: processes, clusters,
+//! the clock (the run carries the schedule out).
+
+use serde::{Deserialize, Serialize};
+
+/// Gateway instances of a run.
+pub const INSTANCES: usize = 3;
+
+/// A deterministic random source (SplitMix64): the same seed, the same draws.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `lo..=hi`.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
+    }
+
+    /// True with probability `percent` / 100.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+}
+
+/// How the mirror fails over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// The source producers stop, the agent catches up, then the failover: nothing may be lost.
+    Planned,
+    /// The source is killed (SIGKILL) under load, then the failover: what was not mirrored is
+    /// the RPO, and the report must count it exactly.
+    Unplanned,
+}
+
+/// One fault of the nemesis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "fault", rename_all = "snake_case")]
+pub enum Fault {
+    /// SIGSTOP a gateway instance, SIGCONT it `ms` later (beyond its session timeout or not).
+    PauseGateway { instance: usize, ms: u64 },
+    /// SIGKILL a gateway instance, start it again `ms` later on its state directory.
+    KillGateway { instance: usize, ms: u64 },
+    /// SIGKILL the destination's second broker, start it again `ms` later.
+    KillBroker { ms: u64 },
+}
+
+impl Fault {
+    /// How long the fault lasts.
+    pub fn ms(&self) -> u64 {
+        match *self {
+            Fault::PauseGateway { ms, .. }
+            | Fault::KillGateway { ms, .. }
+            | Fault::KillBroker { ms } => ms,
+        }
+    }
+}
+
+/// A fault at `at_ms` after its phase began.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Timed {
+    pub at_ms: u64,
+    #[serde(flatten)]
+    pub fault: Fault,
+}
+
+/// What happens to the instances while the failover runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "at_failover", rename_all = "snake_case")]
+pub enum AtFailover {
+    Nothing,
+    /// Another instance is paused right before the call, for `ms`.
+    PauseOther {
+        instance: usize,
+        ms: u64,
+    },
+    /// The driving instance is killed `after_ms` after the call and started again `ms` later:
+    /// another instance takes the failover over (or the driver finished first).
+    KillDriver {
+        after_ms: u64,
+        ms: u64,
+    },
+}
+
+/// A run's schedule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Schedule {
+    pub seed: u64,
+    pub mode: Mode,
+    /// The instance the failover is called through (after a dry run through it).
+    pub driver: usize,
+    /// Milliseconds of mirrored load before the failover.
+    pub before_ms: u64,
+    /// Milliseconds of local load after it.
+    pub after_ms: u64,
+    pub before: Vec<Timed>,
+    pub at_failover: AtFailover,
+    pub after: Vec<Timed>,
+}
+
+impl Schedule {
+    /// The schedule of `seed` for phases of `before_ms` and `after_ms`, with instances whose
+    /// session timeout is `session_ms`.
+    pub fn draw(seed: u64, before_ms: u64, after_ms: u64, session_ms: u64) -> Schedule {
+        let mut rng = Rng::new(seed);
+        let mode = if rng.chance(50) {
+            Mode::Planned
+        } else {
+            Mode::Unplanned
+        };
+        let driver = rng.range(0, INSTANCES as u64 - 1) as usize;
+        let before = faults(&mut rng, before_ms, session_ms);
+        let at_failover = match rng.range(0, 2) {
+            0 => AtFailover::Nothing,
+            1 => {
+                let other = (driver + rng.range(1, INSTANCES as u64 - 1) as usize) % INSTANCES;
+                AtFailover::PauseOther {
+                    instance: other,
+                    ms: pause_ms(&mut rng, session_ms),
+                }
+            }
+            _ => AtFailover::KillDriver {
+                after_ms: rng.range(0, 1500),
+                ms: rng.range(2_000, 8_000),
+            },
+        };
+        let after = faults(&mut rng, after_ms, session_ms);
+        Schedule {
+            seed,
+            mode,
+            driver,
+            before_ms,
+            after_ms,
+            before,
+            at_failover,
+            after,
+        }
+    }
+
+    /// Every fault of the schedule.
+    pub fn fault_count(&self) -> usize {
+        self.before.len() + self.after.len() + usize::from(self.at_failover != AtFailover::Nothing)
+    }
+}
+
+/// A pause: short (1–3 s) or past the session timeout (by 2–5 s).
+fn pause_ms(rng: &mut Rng, session_ms: u64) -> u64 {
+    if rng.chance(50) {
+        rng.range(1_000, 3_000)
+    } else {
+        session_ms + rng.range(2_000, 5_000)
+    }
+}
+
+/// Faults one after the other over a phase of `phase_ms`, each ending before the phase does, a
+/// gap of 1–4 s between them.
+fn faults(rng: &mut Rng, phase_ms: u64, session_ms: u64) -> Vec<Timed> {
+    let mut out = Vec::new();
+    let mut at = rng.range(2_000, 5_000);
+    loop {
+        let instance = rng.range(0, INSTANCES as u64 - 1) as usize;
+        let fault = match rng.range(0, 9) {
+            0..=3 => Fault::PauseGateway {
+                instance,
+                ms: pause_ms(rng, session_ms),
+            },
+            4..=7 => Fault::KillGateway {
+                instance,
+                ms: rng.range(1_000, 6_000),
+            },
+            _ => Fault::KillBroker {
+                ms: rng.range(2_000, 8_000),
+            },
+        };
+        if at + fault.ms() + 1_000 > phase_ms {
+            return out;
+        }
+        out.push(Timed { at_ms: at, fault });
+        at += fault.ms() + rng.range(1_000, 4_000);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_seed_draws_the_same_schedule() {
+        assert_eq!(
+            Schedule::draw(7, 60_000, 40_000, 6_000),
+            Schedule::draw(7, 60_000, 40_000, 6_000)
+        );
+    }
+
+    #[test]
+    fn seeds_draw_both_modes_and_every_fault() {
+        let all: Vec<Schedule> = (0..64)
+            .map(|s| Schedule::draw(s, 60_000, 40_000, 6_000))
+            .collect();
+        assert!(all.iter().any(|s| s.mode == Mode::Planned));
+        assert!(all.iter().any(|s| s.mode == Mode::Unplanned));
+        let faults: Vec<Fault> = all
+            .iter()
+            .flat_map(|s| s.before.iter().chain(&s.after).map(|t| t.fault))
+            .collect();
+        assert!(faults
+            .iter()
+            .any(|f| matches!(f, Fault::PauseGateway { ms, .. } if *ms > 6_000)));
+        assert!(faults
+            .iter()
+            .any(|f| matches!(f, Fault::KillGateway { .. })));
+        assert!(faults.iter().any(|f| matches!(f, Fault::KillBroker { .. })));
+        assert!(all
+            .iter()
+            .any(|s| matches!(s.at_failover, AtFailover::KillDriver { .. })));
+    }
+
+    #[test]
+    fn every_fault_ends_within_its_phase() {
+        for seed in 0..200 {
+            let s = Schedule::draw(seed, 30_000, 20_000, 6_000);
+            for (faults, phase) in [(&s.before, 30_000), (&s.after, 20_000)] {
+                for t in faults {
+                    assert!(t.at_ms + t.fault.ms() < phase, "seed {seed}: {t:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_schedule_reads_back_from_its_json() {
+        let s = Schedule::draw(3, 60_000, 40_000, 6_000);
+        let text = serde_json::to_string(&s).unwrap();
+        assert_eq!(serde_json::from_str::<Schedule>(&text).unwrap(), s);
+    }
+}
