@@ -140,10 +140,6 @@ pub fn run(o: Options) -> Result<Value, String> {
     let _lock = RunLock::take(&repo().join("target/chaos/run.lock"))?;
     let first = o.seed.unwrap_or_else(|| now_ms() as u64 % 1_000_000);
     let bin = crate::process::gateway_binary()?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
     let started = Instant::now();
     let mut runs = Vec::new();
     let mut failed = Vec::new();
@@ -159,9 +155,23 @@ pub fn run(o: Options) -> Result<Value, String> {
         } else {
             Schedule::draw(seed, before_ms, after_ms, SESSION_MS)
         };
-        let v = rt.block_on(run_one(&bin, &dir, &schedule, o.sabotage.as_deref()))?;
+        // A run that could not be carried out (an instance never ready, a cluster that would
+        // not start) is recorded and fails the campaign, which goes on with the next seed.
+        // A runtime per seed: a run that ends early leaves no task of its own to the next.
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        let v = match rt.block_on(run_one(&bin, &dir, &schedule, o.sabotage.as_deref())) {
+            Ok(v) => v,
+            Err(e) => {
+                rt.shutdown_timeout(Duration::from_secs(5));
+                eprintln!("chaos: seed {seed}: the run could not be carried out: {e}");
+                json!({"bench": "chaos", "seed": seed, "verdict": "error", "error": e})
+            }
+        };
         let passed = v["verdict"] == "pass";
-        let expected = passed == o.sabotage.is_none();
+        let expected = passed == o.sabotage.is_none() && v["verdict"] != "error";
         if !expected {
             failed.push(seed);
         }

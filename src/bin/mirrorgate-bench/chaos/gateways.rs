@@ -110,8 +110,12 @@ impl Instance {
         })
     }
 
-    /// Starts the process (its log appended to `gateway.log`).
+    /// Starts the process (its log appended to `gateway.log`); nothing to do while it runs (two
+    /// faults of one instance may overlap: the first to end starts it again).
     pub fn start(&mut self, bin: &Path) -> Result<(), String> {
+        if self.running() {
+            return Ok(());
+        }
         let log = OpenOptions::new()
             .create(true)
             .append(true)
