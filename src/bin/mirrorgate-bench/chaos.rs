@@ -26,13 +26,14 @@
 mod check;
 mod clients;
 mod gateways;
+mod lock;
 mod logs;
 mod output;
 mod plan;
 mod probes;
 mod world;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -45,6 +46,7 @@ use crate::{cluster_brokers, repo, Clusters, Rig};
 use check::{check, Inputs, Origin};
 use clients::{Library, Producer, Shared, Spec};
 use gateways::{admin_addr, client_addr, mirror_addr, Instance, Topology, MIRROR};
+use lock::RunLock;
 use output::{summary, verdict_json};
 use plan::{AtFailover, Fault, Mode, Schedule, INSTANCES};
 use world::World;
@@ -64,53 +66,6 @@ pub struct Options {
     pub minutes: Option<f64>,
     pub sabotage: Option<String>,
     pub replay: bool,
-}
-
-/// One chaos run at a time on this checkout: two would share the run's rig and each other's
-/// processes. The lock file holds the owner's pid; a lock whose owner is gone is taken over.
-struct RunLock(PathBuf);
-
-impl RunLock {
-    fn take(path: &Path) -> Result<RunLock, String> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        }
-        for _ in 0..2 {
-            match std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(path)
-            {
-                Ok(mut f) => {
-                    use std::io::Write;
-                    write!(f, "{}", std::process::id()).map_err(|e| e.to_string())?;
-                    return Ok(RunLock(path.to_path_buf()));
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    let owner = std::fs::read_to_string(path).unwrap_or_default();
-                    let alive = owner
-                        .trim()
-                        .parse::<u32>()
-                        .is_ok_and(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
-                    if alive {
-                        return Err(format!(
-                            "another chaos run (pid {}) is using target/chaos/rig; wait for it or stop it",
-                            owner.trim()
-                        ));
-                    }
-                    let _ = std::fs::remove_file(path);
-                }
-                Err(e) => return Err(format!("{}: {e}", path.display())),
-            }
-        }
-        Err(format!("{}: cannot be taken", path.display()))
-    }
-}
-
-impl Drop for RunLock {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }
 
 fn now_ms() -> i64 {
