@@ -122,6 +122,24 @@ pub fn gateway_yaml(
     )
 }
 
+/// Runs `BIN state init --config CONFIG`: the state directory and, with instances, the state
+/// topic, ready before the gateway starts.
+pub fn state_init(bin: &Path, config: &Path) -> Result<(), String> {
+    let out = Command::new(bin)
+        .args(["state", "init", "--config"])
+        .arg(config)
+        .output()
+        .map_err(|e| format!("cannot run {} state init: {e}", bin.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} state init failed: {}",
+            bin.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(())
+}
+
 /// `["a", "b"]`'s inside for a YAML flow sequence: each address quoted, comma-separated.
 pub fn yaml_list(addrs: &[String]) -> String {
     addrs
@@ -200,18 +218,9 @@ impl GatewayProcess {
         let config = dir.join("mirrorgate.yaml");
         std::fs::write(&config, yaml(&dir.join("state"))).map_err(err)?;
         if spec.init_state {
-            let out = Command::new(bin)
-                .args(["state", "init", "--config"])
-                .arg(&config)
-                .output()
-                .map_err(|e| format!("cannot run {} state init: {e}", bin.display()))?;
-            if !out.status.success() {
+            if let Err(e) = state_init(bin, &config) {
                 let _ = std::fs::remove_dir_all(&dir);
-                return Err(format!(
-                    "{} state init failed: {}",
-                    bin.display(),
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ));
+                return Err(e);
             }
         }
         let log = std::fs::File::create(dir.join("gateway.log")).map_err(err)?;

@@ -90,17 +90,7 @@ impl Instance {
         let config = dir.join("mirrorgate.yaml");
         let text = yaml(i, topology, &dir.join("state"));
         std::fs::write(&config, text).map_err(|e| e.to_string())?;
-        let out = Command::new(bin)
-            .args(["state", "init", "--config"])
-            .arg(&config)
-            .output()
-            .map_err(|e| format!("cannot run {} state init: {e}", bin.display()))?;
-        if !out.status.success() {
-            return Err(format!(
-                "state init of instance {i}: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
+        crate::process::state_init(bin, &config).map_err(|e| format!("instance {i}: {e}"))?;
         Ok(Instance {
             index: i,
             dir,
