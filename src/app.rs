@@ -77,6 +77,8 @@ pub struct Gateway {
     pub agent: Option<Arc<crate::agent::Agent>>,
     /// The failover reports; `None` without mirrors.
     reports: Option<crate::mirror::report::ReportStore>,
+    /// The recovery of failovers' un-mirrored tails; `None` without mirrors.
+    recovery: Option<Arc<crate::recovery::service::Recoverer>>,
     /// The audit trail of state-changing admin calls.
     audit: crate::audit::AuditTrail,
     admin_addr: SocketAddr,
@@ -258,6 +260,22 @@ impl Gateway {
             }
             None => None,
         };
+        let recovery = match &reports {
+            Some(store) => Some(
+                crate::recovery::service::Recoverer::new(
+                    &config.mirrors,
+                    (
+                        cluster.connector().clone(),
+                        config.destination.bootstrap.clone(),
+                    ),
+                    Duration::from_millis(config.destination.connect_timeout_ms),
+                    Some(store.clone()),
+                    &metrics,
+                )
+                .map_err(StartError::Agent)?,
+            ),
+            None => None,
+        };
         let mut listeners = Vec::new();
         for ((kind, lcfg), acceptor) in specs.into_iter().zip(acceptors) {
             let ctx = Arc::new(ConnContext {
@@ -318,6 +336,7 @@ impl Gateway {
             permissions,
             agent,
             reports,
+            recovery,
             audit,
             admin_addr,
             admin_token,

@@ -36,6 +36,8 @@ const LAYERS: &[(&str, u8)] = &[
     ("failover", 7),
     // The one mirror type the gateway holds: wires the parts below, answers the admin calls.
     ("controller", 8),
+    // Recovering a failover's un-mirrored tail into quarantine topics.
+    ("recovery", 8),
     // Topic config, ACL and consumer group offset sync.
     ("sync", 9),
     // The built-in mirror agent (runs the syncs of its mirrors).

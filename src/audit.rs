@@ -69,6 +69,11 @@ impl AuditEvent {
         let rest = path.trim_start_matches("/v1/mirrors/");
         let (mirror, action) = match rest.split('/').collect::<Vec<_>>().as_slice() {
             [m, a] => (m.to_string(), a.to_string()),
+            // A failover's own calls: `…/failovers/{id}/unmirrored/recover` is `recover_unmirrored`
+            // (the failover id is in the note).
+            [m, "failovers", _, "unmirrored", "recover"] => {
+                (m.to_string(), "recover_unmirrored".to_string())
+            }
             _ => (String::new(), path.to_string()),
         };
         let success = (200..300).contains(&status);

@@ -30,6 +30,7 @@ pub mod net;
 pub mod protocol;
 pub mod proxy;
 pub mod psm;
+pub mod recovery;
 pub mod state;
 pub mod sync;
 

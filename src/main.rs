@@ -84,6 +84,25 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// A completed failover's un-mirrored tail on the old source (via the admin API): list
+    /// it, or copy its recoverable records into the quarantine topics exactly once (--recover).
+    Unmirrored {
+        /// The mirror's name and the failover's id (GET /v1/mirrors/NAME/failovers lists them).
+        name: String,
+        failover_id: String,
+        /// Admin API address.
+        #[arg(long, default_value = "127.0.0.1:9180")]
+        admin: String,
+        /// Environment variable holding the admin token (when the gateway requires one).
+        #[arg(long, default_value = "MIRRORGATE_ADMIN_TOKEN")]
+        token_env: String,
+        /// Copy the recoverable records into the quarantine topics.
+        #[arg(long)]
+        recover: bool,
+        /// With --recover: say what would be copied, change nothing.
+        #[arg(long, requires = "recover")]
+        dry_run: bool,
+    },
     /// Offsets of a mirror's partitions (via the admin API).
     Offsets {
         #[command(subcommand)]
@@ -265,7 +284,7 @@ fn main() -> ExitCode {
         }
         Command::Status { admin } => {
             init_logging(None);
-            runtime().block_on(status(&admin))
+            runtime().block_on(mirrorgate::admin::cli::status(&admin))
         }
         Command::Failover {
             name,
@@ -297,6 +316,25 @@ fn main() -> ExitCode {
                     timeout: Duration::from_secs(timeout),
                     json,
                 },
+            ))
+        }
+        Command::Unmirrored {
+            name,
+            failover_id,
+            admin,
+            token_env,
+            recover,
+            dry_run,
+        } => {
+            init_logging(None);
+            let token = std::env::var(&token_env).ok();
+            runtime().block_on(mirrorgate::admin::cli::unmirrored(
+                &admin,
+                &name,
+                &failover_id,
+                token.as_deref(),
+                recover,
+                dry_run,
             ))
         }
         Command::Offsets {
@@ -516,34 +554,6 @@ fn demo(mut cfg: Config) -> ExitCode {
         }
     }
     code
-}
-
-async fn status(admin: &str) -> ExitCode {
-    use hyper::Method;
-    use mirrorgate::admin::client::call;
-    let ready = match call(admin, Method::GET, "/readyz", None, None).await {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(1);
-        }
-    };
-    println!("readiness ({}): {}", ready.0, ready.1.trim());
-    match call(admin, Method::GET, "/v1/upstreams", None, None).await {
-        Ok((_, body)) => println!("upstreams: {}", body.trim()),
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(1);
-        }
-    }
-    if let Ok((200, body)) = call(admin, Method::GET, "/v1/mirrors", None, None).await {
-        println!("mirrors: {}", body.trim());
-    }
-    if ready.0 == 200 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(3)
-    }
 }
 
 /// `state init`'s state topic, tried again every second for up to `wait` while it fails.

@@ -348,6 +348,7 @@ fn disruptive_after_a_failover_overlapping_ten_thousand_mirrored_ids_new_produce
         configs: Default::default(),
         acls: Default::default(),
         groups: Default::default(),
+        recovery: Default::default(),
     });
     let gw = TestGateway::start(cfg);
     wait_mirroring(&gw.admin(), "f15base", 2);

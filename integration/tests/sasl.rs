@@ -433,6 +433,7 @@ fn mirror_from(source: &str, topic: &str, sasl: Option<SaslConfig>) -> MirrorCon
         configs: Default::default(),
         acls: Default::default(),
         groups: Default::default(),
+        recovery: Default::default(),
     }
 }
 
@@ -636,6 +637,7 @@ fn as_mirror_user(sasl: &str, name: &str, topics: &[&str]) -> (TestGateway, Vec<
         configs: Default::default(),
         acls: Default::default(),
         groups: Default::default(),
+        recovery: Default::default(),
     }];
     let gw = TestGateway::start(cfg);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);

@@ -1,4 +1,5 @@
-//! The command line's admin calls that do more than one request (`mirrorgate failover`).
+//! The command line's admin calls that do more than one request or print more than an answer
+//! (`mirrorgate failover`, `status`, `unmirrored`).
 //!
 //! Owns: the sequence of calls and the exit codes. Must not touch: the gateway (only its admin
 //! API, through [`super::client`]).
@@ -120,4 +121,95 @@ async fn print_report(admin: &str, name: &str, id: &str) {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     eprintln!("the failover report is not complete yet: GET {path}");
+}
+
+/// `mirrorgate unmirrored`: list a completed failover's un-mirrored tail, or (`recover`) copy
+/// its recoverable records into the quarantine topics (`dry_run`: say what would be copied).
+/// Prints a summary, then the answer as JSON. Exit 0; 1 when the gateway or a cluster cannot be
+/// reached; 2 when the call is refused; 3 when a recovery could not verify every partition.
+pub async fn unmirrored(
+    admin: &str,
+    name: &str,
+    failover_id: &str,
+    token: Option<&str>,
+    recover: bool,
+    dry_run: bool,
+) -> ExitCode {
+    use hyper::Method;
+    let base = format!("/v1/mirrors/{name}/failovers/{failover_id}/unmirrored");
+    let r = if recover {
+        let path = format!("{base}/recover?dry_run={dry_run}");
+        super::client::call(admin, Method::POST, &path, token, None).await
+    } else {
+        super::client::call(admin, Method::GET, &base, None, None).await
+    };
+    let (status, body) = match r {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(1);
+        }
+    };
+    if status != 200 {
+        eprintln!("refused ({status}): {}", body.trim());
+        return ExitCode::from(if status == 503 { 1 } else { 2 });
+    }
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+    let listing = if v["plan"].is_object() {
+        &v["plan"]
+    } else {
+        &v
+    };
+    if listing["totals"].is_object() {
+        let t = &listing["totals"];
+        println!(
+            "failover {failover_id} of {name}: {} records not mirrored ({} recoverable: {} committed in transactions; {} aborted, {} open never copied); {} recovered, {} to recover",
+            t["records"], t["recoverable_records"], t["committed"], t["aborted"], t["open"],
+            t["recovered_records"], t["remaining_records"]
+        );
+        for w in listing["warnings"].as_array().into_iter().flatten() {
+            println!("warning: {}", w.as_str().unwrap_or_default());
+        }
+    }
+    if recover && !dry_run {
+        println!(
+            "copied {} records; {} of {} recoverable records are in the quarantine topics; verified: {}",
+            v["copied"], v["recovered_records"], v["recoverable_records"], v["verified"]
+        );
+    }
+    println!("{}", serde_json::to_string_pretty(&v).unwrap_or(body));
+    if recover && !dry_run && v["verified"] != true {
+        return ExitCode::from(3);
+    }
+    ExitCode::SUCCESS
+}
+
+/// `mirrorgate status`: readiness, upstream brokers and mirrors; exit 1 when the admin API
+/// cannot be reached, 3 when the gateway is not ready.
+pub async fn status(admin: &str) -> ExitCode {
+    use super::client::call;
+    use hyper::Method;
+    let ready = match call(admin, Method::GET, "/readyz", None, None).await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(1);
+        }
+    };
+    println!("readiness ({}): {}", ready.0, ready.1.trim());
+    match call(admin, Method::GET, "/v1/upstreams", None, None).await {
+        Ok((_, body)) => println!("upstreams: {}", body.trim()),
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(1);
+        }
+    }
+    if let Ok((200, body)) = call(admin, Method::GET, "/v1/mirrors", None, None).await {
+        println!("mirrors: {}", body.trim());
+    }
+    if ready.0 == 200 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3)
+    }
 }

@@ -259,6 +259,22 @@ pub(super) async fn mirrors(
             },
             Err(e) => error_reply(StatusCode::INTERNAL_SERVER_ERROR, &e),
         },
+        (&Method::GET, [name, "failovers", id, "unmirrored"]) => {
+            super::recovery::unmirrored(gw, name, id).await
+        }
+        (&Method::POST, [name, "failovers", id, "unmirrored", "recover"]) => {
+            if let Some(denied) = check_token(gw, req.headers()) {
+                note.reason = Some("admin token missing or wrong".into());
+                return denied;
+            }
+            super::recovery::recover(gw, name, id, req.uri().query(), note).await
+        }
+        (_, [_, "failovers", _, "unmirrored"] | [_, "failovers", _, "unmirrored", "recover"]) => {
+            error_reply(
+                StatusCode::METHOD_NOT_ALLOWED,
+                &format!("{method} is not allowed on {path}; GET …/unmirrored, POST …/unmirrored/recover"),
+            )
+        }
         (&Method::POST, [name, "start"]) => {
             if let Some(denied) = check_token(gw, req.headers()) {
                 note.reason = Some("admin token missing or wrong".into());

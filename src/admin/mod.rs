@@ -12,6 +12,7 @@ pub mod client;
 mod groups;
 mod mirrors;
 mod preflight;
+mod recovery;
 pub mod render;
 
 use std::convert::Infallible;
@@ -106,6 +107,10 @@ pub trait AdminBackend: Send + Sync + 'static {
     ) -> Result<Vec<crate::mirror::report::FailoverReport>, String>;
     /// `{config_sync, acl_sync}` of a mirror the built-in agent runs (docs/configs-and-acls.md).
     fn mirror_sync(&self, _mirror: &str) -> Option<serde_json::Value> {
+        None
+    }
+    /// The recovery of failovers' un-mirrored tails; `None` without mirrors.
+    fn recovery(&self) -> Option<&Arc<crate::recovery::service::Recoverer>> {
         None
     }
 }

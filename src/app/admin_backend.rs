@@ -87,6 +87,9 @@ impl crate::admin::AdminBackend for Gateway {
             None => Ok(published),
         }
     }
+    fn recovery(&self) -> Option<&Arc<crate::recovery::service::Recoverer>> {
+        self.recovery.as_ref()
+    }
     fn mirror_sync(&self, mirror: &str) -> Option<serde_json::Value> {
         self.agent.as_ref()?.sync_status(mirror)
     }

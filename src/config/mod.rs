@@ -13,6 +13,7 @@ mod groups;
 mod instances;
 mod load;
 mod positions;
+mod recovery;
 mod sasl;
 mod secret;
 mod sync;
@@ -27,6 +28,7 @@ pub use error::{ConfigError, ConfigIssue};
 pub use groups::{GroupFilter, GroupSyncConfig, DEFAULT_GROUP_SYNC_INTERVAL_MS};
 pub use instances::{InstancesConfig, DEFAULT_STATE_TOPIC};
 pub use load::{load_file, load_str, render_effective, validate};
+pub use recovery::RecoveryConfig;
 pub use sasl::{SaslConfig, SaslMechanism, PRINCIPAL_PREFIX};
 pub use secret::{SecretError, REDACTED};
 pub use sync::{
@@ -379,6 +381,9 @@ pub struct MirrorConfig {
     /// Which consumer groups' committed offsets follow the data (docs/moving-applications.md).
     #[serde(default)]
     pub groups: GroupSyncConfig,
+    /// Where the recovery of a failover's un-mirrored tail copies records (docs/failover.md).
+    #[serde(default)]
+    pub recovery: RecoveryConfig,
 }
 
 /// `mirrors[].transactions`: mirroring transactional data as-is (docs/agent.md#transactions).

@@ -37,6 +37,7 @@ pub fn semantic_issues(cfg: &Config) -> Vec<ConfigIssue> {
     check_mirrors(&mut out, cfg);
     out.0.extend(super::sasl::check_allowed_principals(cfg));
     out.0.extend(super::groups::check(cfg));
+    out.0.extend(super::recovery::check(cfg));
     out.0.extend(super::instances::check(cfg));
     out.0
 }

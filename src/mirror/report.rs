@@ -148,6 +148,11 @@ pub struct PartitionReport {
     /// How far behind the source the destination was: completion time − timestamp of the
     /// first source record not mirrored (0 when none is missing).
     pub rpo_seconds: Option<f64>,
+    /// Of the records the destination lacks, those the old source still holds that a recovery
+    /// would copy (non-transactional and committed): set by the listing of the un-mirrored
+    /// tail (`recovery`) once the old source could be read; `None` before.
+    #[serde(default)]
+    pub recoverable_records: Option<i64>,
     /// When the source could not be read: the last lag the agent knew, and how old it is.
     pub last_known_lag_records: Option<i64>,
     pub last_known_age_seconds: Option<f64>,
@@ -161,6 +166,9 @@ pub struct ReportTotals {
     pub partitions: usize,
     /// `None` when some partition's figure is unknown.
     pub rpo_records: Option<i64>,
+    /// The sum of the partitions' `recoverable_records`; `None` until every one is known.
+    #[serde(default)]
+    pub recoverable_records: Option<i64>,
     pub max_rpo_seconds: Option<f64>,
     pub producers_expired: u64,
     pub transactions_aborted: usize,
@@ -296,6 +304,7 @@ pub fn complete(
                 last_mirrored_offset: p.last_mirrored_offset,
                 rpo_records,
                 rpo_seconds,
+                recoverable_records: None,
                 last_known_lag_records,
                 last_known_age_seconds,
                 producers_expired: p.producers_expired,
@@ -309,6 +318,24 @@ pub fn complete(
     report.totals = Some(totals);
     report.steps = step_timeline(record);
     report
+}
+
+/// Record in `report` the records of its un-mirrored tail a recovery would copy, per partition
+/// (`recoverable`, from a listing of the old source); the total once every partition's figure
+/// is known.
+pub fn set_recoverable(report: &mut FailoverReport, recoverable: &HashMap<(String, i32), i64>) {
+    for p in &mut report.partitions {
+        if let Some(n) = recoverable.get(&(p.topic.clone(), p.partition)) {
+            p.recoverable_records = Some(*n);
+        }
+    }
+    if let Some(t) = report.totals.as_mut() {
+        t.recoverable_records = report
+            .partitions
+            .iter()
+            .map(|p| p.recoverable_records)
+            .sum::<Option<i64>>();
+    }
 }
 
 /// The reports of one mirror this instance stored and those published on the state topic

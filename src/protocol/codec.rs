@@ -27,34 +27,42 @@ pub const MAX_DECOMPRESSED: usize = 64 * 1024;
 const SNAPPY_MAGIC: &[u8; 8] = b"\x82SNAPPY\x00";
 const SNAPPY_HEADER_LEN: usize = 16;
 
-/// A decompressing reader over one compressed records section, read at most up to
-/// [`MAX_DECOMPRESSED`] bytes.
+/// A decompressing reader over one compressed records section, read at most up to its limit
+/// ([`MAX_DECOMPRESSED`] bytes unless made with [`Decompressed::within`]).
 pub struct Decompressed<'a> {
     reader: Box<dyn Read + 'a>,
     out: Vec<u8>,
+    limit: usize,
 }
 
 impl<'a> Decompressed<'a> {
     /// A reader for `data` compressed with `codec`; `None` for no or an unknown codec, or when
     /// the stream's header is already unreadable.
     pub fn new(codec: Compression, data: &'a [u8]) -> Option<Decompressed<'a>> {
+        Self::within(codec, data, MAX_DECOMPRESSED)
+    }
+
+    /// [`Decompressed::new`] with another limit on the output (`limit` bytes): for whole
+    /// batches whose records are copied one by one (`protocol::records`).
+    pub fn within(codec: Compression, data: &'a [u8], limit: usize) -> Option<Decompressed<'a>> {
         let reader: Box<dyn Read + 'a> = match codec {
             Compression::Gzip => Box::new(flate2::read::GzDecoder::new(data)),
             Compression::Lz4 => Box::new(lz4::Decoder::new(data).ok()?),
             Compression::Zstd => Box::new(zstd::stream::read::Decoder::with_buffer(data).ok()?),
-            Compression::Snappy => Box::new(std::io::Cursor::new(snappy(data)?)),
+            Compression::Snappy => Box::new(std::io::Cursor::new(snappy(data, limit)?)),
             Compression::None | Compression::Unknown(_) => return None,
         };
         Some(Decompressed {
             reader,
             out: Vec::new(),
+            limit,
         })
     }
 
     /// The first `n` decompressed bytes (fewer when the stream is shorter), `None` when the
     /// stream cannot be read that far.
     pub fn prefix(&mut self, n: usize) -> Option<&[u8]> {
-        let n = n.min(MAX_DECOMPRESSED);
+        let n = n.min(self.limit);
         if self.out.len() < n {
             let want = (n - self.out.len()) as u64;
             self.out.reserve(n - self.out.len());
@@ -67,15 +75,15 @@ impl<'a> Decompressed<'a> {
     }
 
     /// All decompressed bytes: `None` when the stream is corrupt, truncated, or decompresses to
-    /// more than [`MAX_DECOMPRESSED`] bytes (decoding stops right after the limit).
+    /// more than the limit (decoding stops right after it).
     pub fn finish(mut self) -> Option<Vec<u8>> {
-        let limit = MAX_DECOMPRESSED + 1;
+        let limit = self.limit.saturating_add(1);
         let want = limit.saturating_sub(self.out.len()) as u64;
         (&mut self.reader)
             .take(want)
             .read_to_end(&mut self.out)
             .ok()?;
-        if self.out.len() > MAX_DECOMPRESSED {
+        if self.out.len() > self.limit {
             return None;
         }
         Some(self.out)
@@ -84,13 +92,13 @@ impl<'a> Decompressed<'a> {
 
 /// Snappy in Kafka's (xerial) framing, or one raw block without it. Every block's declared
 /// length is checked against the limit before anything is allocated for it.
-fn snappy(data: &[u8]) -> Option<Vec<u8>> {
+fn snappy(data: &[u8], limit: usize) -> Option<Vec<u8>> {
     let mut dec = snap::raw::Decoder::new();
     let mut out = Vec::new();
     let mut push = |block: &[u8], out: &mut Vec<u8>| -> Option<()> {
         let len = snap::raw::decompress_len(block).ok()?;
         let end = out.len().checked_add(len)?;
-        if end > MAX_DECOMPRESSED {
+        if end > limit {
             return None;
         }
         let start = out.len();

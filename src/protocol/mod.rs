@@ -16,6 +16,7 @@ pub mod enforce;
 pub mod fetch_filter;
 pub mod frame;
 pub mod produce;
+pub mod records;
 pub mod rewrite;
 pub mod txn_marker;
 mod varint;

@@ -34,6 +34,7 @@ mod divergence;
 mod faults;
 mod owners;
 mod preflight;
+mod recovery;
 mod topologies;
 pub(crate) mod transactions;
 
@@ -217,6 +218,7 @@ fn agent_config(name: &str, topics: &[&str], source: &str) -> Config {
         configs: Default::default(),
         acls: Default::default(),
         groups: Default::default(),
+        recovery: Default::default(),
     }];
     cfg.psm.snapshot_interval_ms = 200;
     cfg

@@ -163,6 +163,7 @@ pub fn mirror_config(name: &str, topics: &[&str]) -> Config {
         configs: Default::default(),
         acls: Default::default(),
         groups: Default::default(),
+        recovery: Default::default(),
     }];
     cfg.psm.snapshot_interval_ms = 200;
     cfg

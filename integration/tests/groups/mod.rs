@@ -60,6 +60,7 @@ fn groups_config_to(name: &str, topics: &[&str], source: &str, destination: &str
         transactions: Default::default(),
         configs: Default::default(),
         acls: Default::default(),
+        recovery: Default::default(),
         groups: GroupSyncConfig {
             sync_interval_ms: SYNC_INTERVAL_MS,
             ..GroupSyncConfig::default()

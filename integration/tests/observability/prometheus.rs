@@ -2,6 +2,7 @@
 //! real Prometheus scraping a real gateway evaluates every dashboard query and alert rule.
 
 use super::*;
+use crate::gw::admin_call;
 
 fn require(bin: &str) -> PathBuf {
     let p = PathBuf::from(bin);
@@ -291,11 +292,13 @@ fn a_real_prometheus_evaluates_every_dashboard_query_and_alert_rule() {
     let live_topic = harness::unique_topic("obs-live");
     let fo_topic = harness::unique_topic("obs-fo");
     let agent_topic = harness::unique_topic("obs-agent");
+    let rec_topic = harness::unique_topic("obs-rec");
     harness::create_topic(&destination, &live_topic, 1, Some(&[1]));
     harness::create_topic(&destination, &fo_topic, 1, Some(&[1]));
     harness::create_topic(&destination, &agent_topic, 1, Some(&[1]));
     let source = harness::cluster("source");
     harness::create_topic(&source, &agent_topic, 1, None);
+    harness::create_topic(&source, &rec_topic, 1, None);
     assert_eq!(
         harness::produce_keyed(&source, &agent_topic, 20, &[]).len(),
         20
@@ -321,7 +324,14 @@ fn a_real_prometheus_evaluates_every_dashboard_query_and_alert_rule() {
         configs: Default::default(),
         acls: Default::default(),
         groups: Default::default(),
+        recovery: Default::default(),
     });
+    // A fourth, `obs-rec`, mirrored by the agent and failed over, whose un-mirrored tail is
+    // listed and recovered (the recovery's series).
+    let mut rec = cfg.mirrors[2].clone();
+    rec.name = "obs-rec".into();
+    rec.topics = vec![rec_topic.clone()];
+    cfg.mirrors.push(rec);
     // The guard alone below: without the refusal of colliding local writes before the broker.
     cfg.failover.refuse_mirrored_producer_ids = false;
     // The data barrier (the fallback form), so that consumers' fetches have one to hide.
@@ -344,6 +354,7 @@ fn a_real_prometheus_evaluates_every_dashboard_query_and_alert_rule() {
     wait_mirroring(&admin, "obs-live", 1);
     wait_mirroring(&admin, "obs-fo", 1);
     wait_mirroring(&admin, "obs-agent", 1);
+    wait_mirroring(&admin, "obs-rec", 1);
 
     // Prometheus scrapes the gateway before anything happens, so counters are seen at 0 first.
     let prom = Prometheus::start(&admin);
@@ -433,6 +444,24 @@ fn a_real_prometheus_evaluates_every_dashboard_query_and_alert_rule() {
     // writes and a consumer that reads past the barrier (hidden).
     failover(&admin, "obs-fo");
     wait_stopped(&admin, "obs-fo");
+    // obs-rec: failed over with nothing left behind; its (empty) tail listed and recovered.
+    let rec_fid = failover(&admin, "obs-rec");
+    wait_stopped(&admin, "obs-rec");
+    let unmirrored = format!("/v1/mirrors/obs-rec/failovers/{rec_fid}/unmirrored");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = admin_call(&admin, Method::GET, &unmirrored, None);
+        if status == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the tail not listed: {status} {body}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let (status, body) = admin_call(&admin, Method::POST, &format!("{unmirrored}/recover"), None);
+    assert_eq!(status, 200, "{body}");
     let mut local = RawConn::connect(&gw.bootstrap());
     let (code, _) = local.produce(&fo_topic, 0, batch(x, 0, 0, 1, "local"));
     assert_eq!(
@@ -495,7 +524,13 @@ fn a_real_prometheus_evaluates_every_dashboard_query_and_alert_rule() {
         ge(1.0),
         t,
     );
-    prom.wait_value("mirrorgate_failover_duration_seconds_count", eq(1.0), t);
+    // obs-fo's and obs-rec's.
+    prom.wait_value("mirrorgate_failover_duration_seconds_count", eq(2.0), t);
+    prom.wait_value(
+        &format!(r#"mirrorgate_unmirrored_records{{mirror="obs-rec",topic="{rec_topic}"}}"#),
+        eq(0.0),
+        t,
+    );
     prom.wait_value(
         &format!(r#"sum(mirrorgate_psm_producers{{topic="{live_topic}"}})"#),
         ge(1.0),
@@ -543,7 +578,7 @@ fn a_real_prometheus_evaluates_every_dashboard_query_and_alert_rule() {
             .filter_map(Json::as_str)
             .collect();
         let want: &[&str] = match name.as_str() {
-            "mirror" => &["obs-live", "obs-fo", "obs-agent"],
+            "mirror" => &["obs-live", "obs-fo", "obs-agent", "obs-rec"],
             "topic" => &[live_topic.as_str()],
             _ => &[],
         };
@@ -569,7 +604,7 @@ fn a_real_prometheus_evaluates_every_dashboard_query_and_alert_rule() {
     let selections: [Vec<(&str, &str)>; 2] = [
         vec![("mirror", &all_mirror), ("topic", &all_topic)],
         vec![
-            ("mirror", "obs-live|obs-fo|obs-agent"),
+            ("mirror", "obs-live|obs-fo|obs-agent|obs-rec"),
             ("topic", &topics_sel),
         ],
     ];

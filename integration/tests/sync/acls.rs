@@ -158,6 +158,7 @@ fn gateway(topic: &str, include: &[String]) -> TestGateway {
         }),
         transactions: Default::default(),
         groups: Default::default(),
+        recovery: Default::default(),
         configs: ConfigSyncConfig::default(),
         acls: AclSyncConfig {
             enabled: true,

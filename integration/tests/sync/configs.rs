@@ -26,6 +26,7 @@ fn gateway(topic: &str, configs: ConfigSyncConfig) -> (TestGateway, String, Stri
         }),
         transactions: Default::default(),
         groups: Default::default(),
+        recovery: Default::default(),
         configs,
         acls: Default::default(),
     }];

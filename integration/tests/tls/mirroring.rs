@@ -33,6 +33,7 @@ fn the_agent_mirrors_from_a_tls_source_through_a_tls_mirror_listener() {
         configs: Default::default(),
         acls: Default::default(),
         groups: Default::default(),
+        recovery: Default::default(),
     }];
     cfg.psm.snapshot_interval_ms = 200;
     let gw = TestGateway::start(cfg);
@@ -163,6 +164,7 @@ fn agent_gateway(topic: &str, tls: ListenerTlsConfig) -> TestGateway {
         configs: Default::default(),
         acls: Default::default(),
         groups: Default::default(),
+        recovery: Default::default(),
     }];
     TestGateway::start(cfg)
 }

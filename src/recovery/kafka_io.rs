@@ -1,0 +1,379 @@
+//! [`RecoveryIo`] on real clusters: the mirror's source (its `source:` connection settings) and
+//! the destination (the gateway's own connections, never its listeners).
+//!
+//! - source: Metadata for leaders, ListOffsets (earliest, latest = high watermark), Fetch
+//!   (READ_UNCOMMITTED: the tail's markers are read too);
+//! - destination: the same for the quarantine topic, CreateTopics, FindCoordinator and
+//!   InitProducerId for the copier's producer, WriteTxnMarkers for the fence, Produce v9 with
+//!   acks=all.
+//!
+//! Connections are kept per broker between requests and dropped on any error; leaders are
+//! read again after one.
+//!
+//! Owns: those requests and their error mapping. Must not touch: the copy's rules (`copy`).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::messages::{FindCoordinatorRequest, InitProducerIdRequest};
+use kafka_protocol::protocol::StrBytes;
+use tokio::sync::Mutex;
+
+use super::{ProduceAnswer, RecoveryError, RecoveryIo};
+use crate::client::mirror_ops::{self, metadata_of, write_marker};
+use crate::client::{Connector, KafkaClient, PartitionRequestError, EARLIEST, LATEST};
+use crate::protocol::txn_marker::MarkerSpec;
+
+/// Most bytes one fetch asks for.
+const FETCH_BYTES: i32 = 4 * 1024 * 1024;
+
+/// One cluster: how to connect, where to start, the connections kept.
+struct Side {
+    name: &'static str,
+    connector: Connector,
+    bootstrap: Vec<String>,
+    timeout: Duration,
+    clients: Mutex<HashMap<String, KafkaClient>>,
+    leaders: Mutex<HashMap<(String, i32), String>>,
+}
+
+impl Side {
+    fn io(&self, what: String) -> RecoveryError {
+        RecoveryError::Io(format!("{} cluster: {what}", self.name))
+    }
+
+    async fn leader(&self, topic: &str, partition: i32) -> Result<String, RecoveryError> {
+        let key = (topic.to_string(), partition);
+        if let Some(a) = self.leaders.lock().await.get(&key) {
+            return Ok(a.clone());
+        }
+        let meta = metadata_of(
+            &self.connector,
+            &self.bootstrap,
+            self.timeout,
+            Some(&[topic.to_string()]),
+        )
+        .await
+        .map_err(|e| self.io(format!("metadata: {e}")))?;
+        let addr = meta
+            .leader_addr(topic, partition)
+            .ok_or_else(|| self.io(format!("{topic}-{partition} has no leader")))?;
+        self.leaders.lock().await.insert(key, addr.clone());
+        Ok(addr)
+    }
+
+    /// Partitions of `topic`; `None` when the cluster says it does not exist.
+    async fn partitions(&self, topic: &str) -> Result<Option<i32>, RecoveryError> {
+        let meta = metadata_of(
+            &self.connector,
+            &self.bootstrap,
+            self.timeout,
+            Some(&[topic.to_string()]),
+        )
+        .await
+        .map_err(|e| self.io(format!("metadata: {e}")))?;
+        if meta.absent.contains(topic) {
+            return Ok(None);
+        }
+        match meta.topics.get(topic) {
+            Some(t) if t.leaders.iter().all(|l| *l >= 0) => Ok(Some(t.leaders.len() as i32)),
+            _ => Err(self.io(format!("{topic} has partitions without a leader"))),
+        }
+    }
+
+    async fn client(&self, addr: &str) -> Result<KafkaClient, RecoveryError> {
+        if let Some(c) = self.clients.lock().await.remove(addr) {
+            return Ok(c);
+        }
+        KafkaClient::connect_with(&self.connector, addr, self.timeout)
+            .await
+            .map_err(|e| self.io(format!("connecting to {addr}: {e}")))
+    }
+
+    async fn keep(&self, c: KafkaClient) {
+        self.clients.lock().await.insert(c.addr().to_string(), c);
+    }
+
+    /// Forget the leader of a partition (its broker answered an error or went away).
+    async fn forget(&self, topic: &str, partition: i32) {
+        self.leaders
+            .lock()
+            .await
+            .remove(&(topic.to_string(), partition));
+    }
+
+    /// Keep `c` after a success; forget the partition's leader after an error, named `what`.
+    async fn settle<T, E: std::fmt::Display>(
+        &self,
+        c: KafkaClient,
+        (topic, partition): (&str, i32),
+        what: &str,
+        r: Result<T, E>,
+    ) -> Result<T, RecoveryError> {
+        match r {
+            Ok(v) => {
+                self.keep(c).await;
+                Ok(v)
+            }
+            Err(e) => {
+                self.forget(topic, partition).await;
+                Err(self.io(format!("{what} of {topic}-{partition}: {e}")))
+            }
+        }
+    }
+
+    async fn bounds(&self, topic: &str, partition: i32) -> Result<(i64, i64), RecoveryError> {
+        let addr = self.leader(topic, partition).await?;
+        let mut c = self.client(&addr).await?;
+        let r = async {
+            let start = c.list_offset(topic, partition, EARLIEST).await?;
+            let end = c.list_offset(topic, partition, LATEST).await?;
+            Ok::<_, PartitionRequestError>((start, end))
+        }
+        .await;
+        self.settle(c, (topic, partition), "log bounds", r).await
+    }
+
+    async fn batches(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<Bytes, RecoveryError> {
+        let addr = self.leader(topic, partition).await?;
+        let mut c = self.client(&addr).await?;
+        let r = c
+            .fetch_partition(topic, partition, offset, FETCH_BYTES)
+            .await
+            .map(|p| p.records);
+        self.settle(c, (topic, partition), &format!("fetch at {offset}"), r)
+            .await
+    }
+}
+
+/// The source and destination of one mirror.
+pub struct KafkaRecoveryIo {
+    source: Side,
+    destination: Side,
+}
+
+impl KafkaRecoveryIo {
+    /// `source`: the mirror's source connection; `destination`: the gateway's connector to the
+    /// destination and its broker addresses.
+    pub fn new(
+        source: (Connector, Vec<String>),
+        destination: (Connector, Vec<String>),
+        timeout: Duration,
+    ) -> Self {
+        let side = |name, (connector, bootstrap): (Connector, Vec<String>)| Side {
+            name,
+            connector,
+            bootstrap,
+            timeout,
+            clients: Mutex::new(HashMap::new()),
+            leaders: Mutex::new(HashMap::new()),
+        };
+        KafkaRecoveryIo {
+            source: side("source", source),
+            destination: side("destination", destination),
+        }
+    }
+}
+
+impl RecoveryIo for KafkaRecoveryIo {
+    async fn source_bounds(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(i64, i64), RecoveryError> {
+        self.source.bounds(topic, partition).await
+    }
+
+    async fn source_batches(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<Bytes, RecoveryError> {
+        self.source.batches(topic, partition, offset).await
+    }
+
+    async fn quarantine_bounds(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Option<(i64, i64)>, RecoveryError> {
+        match self.destination.partitions(topic).await? {
+            None => Ok(None),
+            Some(n) if partition >= n => Ok(None),
+            Some(_) => self.destination.bounds(topic, partition).await.map(Some),
+        }
+    }
+
+    async fn quarantine_batches(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<Bytes, RecoveryError> {
+        self.destination.batches(topic, partition, offset).await
+    }
+
+    async fn ensure_quarantine(&self, topic: &str, partitions: i32) -> Result<(), RecoveryError> {
+        let d = &self.destination;
+        if let Some(has) = d.partitions(topic).await.ok().flatten() {
+            return if has < partitions {
+                Err(RecoveryError::QuarantineTooSmall {
+                    topic: topic.to_string(),
+                    has,
+                    need: partitions,
+                })
+            } else {
+                Ok(())
+            };
+        }
+        // Replication factor min(3, destination brokers).
+        let meta = metadata_of(&d.connector, &d.bootstrap, d.timeout, Some(&[]))
+            .await
+            .map_err(|e| d.io(format!("metadata: {e}")))?;
+        let replication = meta.brokers.len().clamp(1, 3) as i16;
+        let addr = d
+            .bootstrap
+            .first()
+            .cloned()
+            .ok_or_else(|| d.io("no broker known".into()))?;
+        let mut c = d.client(&addr).await?;
+        mirror_ops::create_topic(&mut c, topic, partitions, replication, &[])
+            .await
+            .map_err(|e| d.io(e))?;
+        d.keep(c).await;
+        // Leaders are elected a moment after creation.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            match d.partitions(topic).await {
+                Ok(Some(n)) if n >= partitions => return Ok(()),
+                r if tokio::time::Instant::now() >= deadline => {
+                    return Err(d.io(format!(
+                        "{topic} created, its partitions have no leader yet ({r:?})"
+                    )))
+                }
+                _ => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    }
+
+    async fn copier_producer(&self, transactional_id: &str) -> Result<(i64, i16), RecoveryError> {
+        let d = &self.destination;
+        let id = || StrBytes::from_string(transactional_id.to_string());
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        let mut last = String::new();
+        while tokio::time::Instant::now() < deadline {
+            let r = async {
+                let addr = d
+                    .bootstrap
+                    .first()
+                    .cloned()
+                    .ok_or_else(|| "no broker known".to_string())?;
+                let mut c = d.client(&addr).await.map_err(|e| e.to_string())?;
+                let find = FindCoordinatorRequest::default()
+                    .with_key_type(1)
+                    .with_coordinator_keys(vec![id()]);
+                let resp = c.send(&find, 4).await.map_err(|e| e.to_string())?;
+                d.keep(c).await;
+                let co = resp
+                    .coordinators
+                    .into_iter()
+                    .next()
+                    .ok_or("FindCoordinator: empty answer")?;
+                if co.error_code != 0 {
+                    return Err(format!("FindCoordinator: error code {}", co.error_code));
+                }
+                let addr = format!("{}:{}", co.host, co.port);
+                let mut c = d.client(&addr).await.map_err(|e| e.to_string())?;
+                let init = InitProducerIdRequest::default()
+                    .with_transactional_id(Some(id().into()))
+                    .with_transaction_timeout_ms(60_000)
+                    .with_producer_id((-1).into())
+                    .with_producer_epoch(-1);
+                let resp = c.send(&init, 4).await.map_err(|e| e.to_string())?;
+                d.keep(c).await;
+                if resp.error_code != 0 {
+                    return Err(format!("InitProducerId: error code {}", resp.error_code));
+                }
+                Ok((resp.producer_id.0, resp.producer_epoch))
+            }
+            .await;
+            match r {
+                Ok(p) => return Ok(p),
+                Err(e) => {
+                    last = e;
+                    // Coordinator loading, not the coordinator, concurrent transactions: asked
+                    // again.
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+            }
+        }
+        Err(d.io(format!(
+            "no producer id for {transactional_id:?} within 60 s ({last})"
+        )))
+    }
+
+    async fn fence(
+        &self,
+        topic: &str,
+        partition: i32,
+        producer: (i64, i16),
+    ) -> Result<(), RecoveryError> {
+        let d = &self.destination;
+        let addr = d.leader(topic, partition).await?;
+        let mut c = d.client(&addr).await?;
+        let spec = MarkerSpec::barrier(producer.0, producer.1);
+        match write_marker(&mut c, topic, partition, spec).await {
+            Ok(0) => {
+                d.keep(c).await;
+                Ok(())
+            }
+            // INVALID_PRODUCER_EPOCH, PRODUCER_FENCED: a later copier fenced this one first.
+            Ok(47 | 90) => Err(RecoveryError::Fenced {
+                topic: topic.to_string(),
+                partition,
+            }),
+            Ok(code) => {
+                d.forget(topic, partition).await;
+                Err(d.io(format!(
+                    "the fence marker in {topic}-{partition}: error code {code}"
+                )))
+            }
+            Err(e) => {
+                d.forget(topic, partition).await;
+                Err(d.io(format!("the fence marker in {topic}-{partition}: {e}")))
+            }
+        }
+    }
+
+    async fn produce(
+        &self,
+        topic: &str,
+        partition: i32,
+        batch: Bytes,
+    ) -> Result<ProduceAnswer, RecoveryError> {
+        let d = &self.destination;
+        let addr = d.leader(topic, partition).await?;
+        let mut c = d.client(&addr).await?;
+        match mirror_ops::produce_one(&mut c, topic, partition, batch, None).await {
+            Ok((code, _, _)) => {
+                if code == 0 {
+                    d.keep(c).await;
+                } else {
+                    d.forget(topic, partition).await;
+                }
+                Ok(ProduceAnswer::Code(code))
+            }
+            Err(e) => {
+                d.forget(topic, partition).await;
+                Err(d.io(format!("produce to {topic}-{partition}: {e}")))
+            }
+        }
+    }
+}
