@@ -69,10 +69,15 @@ impl AuditEvent {
         let rest = path.trim_start_matches("/v1/mirrors/");
         let (mirror, action) = match rest.split('/').collect::<Vec<_>>().as_slice() {
             [m, a] => (m.to_string(), a.to_string()),
-            // A failover's own calls: `…/failovers/{id}/unmirrored/recover` is `recover_unmirrored`
-            // (the failover id is in the note).
-            [m, "failovers", _, "unmirrored", "recover"] => {
-                (m.to_string(), "recover_unmirrored".to_string())
+            // A failover's own calls: `…/failovers/{id}/unmirrored/recover` is
+            // `recover_unmirrored`, `…/realign` `realign_source` (the failover id is in the note).
+            [m, "failovers", _, "unmirrored", a @ ("recover" | "realign")] => {
+                let action = if *a == "recover" {
+                    "recover_unmirrored"
+                } else {
+                    "realign_source"
+                };
+                (m.to_string(), action.to_string())
             }
             _ => (String::new(), path.to_string()),
         };

@@ -99,8 +99,12 @@ enum Command {
         /// Copy the recoverable records into the quarantine topics.
         #[arg(long)]
         recover: bool,
-        /// With --recover: say what would be copied, change nothing.
-        #[arg(long, requires = "recover")]
+        /// Once they are recovered: delete the old source's topics and create them again empty
+        /// (before a failback mirrors the destination back).
+        #[arg(long, conflicts_with = "recover")]
+        realign: bool,
+        /// With --recover or --realign: say what would be done, change nothing.
+        #[arg(long)]
         dry_run: bool,
     },
     /// Offsets of a mirror's partitions (via the admin API).
@@ -324,16 +328,22 @@ fn main() -> ExitCode {
             admin,
             token_env,
             recover,
+            realign,
             dry_run,
         } => {
             init_logging(None);
+            use mirrorgate::admin::cli::TailAction;
+            let action = match (recover, realign) {
+                (true, _) => TailAction::Recover,
+                (_, true) => TailAction::Realign,
+                _ => TailAction::List,
+            };
             let token = std::env::var(&token_env).ok();
             runtime().block_on(mirrorgate::admin::cli::unmirrored(
                 &admin,
-                &name,
-                &failover_id,
+                (&name, &failover_id),
                 token.as_deref(),
-                recover,
+                action,
                 dry_run,
             ))
         }

@@ -9,16 +9,20 @@
 //!   headers and the checksum both sides are compared by (pure);
 //! - [`copy`]: reading a tail and copying it exactly once, over [`RecoveryIo`];
 //! - [`kafka_io`]: [`RecoveryIo`] on the mirror's source and the destination;
-//! - [`service`]: the calls the admin API makes (listing, recovery, its dry run), their guards,
-//!   the report's `recoverable_records`, the metrics.
+//! - [`service`]: the calls the admin API makes (listing, recovery, the realignment of the old
+//!   source once its tail is recovered, their dry runs), their guards, what the report keeps,
+//!   the metrics.
 //!
-//! Owns: the un-mirrored tail of completed failovers and the quarantine topics. Must not touch:
-//! mirror topics on either cluster (nothing here writes to them), partition states, the agent.
+//! Owns: the un-mirrored tail of completed failovers, the quarantine topics, and the deletion
+//! of the old source's topics by a realignment. Must not touch: mirror topics on the
+//! destination (nothing here writes to them), partition states, the agent.
 
 use std::future::Future;
 
 use bytes::Bytes;
 use thiserror::Error;
+
+pub use crate::mirror::report::SourceTopicShape;
 
 pub mod copy;
 pub mod kafka_io;
@@ -82,6 +86,18 @@ pub trait RecoveryIo: Send + Sync {
         partition: i32,
         producer: (i64, i16),
     ) -> impl Future<Output = Result<(), RecoveryError>> + Send;
+    /// The source topic's shape; `None` when it does not exist.
+    fn source_topic(
+        &self,
+        topic: &str,
+    ) -> impl Future<Output = Result<Option<SourceTopicShape>, RecoveryError>> + Send;
+    /// Delete the source topic and create it again empty with `shape` (another topic id); ends
+    /// once every partition of the new topic has a leader.
+    fn source_recreate(
+        &self,
+        topic: &str,
+        shape: &SourceTopicShape,
+    ) -> impl Future<Output = Result<(), RecoveryError>> + Send;
     /// Produce one batch (acks=all). `Err`: the outcome is unknown.
     fn produce(
         &self,
@@ -127,6 +143,10 @@ pub enum RecoveryError {
     },
     #[error("the quarantine topic {topic} has {has} partitions, the source topic {need}")]
     QuarantineTooSmall { topic: String, has: i32, need: i32 },
+    #[error("the old source cannot be realigned yet: {0}")]
+    NotRecovered(String),
+    #[error("the old source's topics were realigned (started at {0} ms): their un-mirrored tail is gone from it")]
+    Realigned(i64),
     #[error("{0}")]
     Io(String),
 }

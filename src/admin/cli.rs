@@ -123,22 +123,32 @@ async fn print_report(admin: &str, name: &str, id: &str) {
     eprintln!("the failover report is not complete yet: GET {path}");
 }
 
-/// `mirrorgate unmirrored`: list a completed failover's un-mirrored tail, or (`recover`) copy
-/// its recoverable records into the quarantine topics (`dry_run`: say what would be copied).
-/// Prints a summary, then the answer as JSON. Exit 0; 1 when the gateway or a cluster cannot be
-/// reached; 2 when the call is refused; 3 when a recovery could not verify every partition.
+/// What `mirrorgate unmirrored` does with the tail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TailAction {
+    List,
+    Recover,
+    Realign,
+}
+
+/// `mirrorgate unmirrored`: list a completed failover's un-mirrored tail, copy its recoverable
+/// records into the quarantine topics, or realign the old source once they are there
+/// (`dry_run`: say what would be done). Prints a summary, then the answer as JSON. Exit 0; 1
+/// when the gateway or a cluster cannot be reached; 2 when the call is refused; 3 when a
+/// recovery could not verify every partition.
 pub async fn unmirrored(
     admin: &str,
-    name: &str,
-    failover_id: &str,
+    (name, failover_id): (&str, &str),
     token: Option<&str>,
-    recover: bool,
+    action: TailAction,
     dry_run: bool,
 ) -> ExitCode {
     use hyper::Method;
     let base = format!("/v1/mirrors/{name}/failovers/{failover_id}/unmirrored");
-    let r = if recover {
-        let path = format!("{base}/recover?dry_run={dry_run}");
+    let recover = action == TailAction::Recover;
+    let r = if action != TailAction::List {
+        let verb = if recover { "recover" } else { "realign" };
+        let path = format!("{base}/{verb}?dry_run={dry_run}");
         super::client::call(admin, Method::POST, &path, token, None).await
     } else {
         super::client::call(admin, Method::GET, &base, None, None).await
@@ -175,6 +185,13 @@ pub async fn unmirrored(
         println!(
             "copied {} records; {} of {} recoverable records are in the quarantine topics; verified: {}",
             v["copied"], v["recovered_records"], v["recoverable_records"], v["verified"]
+        );
+    }
+    if action == TailAction::Realign {
+        println!(
+            "old source topics{}: {}",
+            if dry_run { " (dry run)" } else { "" },
+            v["actions"]
         );
     }
     println!("{}", serde_json::to_string_pretty(&v).unwrap_or(body));

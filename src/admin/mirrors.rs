@@ -262,17 +262,21 @@ pub(super) async fn mirrors(
         (&Method::GET, [name, "failovers", id, "unmirrored"]) => {
             super::recovery::unmirrored(gw, name, id).await
         }
-        (&Method::POST, [name, "failovers", id, "unmirrored", "recover"]) => {
+        (&Method::POST, [name, "failovers", id, "unmirrored", action @ ("recover" | "realign")]) => {
             if let Some(denied) = check_token(gw, req.headers()) {
                 note.reason = Some("admin token missing or wrong".into());
                 return denied;
             }
-            super::recovery::recover(gw, name, id, req.uri().query(), note).await
+            super::recovery::act(gw, (name, id, action), req.uri().query(), note).await
         }
-        (_, [_, "failovers", _, "unmirrored"] | [_, "failovers", _, "unmirrored", "recover"]) => {
+        (
+            _,
+            [_, "failovers", _, "unmirrored"]
+            | [_, "failovers", _, "unmirrored", "recover" | "realign"],
+        ) => {
             error_reply(
                 StatusCode::METHOD_NOT_ALLOWED,
-                &format!("{method} is not allowed on {path}; GET …/unmirrored, POST …/unmirrored/recover"),
+                &format!("{method} is not allowed on {path}; GET …/unmirrored, POST …/unmirrored/recover or …/unmirrored/realign"),
             )
         }
         (&Method::POST, [name, "start"]) => {

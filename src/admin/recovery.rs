@@ -1,6 +1,7 @@
 //! `/v1/mirrors/{name}/failovers/{id}/unmirrored`: a completed failover's un-mirrored tail on
-//! the old source (GET, read-only) and its recovery into the quarantine topics
-//! (`POST …/unmirrored/recover`, `dry_run` in the query string).
+//! the old source (GET, read-only), its recovery into the quarantine topics
+//! (`POST …/unmirrored/recover`) and the realignment of the old source's topics once it is
+//! recovered (`POST …/unmirrored/realign`); `dry_run` in the query string.
 //!
 //! Owns: these routes, their query and their error statuses. Must not touch: the listing and
 //! the copy (`crate::recovery`).
@@ -63,11 +64,11 @@ pub(super) async fn unmirrored(gw: &dyn AdminBackend, name: &str, id: &str) -> R
     }
 }
 
-/// `POST …/unmirrored/recover[?dry_run=true]` (the caller checked the token).
-pub(super) async fn recover(
+/// `POST …/unmirrored/recover` or `…/unmirrored/realign`, `?dry_run=true` (the caller
+/// checked the token).
+pub(super) async fn act(
     gw: &dyn AdminBackend,
-    name: &str,
-    id: &str,
+    (name, id, action): (&str, &str, &str),
     query: Option<&str>,
     note: &mut AuditNote,
 ) -> Response {
@@ -96,8 +97,17 @@ pub(super) async fn recover(
         Ok(r) => r,
         Err((status, why)) => return error_reply(status, &why),
     };
-    match rec.recover(&report, dry_run).await {
-        Ok(out) => json_reply(StatusCode::OK, &out),
+    let answer = if action == "realign" {
+        rec.realign(&report, dry_run)
+            .await
+            .map(|o| serde_json::to_value(o).unwrap_or_default())
+    } else {
+        rec.recover(&report, dry_run)
+            .await
+            .map(|o| serde_json::to_value(o).unwrap_or_default())
+    };
+    match answer {
+        Ok(v) => json_reply(StatusCode::OK, &v),
         Err(e) => {
             note.reason = Some(e.to_string());
             error(&e)

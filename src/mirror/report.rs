@@ -63,6 +63,39 @@ pub struct FailoverReport {
     /// round for this failover, and in reports of older versions.
     #[serde(default)]
     pub final_group_sync: Option<FinalGroupSync>,
+    /// The recovery of the un-mirrored tail and the realignment of the old source, on the
+    /// instance that ran them (`recovery`); absent before either ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<RecoveryRecord>,
+}
+
+/// What was done with a failover's un-mirrored tail.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RecoveryRecord {
+    /// The last recovery call: records in the quarantine topics, of how many recoverable, and
+    /// whether both sides' count and checksum agreed.
+    pub recovered_records: i64,
+    pub recoverable_records: i64,
+    pub verified: bool,
+    pub recovered_ms: Option<i64>,
+    /// The realignment of the old source: when it started (the shapes of its topics recorded
+    /// first, so that a realignment cut short resumes with them) and when every topic was
+    /// created again empty.
+    pub realign_started_ms: Option<i64>,
+    #[serde(default)]
+    pub source_topics: Vec<SourceTopicShape>,
+    pub source_realigned_ms: Option<i64>,
+}
+
+/// A topic of the old source as it was before the realignment deleted it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceTopicShape {
+    pub topic: String,
+    pub partitions: i32,
+    pub replication_factor: i16,
+    /// The configs set on the topic itself.
+    pub configs: Vec<(String, String)>,
+    pub topic_id: Option<String>,
 }
 
 /// When the partitions of a failover reached one step.
@@ -216,6 +249,7 @@ impl FailoverReport {
             totals: None,
             steps: Vec::new(),
             final_group_sync: None,
+            recovery: None,
         }
     }
 

@@ -185,16 +185,38 @@ pub struct CopyOutcome {
 
 /// Copy one partition's recoverable records (see the module doc).
 pub async fn copy<I: RecoveryIo>(io: &I, job: CopyJob<'_>) -> Result<CopyOutcome, RecoveryError> {
+    walk(io, job, true).await
+}
+
+/// Compare, without writing anything, the partition's recoverable records on the source with
+/// those of the quarantine partition (`producer` of `job` unused).
+pub async fn verify<I: RecoveryIo>(io: &I, job: CopyJob<'_>) -> Result<CopyOutcome, RecoveryError> {
+    walk(io, job, false).await
+}
+
+/// Read the source's tail, digesting every recoverable record; with `write`, fence earlier
+/// copiers first and copy what the quarantine partition lacks.
+async fn walk<I: RecoveryIo>(
+    io: &I,
+    job: CopyJob<'_>,
+    write: bool,
+) -> Result<CopyOutcome, RecoveryError> {
     let (q, p) = (job.quarantine_topic, job.source_partition);
     let source = (job.source_topic, job.source_partition);
-    io.fence(q, p, job.producer).await?;
+    if write {
+        io.fence(q, p, job.producer).await?;
+    }
     let before = recovered(io, q, p, job.failover_id, source).await?;
     let mut out = CopyOutcome {
         already_recovered: before.digest.records,
         ..CopyOutcome::default()
     };
     let s = &job.tail.summary;
-    let resume_after = before.last_source_offset.unwrap_or(i64::MIN);
+    let resume_after = if write {
+        before.last_source_offset.unwrap_or(i64::MIN)
+    } else {
+        i64::MAX
+    };
     let mut sequence = 0i32;
     let mut pending: Vec<(BatchHeader, Bytes)> = Vec::new();
     let start = s.from_offset.max(s.log_start_offset);
@@ -251,13 +273,13 @@ pub async fn copy<I: RecoveryIo>(io: &I, job: CopyJob<'_>) -> Result<CopyOutcome
                 let c = with_provenance(r, origin);
                 let len = encoded_len(&c);
                 if !chunk.is_empty() && size + len > MAX_COPY_BATCH {
-                    write(io, &job, &mut chunk, &mut sequence, &mut out).await?;
+                    write_chunk(io, &job, &mut chunk, &mut sequence, &mut out).await?;
                     size = 0;
                 }
                 size += len;
                 chunk.push(c);
             }
-            write(io, &job, &mut chunk, &mut sequence, &mut out).await?;
+            write_chunk(io, &job, &mut chunk, &mut sequence, &mut out).await?;
         }
         if stop || next == offset {
             if next == offset && !stop {
@@ -270,14 +292,18 @@ pub async fn copy<I: RecoveryIo>(io: &I, job: CopyJob<'_>) -> Result<CopyOutcome
         }
         offset = next;
     }
-    let after = recovered(io, q, p, job.failover_id, source).await?;
+    let after = if write {
+        recovered(io, q, p, job.failover_id, source).await?
+    } else {
+        before
+    };
     out.quarantine = after.digest;
     out.verified = out.quarantine == out.source;
     Ok(out)
 }
 
 /// Write `chunk` (emptied) as one batch with the next sequences.
-async fn write<I: RecoveryIo>(
+async fn write_chunk<I: RecoveryIo>(
     io: &I,
     job: &CopyJob<'_>,
     chunk: &mut Vec<StoredRecord>,

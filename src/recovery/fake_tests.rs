@@ -10,7 +10,7 @@ use bytes::{Bytes, BytesMut};
 use super::service::Recoverer;
 use super::tail::provenance_of;
 use super::tail::tests::{data, marker};
-use super::{ProduceAnswer, RecoveryError, RecoveryIo};
+use super::{ProduceAnswer, RecoveryError, RecoveryIo, SourceTopicShape};
 use crate::client::Connector;
 use crate::config::MirrorConfig;
 use crate::metrics::Metrics;
@@ -45,7 +45,10 @@ impl QPart {
 
 #[derive(Default)]
 struct Fake {
-    source: HashMap<i32, Vec<Bytes>>,
+    source: Mutex<HashMap<i32, Vec<Bytes>>>,
+    /// The source topic's id (`None`: the topic does not exist); recreated: a new one.
+    source_id: Mutex<Option<String>>,
+    recreated: Mutex<u32>,
     source_start: i64,
     quarantine: Mutex<HashMap<(String, i32), QPart>>,
     topics: Mutex<HashMap<String, i32>>,
@@ -71,14 +74,15 @@ fn concat(bs: &[Bytes]) -> Bytes {
 
 impl RecoveryIo for Fake {
     async fn source_bounds(&self, _t: &str, p: i32) -> Result<(i64, i64), RecoveryError> {
-        let log = &self.source[&p];
+        let src = self.source.lock().unwrap();
+        let log = &src[&p];
         let end = log
             .last()
             .map_or(0, |b| BatchHeader::parse(b).unwrap().last_offset() + 1);
         Ok((self.source_start, end))
     }
     async fn source_batches(&self, _t: &str, p: i32, offset: i64) -> Result<Bytes, RecoveryError> {
-        let v: Vec<Bytes> = self.source[&p]
+        let v: Vec<Bytes> = self.source.lock().unwrap()[&p]
             .iter()
             .filter(|b| BatchHeader::parse(b).unwrap().last_offset() >= offset)
             .take(2)
@@ -146,6 +150,34 @@ impl RecoveryIo for Fake {
             recent: Vec::new(),
         };
         part.append(&marker(0, producer.0, false));
+        Ok(())
+    }
+    async fn source_topic(&self, t: &str) -> Result<Option<SourceTopicShape>, RecoveryError> {
+        Ok(self
+            .source_id
+            .lock()
+            .unwrap()
+            .clone()
+            .map(|id| SourceTopicShape {
+                topic: t.to_string(),
+                partitions: self.source.lock().unwrap().len() as i32,
+                replication_factor: 1,
+                configs: vec![("retention.ms".into(), "-1".into())],
+                topic_id: Some(id),
+            }))
+    }
+    async fn source_recreate(
+        &self,
+        _t: &str,
+        shape: &SourceTopicShape,
+    ) -> Result<(), RecoveryError> {
+        let mut n = self.recreated.lock().unwrap();
+        *n += 1;
+        for log in self.source.lock().unwrap().values_mut() {
+            log.clear();
+        }
+        assert_eq!(shape.configs, vec![("retention.ms".into(), "-1".into())]);
+        *self.source_id.lock().unwrap() = Some(format!("new-{n}"));
         Ok(())
     }
     async fn produce(&self, t: &str, p: i32, batch: Bytes) -> Result<ProduceAnswer, RecoveryError> {
@@ -285,7 +317,8 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
 #[test]
 fn a_tail_is_copied_once_without_its_aborted_and_open_transactions_and_verified() {
     let fake = Fake {
-        source: source(),
+        source: Mutex::new(source()),
+        source_id: Mutex::new(Some("old".into())),
         ..Fake::default()
     };
     let rec = recoverer();
@@ -304,7 +337,8 @@ fn a_tail_is_copied_once_without_its_aborted_and_open_transactions_and_verified(
 #[test]
 fn a_dry_run_lists_the_plan_and_writes_nothing() {
     let fake = Fake {
-        source: source(),
+        source: Mutex::new(source()),
+        source_id: Mutex::new(Some("old".into())),
         ..Fake::default()
     };
     let out = block_on(recoverer().recover_over(&fake, &report(&[Some(9)]), true)).unwrap();
@@ -328,7 +362,8 @@ fn a_dry_run_lists_the_plan_and_writes_nothing() {
 #[test]
 fn a_copy_cut_short_continues_where_the_quarantine_ends() {
     let fake = Fake {
-        source: source(),
+        source: Mutex::new(source()),
+        source_id: Mutex::new(Some("old".into())),
         cut_after: Mutex::new(Some(1)),
         ..Fake::default()
     };
@@ -351,7 +386,8 @@ fn a_copy_cut_short_continues_where_the_quarantine_ends() {
 #[test]
 fn a_lost_answer_is_resent_and_the_broker_keeps_one_copy() {
     let fake = Fake {
-        source: source(),
+        source: Mutex::new(source()),
+        source_id: Mutex::new(Some("old".into())),
         lose_answers: Mutex::new(2),
         ..Fake::default()
     };
@@ -364,7 +400,8 @@ fn a_lost_answer_is_resent_and_the_broker_keeps_one_copy() {
 #[test]
 fn a_copier_fenced_by_a_later_one_writes_nothing_more() {
     let fake = Fake {
-        source: source(),
+        source: Mutex::new(source()),
+        source_id: Mutex::new(Some("old".into())),
         ..Fake::default()
     };
     let rec = recoverer();
@@ -383,7 +420,8 @@ fn a_copier_fenced_by_a_later_one_writes_nothing_more() {
 #[test]
 fn the_whole_partition_is_the_tail_when_nothing_was_mirrored() {
     let fake = Fake {
-        source: source(),
+        source: Mutex::new(source()),
+        source_id: Mutex::new(Some("old".into())),
         ..Fake::default()
     };
     let out = block_on(recoverer().recover_over(&fake, &report(&[None]), true)).unwrap();
@@ -393,7 +431,8 @@ fn the_whole_partition_is_the_tail_when_nothing_was_mirrored() {
 #[test]
 fn offsets_removed_from_the_source_are_warned_about() {
     let fake = Fake {
-        source: source(),
+        source: Mutex::new(source()),
+        source_id: Mutex::new(Some("old".into())),
         source_start: 13,
         ..Fake::default()
     };
@@ -420,5 +459,85 @@ fn a_report_still_in_progress_or_of_a_mirror_without_source_is_refused() {
     assert!(matches!(
         block_on(rec.unmirrored(&r)),
         Err(RecoveryError::UnknownMirror(_))
+    ));
+}
+
+#[test]
+fn the_old_source_is_realigned_only_once_its_tail_is_recovered_and_verified() {
+    let fake = Fake {
+        source: Mutex::new(source()),
+        source_id: Mutex::new(Some("old".into())),
+        ..Fake::default()
+    };
+    let rec = recoverer();
+    let e = block_on(rec.realign_over(&fake, &report(&[Some(9)]), false)).unwrap_err();
+    assert!(
+        e.to_string().contains("0 of 9 recoverable records"),
+        "nothing recovered yet: {e}"
+    );
+    block_on(rec.recover_over(&fake, &report(&[Some(9)]), false)).unwrap();
+    let plan = block_on(rec.realign_over(&fake, &report(&[Some(9)]), true)).unwrap();
+    assert_eq!(plan.actions["orders"], "would_recreate");
+    assert_eq!(
+        *fake.recreated.lock().unwrap(),
+        0,
+        "a dry run changes nothing"
+    );
+    let done = block_on(rec.realign_over(&fake, &report(&[Some(9)]), false)).unwrap();
+    assert_eq!(done.actions["orders"], "recreated");
+    assert_eq!(done.topics[0].topic_id.as_deref(), Some("old"));
+    assert_eq!(*fake.recreated.lock().unwrap(), 1);
+}
+
+#[test]
+fn a_realignment_refuses_a_source_written_to_after_the_recovery() {
+    let fake = Fake {
+        source: Mutex::new(source()),
+        source_id: Mutex::new(Some("old".into())),
+        ..Fake::default()
+    };
+    let rec = recoverer();
+    block_on(rec.recover_over(&fake, &report(&[Some(9)]), false)).unwrap();
+    fake.source
+        .lock()
+        .unwrap()
+        .get_mut(&0)
+        .unwrap()
+        .push(data(25, 2, -1, false));
+    let e = block_on(rec.realign_over(&fake, &report(&[Some(9)]), false)).unwrap_err();
+    assert!(matches!(e, RecoveryError::NotRecovered(_)), "{e}");
+    assert_eq!(*fake.recreated.lock().unwrap(), 0);
+}
+
+#[test]
+fn a_realignment_cut_short_resumes_with_the_recorded_topics_and_a_recovery_after_it_is_refused() {
+    let fake = Fake {
+        source: Mutex::new(source()),
+        source_id: Mutex::new(Some("old".into())),
+        ..Fake::default()
+    };
+    let rec = recoverer();
+    let mut r = report(&[Some(9)]);
+    r.recovery = Some(crate::mirror::report::RecoveryRecord {
+        realign_started_ms: Some(1),
+        source_topics: vec![SourceTopicShape {
+            topic: "orders".into(),
+            partitions: 1,
+            replication_factor: 1,
+            configs: vec![("retention.ms".into(), "-1".into())],
+            topic_id: Some("old".into()),
+        }],
+        ..Default::default()
+    });
+    // Deleted before the cut: the topic is gone; it is created from the recorded shape.
+    *fake.source_id.lock().unwrap() = None;
+    let done = block_on(rec.realign_over(&fake, &r, false)).unwrap();
+    assert_eq!(done.actions["orders"], "recreated");
+    // Created before the cut (another id): left alone.
+    let done = block_on(rec.realign_over(&fake, &r, false)).unwrap();
+    assert_eq!(done.actions["orders"], "already_recreated");
+    assert!(matches!(
+        block_on(rec.recover_over(&fake, &r, false)),
+        Err(RecoveryError::Realigned(1))
     ));
 }

@@ -16,11 +16,14 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use kafka_protocol::messages::{FindCoordinatorRequest, InitProducerIdRequest};
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::{
+    DeleteTopicsRequest, DescribeConfigsRequest, FindCoordinatorRequest, InitProducerIdRequest,
+};
 use kafka_protocol::protocol::StrBytes;
 use tokio::sync::Mutex;
 
-use super::{ProduceAnswer, RecoveryError, RecoveryIo};
+use super::{ProduceAnswer, RecoveryError, RecoveryIo, SourceTopicShape};
 use crate::client::mirror_ops::{self, metadata_of, write_marker};
 use crate::client::{Connector, KafkaClient, PartitionRequestError, EARLIEST, LATEST};
 use crate::protocol::txn_marker::MarkerSpec;
@@ -177,6 +180,78 @@ impl KafkaRecoveryIo {
         KafkaRecoveryIo {
             source: side("source", source),
             destination: side("destination", destination),
+        }
+    }
+}
+
+impl Side {
+    /// The configs set on `topic` itself (DescribeConfigs `config_source` 1).
+    async fn topic_overrides(&self, topic: &str) -> Result<Vec<(String, String)>, RecoveryError> {
+        let addr = self
+            .bootstrap
+            .first()
+            .cloned()
+            .ok_or_else(|| self.io("no broker known".into()))?;
+        let mut c = self.client(&addr).await?;
+        let req = DescribeConfigsRequest::default().with_resources(vec![
+            DescribeConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(StrBytes::from_string(topic.to_string()))
+                .with_configuration_keys(None),
+        ]);
+        let resp = c
+            .send(&req, 4)
+            .await
+            .map_err(|e| self.io(format!("DescribeConfigs of {topic}: {e}")))?;
+        self.keep(c).await;
+        let mut out = Vec::new();
+        for r in &resp.results {
+            if r.error_code != 0 {
+                return Err(self.io(format!(
+                    "DescribeConfigs of {topic}: error code {}",
+                    r.error_code
+                )));
+            }
+            for c in r.configs.iter().filter(|c| c.config_source == 1) {
+                if c.is_sensitive {
+                    return Err(self.io(format!(
+                        "{topic} has a sensitive config ({}) that cannot be read back",
+                        c.name.as_str()
+                    )));
+                }
+                if let Some(v) = &c.value {
+                    out.push((c.name.to_string(), v.to_string()));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Poll the topic's metadata every 200 ms for up to 60 s until `done` holds.
+    async fn wait_topic(
+        &self,
+        topic: &str,
+        what: &str,
+        done: impl Fn(Option<&mirror_ops::TopicMeta>, bool) -> bool,
+    ) -> Result<(), RecoveryError> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(m) = metadata_of(
+                &self.connector,
+                &self.bootstrap,
+                self.timeout,
+                Some(&[topic.to_string()]),
+            )
+            .await
+            {
+                if done(m.topics.get(topic), m.absent.contains(topic)) {
+                    return Ok(());
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(self.io(format!("{topic}: not {what} within 60 s")));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 }
@@ -350,6 +425,83 @@ impl RecoveryIo for KafkaRecoveryIo {
                 Err(d.io(format!("the fence marker in {topic}-{partition}: {e}")))
             }
         }
+    }
+
+    async fn source_topic(&self, topic: &str) -> Result<Option<SourceTopicShape>, RecoveryError> {
+        let s = &self.source;
+        let meta = metadata_of(
+            &s.connector,
+            &s.bootstrap,
+            s.timeout,
+            Some(&[topic.to_string()]),
+        )
+        .await
+        .map_err(|e| s.io(format!("metadata: {e}")))?;
+        if meta.absent.contains(topic) {
+            return Ok(None);
+        }
+        let t = meta
+            .topics
+            .get(topic)
+            .ok_or_else(|| s.io(format!("{topic}: no metadata")))?;
+        Ok(Some(SourceTopicShape {
+            topic: topic.to_string(),
+            partitions: t.leaders.len() as i32,
+            replication_factor: t.replication_factor,
+            configs: s.topic_overrides(topic).await?,
+            topic_id: t.topic_id.clone(),
+        }))
+    }
+
+    async fn source_recreate(
+        &self,
+        topic: &str,
+        shape: &SourceTopicShape,
+    ) -> Result<(), RecoveryError> {
+        let s = &self.source;
+        let addr = s
+            .bootstrap
+            .first()
+            .cloned()
+            .ok_or_else(|| s.io("no broker known".into()))?;
+        let mut c = s.client(&addr).await?;
+        let req = DeleteTopicsRequest::default()
+            .with_topic_names(vec![StrBytes::from_string(topic.to_string()).into()])
+            .with_timeout_ms(30_000);
+        let resp = c
+            .send(&req, 4)
+            .await
+            .map_err(|e| s.io(format!("DeleteTopics {topic}: {e}")))?;
+        s.keep(c).await;
+        // 3 UNKNOWN_TOPIC_OR_PARTITION: deleted already (a call cut short).
+        if let Some(r) = resp
+            .responses
+            .iter()
+            .find(|r| r.error_code != 0 && r.error_code != 3)
+        {
+            return Err(s.io(format!("DeleteTopics {topic}: error code {}", r.error_code)));
+        }
+        s.wait_topic(topic, "deleted", |_, absent| absent).await?;
+        s.leaders.lock().await.retain(|(t, _), _| t != topic);
+        let mut c = s.client(&addr).await?;
+        mirror_ops::create_topic(
+            &mut c,
+            topic,
+            shape.partitions,
+            shape.replication_factor,
+            &shape.configs,
+        )
+        .await
+        .map_err(|e| s.io(e))?;
+        s.keep(c).await;
+        let old = shape.topic_id.clone();
+        let n = shape.partitions as usize;
+        s.wait_topic(topic, "created again with leaders", |t, _| {
+            t.is_some_and(|t| {
+                t.leaders.len() == n && t.leaders.iter().all(|l| *l >= 0) && t.topic_id != old
+            })
+        })
+        .await
     }
 
     async fn produce(

@@ -21,7 +21,12 @@ use super::{RecoveryError, RecoveryIo};
 use crate::client::Connector;
 use crate::config::{MirrorConfig, TopicMatcher};
 use crate::metrics::Metrics;
-use crate::mirror::report::{set_recoverable, FailoverReport, ReportStore};
+use crate::mirror::report::{set_recoverable, FailoverReport, RecoveryRecord, ReportStore};
+use crate::mirror::screening::now_ms;
+
+mod realign;
+use realign::not_realigned;
+pub use realign::RealignOutcome;
 
 /// One partition of a listing.
 #[derive(Debug, Clone, Serialize)]
@@ -179,6 +184,21 @@ impl Recoverer {
         }))
     }
 
+    /// The one recovery or realignment of `report`'s failover running on this instance, until
+    /// the guard is dropped.
+    fn claim(&self, report: &FailoverReport) -> Result<RunningGuard<'_>, RecoveryError> {
+        let key = format!("{}/{}", report.mirror, report.failover_id);
+        if !self
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.clone())
+        {
+            return Err(RecoveryError::Running(report.failover_id.clone()));
+        }
+        Ok(RunningGuard(&self.running, key))
+    }
+
     /// The mirror of `report`, checked: complete, with a source; and its I/O.
     fn prepare(
         &self,
@@ -219,6 +239,7 @@ impl Recoverer {
     /// report keeps each partition's `recoverable_records`.
     pub async fn unmirrored(&self, report: &FailoverReport) -> Result<Listing, RecoveryError> {
         let (m, io) = self.prepare(report)?;
+        not_realigned(report)?;
         let (listing, _) = self.list(m, &io, report).await?;
         Ok(listing)
     }
@@ -232,7 +253,7 @@ impl Recoverer {
         let mut listing = Listing {
             mirror: m.name.clone(),
             failover_id: report.failover_id.clone(),
-            read_ms: crate::mirror::screening::now_ms(),
+            read_ms: now_ms(),
             partitions: Vec::new(),
             totals: ListingTotals {
                 rpo_records: Some(0),
@@ -309,9 +330,6 @@ impl Recoverer {
                 .with_label_values(&[listing.mirror.as_str(), topic])
                 .set(n);
         }
-        let Some(store) = &self.reports else {
-            return;
-        };
         let figures: HashMap<(String, i32), i64> = listing
             .partitions
             .iter()
@@ -322,11 +340,19 @@ impl Recoverer {
                 )
             })
             .collect();
+        self.save(report, |r| set_recoverable(r, &figures));
+    }
+
+    /// Store `report` changed by `change` (when it changes), as the report this instance keeps.
+    fn save(&self, report: &FailoverReport, change: impl FnOnce(&mut FailoverReport)) {
+        let Some(store) = &self.reports else {
+            return;
+        };
         let mut updated = report.clone();
-        set_recoverable(&mut updated, &figures);
+        change(&mut updated);
         if updated != *report {
             if let Err(e) = store.save(&updated) {
-                tracing::warn!(mirror = %report.mirror, failover_id = %report.failover_id, error = %e, "the report's recoverable records cannot be stored");
+                tracing::warn!(mirror = %report.mirror, failover_id = %report.failover_id, error = %e, "the failover report cannot be stored");
             }
         }
     }
@@ -339,16 +365,7 @@ impl Recoverer {
         dry_run: bool,
     ) -> Result<RecoveryOutcome, RecoveryError> {
         let (m, io) = self.prepare(report)?;
-        let key = format!("{}/{}", m.name, report.failover_id);
-        if !self
-            .running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key.clone())
-        {
-            return Err(RecoveryError::Running(report.failover_id.clone()));
-        }
-        let _guard = RunningGuard(&self.running, key);
+        let _running = self.claim(report)?;
         self.recover_with(m, &io, report, dry_run).await
     }
 
@@ -359,6 +376,7 @@ impl Recoverer {
         report: &FailoverReport,
         dry_run: bool,
     ) -> Result<RecoveryOutcome, RecoveryError> {
+        not_realigned(report)?;
         let (listing, tails) = self.list(m, io, report).await?;
         let mut out = RecoveryOutcome {
             mirror: m.name.clone(),
@@ -425,6 +443,13 @@ impl Recoverer {
                 copy: c,
             });
         }
+        self.save(report, |r| {
+            let rec = r.recovery.get_or_insert_with(RecoveryRecord::default);
+            rec.recovered_records = out.recovered_records;
+            rec.recoverable_records = out.recoverable_records;
+            rec.verified = out.verified;
+            rec.recovered_ms = Some(now_ms());
+        });
         let mut by_topic: BTreeMap<&str, i64> = BTreeMap::new();
         for p in &out.partitions {
             *by_topic.entry(&p.topic).or_default() +=
@@ -451,5 +476,16 @@ impl Recoverer {
     ) -> Result<RecoveryOutcome, RecoveryError> {
         let m = &self.mirrors[&report.mirror];
         self.recover_with(m, io, report, dry_run).await
+    }
+
+    /// [`Recoverer::realign`] over another I/O (unit tests).
+    pub(super) async fn realign_over<I: RecoveryIo>(
+        &self,
+        io: &I,
+        report: &FailoverReport,
+        dry_run: bool,
+    ) -> Result<RealignOutcome, RecoveryError> {
+        let m = &self.mirrors[&report.mirror];
+        self.realign_with(m, io, report, dry_run).await
     }
 }

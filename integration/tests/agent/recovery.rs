@@ -1,6 +1,6 @@
-//! Recovering what a failover left behind (issue 34): the old source's un-mirrored tail listed
-//! exactly, and copied once into the quarantine topic — also when the gateway is SIGKILLed in
-//! the middle of the copy.
+//! Recovering what a failover left behind: the old source's un-mirrored tail listed exactly,
+//! copied once into the quarantine topic — also when the gateway is SIGKILLed in the middle of
+//! the copy —, then the old source realigned and mirrored back from the destination.
 
 use std::time::{Duration, Instant};
 
@@ -299,8 +299,61 @@ fn disruptive_the_unmirrored_tail_is_listed_exactly_and_recovered_once_across_a_
         (again["copied"].as_i64(), again["verified"].as_bool()),
         (Some(0), Some(true))
     );
+    // Local writes on the destination since the failover.
+    assert_eq!(
+        harness::produce_keyed(&gw.bootstrap(), &topic, 40, &[]).len(),
+        40
+    );
+    // Realign the old source: a dry run names the topic and changes nothing; then it is deleted
+    // and created again empty, and a failback mirror copies the destination back.
+    let realign = format!("{path}/realign");
+    let before = read_log(&source, &topic, 0).records.len();
+    let (status, body) = gw.call(Method::POST, &format!("{realign}?dry_run=true"));
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("would_recreate"), "{body}");
+    assert_eq!(
+        read_log(&source, &topic, 0).records.len(),
+        before,
+        "untouched"
+    );
+    let (status, body) = gw.call(Method::POST, &realign);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(r#""recreated""#), "{body}");
+    for p in 0..2 {
+        assert!(
+            read_log(&source, &topic, p).records.is_empty(),
+            "empty again"
+        );
+    }
+    let (status, body) = gw.call(Method::POST, &realign);
+    assert_eq!(status, 409, "only once: {body}");
+    let (status, body) = gw.call(Method::POST, &format!("{path}/recover"));
+    assert_eq!(status, 409, "the tail is gone from the old source: {body}");
+    let mut back = agent_config("back", &[&topic], &destination);
+    back.destination.bootstrap = source.split(',').map(|s| s.trim().to_string()).collect();
+    let failback = TestGateway::start(back);
+    wait_for(
+        "the old source equal to the destination",
+        Duration::from_secs(90),
+        || {
+            (0..2).all(|p| {
+                let (a, b) = (
+                    read_log(&source, &topic, p),
+                    read_log(&destination, &topic, p),
+                );
+                !b.records.is_empty() && kv(&a) == kv(&b)
+            })
+        },
+    );
+    drop(failback);
+    let report = get_json(&gw, &format!("/v1/mirrors/rec/failovers/{fid}"));
+    assert_eq!(report["recovery"]["verified"], true, "{report}");
+    assert!(
+        report["recovery"]["source_realigned_ms"].is_i64(),
+        "{report}"
+    );
     eprintln!(
-        "recovery figures: rpo_records {}, recoverable_records {recoverable_total}, cut at {cut}, recovered {}",
-        report["totals"]["rpo_records"], out["recovered_records"]
+        "recovery figures: rpo_records {}, recoverable_records {recoverable_total}, cut at {cut}, recovered {}, recovery {}",
+        report["totals"]["rpo_records"], out["recovered_records"], report["recovery"]
     );
 }

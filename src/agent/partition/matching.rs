@@ -101,9 +101,13 @@ impl Task {
     }
 
     fn unmatched_tail(&self, end: i64) -> Halt {
+        const RECOVERING_THE_TAIL: &str =
+            "docs/failover.md#after-an-unplanned-failover-recovering-the-tail";
         Halt::Fail(format!(
             "the destination has records {}..{end} that do not match the source from offset {} \
-             (not written by this agent); delete and recreate the destination topic",
+             (not written by this agent); delete and recreate the destination topic — after an \
+             unplanned failover the other way, recover its un-mirrored tail and realign this \
+             cluster with the gateway that failed over ({RECOVERING_THE_TAIL})",
             self.next_dst, self.next_src
         ))
     }
