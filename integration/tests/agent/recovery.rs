@@ -146,7 +146,8 @@ fn expected(source: &str, destination: &str, topic: &str, p: i32) -> Expected {
 /// committed, aborted and open transactions; the failover is unplanned. Once the source is back,
 /// `unmirrored` lists exactly the records the test computes from both logs; a recovery cut
 /// short by a SIGKILL of the gateway, then called again, leaves each committed or plain record
-/// exactly once in `<topic>.unmirrored`, never an aborted or open one.
+/// exactly once in `<topic>.unmirrored`, never an aborted or open one; the second call goes
+/// through the other instance. The old source is then realigned and mirrored back.
 #[test]
 fn disruptive_the_unmirrored_tail_is_listed_exactly_and_recovered_once_across_a_gateway_kill() {
     let source = harness::cluster("third");
@@ -155,8 +156,36 @@ fn disruptive_the_unmirrored_tail_is_listed_exactly_and_recovered_once_across_a_
     let quarantine = format!("{topic}.unmirrored");
     harness::create_topic(&source, &topic, 2, None);
     SourceWriter::start(&source, &topic, "pre", 100, 5000).finish(false);
-    let mut gw = ProcessGateway::start(agent_config("rec", &[&topic], &source), &[]);
-    wait_caught_up(&gw.admin(), "rec", &source, &topic, 2);
+    // Two instances on a state topic: `gw` takes the failover and the first recovery call,
+    // `other` the rest.
+    let state_topic = harness::unique_topic("recover-state");
+    let cfg = |id: &str| {
+        let mut c = agent_config("rec", &[&topic], &source);
+        c.instances = Some(mirrorgate::config::InstancesConfig {
+            id: id.into(),
+            state_topic: state_topic.clone(),
+            session_timeout_ms: 3_000,
+        });
+        c
+    };
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt")
+        .block_on(mirrorgate::app::peers::init_state_topic(&cfg("a")))
+        .expect("state topic created");
+    let mut gw = ProcessGateway::start(cfg("a"), &[]);
+    let other = ProcessGateway::start(cfg("b"), &[]);
+    wait_for("both instances alive", Duration::from_secs(60), || {
+        [&gw, &other].iter().all(|g| {
+            get_json(g, "/v1/instances")["others_alive"]
+                .as_array()
+                .is_some_and(|a| a.len() == 1)
+        })
+    });
+    wait_for("mirrored", Duration::from_secs(90), || {
+        (0..2).all(|p| kv(&read_log(&source, &topic, p)) == kv(&read_log(&destination, &topic, p)))
+    });
     let (status, body) = gw.call(Method::POST, "/v1/mirrors/rec/pause");
     assert_eq!(status, 200, "{body}");
     // The tail: many small batches of a plain producer, then per partition a committed, an
@@ -248,7 +277,8 @@ fn disruptive_the_unmirrored_tail_is_listed_exactly_and_recovered_once_across_a_
     }
     gw.kill9();
     let _ = call.join();
-    gw.restart(&[]);
+    // The other instance knows the failover (its report is on the state topic) and goes on.
+    let gw = other;
     let after_kill = get_json(&gw, &path);
     let cut = after_kill["totals"]["recovered_records"].as_i64().unwrap();
     assert!(
