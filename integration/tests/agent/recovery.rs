@@ -142,8 +142,9 @@ fn expected(source: &str, destination: &str, topic: &str, p: i32) -> Expected {
     Expected { tail, recoverable }
 }
 
-/// The source (`third`) is SIGKILLed while the paused mirror lags behind by plain records and
-/// committed, aborted and open transactions; the failover is unplanned. Once the source is back,
+/// The source (`third`) is SIGKILLed while the paused mirror lags behind by the records of
+/// idempotent librdkafka and Java producers and committed, aborted and open transactions; the
+/// failover is unplanned, and local writes follow it. Once the source is back,
 /// `unmirrored` lists exactly the records the test computes from both logs; a recovery cut
 /// short by a SIGKILL of the gateway, then called again, leaves each committed or plain record
 /// exactly once in `<topic>.unmirrored`, never an aborted or open one; the second call goes
@@ -188,9 +189,18 @@ fn disruptive_the_unmirrored_tail_is_listed_exactly_and_recovered_once_across_a_
     });
     let (status, body) = gw.call(Method::POST, "/v1/mirrors/rec/pause");
     assert_eq!(status, 200, "{body}");
-    // The tail: many small batches of a plain producer, then per partition a committed, an
-    // aborted and an open transaction.
-    SourceWriter::start_without_producer_id(&source, &topic, "late", 2000, 400).finish(false);
+    // The tail: many small batches of an idempotent librdkafka producer, a Java idempotent
+    // producer (one record per batch), then per partition a committed, an aborted and an open
+    // transaction.
+    SourceWriter::start(&source, &topic, "late", 2000, 400).finish(false);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (java, out) = harness::verifiable_produce(
+        &source,
+        &topic,
+        300,
+        &harness::idempotent_producer_props(dir.path()),
+    );
+    assert_eq!(java.len(), 300, "{}", String::from_utf8_lossy(&out.stderr));
     txn_produce(&source, &topic, 2, &format!("{topic}-tx"), "c3,a2,o2");
     let want: Vec<Expected> = (0..2)
         .map(|p| expected(&source, &destination, &topic, p))
@@ -207,6 +217,11 @@ fn disruptive_the_unmirrored_tail_is_listed_exactly_and_recovered_once_across_a_
             let v = get_json(&gw, &format!("/v1/mirrors/rec/failovers/{fid}"));
             v["status"] == "complete"
         });
+        // Local writes on the destination since the failover.
+        assert_eq!(
+            harness::produce_keyed(&gw.bootstrap(), &topic, 40, &[]).len(),
+            40
+        );
         // The source is down: nothing can be listed yet, and nothing changes.
         let (status, body) = gw.call(
             Method::GET,
@@ -341,11 +356,6 @@ fn disruptive_the_unmirrored_tail_is_listed_exactly_and_recovered_once_across_a_
         (again["copied"].as_i64(), again["verified"].as_bool()),
         (Some(0), Some(true))
     );
-    // Local writes on the destination since the failover.
-    assert_eq!(
-        harness::produce_keyed(&gw.bootstrap(), &topic, 40, &[]).len(),
-        40
-    );
     // Realign the old source: a dry run names the topic and changes nothing; then it is deleted
     // and created again empty, and a failback mirror copies the destination back.
     let realign = format!("{path}/realign");
@@ -394,8 +404,19 @@ fn disruptive_the_unmirrored_tail_is_listed_exactly_and_recovered_once_across_a_
         report["recovery"]["source_realigned_ms"].is_i64(),
         "{report}"
     );
+    let last_known: i64 = report["partitions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["last_known_lag_records"].as_i64())
+        .sum();
     eprintln!(
-        "recovery figures: rpo_records {}, recoverable_records {recoverable_total}, cut at {cut}, recovered {}, recovery {}",
-        report["totals"]["rpo_records"], out["recovered_records"], report["recovery"]
+        "recovery figures: rpo_records {} (last known lag {last_known}), listing {}, recoverable_records {}, cut at {cut}, recovered {}, verified {}, recovery {}",
+        report["totals"]["rpo_records"],
+        listing["totals"],
+        report["totals"]["recoverable_records"],
+        out["recovered_records"],
+        out["verified"],
+        report["recovery"]
     );
 }
