@@ -53,6 +53,7 @@ impl MirrorAgent {
             .map(|(t, m)| (t.clone(), m.clone()))
             .collect();
         *self.source_meta.write().unwrap_or_else(|e| e.into_inner()) = Some(meta.clone());
+        self.measure_paused(&meta).await;
         if !self.cluster.is_known() || self.failover_started() {
             return;
         }

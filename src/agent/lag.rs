@@ -1,5 +1,7 @@
 //! The agent's lag: the live figures of each partition task and the scrape-time collector of
-//! `mirrorgate_mirror_lag_records` and `mirrorgate_mirror_lag_seconds`.
+//! `mirrorgate_mirror_lag_records` and `mirrorgate_mirror_lag_seconds`; the source's log end of
+//! PAUSED partitions, whose task is stopped, read at each discovery round so that their lag
+//! (and a failover's guards, dry run and report, which read it) follows the source.
 //!
 //! Owns: what a task reports of its progress and how it becomes metrics.
 //! Must not touch: the tasks themselves (they update [`PartStats`]), the offset map.
@@ -9,13 +11,51 @@ use std::sync::Weak;
 
 use prometheus::Opts;
 
-use super::{lock, Agent};
+use super::{lock, Agent, MirrorAgent};
+use crate::client::mirror_ops::ClusterMeta;
+use crate::client::{KafkaClient, LATEST};
+use crate::mirror::PartitionState;
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+impl MirrorAgent {
+    /// Read the source's log end of every PAUSED partition that has a task slot (its task is
+    /// stopped, so nothing else reads it): one connection per leader, errors left for the next
+    /// round (the lag keeps its last figure, whose age `source_end_moved_ms` tells).
+    pub(super) async fn measure_paused(&self, meta: &ClusterMeta) {
+        let paused: Vec<((String, i32), std::sync::Arc<PartStats>)> = lock(&self.tasks)
+            .iter()
+            .filter(|((t, p), _)| self.controller.state_of(t, *p) == Some(PartitionState::Paused))
+            .map(|(k, slot)| (k.clone(), slot.stats.clone()))
+            .collect();
+        let mut by_leader: std::collections::BTreeMap<String, Vec<_>> = Default::default();
+        for ((t, p), stats) in paused {
+            if let Some(addr) = meta.leader_addr(&t, p) {
+                by_leader.entry(addr).or_default().push((t, p, stats));
+            }
+        }
+        let timeout = std::time::Duration::from_millis(self.source.connect_timeout_ms);
+        for (addr, parts) in by_leader {
+            let Ok(mut c) = KafkaClient::connect_with(&self.source_connector, &addr, timeout).await
+            else {
+                continue;
+            };
+            for (t, p, stats) in parts {
+                match c.list_offset(&t, p, LATEST).await {
+                    Ok(end) => stats.set_high_watermark(end),
+                    Err(e) => {
+                        tracing::debug!(mirror = %self.name, topic = %t, partition = p, error = %e, "log end of a paused partition not read");
+                        break;
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Live figures of one partition task (lag).

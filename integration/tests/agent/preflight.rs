@@ -172,6 +172,44 @@ fn a_failed_partition_is_no_go_and_a_guard_refuses_until_forced() {
     wait_stopped(&gw.admin(), "nogo");
 }
 
+/// A paused mirror's tasks are stopped; its lag still follows the source (read at each discovery
+/// round), so a guard refuses a failover of a mirror that fell behind while paused. Before the
+/// fix the lag stayed at its figure at the pause (0) and the guard let the failover through.
+#[test]
+fn a_guard_refuses_a_failover_of_a_mirror_that_fell_behind_while_paused() {
+    let source = harness::cluster("source");
+    let topic = harness::unique_topic("paused-lag");
+    harness::create_topic(&source, &topic, 1, None);
+    SourceWriter::start(&source, &topic, "pre", 20, 5000).finish(false);
+    let gw = TestGateway::start(agent_config("paused", &[&topic], &source));
+    wait_caught_up(&gw.admin(), "paused", &source, &topic, 1);
+    let (status, body) = admin_call(&gw.admin(), Method::POST, "/v1/mirrors/paused/pause", None);
+    assert_eq!(status, 200, "{body}");
+    // The agent stops the paused partition's task at its next supervision tick (1 s).
+    std::thread::sleep(Duration::from_secs(3));
+    SourceWriter::start(&source, &topic, "late", 30, 5000).finish(false);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let v = post_failover(&gw.admin(), "paused", "?dry_run=true", "").1;
+        if v["totals"]["lag_records"] == 30 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the dry run does not show the paused mirror 30 records behind: {}",
+            v["totals"]
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (status, v) = post_failover(&gw.admin(), "paused", "?max_lag_records=10", "");
+    assert_eq!(status, 409, "the guard refuses: {v}");
+    assert_eq!(
+        partitions_json(&gw.admin(), "paused")[0]["state"],
+        "PAUSED",
+        "nothing changed"
+    );
+}
+
 #[test]
 fn a_failover_report_accounts_for_what_the_destination_lacks_and_survives_a_restart() {
     let source = harness::cluster("source");

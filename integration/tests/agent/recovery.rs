@@ -404,14 +404,14 @@ fn disruptive_the_unmirrored_tail_is_listed_exactly_and_recovered_once_across_a_
         report["recovery"]["source_realigned_ms"].is_i64(),
         "{report}"
     );
-    let last_known: i64 = report["partitions"]
+    let last_known: Vec<&serde_json::Value> = report["partitions"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(|p| p["last_known_lag_records"].as_i64())
-        .sum();
+        .map(|p| &p["last_known_lag_records"])
+        .collect();
     eprintln!(
-        "recovery figures: rpo_records {} (last known lag {last_known}), listing {}, recoverable_records {}, cut at {cut}, recovered {}, verified {}, recovery {}",
+        "recovery figures: rpo_records {} (last known lag per partition {last_known:?}), listing {}, recoverable_records {}, cut at {cut}, recovered {}, verified {}, recovery {}",
         report["totals"]["rpo_records"],
         listing["totals"],
         report["totals"]["recoverable_records"],
