@@ -51,14 +51,7 @@ impl Side {
         if let Some(a) = self.leaders.lock().await.get(&key) {
             return Ok(a.clone());
         }
-        let meta = metadata_of(
-            &self.connector,
-            &self.bootstrap,
-            self.timeout,
-            Some(&[topic.to_string()]),
-        )
-        .await
-        .map_err(|e| self.io(format!("metadata: {e}")))?;
+        let meta = self.meta(&[topic.to_string()]).await?;
         let addr = meta
             .leader_addr(topic, partition)
             .ok_or_else(|| self.io(format!("{topic}-{partition} has no leader")))?;
@@ -66,16 +59,16 @@ impl Side {
         Ok(addr)
     }
 
+    /// Metadata of `topics` (brokers only for none) from the first reachable address.
+    async fn meta(&self, topics: &[String]) -> Result<mirror_ops::ClusterMeta, RecoveryError> {
+        metadata_of(&self.connector, &self.bootstrap, self.timeout, Some(topics))
+            .await
+            .map_err(|e| self.io(format!("metadata: {e}")))
+    }
+
     /// Partitions of `topic`; `None` when the cluster says it does not exist.
     async fn partitions(&self, topic: &str) -> Result<Option<i32>, RecoveryError> {
-        let meta = metadata_of(
-            &self.connector,
-            &self.bootstrap,
-            self.timeout,
-            Some(&[topic.to_string()]),
-        )
-        .await
-        .map_err(|e| self.io(format!("metadata: {e}")))?;
+        let meta = self.meta(&[topic.to_string()]).await?;
         if meta.absent.contains(topic) {
             return Ok(None);
         }
@@ -236,14 +229,7 @@ impl Side {
     ) -> Result<(), RecoveryError> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         loop {
-            if let Ok(m) = metadata_of(
-                &self.connector,
-                &self.bootstrap,
-                self.timeout,
-                Some(&[topic.to_string()]),
-            )
-            .await
-            {
+            if let Ok(m) = self.meta(&[topic.to_string()]).await {
                 if done(m.topics.get(topic), m.absent.contains(topic)) {
                     return Ok(());
                 }
@@ -309,9 +295,7 @@ impl RecoveryIo for KafkaRecoveryIo {
             };
         }
         // Replication factor min(3, destination brokers).
-        let meta = metadata_of(&d.connector, &d.bootstrap, d.timeout, Some(&[]))
-            .await
-            .map_err(|e| d.io(format!("metadata: {e}")))?;
+        let meta = d.meta(&[]).await?;
         let replication = meta.brokers.len().clamp(1, 3) as i16;
         let addr = d
             .bootstrap
@@ -429,14 +413,7 @@ impl RecoveryIo for KafkaRecoveryIo {
 
     async fn source_topic(&self, topic: &str) -> Result<Option<SourceTopicShape>, RecoveryError> {
         let s = &self.source;
-        let meta = metadata_of(
-            &s.connector,
-            &s.bootstrap,
-            s.timeout,
-            Some(&[topic.to_string()]),
-        )
-        .await
-        .map_err(|e| s.io(format!("metadata: {e}")))?;
+        let meta = s.meta(&[topic.to_string()]).await?;
         if meta.absent.contains(topic) {
             return Ok(None);
         }
