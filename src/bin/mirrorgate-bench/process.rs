@@ -116,10 +116,20 @@ pub fn gateway_yaml(
          admin: {{ bind: \"127.0.0.1:{admin}\" }}\n\
          state_dir: {}\n\
          logging: {{ level: warn }}\n\
-         {mirrors}",
+         {mirrors}{extra}",
         yaml_list(destination),
-        state.display()
+        state.display(),
+        extra = extra_yaml(),
     )
+}
+
+/// Extra top-level configuration for the benchmark gateways, for experiments
+/// (`MIRRORGATE_BENCH_GATEWAY_YAML='limits: {connection_threads: 1}'`): appended as given.
+fn extra_yaml() -> String {
+    match std::env::var("MIRRORGATE_BENCH_GATEWAY_YAML") {
+        Ok(y) if !y.trim().is_empty() => format!("{}\n", y.trim_end()),
+        _ => String::new(),
+    }
 }
 
 /// Runs `BIN state init --config CONFIG`: the state directory and, with instances, the state

@@ -492,9 +492,10 @@ fn measure(
                     rate_seconds,
                 ))?;
                 if let (Some(c), 50) = (meter, pct) {
-                    let e = cpu50.entry(m.name).or_default();
-                    e.0 += c.stop();
-                    e.1 += (r.records * RECORD_SIZE) as f64 / (1024.0 * 1024.0);
+                    cpu50.entry(m.name).or_default().push((
+                        c.stop(),
+                        (r.records * RECORD_SIZE) as f64 / (1024.0 * 1024.0),
+                    ));
                 }
                 eprintln!(
                     "rate {pct}% ({rate:.0} rec/s) {i} {:>7}: p50 {:.3} ms p99 {:.3} ms p99.9 {:.3} ms ({} requests)",
