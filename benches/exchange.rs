@@ -102,6 +102,7 @@ fn contexts(dir: &std::path::Path) -> (Arc<ConnContext>, Arc<ConnContext>) {
             connect_timeout: Duration::from_secs(1),
             acceptor: mirrorgate::net::Acceptor::default(),
             principal_limits: None,
+            threads: None,
         })
     };
     let mirror_listener = cfg.listeners.mirror.clone().expect("mirror listener");

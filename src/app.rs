@@ -52,6 +52,8 @@ pub enum StartError {
         listener: &'static str,
         source: crate::net::SetupError,
     },
+    #[error("limits.connection_threads: {0}")]
+    Threads(crate::proxy::threads::ThreadsError),
 }
 
 /// One listener of the running gateway.
@@ -276,6 +278,12 @@ impl Gateway {
             ),
             None => None,
         };
+        let threads = crate::proxy::threads::ConnectionThreads::start(
+            config.limits.connection_threads,
+            "mirrorgate-conn",
+        )
+        .map_err(StartError::Threads)?;
+        tracing::debug!(threads = threads.len(), "connection threads started");
         let mut listeners = Vec::new();
         for ((kind, lcfg), acceptor) in specs.into_iter().zip(acceptors) {
             let ctx = Arc::new(ConnContext {
@@ -307,6 +315,7 @@ impl Gateway {
                         own,
                     ))
                 }),
+                threads: Some(threads.clone()),
             });
             let bound = Arc::new(BoundPorts::default());
             tokio::spawn(crate::proxy::listener::run_listener(

@@ -196,6 +196,10 @@ pub struct LimitsConfig {
     /// the barrier, and writes a new barrier after anything that landed late; milliseconds.
     #[serde(default = "default_unknown_outcome_settle_ms")]
     pub unknown_outcome_settle_ms: u64,
+    /// Threads that serve client connections (both listeners), each a single-threaded runtime
+    /// that keeps a connection's work on one thread; `0` (default): one per available core.
+    #[serde(default)]
+    pub connection_threads: usize,
 }
 
 /// Metrics options.
@@ -472,6 +476,7 @@ impl Default for LimitsConfig {
             max_frame_bytes: default_max_frame_bytes(),
             idle_timeout_ms: default_idle_timeout_ms(),
             max_in_flight: default_max_in_flight(),
+            connection_threads: 0,
             shutdown_grace_ms: default_shutdown_grace_ms(),
             upstream_timeout_ms: default_upstream_timeout_ms(),
             unknown_outcome_settle_ms: default_unknown_outcome_settle_ms(),

@@ -7,6 +7,8 @@ use super::{ClusterConfig, Config, ListenerConfig};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 
+/// More connection threads than this is a typo, not a machine.
+const MAX_CONNECTION_THREADS: usize = 1024;
 /// Lower bounds on limits.
 pub const MIN_MAX_FRAME_BYTES: u32 = 1024;
 pub const MIN_IDLE_TIMEOUT_MS: u64 = 1000;
@@ -291,6 +293,15 @@ fn check_limits(out: &mut Issues, cfg: &Config) {
     }
     if l.max_in_flight < 1 {
         out.push("limits.max_in_flight", "must be at least 1");
+    }
+    if l.connection_threads > MAX_CONNECTION_THREADS {
+        out.push(
+            "limits.connection_threads",
+            format!(
+                "must be at most {MAX_CONNECTION_THREADS} (got {}; 0 means one per core)",
+                l.connection_threads
+            ),
+        );
     }
     if l.upstream_timeout_ms < MIN_IDLE_TIMEOUT_MS {
         out.push(

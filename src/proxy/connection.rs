@@ -1,6 +1,10 @@
 //! One client connection and its upstream connection to one destination broker.
 //!
-//! Two halves run concurrently:
+//! A connection is one task on one connection thread ([`super::threads`]); its two halves are
+//! two futures of that task, polled concurrently (neither direction may wait for the other: a
+//! broker that cannot write a large answer stops reading requests). So handing a request's
+//! in-flight entry to the response half wakes nothing but the task itself, on its own thread.
+//! The halves:
 //! - **requests** (client → broker): read a frame, validate the header, begin its per-API
 //!   exchange ([`super::exchange::begin`]: forward, or answer locally), note the request in the
 //!   in-flight queue (unless it is an `acks=0` Produce, which gets no response), forward;
@@ -205,17 +209,30 @@ async fn run(
                 .principal_limits
                 .clone()
                 .map(super::sasl::SaslGuard::new);
+            // One idle timer for the connection, moved later before each read. Moving a timer
+            // later only updates its deadline (tokio re-files it when the old one comes);
+            // a fresh timer per read would be filed in the runtime's wheel each time and, being
+            // earlier than the wheel's next wake, wake the runtime's driver once per request.
+            let idle_timer = tokio::time::sleep(idle);
+            tokio::pin!(idle_timer);
+            let shutdown_signal = shutdown.changed();
+            tokio::pin!(shutdown_signal);
             loop {
+                idle_timer
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + idle);
                 let read = tokio::select! {
-                    r = tokio::time::timeout(idle, read_frame(&mut client_rd, &mut buf, max_request)) => r,
-                    _ = shutdown.changed() => return Ok(End::Shutdown),
+                    biased;
+                    _ = &mut shutdown_signal => return Ok(End::Shutdown),
+                    r = read_frame(&mut client_rd, &mut buf, max_request) => Some(r),
+                    _ = &mut idle_timer => None,
                 };
                 let frame: Bytes = match read {
-                    Err(_) if pending.load(Ordering::Acquire) == 0 => return Ok(End::Idle),
-                    Err(_) => continue,
-                    Ok(Ok(None)) => return Ok(End::ClientClosed),
-                    Ok(Ok(Some(f))) => f,
-                    Ok(Err(e)) => return Err(Refused::Frame(e)),
+                    None if pending.load(Ordering::Acquire) == 0 => return Ok(End::Idle),
+                    None => continue,
+                    Some(Ok(None)) => return Ok(End::ClientClosed),
+                    Some(Ok(Some(f))) => f,
+                    Some(Err(e)) => return Err(Refused::Frame(e)),
                 };
                 let body = &frame[4..];
                 let h = parse_request_header(body)?;
@@ -328,6 +345,11 @@ async fn run(
             // Once the client is gone, answers are still read from the broker (and dropped):
             // the outcome of the mirror writes in flight is known only from them.
             let mut client_gone: Option<std::io::Error> = None;
+            // One timer for the oldest request's answer, moved to each request's deadline in
+            // turn (deadlines only grow: requests are answered in order). As for the idle
+            // timer, moving it later files nothing in the runtime's timer wheel.
+            let answer_timer = tokio::time::sleep(upstream_timeout);
+            tokio::pin!(answer_timer);
             while let Some(inf) = rx.recv().await {
                 if let Some(local) = inf.local {
                     if client_gone.is_none() {
@@ -345,14 +367,18 @@ async fn run(
                 let read = if inf.api == ApiKey::JoinGroup {
                     read.await
                 } else {
-                    let deadline = tokio::time::Instant::from_std(inf.started + upstream_timeout);
-                    tokio::time::timeout_at(deadline, read).await.map_err(|_| {
-                        Refused::UpstreamTimeout {
+                    answer_timer.as_mut().reset(tokio::time::Instant::from_std(
+                        inf.started + upstream_timeout,
+                    ));
+                    tokio::select! {
+                        biased;
+                        r = read => r,
+                        _ = &mut answer_timer => return Err(Refused::UpstreamTimeout {
                             addr: addr.clone(),
                             api: inf.api,
                             after: upstream_timeout,
-                        }
-                    })?
+                        }),
+                    }
                 };
                 let frame = read
                     .map_err(|e| match e {

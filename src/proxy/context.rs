@@ -57,4 +57,6 @@ pub struct ConnContext {
     pub acceptor: crate::net::Acceptor,
     /// SASL principals allowed on this listener (`None`: no limit).
     pub principal_limits: Option<Arc<super::sasl::PrincipalLimits>>,
+    /// The threads accepted connections run on (`None`: the accepting runtime's own tasks).
+    pub threads: Option<Arc<super::threads::ConnectionThreads>>,
 }

@@ -115,19 +115,34 @@ async fn accept_loop(
                     ctx.metrics.connections_total.with_label_values(&[kind.as_str()]).inc();
                     let gauge = ctx.metrics.connections.with_label_values(&[kind.as_str()]);
                     gauge.inc();
-                    let ctx = ctx.clone();
-                    let shutdown = shutdown.clone();
-                    let drain = drain.clone();
-                    tokio::spawn(async move {
-                        match ctx.acceptor.accept(stream).await {
-                            Ok(stream) => serve(ctx, stream, peer, node, shutdown, drain).await,
-                            Err(e) => {
-                                tracing::warn!(listener = kind.as_str(), %peer, error = %e, "closing: client connection set-up failed");
-                                ctx.metrics.error(kind, e.kind());
+                    let conn = {
+                        let ctx = ctx.clone();
+                        let shutdown = shutdown.clone();
+                        let drain = drain.clone();
+                        move |stream| async move {
+                            match ctx.acceptor.accept(stream).await {
+                                Ok(stream) => serve(ctx, stream, peer, node, shutdown, drain).await,
+                                Err(e) => {
+                                    tracing::warn!(listener = kind.as_str(), %peer, error = %e, "closing: client connection set-up failed");
+                                    ctx.metrics.error(kind, e.kind());
+                                }
+                            }
+                            gauge.dec();
+                        }
+                    };
+                    match &ctx.threads {
+                        // One connection, one thread: see `threads.rs`.
+                        Some(threads) => {
+                            if let Err(e) = threads.hand_off(stream, conn) {
+                                tracing::warn!(listener = kind.as_str(), %peer, error = %e, "closing: cannot hand the connection to a connection thread");
+                                ctx.metrics.error(kind, "accept");
+                                ctx.metrics.connections.with_label_values(&[kind.as_str()]).dec();
                             }
                         }
-                        gauge.dec();
-                    });
+                        None => {
+                            tokio::spawn(conn(stream));
+                        }
+                    }
                 }
                 Err(e) => {
                     // Out of file descriptors and similar: back off instead of spinning.

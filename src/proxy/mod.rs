@@ -11,6 +11,7 @@ pub mod context;
 pub mod exchange;
 pub mod listener;
 pub mod sasl;
+pub mod threads;
 
 pub use context::{ConnContext, ListenerAddressMap};
 pub use listener::BoundPorts;

@@ -32,6 +32,8 @@ struct Script {
     corrupt_correlation: i32,
     /// Close the connection after reading this many requests.
     close_after: Option<usize>,
+    /// Answer this many requests, then read but never answer.
+    stall_after: Option<usize>,
 }
 
 impl Default for Script {
@@ -41,6 +43,7 @@ impl Default for Script {
             delay: Duration::ZERO,
             corrupt_correlation: 0,
             close_after: None,
+            stall_after: None,
         }
     }
 }
@@ -68,6 +71,9 @@ async fn fake_broker(
             frames2.lock().unwrap().push(f.to_vec());
             if script.close_after.is_some_and(|c| n >= c) {
                 return;
+            }
+            if script.stall_after.is_some_and(|c| n > c) {
+                continue;
             }
             let h = parse_request_header(&f[4..]).unwrap();
             if h.api_key == ApiKey::Produce
@@ -191,6 +197,7 @@ async fn connect_with(
         connect_timeout: Duration::from_secs(2),
         acceptor: crate::net::Acceptor::default(),
         principal_limits,
+        threads: None,
     });
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
@@ -247,6 +254,7 @@ fn limits() -> LimitsConfig {
         shutdown_grace_ms: 3000,
         upstream_timeout_ms: 60_000,
         unknown_outcome_settle_ms: 5_000,
+        connection_threads: 0,
     }
 }
 
@@ -340,6 +348,72 @@ async fn an_idle_connection_is_closed_after_the_idle_timeout() {
     s.client.write_all(&heartbeat(1)).await.unwrap();
     assert_eq!(read_response(&mut s.client).await.map(|r| r.0), Some(1));
     expect_closed(&mut s.client).await;
+}
+
+#[tokio::test]
+async fn a_connection_that_keeps_sending_stays_open_past_the_idle_timeout() {
+    // The idle timer is one per connection, moved on at each request: requests every 300 ms
+    // for 2.4 s keep a connection with a 1 s idle timeout open.
+    let (up, _, _) = fake_broker(Script::default()).await;
+    let mut l = limits();
+    l.idle_timeout_ms = 1000;
+    let mut s = connect_through_gateway(&up, l, 1).await;
+    for corr in 0..8 {
+        s.client.write_all(&heartbeat(corr)).await.unwrap();
+        assert_eq!(read_response(&mut s.client).await.map(|r| r.0), Some(corr));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    expect_closed(&mut s.client).await;
+}
+
+#[tokio::test]
+async fn each_request_gets_the_whole_upstream_timeout_when_answers_come_one_after_another() {
+    // Answers 400 ms apart with a 1 s upstream timeout: 6 requests take 2.4 s in all, each is
+    // answered within its own second (the answer timer moves to each request's deadline).
+    let script = Script {
+        delay: Duration::from_millis(400),
+        ..Script::default()
+    };
+    let (up, _, _) = fake_broker(script).await;
+    let mut l = limits();
+    l.upstream_timeout_ms = 1000;
+    let mut s = connect_through_gateway(&up, l, 1).await;
+    for corr in 0..6 {
+        s.client.write_all(&heartbeat(corr)).await.unwrap();
+        assert_eq!(read_response(&mut s.client).await.map(|r| r.0), Some(corr));
+    }
+    let text = s.metrics.render();
+    assert!(!text.contains(r#"kind="upstream_timeout""#), "{text}");
+}
+
+#[tokio::test]
+async fn an_upstream_timeout_after_quick_answers_still_closes_the_connection() {
+    // The broker answers two requests, then stalls: the third times out, although the answer
+    // timer was moved on twice before.
+    let script = Script {
+        stall_after: Some(2),
+        ..Script::default()
+    };
+    let (up, seen, _) = fake_broker(script).await;
+    let mut l = limits();
+    l.upstream_timeout_ms = 1000;
+    let mut s = connect_through_gateway(&up, l, 1).await;
+    for corr in 0..2 {
+        s.client.write_all(&heartbeat(corr)).await.unwrap();
+        assert_eq!(read_response(&mut s.client).await.map(|r| r.0), Some(corr));
+    }
+    let started = std::time::Instant::now();
+    s.client.write_all(&heartbeat(2)).await.unwrap();
+    expect_closed(&mut s.client).await;
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    assert_eq!(seen.load(Ordering::SeqCst), 3);
+    let text = s.metrics.render();
+    assert!(
+        text.contains(
+            r#"mirrorgate_request_errors_total{kind="upstream_timeout",listener="client"} 1"#
+        ),
+        "{text}"
+    );
 }
 
 #[tokio::test]

@@ -113,6 +113,7 @@ pub fn fixture_with(policy: Option<Arc<dyn crate::mirror::policy::MirrorPolicy>>
                 connect_timeout: Duration::from_secs(1),
                 acceptor: crate::net::Acceptor::default(),
                 principal_limits: None,
+                threads: None,
             })
         };
     let mirror_listener = cfg.listeners.mirror.clone().unwrap();
