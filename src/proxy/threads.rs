@@ -154,16 +154,17 @@ impl ConnectionThreads {
     }
 }
 
-/// How many connection threads a gateway starts by default: one per four cores it may use
-/// (cgroup quotas count), at least one. One thread forwards a few hundred MiB/s here (the
-/// gateway's CPU per MiB at saturation, `docs/benchmarks.md`), far more than a broker's NIC
-/// share on a small host; and at a moderate load fewer threads mean fewer wakeups, because the
-/// requests of several connections that arrive together are served by one wakeup of one thread.
+/// How many connection threads a gateway starts by default: one per core it may use (cgroup
+/// quotas count), at least one. Fewer threads wake less often per request when connections are
+/// few (the requests of several connections that arrive together are served by one wakeup), but
+/// serve simultaneous requests one after the other: measured side by side on 2 cores
+/// (`docs/benchmarks.md`, "Fewer wakeups per request"), one thread saved CPU at a moderate load
+/// and cost p50 latency, so the default keeps one thread per core and `limits.connection_threads`
+/// lets a small, CPU-bound host choose fewer.
 pub fn default_count() -> usize {
-    let cores = std::thread::available_parallelism()
+    std::thread::available_parallelism()
         .map(|n| n.get())
-        .unwrap_or(1);
-    (cores / 4).max(1)
+        .unwrap_or(1)
 }
 
 #[cfg(test)]
