@@ -128,7 +128,7 @@ struct InFlight {
 }
 
 /// Decrements a gauge when dropped.
-struct GaugeGuard(prometheus::IntGauge);
+pub(super) struct GaugeGuard(pub(super) prometheus::IntGauge);
 impl Drop for GaugeGuard {
     fn drop(&mut self) {
         self.0.dec();

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::config::ListenerConfig;
 
-use super::connection::serve;
+use super::connection::{serve, GaugeGuard};
 use super::context::ConnContext;
 
 /// Ports bound so far, per node id.
@@ -115,11 +115,15 @@ async fn accept_loop(
                     ctx.metrics.connections_total.with_label_values(&[kind.as_str()]).inc();
                     let gauge = ctx.metrics.connections.with_label_values(&[kind.as_str()]);
                     gauge.inc();
+                    // Counted out however the connection ends, also when it is dropped unrun
+                    // (a socket that could not be moved to its connection thread).
+                    let counted = GaugeGuard(gauge);
                     let conn = {
                         let ctx = ctx.clone();
                         let shutdown = shutdown.clone();
                         let drain = drain.clone();
                         move |stream| async move {
+                            let _counted = counted;
                             match ctx.acceptor.accept(stream).await {
                                 Ok(stream) => serve(ctx, stream, peer, node, shutdown, drain).await,
                                 Err(e) => {
@@ -127,7 +131,6 @@ async fn accept_loop(
                                     ctx.metrics.error(kind, e.kind());
                                 }
                             }
-                            gauge.dec();
                         }
                     };
                     match &ctx.threads {
@@ -136,7 +139,6 @@ async fn accept_loop(
                             if let Err(e) = threads.hand_off(stream, conn) {
                                 tracing::warn!(listener = kind.as_str(), %peer, error = %e, "closing: cannot hand the connection to a connection thread");
                                 ctx.metrics.error(kind, "accept");
-                                ctx.metrics.connections.with_label_values(&[kind.as_str()]).dec();
                             }
                         }
                         None => {

@@ -246,6 +246,17 @@ async fn expect_closed(c: &mut TcpStream) {
     );
 }
 
+/// The connection's close was counted once as an upstream timeout on the client listener.
+fn assert_one_upstream_timeout_counted(metrics: &Metrics) {
+    let text = metrics.render();
+    assert!(
+        text.contains(
+            r#"mirrorgate_request_errors_total{kind="upstream_timeout",listener="client"} 1"#
+        ),
+        "{text}"
+    );
+}
+
 fn limits() -> LimitsConfig {
     LimitsConfig {
         max_frame_bytes: 1 << 20,
@@ -407,13 +418,7 @@ async fn an_upstream_timeout_after_quick_answers_still_closes_the_connection() {
     expect_closed(&mut s.client).await;
     assert!(started.elapsed() >= Duration::from_millis(900));
     assert_eq!(seen.load(Ordering::SeqCst), 3);
-    let text = s.metrics.render();
-    assert!(
-        text.contains(
-            r#"mirrorgate_request_errors_total{kind="upstream_timeout",listener="client"} 1"#
-        ),
-        "{text}"
-    );
+    assert_one_upstream_timeout_counted(&s.metrics);
 }
 
 #[tokio::test]
@@ -479,13 +484,7 @@ async fn a_broker_that_does_not_answer_within_the_upstream_timeout_closes_the_cl
     expect_closed(&mut s.client).await;
     assert!(started.elapsed() >= Duration::from_millis(900));
     assert_eq!(seen.load(Ordering::SeqCst), 1);
-    let text = s.metrics.render();
-    assert!(
-        text.contains(
-            r#"mirrorgate_request_errors_total{kind="upstream_timeout",listener="client"} 1"#
-        ),
-        "{text}"
-    );
+    assert_one_upstream_timeout_counted(&s.metrics);
 }
 
 #[tokio::test]

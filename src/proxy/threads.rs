@@ -123,7 +123,8 @@ impl ConnectionThreads {
 
     /// Run the connection `serve` builds on the least loaded thread. `socket` is a tokio socket
     /// registered with the caller's runtime: it is moved to the chosen thread's reactor first
-    /// (`serve` gets it back there). A socket that cannot be moved is returned as the error.
+    /// (`serve` gets it back there). A socket that cannot be taken off the caller's reactor is an
+    /// error here; one the thread cannot register is logged there, and `serve` is dropped unrun.
     pub fn hand_off<F, Fut>(
         &self,
         socket: tokio::net::TcpStream,
