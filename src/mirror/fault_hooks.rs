@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-/// A protection switched off by `MIRRORGATE_TEST_SABOTAGE=barrier|fence|screening` (never in
+/// A protection switched off by `MIRRORGATE_TEST_SABOTAGE=barrier|fence|screening|groups` (never in
 /// production: the gateway logs an ERROR at start when it is set).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sabotage {
@@ -32,17 +32,26 @@ pub enum Sabotage {
     /// against the screening set), the failover does not advance the brokers' producer-id
     /// allocators, and a local write acknowledged below the barrier passes as acknowledged.
     Screening,
+    /// The consumer group offset sync commits the mirrored end of each partition instead of
+    /// where the group is: a group resumes on the destination past records it never read.
+    Groups,
 }
 
 impl Sabotage {
     /// Every sabotage, as `MIRRORGATE_TEST_SABOTAGE` names it.
-    pub const ALL: [Sabotage; 3] = [Sabotage::Barrier, Sabotage::Fence, Sabotage::Screening];
+    pub const ALL: [Sabotage; 4] = [
+        Sabotage::Barrier,
+        Sabotage::Fence,
+        Sabotage::Screening,
+        Sabotage::Groups,
+    ];
 
     pub const fn as_str(self) -> &'static str {
         match self {
             Sabotage::Barrier => "barrier",
             Sabotage::Fence => "fence",
             Sabotage::Screening => "screening",
+            Sabotage::Groups => "groups",
         }
     }
 

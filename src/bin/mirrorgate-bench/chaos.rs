@@ -7,7 +7,9 @@
 //! and three gateway instances sharing a state topic, each configured with the mirror's built-in
 //! agent (one runs it at a time). The workload: idempotent producers on the source (the Java
 //! client, librdkafka, kafka-python), the moved producer and, after the failover call, local
-//! producers through every instance and the late mirror writer (`probes.rs`). The nemesis
+//! producers through every instance and the late mirror writer (`probes.rs`); the application's
+//! consumer group, on the source until the failover call and through the gateways once the
+//! mirror is STOPPED. The nemesis
 //! (`plan.rs`, drawn from the seed): SIGSTOP/SIGCONT and SIGKILL/restart of instances, SIGKILL
 //! and restart of a destination broker, a planned failover or one with the source killed,
 //! through a random instance after a dry run, and a pause of another instance or a kill of the
@@ -26,6 +28,7 @@
 mod check;
 mod clients;
 mod gateways;
+mod group;
 mod lock;
 mod logs;
 mod output;
@@ -43,7 +46,7 @@ use serde_json::{json, Value};
 
 use crate::fleet::admin;
 use crate::{cluster_brokers, repo, Clusters, Rig};
-use check::{check, Inputs, Origin};
+use check::{check, GroupReads, Inputs, Origin};
 use clients::{Library, Producer, Shared, Spec};
 use gateways::{admin_addr, client_addr, mirror_addr, Instance, Topology, MIRROR};
 use lock::RunLock;
@@ -79,7 +82,7 @@ pub fn run(o: Options) -> Result<Value, String> {
     if let Some(s) = &o.sabotage {
         if mirrorgate::mirror::fault_hooks::Sabotage::parse(s).is_none() {
             return Err(format!(
-                "--sabotage {s}: unknown; one of barrier, fence, screening"
+                "--sabotage {s}: unknown; one of barrier, fence, screening, groups"
             ));
         }
     }
@@ -323,6 +326,15 @@ async fn drive(
         ),
     ];
     let source_producers = start_producers(&source_specs, &history, dir)?;
+    // The application's group reads the source until it stops, some time before the failover
+    // (at 70 % of the time before it): what it had not read by then it must read on the
+    // destination, from the offsets the agent synced.
+    let source_member = group::start_member(source, dir, "source")?;
+    let group_stops = Duration::from_millis(schedule.before_ms * 7 / 10);
+    let source_group = tokio::spawn(async move {
+        tokio::time::sleep(group_stops).await;
+        tokio::task::spawn_blocking(move || source_member.into_output().reads).await
+    });
     let stop_probes = Arc::new(AtomicBool::new(false));
     let moved = Arc::new(AtomicBool::new(false));
     let hold_moved = Arc::new(AtomicBool::new(false));
@@ -364,7 +376,7 @@ async fn drive(
     match schedule.mode {
         Mode::Planned => {
             stop_producers(source_producers).await;
-            caught_up = Some(wait_caught_up(source, &destination[0]).await);
+            caught_up = Some(logs::wait_caught_up(source, &destination[0]).await);
         }
         Mode::Unplanned => {
             world.rig(&["kill-node", "source", "1"]).await?;
@@ -377,6 +389,10 @@ async fn drive(
         }
     }
     world.all_up()?;
+    let source_reads = source_group
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
     let local_specs = [
         (
             Library::Java,
@@ -436,8 +452,8 @@ async fn drive(
             }
         }
     };
-    // The moved producer goes to the gateways once the mirror is STOPPED somewhere (its first
-    // write there carries the source's producer id).
+    // The moved producer and the application's group go to the gateways once the mirror is
+    // STOPPED somewhere (the producer's first write there carries the source's producer id).
     let release_moved = async {
         let deadline = Instant::now() + Duration::from_secs(120);
         while Instant::now() < deadline {
@@ -446,21 +462,25 @@ async fn drive(
                     if s["STOPPED"].as_i64() == Some(PARTITIONS as i64) {
                         moved.store(true, Ordering::Relaxed);
                         hold_moved.store(false, Ordering::Relaxed);
-                        return;
+                        let gateways: Vec<String> = (0..INSTANCES).map(client_addr).collect();
+                        return group::start_member(&gateways.join(","), dir, "destination")
+                            .map(Some);
                     }
                 }
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+        Ok(None)
     };
     let t1 = Instant::now();
-    let (a, b, ()) = tokio::join!(
+    let (a, b, member) = tokio::join!(
         at_failover,
         world.faults(t1, &schedule.after),
         release_moved
     );
     a?;
     b?;
+    let destination_member = member?;
     tokio::time::sleep_until((t1 + Duration::from_millis(schedule.after_ms)).into()).await;
 
     // Quiet: clients stop, every process runs, the source is back to be read.
@@ -499,8 +519,8 @@ async fn drive(
     }
     let report = report.ok_or("no instance has the failover's report")?;
     let rpo = report.rpo;
-    let source_raw = read_settled(source).await?;
-    let destination_log = read_settled(&destination[0]).await?;
+    let source_raw = logs::read_settled(source).await?;
+    let destination_log = logs::read_settled(&destination[0]).await?;
     std::fs::write(dir.join("source.tsv"), logs::dump(&source_raw)).map_err(|e| e.to_string())?;
     std::fs::write(dir.join("destination.tsv"), logs::dump(&destination_log))
         .map_err(|e| e.to_string())?;
@@ -515,6 +535,15 @@ async fn drive(
     });
     std::fs::write(dir.join("history.jsonl"), history_lines.join("\n") + "\n")
         .map_err(|e| e.to_string())?;
+    // The group reads on until it has reached the end of every partition (a minute at most).
+    let destination_reads = match destination_member {
+        Some(m) => {
+            group::wait_caught_up(&m, &destination_log).await;
+            m.into_output().reads
+        }
+        None => Vec::new(),
+    };
+    group::write_reads(dir, &source_reads, &destination_reads)?;
     let verdict = check(&Inputs {
         mode: schedule.mode,
         ops: &ops,
@@ -522,6 +551,10 @@ async fn drive(
         destination: &destination_log,
         barriers: &barriers,
         rpo: &rpo,
+        group: Some(GroupReads {
+            source: &source_reads,
+            destination: &destination_reads,
+        }),
     });
     world.all_up()?;
     let mut panics: Vec<String> = world.with(|v| v.iter().flat_map(|i| i.panics()).collect());
@@ -542,43 +575,4 @@ async fn drive(
         json!(first_local_ack_ms.map(|t| ((t - called_ms) as f64 / 100.0).round() / 10.0));
     std::fs::write(dir.join("verdict.json"), v.to_string()).map_err(|e| e.to_string())?;
     Ok(v)
-}
-
-/// Waits until the destination holds as many records per partition as the source (the agent
-/// caught up): the seconds it took, or `None` after a minute.
-async fn wait_caught_up(source: &str, destination: &str) -> Option<f64> {
-    let started = Instant::now();
-    while started.elapsed() < Duration::from_secs(60) {
-        let s = logs::read_topic(source, TOPIC, PARTITIONS).await;
-        let d = logs::read_topic(destination, TOPIC, PARTITIONS).await;
-        if let (Ok(s), Ok(d)) = (s, d) {
-            if logs::data_counts(&s) == logs::data_counts(&d) {
-                return Some(started.elapsed().as_secs_f64());
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    None
-}
-
-/// The whole topic on `bootstrap`, once two readings agree (60 s at most).
-async fn read_settled(bootstrap: &str) -> Result<Vec<Vec<check::Entry>>, String> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut last: Option<Vec<Vec<check::Entry>>> = None;
-    let mut why = String::new();
-    while Instant::now() < deadline {
-        match logs::read_topic(bootstrap, TOPIC, PARTITIONS).await {
-            Ok(now) => {
-                if last.as_ref() == Some(&now) {
-                    return Ok(now);
-                }
-                last = Some(now);
-            }
-            Err(e) => why = e,
-        }
-        tokio::time::sleep(Duration::from_millis(1000)).await;
-    }
-    Err(format!(
-        "{bootstrap}: {TOPIC} could not be read to a settled end: {why}"
-    ))
 }

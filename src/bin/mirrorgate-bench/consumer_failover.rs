@@ -28,8 +28,8 @@ use serde_json::{json, Value};
 
 use crate::committed_view::TopicView;
 use crate::fleet::admin;
+use crate::group_member::{Member, MemberArgs, Output};
 use crate::{cluster_brokers, Clusters, Rig};
-use clients::{Member, MemberArgs, Output};
 use figures::{compute, Inputs};
 
 /// The isolated rig's port offset: its `third` cluster listens on 127.0.0.1:28092 (controller

@@ -25,6 +25,7 @@ mod consumer_failover;
 mod failover;
 mod failover_fixture;
 mod fleet;
+mod group_member;
 mod handover;
 mod latency;
 mod load;
@@ -193,7 +194,7 @@ enum Bench {
         /// Minutes of load per seed (60 % before the failover); default 2.5.
         #[arg(long)]
         minutes: Option<f64>,
-        /// Switch one protection off in the instances (barrier, fence, screening): the run
+        /// Switch one protection off in the instances (barrier, fence, screening, groups): the run
         /// succeeds only if the checker then fails it (a positive control).
         #[arg(long)]
         sabotage: Option<String>,

@@ -327,9 +327,18 @@ impl<I: GroupIo> Round<'_, I> {
             if c < 0 || !io.owns(&t) || !io.may_sync(&t, p, self.kind) {
                 continue;
             }
-            let Some(tr) = io.partition_map(&t, p).and_then(|m| translate(&m, c)) else {
+            let Some(map) = io.partition_map(&t, p) else {
                 continue;
             };
+            let Some(mut tr) = translate(&map, c) else {
+                continue;
+            };
+            if crate::mirror::fault_hooks::Sabotage::Groups.is_on() {
+                // The chaos run's positive control: the group moved to the mirrored end.
+                if let Some((_, end)) = map.next() {
+                    tr.destination = end;
+                }
+            }
             parts.push(((t, p), c, tr));
         }
         if parts.is_empty() {

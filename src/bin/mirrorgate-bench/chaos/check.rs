@@ -21,7 +21,12 @@
 //!   once, at the offset acknowledged, after `B`; every acknowledged source record is in the
 //!   source's log at its offset, and on the destination unless it is part of the RPO; a record
 //!   whose outcome is unknown or failed is present at most once;
-//! - **order**: each producer's records of a partition appear in the order it sent them.
+//! - **order**: each producer's records of a partition appear in the order it sent them;
+//! - **groups never skip**: every record of the destination's log was read by the application's
+//!   consumer group, on the source before the failover or through the gateways after it. A
+//!   record read by neither is *skipped* when the group read past it on the destination (its
+//!   offsets were moved beyond it), *unread* when the group never got that far by the end (it
+//!   did not catch up). Records read twice are counted (`reread`), not a breach.
 //!
 //! Owns: those rules and the verdict's figures. Must not touch: how the history and the logs are
 //! gathered (`clients.rs`, `logs.rs`).
@@ -31,6 +36,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 
 use super::plan::Mode;
+use crate::group_member::Read;
 
 /// Where a client wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -117,6 +123,17 @@ pub struct Inputs<'a> {
     /// Per partition, the failover report's `rpo_records` (`None`: the report has no figure,
     /// as when the source was dead at completion).
     pub rpo: &'a [Option<i64>],
+    /// What the application's consumer group read (`None`: no group in the workload).
+    pub group: Option<GroupReads<'a>>,
+}
+
+/// What the application's consumer group read on each side.
+#[derive(Clone, Copy)]
+pub struct GroupReads<'a> {
+    /// On the source, before the failover (source offsets).
+    pub source: &'a [Read],
+    /// Through the gateways, after the failover (destination offsets).
+    pub destination: &'a [Read],
 }
 
 /// The checker's figures; `violations` describes the first few breaches.
@@ -137,6 +154,13 @@ pub struct Verdict {
     /// Records whose outcome was unknown or failed, found in the log (once).
     pub uncertain_present: usize,
     pub rpo_records: i64,
+    /// Records of the destination's log the group read on neither side although it read past
+    /// them on the destination (`None`: no group in the workload).
+    pub skipped: Option<usize>,
+    /// Records of the destination's log the group had not reached by the end.
+    pub unread: Option<usize>,
+    /// Records the group read more than once (both sides, or twice on one).
+    pub reread: Option<usize>,
     pub violations: Vec<String>,
 }
 
@@ -150,6 +174,8 @@ impl Verdict {
             && self.barrier_missing == 0
             && self.rpo_mismatch == 0
             && self.mirror_divergence == 0
+            && self.skipped.unwrap_or(0) == 0
+            && self.unread.unwrap_or(0) == 0
     }
 
     fn breach(&mut self, what: String) {
@@ -414,7 +440,60 @@ pub fn check(i: &Inputs) -> Verdict {
             }
         }
     }
+    if let Some(g) = i.group {
+        check_group(&mut v, i.destination, g);
+    }
     v
+}
+
+/// Groups never skip (see the module's rules).
+fn check_group(v: &mut Verdict, destination: &[Vec<Entry>], g: GroupReads) {
+    let mut times: HashMap<&str, usize> = HashMap::new();
+    for r in g.source.iter().chain(g.destination) {
+        *times.entry(r.key.as_str()).or_default() += 1;
+    }
+    // How far the group read each partition on the destination.
+    let mut reached: HashMap<i32, i64> = HashMap::new();
+    for r in g.destination {
+        let e = reached.entry(r.partition).or_insert(r.offset);
+        *e = (*e).max(r.offset);
+    }
+    let (mut skipped, mut unread) = (0, 0);
+    for (p, log) in destination.iter().enumerate() {
+        let past = reached.get(&(p as i32)).copied();
+        let (mut first_skipped, mut skipped_here) = (None, 0);
+        let mut first_unread = None;
+        for e in log {
+            let Entry::Data { offset, key, .. } = e else {
+                continue;
+            };
+            if times.contains_key(key.as_str()) {
+                continue;
+            }
+            if past.is_some_and(|r| r > *offset) {
+                skipped_here += 1;
+                first_skipped.get_or_insert((key.as_str(), *offset));
+            } else {
+                unread += 1;
+                first_unread.get_or_insert(*offset);
+            }
+        }
+        skipped += skipped_here;
+        if let Some((key, offset)) = first_skipped {
+            v.breach(format!(
+                "partition {p}: the group skipped {skipped_here} records, the first {key} at {offset}: read on neither side, while it read up to {} on the destination",
+                past.unwrap_or_default()
+            ));
+        }
+        if let Some(o) = first_unread {
+            v.breach(format!(
+                "partition {p}: the group never read the destination from offset {o} on (it read up to {past:?})"
+            ));
+        }
+    }
+    v.skipped = Some(skipped);
+    v.unread = Some(unread);
+    v.reread = Some(times.values().map(|n| n - 1).sum());
 }
 
 #[cfg(test)]

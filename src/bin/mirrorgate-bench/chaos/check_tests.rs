@@ -47,6 +47,17 @@ struct Run {
     destination: Vec<Vec<Entry>>,
     barriers: Vec<Vec<Option<Barrier>>>,
     rpo: Vec<Option<i64>>,
+    /// The group's reads on the source and on the destination (`None`: no group).
+    group: Option<(Vec<Read>, Vec<Read>)>,
+}
+
+fn read(partition: i32, offset: i64, key: &str) -> Read {
+    Read {
+        partition,
+        offset,
+        key: key.into(),
+        at_ms: 0,
+    }
 }
 
 impl Run {
@@ -74,6 +85,19 @@ impl Run {
             ]],
             barriers: vec![vec![barrier; 3]],
             rpo: vec![Some(0)],
+            group: None,
+        }
+    }
+
+    /// The clean run with a group that read s-0 on the source, then s-1 and l-0 through the
+    /// gateways.
+    fn with_group() -> Run {
+        Run {
+            group: Some((
+                vec![read(0, 0, "s-0")],
+                vec![read(0, 1, "s-1"), read(0, 3, "l-0")],
+            )),
+            ..Run::clean()
         }
     }
 
@@ -85,6 +109,10 @@ impl Run {
             destination: &self.destination,
             barriers: &self.barriers,
             rpo: &self.rpo,
+            group: self.group.as_ref().map(|(s, d)| GroupReads {
+                source: s,
+                destination: d,
+            }),
         })
     }
 }
@@ -260,4 +288,68 @@ fn a_record_no_client_wrote_is_counted() {
     let mut r = Run::clean();
     r.destination[0].push(data(4, LOCAL_PID, "stranger-0"));
     assert_eq!(r.check().mirror_divergence, 1);
+}
+
+#[test]
+fn a_group_that_read_every_record_on_one_side_or_the_other_skipped_none() {
+    let v = Run::with_group().check();
+    assert!(v.ok(), "{v:?}");
+    assert_eq!((v.skipped, v.unread, v.reread), (Some(0), Some(0), Some(0)));
+}
+
+#[test]
+fn without_a_group_the_group_figures_are_absent() {
+    let v = Run::clean().check();
+    assert_eq!((v.skipped, v.unread, v.reread), (None, None, None));
+}
+
+#[test]
+fn a_record_the_group_read_past_on_the_destination_but_never_read_is_skipped() {
+    let mut r = Run::with_group();
+    // The group's offsets were moved past s-1: it read l-0 but s-1 on neither side.
+    r.group = Some((vec![read(0, 0, "s-0")], vec![read(0, 3, "l-0")]));
+    let v = r.check();
+    assert_eq!((v.skipped, v.unread), (Some(1), Some(0)));
+    assert!(!v.ok());
+    assert!(
+        v.violations[0].contains("skipped 1 records, the first s-1 at 1"),
+        "{v:?}"
+    );
+}
+
+#[test]
+fn records_the_group_never_reached_are_unread_and_fail_the_run() {
+    let mut r = Run::with_group();
+    r.group = Some((vec![read(0, 0, "s-0")], vec![read(0, 1, "s-1")]));
+    let v = r.check();
+    assert_eq!((v.skipped, v.unread), (Some(0), Some(1)));
+    assert!(!v.ok());
+}
+
+#[test]
+fn a_record_read_on_both_sides_is_reread_not_a_breach() {
+    let mut r = Run::with_group();
+    r.group = Some((
+        vec![read(0, 0, "s-0"), read(0, 1, "s-1")],
+        vec![read(0, 1, "s-1"), read(0, 3, "l-0")],
+    ));
+    let v = r.check();
+    assert!(v.ok(), "{v:?}");
+    assert_eq!(v.reread, Some(1));
+}
+
+#[test]
+fn barriers_and_control_batches_need_no_reading() {
+    let mut r = Run::with_group();
+    r.destination[0][2] = Entry::DataBarrier { offset: 2 };
+    r.barriers = vec![vec![
+        Some(Barrier {
+            offset: 2,
+            producer_id: None
+        });
+        3
+    ]];
+    let v = r.check();
+    assert!(v.ok(), "{v:?}");
+    assert_eq!(v.unread, Some(0));
 }

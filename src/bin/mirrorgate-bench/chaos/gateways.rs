@@ -22,6 +22,9 @@ use crate::process::{die_with_parent, readyz};
 const BASE: u16 = 18192;
 pub const MIRROR: &str = "chaos";
 pub const STATE_TOPIC: &str = "chaos-state";
+/// How often the agent's owner syncs the application group's offsets: often, so that rounds
+/// meet the faults.
+const GROUP_SYNC_MS: u64 = 1_000;
 
 /// One instance.
 pub struct Instance {
@@ -70,7 +73,7 @@ fn yaml(i: usize, t: &Topology, state: &Path) -> String {
          state_dir: {}\n\
          logging: {{ level: warn }}\n\
          instances:\n  id: gw-{i}\n  state_topic: {STATE_TOPIC}\n  session_timeout_ms: {session_ms}\n\
-         mirrors:\n  - name: {MIRROR}\n    topics: [\"{topic}\"]\n    source: {{ bootstrap: [\"{source}\"] }}\n",
+         mirrors:\n  - name: {MIRROR}\n    topics: [\"{topic}\"]\n    source: {{ bootstrap: [\"{source}\"] }}\n    groups: {{ sync_interval_ms: {GROUP_SYNC_MS} }}\n",
         crate::process::yaml_list(destination),
         state.display()
     )

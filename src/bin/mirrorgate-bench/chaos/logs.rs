@@ -1,11 +1,12 @@
 //! Reading a topic's whole log straight from a cluster's partition leaders, for the checker:
 //! every record up to the high watermark (`read_uncommitted`), with its offset, producer id and
-//! key; control batches as their marker; mirrorgate's data barrier as itself.
+//! key; control batches as their marker; mirrorgate's data barrier as itself. Also the two
+//! waits on those readings: until the agent has caught up, and until a log has settled.
 //!
 //! Owns: the Fetch requests of the checker's reading. Must not touch: the gateways (it never
 //! reads through one), the rules (`check.rs`).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
@@ -17,6 +18,7 @@ use mirrorgate::protocol::barrier::BARRIER_KEY;
 use mirrorgate::protocol::batch::BatchWalker;
 
 use super::check::{Entry, SourceRecord};
+use super::{PARTITIONS, TOPIC};
 
 const FETCH_BYTES: i32 = 8 << 20;
 
@@ -167,4 +169,43 @@ pub fn dump(log: &[Vec<Entry>]) -> String {
         }
     }
     out
+}
+
+/// Waits until the destination holds as many records per partition as the source (the agent
+/// caught up): the seconds it took, or `None` after a minute.
+pub async fn wait_caught_up(source: &str, destination: &str) -> Option<f64> {
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(60) {
+        let s = read_topic(source, TOPIC, PARTITIONS).await;
+        let d = read_topic(destination, TOPIC, PARTITIONS).await;
+        if let (Ok(s), Ok(d)) = (s, d) {
+            if data_counts(&s) == data_counts(&d) {
+                return Some(started.elapsed().as_secs_f64());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    None
+}
+
+/// The whole topic on `bootstrap`, once two readings agree (60 s at most).
+pub async fn read_settled(bootstrap: &str) -> Result<Vec<Vec<Entry>>, String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last: Option<Vec<Vec<Entry>>> = None;
+    let mut why = String::new();
+    while Instant::now() < deadline {
+        match read_topic(bootstrap, TOPIC, PARTITIONS).await {
+            Ok(now) => {
+                if last.as_ref() == Some(&now) {
+                    return Ok(now);
+                }
+                last = Some(now);
+            }
+            Err(e) => why = e,
+        }
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+    }
+    Err(format!(
+        "{bootstrap}: {TOPIC} could not be read to a settled end: {why}"
+    ))
 }

@@ -8,6 +8,11 @@ use serde_json::{json, Value};
 use super::check::Verdict;
 use super::plan::Schedule;
 
+/// A group figure as the summary prints it.
+fn figure(n: Option<usize>) -> String {
+    n.map_or_else(|| "-".to_string(), |n| n.to_string())
+}
+
 pub fn summary(
     s: &Schedule,
     v: &Verdict,
@@ -16,7 +21,7 @@ pub fn summary(
     caught_up: Option<Option<f64>>,
 ) {
     eprintln!(
-        "chaos: seed {}: {} operations, {} acknowledged; lost {}, duplicated {}, out of order {}, after the barrier {}, before it {}, barriers missing {}, RPO mismatches {}, divergent {}; RPO {} records ({} acknowledged); converged {converged}; panics {}{}",
+        "chaos: seed {}: {} operations, {} acknowledged; lost {}, duplicated {}, out of order {}, after the barrier {}, before it {}, barriers missing {}, RPO mismatches {}, divergent {}; group: skipped {}, unread {}, reread {}; RPO {} records ({} acknowledged); converged {converged}; panics {}{}",
         s.seed,
         v.operations,
         v.acked,
@@ -28,6 +33,9 @@ pub fn summary(
         v.barrier_missing,
         v.rpo_mismatch,
         v.mirror_divergence,
+        figure(v.skipped),
+        figure(v.unread),
+        figure(v.reread),
         v.rpo_records,
         v.unmirrored_acked,
         panics.len(),
@@ -71,7 +79,9 @@ pub fn verdict_json(
         "barrier_missing": v.barrier_missing,
         "rpo_mismatch": v.rpo_mismatch,
         "mirror_divergence": v.mirror_divergence,
-        "skipped": Value::Null,
+        "skipped": v.skipped,
+        "unread": v.unread,
+        "reread": v.reread,
         "rpo_records_logs": v.rpo_records,
         "rpo_records_report": reported,
         "unmirrored_acked": v.unmirrored_acked,

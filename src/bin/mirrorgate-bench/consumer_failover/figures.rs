@@ -7,14 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-/// A record a group member read: partition, offset, key, and when (ms since the epoch).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Read {
-    pub partition: i32,
-    pub offset: i64,
-    pub key: String,
-    pub at_ms: i64,
-}
+pub use crate::group_member::Read;
 
 /// A record of a log: partition, offset, key.
 pub type Logged = (i32, i64, String);
