@@ -3,18 +3,19 @@
 //! brokers (docs/reliability.md, "The chaos run").
 //!
 //! The cluster under test, all on this machine: an isolated rig (run directory
-//! `target/chaos/rig`, ports +1500) with a source (one broker) and a destination (two brokers),
+//! `target/chaos/rig`, ports +1500) with a source (one broker) and a destination (three brokers),
 //! and three gateway instances sharing a state topic, each configured with the mirror's built-in
 //! agent (one runs it at a time). The workload: idempotent producers on the source (the Java
 //! client, librdkafka, kafka-python), the moved producer and, after the failover call, local
 //! producers through every instance and the late mirror writer (`probes.rs`); the application's
-//! consumer group, on the source until the failover call and through the gateways once the
+//! consumer group, on the source until it stops before the failover and through the gateways once the
 //! mirror is STOPPED. The nemesis
 //! (`plan.rs`, drawn from the seed): SIGSTOP/SIGCONT and SIGKILL/restart of instances, SIGKILL
 //! and restart of a destination broker, a planned failover or one with the source killed,
 //! through a random instance after a dry run, and a pause of another instance or a kill of the
-//! driver while it runs. When everything is quiet again the checker (`check.rs`) reads both
-//! logs and decides.
+//! driver while it runs. At a planned failover's quiet point the agent's PSM is compared with
+//! the leaders' producer state (`psm.rs`). When everything is quiet again the checker
+//! (`check.rs`) reads both logs and decides.
 //!
 //! Output: `target/chaos/seed-S/` holds `schedule.json` (`--replay` reads it back),
 //! `history.jsonl` (one operation a line), `verdict.json`, the instances' and clients' logs; a
@@ -27,6 +28,7 @@
 
 mod check;
 mod clients;
+mod disk;
 mod gateways;
 mod group;
 mod lock;
@@ -34,6 +36,7 @@ mod logs;
 mod output;
 mod plan;
 mod probes;
+mod psm;
 mod world;
 
 use std::path::Path;
@@ -58,6 +61,9 @@ use world::World;
 /// 30594), free in the shared rig's layout and below the ephemeral port range.
 const PORT_OFFSET: i32 = 1500;
 const TOPIC: &str = "chaos-events";
+/// The destination: the rig's `wide` cluster (three brokers, internal topics replicated three
+/// times).
+const DESTINATION: &str = "wide";
 const PARTITIONS: i32 = 3;
 /// The instances' session timeout: pauses of the schedule go past it.
 const SESSION_MS: u64 = 6_000;
@@ -241,6 +247,7 @@ async fn run_one(
     schedule: &Schedule,
     sabotage: Option<&str>,
 ) -> Result<Value, String> {
+    disk::unmount_under(dir);
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     let text = serde_json::to_string_pretty(schedule).map_err(|e| e.to_string())?;
@@ -260,11 +267,25 @@ async fn run_one(
     // A rig left behind by an interrupted run is stopped first: every run starts clean.
     let _ = rig.run(&["down"]);
     let _ = std::fs::remove_dir_all(rig_dir.join("source"));
-    let _ = std::fs::remove_dir_all(rig_dir.join("destination"));
-    let (clusters, addrs) = Clusters::ensure_in(rig.clone(), &["source", "destination"], true)?;
+    let _ = std::fs::remove_dir_all(rig_dir.join(DESTINATION));
+    let (clusters, addrs) = Clusters::ensure_in(rig.clone(), &["source", DESTINATION], true)?;
     let source = cluster_brokers(&addrs, "source")?.remove(0);
-    let destination = cluster_brokers(&addrs, "destination")?;
+    let destination = cluster_brokers(&addrs, DESTINATION)?;
     crate::topics::create(&source, &[(TOPIC.to_string(), PARTITIONS)]).await?;
+    // The destination topic as production runs it: three replicas, two in sync for acks=all,
+    // so that a broker killed moves leaders (the agent would copy the source's one replica).
+    let mut admin_client =
+        mirrorgate::client::KafkaClient::connect(&destination[0], Duration::from_secs(10))
+            .await
+            .map_err(|e| format!("destination: {e}"))?;
+    mirrorgate::client::ops::create_topic(
+        &mut admin_client,
+        TOPIC,
+        PARTITIONS,
+        3,
+        &[("min.insync.replicas".to_string(), "2".to_string())],
+    )
+    .await?;
 
     let env: Vec<(String, String)> = sabotage
         .map(|s| vec![("MIRRORGATE_TEST_SABOTAGE".to_string(), s.to_string())])
@@ -323,6 +344,13 @@ async fn drive(
             Origin::Source,
             source.to_string(),
             15,
+        ),
+        (
+            Library::JavaTransactional,
+            "tx",
+            Origin::Source,
+            source.to_string(),
+            20,
         ),
     ];
     let source_producers = start_producers(&source_specs, &history, dir)?;
@@ -389,6 +417,11 @@ async fn drive(
         }
     }
     world.all_up()?;
+    // Planned: nothing is written any more, so the agent's PSM must be what the leaders keep.
+    let psm_diff = match schedule.mode {
+        Mode::Planned => Some(psm::quiet(&destination[0]).await),
+        Mode::Unplanned => None,
+    };
     let source_reads = source_group
         .await
         .map_err(|e| e.to_string())?
@@ -524,7 +557,7 @@ async fn drive(
     std::fs::write(dir.join("source.tsv"), logs::dump(&source_raw)).map_err(|e| e.to_string())?;
     std::fs::write(dir.join("destination.tsv"), logs::dump(&destination_log))
         .map_err(|e| e.to_string())?;
-    let source_log = logs::source_records(source_raw);
+    let source_records = logs::source_records(source_raw.clone());
     let (ops, history_lines) = clients::with(&history, |h| {
         let lines: Vec<String> = h
             .ops()
@@ -547,7 +580,8 @@ async fn drive(
     let verdict = check(&Inputs {
         mode: schedule.mode,
         ops: &ops,
-        source: &source_log,
+        source: &source_records,
+        source_log: &source_raw,
         destination: &destination_log,
         barriers: &barriers,
         rpo: &rpo,
@@ -561,8 +595,12 @@ async fn drive(
     if let Ok(c) = world.crashes.lock() {
         panics.extend(c.iter().cloned());
     }
-    let ok = verdict.ok() && converged && panics.is_empty();
+    let psm_ok = psm_diff.as_ref().is_none_or(Vec::is_empty);
+    let ok = verdict.ok() && converged && panics.is_empty() && psm_ok;
     summary(schedule, &verdict, converged, &panics, caught_up);
+    for d in psm_diff.iter().flatten().take(10) {
+        eprintln!("chaos:   PSM: {d}");
+    }
     let first_local_ack_ms = ops
         .iter()
         .filter(|o| o.origin == Origin::Local)
@@ -571,6 +609,12 @@ async fn drive(
         .min();
     let mut v = verdict_json(schedule, &verdict, &rpo, converged, &panics, sabotage, ok);
     v["rto_seconds"] = json!(report.rto_seconds);
+    v["psm_mismatch"] = json!(psm_diff.as_ref().map(Vec::len));
+    if let Some(d) = psm_diff.filter(|d| !d.is_empty()) {
+        if let Some(list) = v["violations"].as_array_mut() {
+            list.extend(d.into_iter().take(10).map(|x| json!(format!("PSM: {x}"))));
+        }
+    }
     v["first_local_ack_s"] =
         json!(first_local_ack_ms.map(|t| ((t - called_ms) as f64 / 100.0).round() / 10.0));
     std::fs::write(dir.join("verdict.json"), v.to_string()).map_err(|e| e.to_string())?;

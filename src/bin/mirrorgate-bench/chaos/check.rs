@@ -22,6 +22,8 @@
 //!   source's log at its offset, and on the destination unless it is part of the RPO; a record
 //!   whose outcome is unknown or failed is present at most once;
 //! - **order**: each producer's records of a partition appear in the order it sent them;
+//! - **read_committed**: what a `read_committed` consumer sees of the mirrored part is what it
+//!   sees of the source (`committed.rs`);
 //! - **groups never skip**: every record of the destination's log was read by the application's
 //!   consumer group, on the source before the failover or through the gateways after it. A
 //!   record read by neither is *skipped* when the group read past it on the destination (its
@@ -37,6 +39,8 @@ use serde::Serialize;
 
 use super::plan::Mode;
 use crate::group_member::Read;
+
+mod committed;
 
 /// Where a client wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -88,9 +92,15 @@ pub enum Entry {
         producer_id: i64,
         producer_epoch: i16,
         key: String,
+        /// Written in a transaction (read_committed shows it once its COMMIT marker follows).
+        transactional: bool,
     },
-    /// A control batch's marker.
-    Control { offset: i64, producer_id: i64 },
+    /// A control batch's marker: COMMIT (`commit`) or ABORT.
+    Control {
+        offset: i64,
+        producer_id: i64,
+        commit: bool,
+    },
     /// mirrorgate's data barrier record.
     DataBarrier { offset: i64 },
 }
@@ -116,6 +126,8 @@ pub struct Inputs<'a> {
     pub ops: &'a [Op],
     /// Per partition, the source's log (data records).
     pub source: &'a [Vec<SourceRecord>],
+    /// Per partition, the source's log with its markers (for the transactions' rule).
+    pub source_log: &'a [Vec<Entry>],
     /// Per partition, the destination's log.
     pub destination: &'a [Vec<Entry>],
     /// Per partition, the barrier each instance reports (one entry per instance).
@@ -161,6 +173,11 @@ pub struct Verdict {
     pub unread: Option<usize>,
     /// Records the group read more than once (both sides, or twice on one).
     pub reread: Option<usize>,
+    /// Records whose `read_committed` visibility differs between the source and the mirrored
+    /// part of the destination where it may not (`committed.rs`).
+    pub committed_mismatch: usize,
+    /// Records committed on the source whose commit an unplanned failover could not mirror.
+    pub committed_unmirrored: usize,
     pub violations: Vec<String>,
 }
 
@@ -176,6 +193,7 @@ impl Verdict {
             && self.mirror_divergence == 0
             && self.skipped.unwrap_or(0) == 0
             && self.unread.unwrap_or(0) == 0
+            && self.committed_mismatch == 0
     }
 
     fn breach(&mut self, what: String) {
@@ -243,6 +261,7 @@ pub fn check(i: &Inputs) -> Verdict {
                     Entry::Control {
                         offset,
                         producer_id,
+                        ..
                     },
                     Some(pid),
                 ) => *offset == b.offset && *producer_id == pid,
@@ -267,6 +286,7 @@ pub fn check(i: &Inputs) -> Verdict {
                     producer_id,
                     producer_epoch,
                     key,
+                    ..
                 } if before(*offset) && origin(key) == Some(Origin::Source) => {
                     let e = mirrored_pids.entry(*producer_id).or_insert(*producer_epoch);
                     *e = (*e).max(*producer_epoch);
@@ -329,6 +349,7 @@ pub fn check(i: &Inputs) -> Verdict {
                 producer_id,
                 producer_epoch,
                 key,
+                ..
             } = e
             else {
                 continue;
@@ -442,6 +463,16 @@ pub fn check(i: &Inputs) -> Verdict {
     }
     if let Some(g) = i.group {
         check_group(&mut v, i.destination, g);
+    }
+    let from_source: std::collections::HashSet<&str> = i
+        .ops
+        .iter()
+        .filter(|o| o.origin == Origin::Source)
+        .map(|o| o.key.as_str())
+        .collect();
+    for (p, log) in i.destination.iter().enumerate() {
+        let source = i.source_log.get(p).map(Vec::as_slice).unwrap_or(&[]);
+        committed::check_partition(&mut v, i.mode, p, source, log, barrier_at[p], &from_source);
     }
     v
 }

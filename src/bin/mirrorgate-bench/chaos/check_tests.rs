@@ -29,6 +29,25 @@ fn data(offset: i64, producer_id: i64, key: &str) -> Entry {
         producer_id,
         producer_epoch: 0,
         key: key.into(),
+        transactional: false,
+    }
+}
+
+fn txn_data(offset: i64, producer_id: i64, key: &str) -> Entry {
+    Entry::Data {
+        offset,
+        producer_id,
+        producer_epoch: 0,
+        key: key.into(),
+        transactional: true,
+    }
+}
+
+fn marker(offset: i64, producer_id: i64, commit: bool) -> Entry {
+    Entry::Control {
+        offset,
+        producer_id,
+        commit,
     }
 }
 
@@ -49,6 +68,8 @@ struct Run {
     rpo: Vec<Option<i64>>,
     /// The group's reads on the source and on the destination (`None`: no group).
     group: Option<(Vec<Read>, Vec<Read>)>,
+    /// The source's log with markers (`None`: `source` as plain records of the mirrored id).
+    source_log: Option<Vec<Vec<Entry>>>,
 }
 
 fn read(partition: i32, offset: i64, key: &str) -> Read {
@@ -77,15 +98,13 @@ impl Run {
             destination: vec![vec![
                 data(0, MIRRORED_PID, "s-0"),
                 data(1, MIRRORED_PID, "s-1"),
-                Entry::Control {
-                    offset: 2,
-                    producer_id: BARRIER_PID,
-                },
+                marker(2, BARRIER_PID, false),
                 data(3, LOCAL_PID, "l-0"),
             ]],
             barriers: vec![vec![barrier; 3]],
             rpo: vec![Some(0)],
             group: None,
+            source_log: None,
         }
     }
 
@@ -102,7 +121,17 @@ impl Run {
     }
 
     fn check(&self) -> Verdict {
+        let plain: Vec<Vec<Entry>> = self
+            .source
+            .iter()
+            .map(|p| {
+                p.iter()
+                    .map(|r| data(r.offset, MIRRORED_PID, &r.key))
+                    .collect()
+            })
+            .collect();
         check(&Inputs {
+            source_log: self.source_log.as_ref().unwrap_or(&plain),
             mode: self.mode,
             ops: &self.ops,
             source: &self.source,
@@ -193,6 +222,7 @@ fn a_mirrored_producer_id_at_a_higher_epoch_is_no_collision() {
         producer_id: MIRRORED_PID,
         producer_epoch: 1,
         key: "l-0".into(),
+        transactional: false,
     };
     let v = r.check();
     assert!(v.ok(), "{v:?}");
@@ -352,4 +382,146 @@ fn barriers_and_control_batches_need_no_reading() {
     let v = r.check();
     assert!(v.ok(), "{v:?}");
     assert_eq!(v.unread, Some(0));
+}
+
+/// A planned run whose source partition holds a committed transaction (t-0, t-1), an aborted
+/// one (t-2) and a plain record (s-0), mirrored as they are before the barrier at 7.
+fn with_transactions() -> Run {
+    const TXN_PID: i64 = 9;
+    let source_log = vec![
+        txn_data(0, TXN_PID, "t-0"),
+        txn_data(1, TXN_PID, "t-1"),
+        marker(2, TXN_PID, true),
+        txn_data(3, TXN_PID, "t-2"),
+        marker(4, TXN_PID, false),
+        data(5, MIRRORED_PID, "s-0"),
+    ];
+    let mut destination = source_log.clone();
+    destination.push(marker(6, BARRIER_PID, false));
+    destination.push(data(7, LOCAL_PID, "l-0"));
+    Run {
+        mode: Mode::Planned,
+        ops: vec![
+            op("t", Origin::Source, 0, acked(0, 0)),
+            op("t", Origin::Source, 1, acked(0, 1)),
+            op(
+                "t",
+                Origin::Source,
+                2,
+                Outcome::Failed {
+                    reason: "aborted".into(),
+                },
+            ),
+            op("s", Origin::Source, 0, acked(0, 5)),
+            op("l", Origin::Local, 0, acked(0, 7)),
+        ],
+        source: vec![vec![
+            src(0, "t-0"),
+            src(1, "t-1"),
+            src(3, "t-2"),
+            src(5, "s-0"),
+        ]],
+        destination: vec![destination],
+        barriers: vec![vec![
+            Some(Barrier {
+                offset: 6,
+                producer_id: Some(BARRIER_PID)
+            });
+            3
+        ]],
+        rpo: vec![Some(0)],
+        group: None,
+        source_log: Some(vec![source_log]),
+    }
+}
+
+#[test]
+fn transactions_mirrored_with_their_markers_show_the_same_committed_view() {
+    let v = with_transactions().check();
+    assert!(v.ok(), "{v:?}");
+    assert_eq!((v.committed_mismatch, v.committed_unmirrored), (0, 0));
+}
+
+#[test]
+fn a_transaction_aborted_on_the_source_but_committed_on_the_destination_is_a_mismatch() {
+    let mut r = with_transactions();
+    r.destination[0][4] = marker(4, 9, true);
+    let v = r.check();
+    assert_eq!(v.committed_mismatch, 1, "{v:?}");
+    assert!(v.violations[0].contains("t-2 at 3 is visible"), "{v:?}");
+}
+
+#[test]
+fn a_committed_transaction_aborted_on_the_destination_fails_a_planned_failover() {
+    let mut r = with_transactions();
+    r.destination[0][2] = marker(2, 9, false);
+    let v = r.check();
+    assert_eq!(v.committed_mismatch, 2, "{v:?}");
+}
+
+/// An unplanned run: transaction t-0, t-1 of producer 9 and a plain s-0 on the source, the
+/// COMMIT at `commit_at` (3: after s-0, 2: before it); the destination holds the three records,
+/// the failover's ABORT of producer 9 at 3, the barrier at 4 and a local record.
+fn unplanned_with_commit_at(commit_at: i64) -> Run {
+    let s0_at = if commit_at == 3 { 2 } else { 3 };
+    let mut source_log = vec![
+        txn_data(0, 9, "t-0"),
+        txn_data(1, 9, "t-1"),
+        data(s0_at, MIRRORED_PID, "s-0"),
+        marker(commit_at, 9, true),
+    ];
+    source_log.sort_by_key(|e| match e {
+        Entry::Data { offset, .. } | Entry::Control { offset, .. } => *offset,
+        Entry::DataBarrier { offset } => *offset,
+    });
+    let destination = vec![
+        txn_data(0, 9, "t-0"),
+        txn_data(1, 9, "t-1"),
+        data(2, MIRRORED_PID, "s-0"),
+        marker(3, 9, false),
+        marker(4, BARRIER_PID, false),
+        data(5, LOCAL_PID, "l-0"),
+    ];
+    Run {
+        mode: Mode::Unplanned,
+        ops: vec![
+            op("t", Origin::Source, 0, acked(0, 0)),
+            op("t", Origin::Source, 1, acked(0, 1)),
+            op("s", Origin::Source, 0, acked(0, s0_at)),
+            op("l", Origin::Local, 0, acked(0, 5)),
+        ],
+        source: vec![vec![src(0, "t-0"), src(1, "t-1"), src(s0_at, "s-0")]],
+        destination: vec![destination],
+        barriers: vec![vec![
+            Some(Barrier {
+                offset: 4,
+                producer_id: Some(BARRIER_PID)
+            });
+            3
+        ]],
+        rpo: vec![Some(0)],
+        group: None,
+        source_log: Some(vec![source_log]),
+    }
+}
+
+#[test]
+fn an_unplanned_failover_may_abort_a_transaction_whose_commit_it_never_mirrored() {
+    let v = unplanned_with_commit_at(3).check();
+    assert!(v.ok(), "{v:?}");
+    assert_eq!(
+        (v.committed_mismatch, v.committed_unmirrored),
+        (0, 2),
+        "{v:?}"
+    );
+}
+
+#[test]
+fn an_unplanned_failover_may_not_abort_a_transaction_committed_before_records_it_mirrored() {
+    let v = unplanned_with_commit_at(2).check();
+    assert_eq!(
+        (v.committed_mismatch, v.committed_unmirrored),
+        (2, 0),
+        "{v:?}"
+    );
 }

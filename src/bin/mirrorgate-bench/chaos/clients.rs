@@ -22,6 +22,9 @@ use crate::repo;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Library {
     Java,
+    /// The Java client in transactions of four records, every fifth aborted
+    /// (ChaosTxnProducer.java).
+    JavaTransactional,
     Librdkafka,
     KafkaPython,
 }
@@ -30,6 +33,7 @@ impl Library {
     pub fn as_str(self) -> &'static str {
         match self {
             Library::Java => "java",
+            Library::JavaTransactional => "java-transactional",
             Library::Librdkafka => "librdkafka",
             Library::KafkaPython => "kafka-python",
         }
@@ -152,10 +156,14 @@ impl Producer {
             .map_err(|e| e.to_string())?;
         let rate = per_second.to_string();
         let mut cmd = match library {
-            Library::Java => {
+            Library::Java | Library::JavaTransactional => {
+                let class = match library {
+                    Library::JavaTransactional => "ChaosTxnProducer.java",
+                    _ => "ChaosProducer.java",
+                };
                 let mut c = Command::new(repo().join("integration/rig"));
                 c.arg("java")
-                    .arg(repo().join("integration/clients/java/ChaosProducer.java"));
+                    .arg(repo().join("integration/clients/java").join(class));
                 c
             }
             Library::Librdkafka | Library::KafkaPython => {

@@ -15,6 +15,7 @@ use hyper::Method;
 use serde_json::Value;
 
 use super::check::Barrier;
+use super::disk::Disk;
 use crate::fleet::admin;
 use crate::process::{die_with_parent, readyz};
 
@@ -34,6 +35,8 @@ pub struct Instance {
     paused: bool,
     /// Extra environment (the sabotage).
     env: Vec<(String, String)>,
+    /// The disk its state directory lives on (`disk.rs`).
+    disk: Disk,
 }
 
 /// The client, mirror and admin ports of instance `i`.
@@ -90,8 +93,12 @@ impl Instance {
     ) -> Result<Instance, String> {
         let dir = work.join(format!("gw-{i}"));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let (disk, why) = Disk::mount(&dir);
+        if let (Some(why), 0) = (why, i) {
+            eprintln!("chaos: no disk of their own for the state directories ({why}): full-disk faults have no effect in this run");
+        }
         let config = dir.join("mirrorgate.yaml");
-        let text = yaml(i, topology, &dir.join("state"));
+        let text = yaml(i, topology, &disk.state_dir);
         std::fs::write(&config, text).map_err(|e| e.to_string())?;
         crate::process::state_init(bin, &config).map_err(|e| format!("instance {i}: {e}"))?;
         Ok(Instance {
@@ -100,6 +107,7 @@ impl Instance {
             child: None,
             paused: false,
             env,
+            disk,
         })
     }
 
@@ -180,6 +188,18 @@ impl Instance {
             .filter(|l| l.contains("panicked"))
             .map(str::to_string)
             .collect()
+    }
+}
+
+impl Instance {
+    /// Fills the disk of the state directory: whether it is full.
+    pub fn fill_disk(&self) -> bool {
+        self.disk.fill()
+    }
+
+    /// Frees the disk of the state directory.
+    pub fn free_disk(&self) {
+        self.disk.free()
     }
 }
 

@@ -22,6 +22,11 @@ use super::{PARTITIONS, TOPIC};
 
 const FETCH_BYTES: i32 = 8 << 20;
 
+/// A control record's key is its version (2 bytes) and type (2 bytes: 0 ABORT, 1 COMMIT).
+fn control_is_commit(k: &Option<Bytes>) -> bool {
+    k.as_deref().and_then(|k| k.get(2..4)) == Some(&[0, 1][..])
+}
+
 fn key_text(k: &Option<Bytes>) -> String {
     k.as_ref()
         .map(|k| String::from_utf8_lossy(k).into_owned())
@@ -90,6 +95,7 @@ async fn read_partition(leader: &str, topic: &str, p: i32) -> Result<Vec<Entry>,
                     Entry::Control {
                         offset: r.offset,
                         producer_id: r.producer_id,
+                        commit: control_is_commit(&r.key),
                     }
                 } else if r.producer_id == -1 && r.key.as_deref() == Some(BARRIER_KEY) {
                     Entry::DataBarrier { offset: r.offset }
@@ -99,6 +105,7 @@ async fn read_partition(leader: &str, topic: &str, p: i32) -> Result<Vec<Entry>,
                         producer_id: r.producer_id,
                         producer_epoch: r.producer_epoch,
                         key: key_text(&r.key),
+                        transactional: r.transactional,
                     }
                 });
             }
@@ -146,7 +153,8 @@ pub fn data_counts(log: &[Vec<Entry>]) -> Vec<usize> {
         .collect()
 }
 
-/// The log as text, one entry a line (`partition offset kind producer_id epoch key`), kept next
+/// The log as text, one entry a line (`partition offset kind producer_id epoch key`; kind: data,
+/// txn-data, commit, abort, barrier), kept next
 /// to the history to read a failing seed.
 pub fn dump(log: &[Vec<Entry>]) -> String {
     let mut out = String::new();
@@ -158,11 +166,19 @@ pub fn dump(log: &[Vec<Entry>]) -> String {
                     producer_id,
                     producer_epoch,
                     key,
-                } => format!("{p}\t{offset}\tdata\t{producer_id}\t{producer_epoch}\t{key}\n"),
+                    transactional,
+                } => {
+                    let kind = if *transactional { "txn-data" } else { "data" };
+                    format!("{p}\t{offset}\t{kind}\t{producer_id}\t{producer_epoch}\t{key}\n")
+                }
                 Entry::Control {
                     offset,
                     producer_id,
-                } => format!("{p}\t{offset}\tcontrol\t{producer_id}\t\t\n"),
+                    commit,
+                } => {
+                    let kind = if *commit { "commit" } else { "abort" };
+                    format!("{p}\t{offset}\t{kind}\t{producer_id}\t\t\n")
+                }
                 Entry::DataBarrier { offset } => format!("{p}\t{offset}\tbarrier\t-1\t\t\n"),
             };
             out.push_str(&line);

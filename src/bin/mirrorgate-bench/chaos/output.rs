@@ -21,7 +21,7 @@ pub fn summary(
     caught_up: Option<Option<f64>>,
 ) {
     eprintln!(
-        "chaos: seed {}: {} operations, {} acknowledged; lost {}, duplicated {}, out of order {}, after the barrier {}, before it {}, barriers missing {}, RPO mismatches {}, divergent {}; group: skipped {}, unread {}, reread {}; RPO {} records ({} acknowledged); converged {converged}; panics {}{}",
+        "chaos: seed {}: {} operations, {} acknowledged; lost {}, duplicated {}, out of order {}, after the barrier {}, before it {}, barriers missing {}, RPO mismatches {}, divergent {}; group: skipped {}, unread {}, reread {}; read_committed mismatches {} (unmirrored commits {}); RPO {} records ({} acknowledged); converged {converged}; panics {}{}",
         s.seed,
         v.operations,
         v.acked,
@@ -36,6 +36,8 @@ pub fn summary(
         figure(v.skipped),
         figure(v.unread),
         figure(v.reread),
+        v.committed_mismatch,
+        v.committed_unmirrored,
         v.rpo_records,
         v.unmirrored_acked,
         panics.len(),
@@ -82,6 +84,8 @@ pub fn verdict_json(
         "skipped": v.skipped,
         "unread": v.unread,
         "reread": v.reread,
+        "committed_mismatch": v.committed_mismatch,
+        "committed_unmirrored": v.committed_unmirrored,
         "rpo_records_logs": v.rpo_records,
         "rpo_records_report": reported,
         "unmirrored_acked": v.unmirrored_acked,

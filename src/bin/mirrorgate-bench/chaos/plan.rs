@@ -57,8 +57,15 @@ pub enum Fault {
     PauseGateway { instance: usize, ms: u64 },
     /// SIGKILL a gateway instance, start it again `ms` later on its state directory.
     KillGateway { instance: usize, ms: u64 },
-    /// SIGKILL the destination's second broker, start it again `ms` later.
-    KillBroker { ms: u64 },
+    /// Fill the disk of a gateway instance's state directory, free it `ms` later.
+    FullDisk { instance: usize, ms: u64 },
+    /// SIGKILL a destination broker that is not the controller (`node` 2 or 3), start it again
+    /// `ms` later.
+    KillBroker {
+        #[serde(default = "second_broker")]
+        node: u32,
+        ms: u64,
+    },
 }
 
 impl Fault {
@@ -67,9 +74,15 @@ impl Fault {
         match *self {
             Fault::PauseGateway { ms, .. }
             | Fault::KillGateway { ms, .. }
-            | Fault::KillBroker { ms } => ms,
+            | Fault::FullDisk { ms, .. }
+            | Fault::KillBroker { ms, .. } => ms,
         }
     }
+}
+
+/// The broker a schedule written before brokers were drawn kills.
+fn second_broker() -> u32 {
+    2
 }
 
 /// A fault at `at_ms` after its phase began.
@@ -175,7 +188,7 @@ fn faults(rng: &mut Rng, phase_ms: u64, session_ms: u64) -> Vec<Timed> {
     let mut at = rng.range(2_000, 5_000);
     loop {
         let instance = rng.range(0, INSTANCES as u64 - 1) as usize;
-        let fault = match rng.range(0, 9) {
+        let fault = match rng.range(0, 11) {
             0..=3 => Fault::PauseGateway {
                 instance,
                 ms: pause_ms(rng, session_ms),
@@ -184,7 +197,12 @@ fn faults(rng: &mut Rng, phase_ms: u64, session_ms: u64) -> Vec<Timed> {
                 instance,
                 ms: rng.range(1_000, 6_000),
             },
+            8..=9 => Fault::FullDisk {
+                instance,
+                ms: rng.range(2_000, 10_000),
+            },
             _ => Fault::KillBroker {
+                node: 2 + rng.range(0, 1) as u32,
                 ms: rng.range(2_000, 8_000),
             },
         };
@@ -225,10 +243,23 @@ mod tests {
         assert!(faults
             .iter()
             .any(|f| matches!(f, Fault::KillGateway { .. })));
-        assert!(faults.iter().any(|f| matches!(f, Fault::KillBroker { .. })));
+        assert!(faults
+            .iter()
+            .any(|f| matches!(f, Fault::KillBroker { node: 2, .. })));
+        assert!(faults
+            .iter()
+            .any(|f| matches!(f, Fault::KillBroker { node: 3, .. })));
+        assert!(faults.iter().any(|f| matches!(f, Fault::FullDisk { .. })));
         assert!(all
             .iter()
             .any(|s| matches!(s.at_failover, AtFailover::KillDriver { .. })));
+    }
+
+    #[test]
+    fn a_schedule_written_before_brokers_were_drawn_kills_the_second() {
+        let t: Timed =
+            serde_json::from_str(r#"{"at_ms":5,"fault":"kill_broker","ms":100}"#).expect("parses");
+        assert_eq!(t.fault, Fault::KillBroker { node: 2, ms: 100 });
     }
 
     #[test]

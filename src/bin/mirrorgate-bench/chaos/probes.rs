@@ -128,8 +128,8 @@ pub async fn moved_producer(m: Moved, history: Shared) {
     let mut seqs = vec![0i32; m.partitions as usize];
     let mut on_gateway = false;
     let mut n = 0u64;
-    // A record that failed on the source is sent again with its sequence (the idempotent
-    // producer's retry), until the failover moves the producer.
+    // A record without an answer is sent again with its sequence (the idempotent producer's
+    // retry); moving to the gateways starts afresh.
     let mut retry: Option<(String, i32)> = None;
     let mut init_failures = 0u64;
     while !m.stop.load(Ordering::Relaxed) {
@@ -195,15 +195,17 @@ pub async fn moved_producer(m: Moved, history: Shared) {
                 with(&history, |h| {
                     h.answered(&key, Outcome::Failed { reason }, now_ms())
                 });
-                if on_gateway {
-                    if refused {
-                        // Refused (screened, fenced epoch, sequence): a new id from the gateway.
-                        producer = None;
-                    } else {
-                        // The instance is away: the next one.
+                if on_gateway && refused {
+                    // Refused (screened, fenced epoch, sequence): a new id from the gateway.
+                    producer = None;
+                } else {
+                    // No answer (the instance or a broker away): the outcome is unknown, so the
+                    // same record goes again with its sequence, as an idempotent producer
+                    // retries a batch. Another record under that sequence would be taken for a
+                    // duplicate of this one if it was written: acknowledged, not written.
+                    if on_gateway {
                         m.target.fetch_add(1, Ordering::Relaxed);
                     }
-                } else {
                     retry = Some((key, partition));
                 }
             }

@@ -54,10 +54,18 @@ impl World {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
                 self.with(|v| v[instance].start(&self.bin))?;
             }
-            Fault::KillBroker { ms } => {
-                self.rig(&["kill-node", "destination", "2"]).await?;
+            Fault::FullDisk { instance, ms } => {
+                if !self.with(|v| v[instance].fill_disk()) {
+                    eprintln!("chaos: the disk of instance {instance} could not be filled");
+                }
                 tokio::time::sleep(Duration::from_millis(ms)).await;
-                self.rig(&["start-node", "destination", "2"]).await?;
+                self.with(|v| v[instance].free_disk());
+            }
+            Fault::KillBroker { node, ms } => {
+                let node = node.to_string();
+                self.rig(&["kill-node", super::DESTINATION, &node]).await?;
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                self.rig(&["start-node", super::DESTINATION, &node]).await?;
             }
         }
         Ok(())
