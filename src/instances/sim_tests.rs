@@ -15,9 +15,14 @@
 //! with the same id (its unsent writes gone, its sent ones still landing), its wall clock moved.
 //! A driver killed or paused mid-failover is taken over as the controller does it: the
 //! instance the state topic names claims the failover at the next epoch, and the first claim
-//! of an epoch drives; the checker also fails a run where two instances drive one epoch. Not
-//! modelled yet: handovers and adoption, agent ownership, VM pauses that stop the lease clock
-//! (review G13, an operator condition).
+//! of an epoch drives; the checker also fails a run where two instances drive one epoch. Every
+//! process could run the mirror's built-in agent: it appends for the agent at each step while
+//! [`PeerLink::agent_turn`] says it owns it (asked right before the append), and the checker
+//! fails a run where two instances append at one ownership epoch, where an append comes at an
+//! epoch below one that already appended, or where not exactly one process runs the agent at
+//! the end. Not modelled yet: handovers and adoption, where an agent's append lands (the
+//! destination's side of review G2), VM pauses that stop the lease clock (review G13, an
+//! operator condition).
 //!
 //! The model of a mirror write follows the gateway: admitted when [`PeerLink::mirror_write_refusal`]
 //! says nothing, sent at the process's next step only while its lease holds and before the send
@@ -61,6 +66,9 @@ pub enum Sabotage {
     SendDeadline,
     /// The barrier is not checked again for the writes of instances it waited out (before G1).
     Settle,
+    /// A process back from a pause appends once for the agent on the ownership it had before
+    /// the pause: ownership asked once a tick, not right before each append (before G2).
+    OwnershipTick,
 }
 
 /// splitmix64: a stable generator, so that a seed replays the same run on every version of
@@ -181,6 +189,9 @@ struct Proc {
     clock_offset_ms: i64,
     fence: FenceHook,
     follow: FollowHook,
+    /// When this process last took a step, and the agent's turn it had then.
+    last_step: i64,
+    last_turn: Option<AgentTurn>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -210,6 +221,9 @@ pub struct Outcome {
     pub faults: usize,
     /// Drivers that took the failover over (an epoch above the first).
     pub takeovers: usize,
+    /// Appends of the mirror's agent, and the highest ownership epoch they ran at.
+    pub agent_appends: usize,
+    pub agent_epoch: u32,
     pub history: Vec<String>,
 }
 
@@ -274,6 +288,7 @@ fn start(world: &Shared, slot: usize, generation: u32, now: i64, rng: &mut Rng) 
     });
     let link = PeerLink::new(IDS[slot], "state", SESSION, log);
     link.set_unknown_outcome_settle(Duration::from_millis(SETTLE_MS as u64));
+    link.set_agents(vec![MIRROR.to_string()]);
     let follow = follow_hook(world, slot, generation, &link);
     Proc {
         generation,
@@ -286,6 +301,8 @@ fn start(world: &Shared, slot: usize, generation: u32, now: i64, rng: &mut Rng) 
         clock_offset_ms: rng.range(0, 3_600_000),
         fence: fence_hook(world, slot, generation),
         follow,
+        last_step: now,
+        last_turn: None,
     }
 }
 
@@ -316,6 +333,8 @@ pub fn run(seed: u64, sabotage: Sabotage) -> Outcome {
     // Epoch → the instances that drove it (at most one may).
     let mut epochs: std::collections::BTreeMap<u32, std::collections::BTreeSet<usize>> =
         Default::default();
+    // Every append of the mirror's agent: (time, slot, ownership epoch).
+    let mut agent_appends: Vec<(i64, usize, u32)> = Vec::new();
     let mut now = 0i64;
     while now < RUN_MS {
         now += rng.range(5, 150);
@@ -432,6 +451,30 @@ pub fn run(seed: u64, sabotage: Sabotage) -> Outcome {
                         100
                     };
             }
+            // The mirror's agent appends at every step while this process owns it, ownership
+            // asked right before the append (review G2). Sabotaged, a process back from a pause
+            // first appends once on the turn it had before.
+            let fresh = link.agent_turn(MIRROR);
+            let stale = p
+                .last_turn
+                .take()
+                .filter(|_| sabotage == Sabotage::OwnershipTick && now - p.last_step > 1_000);
+            for turn in stale.into_iter().chain([fresh.clone()]) {
+                if let AgentTurn::Run { epoch } = turn {
+                    if agent_appends
+                        .last()
+                        .is_none_or(|(_, s, e)| (*s, *e) != (slot, epoch))
+                    {
+                        out.history.push(format!(
+                            "{now:>7} {} appends for the agent at epoch {epoch}",
+                            IDS[slot]
+                        ));
+                    }
+                    agent_appends.push((now, slot, epoch));
+                }
+            }
+            p.last_turn = Some(fresh);
+            p.last_step = now;
             // Send the admitted writes (or drop those whose lease ended).
             {
                 let lapsed = link.lease_problem().is_some();
@@ -578,7 +621,59 @@ pub fn run(seed: u64, sabotage: Sabotage) -> Outcome {
         }
     }
     check(&world, &procs, &drivers, &mut out, base, now);
+    check_agent(&agent_appends, &procs, &mut out, base, now);
     out
+}
+
+/// The agent's rule: at most one instance appends per ownership epoch, never an epoch below one
+/// that already appended, and at the end exactly one process runs it.
+fn check_agent(
+    appends: &[(i64, usize, u32)],
+    procs: &[Proc],
+    out: &mut Outcome,
+    base: Instant,
+    now: i64,
+) {
+    out.agent_appends = appends.len();
+    let mut by_epoch: std::collections::BTreeMap<u32, usize> = Default::default();
+    let mut highest: Option<(i64, usize, u32)> = None;
+    for &(t, slot, epoch) in appends {
+        if let Some(&other) = by_epoch.get(&epoch) {
+            if other != slot {
+                out.violations.push(format!(
+                    "{} appended for the agent at epoch {epoch} at {t}, which {} owns",
+                    IDS[slot], IDS[other]
+                ));
+            }
+        }
+        by_epoch.entry(epoch).or_insert(slot);
+        match highest {
+            Some((ht, hs, he)) if epoch < he => out.violations.push(format!(
+                "{} appended for the agent at epoch {epoch} at {t}, after {} did at epoch {he} at {ht}",
+                IDS[slot], IDS[hs]
+            )),
+            _ => highest = Some((t, slot, epoch)),
+        }
+    }
+    out.agent_epoch = highest.map_or(0, |h| h.2);
+    let running: Vec<&str> = procs
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| {
+            clock::sim::set(Some(
+                base + Duration::from_millis((now + p.clock_offset_ms) as u64),
+            ));
+            matches!(p.link.agent_turn(MIRROR), AgentTurn::Run { .. })
+        })
+        .map(|(slot, _)| IDS[slot])
+        .collect();
+    clock::sim::set(None);
+    if running.len() != 1 {
+        out.not_converged.push(format!(
+            "{} processes run the agent at the end: {running:?}",
+            running.len()
+        ));
+    }
 }
 
 fn check(
@@ -679,6 +774,7 @@ fn check_seeds(shard: u64) {
         return;
     }
     let (mut admitted, mut landed, mut faults, mut takeovers, mut runs) = (0, 0, 0, 0, 0);
+    let (mut agent_appends, mut agent_epochs) = (0, 0);
     for seed in (shard..seeds()).step_by(SHARDS as usize) {
         let o = run(seed, Sabotage::None);
         assert!(
@@ -692,10 +788,12 @@ fn check_seeds(shard: u64) {
         landed += o.landed;
         faults += o.faults;
         takeovers += o.takeovers;
+        agent_appends += o.agent_appends;
+        agent_epochs += o.agent_epoch as usize;
         runs += 1;
     }
     println!(
-        "shard {shard}: {runs} seeds, {admitted} mirror writes admitted, {landed} landed, {faults} faults, {takeovers} takeovers"
+        "shard {shard}: {runs} seeds, {admitted} mirror writes admitted, {landed} landed, {faults} faults, {takeovers} takeovers, {agent_appends} agent appends, {agent_epochs} agent ownership epochs"
     );
 }
 
@@ -754,6 +852,16 @@ fn a_barrier_not_settled_for_a_waited_out_instance_is_caught() {
     assert!(
         found.is_some(),
         "no seed caught the missing settle (review G1)"
+    );
+}
+
+#[test]
+fn an_agent_append_on_the_ownership_from_before_a_pause_is_caught() {
+    let found = first_violation(Sabotage::OwnershipTick);
+    println!("sabotage ownership tick: {found:?}");
+    assert!(
+        found.is_some(),
+        "no seed caught a former agent owner appending after a pause (review G2)"
     );
 }
 
