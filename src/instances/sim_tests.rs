@@ -12,7 +12,8 @@
 //! through which process, and the faults — a process paused (SIGSTOP) for up to two and a half
 //! sessions, cut off from the state topic, its appends answered with an error although written
 //! (unknown outcome), the state topic down for everyone, a process killed and started again
-//! with the same id (its unsent writes gone, its sent ones still landing), its wall clock moved.
+//! with the same id (its unsent writes gone, its sent ones still landing), its wall clock moved;
+//! and one seed in twenty, a process that may append to the state topic but never read it again.
 //! A driver killed or paused mid-failover is taken over as the controller does it: the
 //! instance the state topic names claims the failover at the next epoch, and the first claim
 //! of an epoch drives; the checker also fails a run where two instances drive one epoch. Every
@@ -69,6 +70,11 @@ pub enum Sabotage {
     /// A process back from a pause appends once for the agent on the ownership it had before
     /// the pause: ownership asked once a tick, not right before each append (before G2).
     OwnershipTick,
+    /// A heartbeat counts for nothing when its writer's wall clock is more than ten sessions
+    /// behind the reader's (liveness by wall-clock age, before G5).
+    WallClockLiveness,
+    /// A process heartbeats whether or not it reads the state topic (before G10).
+    HeartbeatUnread,
 }
 
 /// splitmix64: a stable generator, so that a seed replays the same run on every version of
@@ -123,6 +129,9 @@ struct World {
     down_until: i64,
     cut_until: [i64; 3],
     lose_answers_until: [i64; 3],
+    /// A process that may append to the state topic but not read it, from then on for good (an
+    /// ACL granting WRITE without READ: review G10).
+    unreadable: Option<(usize, i64)>,
     writes: Vec<Write>,
     sabotage: Sabotage,
     /// Drive follows handed to processes (slot, generation, epoch), taken by the run loop.
@@ -162,6 +171,11 @@ impl StateLog for SimLog {
             let w = lock(&self.world);
             if w.now < w.down_until || w.now < w.cut_until[self.slot] {
                 return Err("state topic unreachable".into());
+            }
+            if w.unreadable
+                .is_some_and(|(s, from)| s == self.slot && w.now >= from)
+            {
+                return Err("not authorized to read the state topic".into());
             }
             let end = w.records.len() as i64;
             // At most 64 records per read, as a bounded fetch would return.
@@ -308,6 +322,15 @@ fn start(world: &Shared, slot: usize, generation: u32, now: i64, rng: &mut Rng) 
 
 /// Run one seed.
 pub fn run(seed: u64, sabotage: Sabotage) -> Outcome {
+    super::view::sim_sabotage::set_wall_clock_liveness(sabotage == Sabotage::WallClockLiveness);
+    super::view::sim_sabotage::set_heartbeat_unread(sabotage == Sabotage::HeartbeatUnread);
+    let out = run_with(seed, sabotage);
+    super::view::sim_sabotage::set_wall_clock_liveness(false);
+    super::view::sim_sabotage::set_heartbeat_unread(false);
+    out
+}
+
+fn run_with(seed: u64, sabotage: Sabotage) -> Outcome {
     let mut rng = Rng(seed);
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
@@ -319,6 +342,7 @@ pub fn run(seed: u64, sabotage: Sabotage) -> Outcome {
         down_until: 0,
         cut_until: [0; 3],
         lose_answers_until: [0; 3],
+        unreadable: None,
         writes: Vec::new(),
         sabotage,
         drive: Vec::new(),
@@ -326,6 +350,23 @@ pub fn run(seed: u64, sabotage: Sabotage) -> Outcome {
     let mut out = Outcome::default();
     let mut procs: Vec<Proc> = (0..3).map(|s| start(&world, s, 0, 0, &mut rng)).collect();
     let failover_at = rng.range(8_000, 40_000);
+    // One seed in twenty: a process loses the right to read the state topic for good (drawn
+    // apart, so that the other draws of a seed stay as they were).
+    let mut side = Rng(seed ^ 0x6a09_e667_f3bc_c908);
+    let unreadable = side.chance(50).then(|| {
+        (
+            side.range(0, 3) as usize,
+            side.range(2_000, FAULTS_UNTIL_MS),
+        )
+    });
+    if let Some((slot, from)) = unreadable {
+        lock(&world).unreadable = Some((slot, from));
+        out.faults += 1;
+        out.history.push(format!(
+            "{from:>7} fault: {} may append to the state topic but not read it, from now on",
+            IDS[slot]
+        ));
+    }
     // Every process that drove the failover: (slot, generation, epoch, phase); one that was
     // taken over or died stays listed with its last phase.
     let mut drivers: Vec<(usize, u32, u32, Driver)> = Vec::new();
@@ -554,7 +595,8 @@ pub fn run(seed: u64, sabotage: Sabotage) -> Outcome {
                 ));
             }
             // The failover, through this process.
-            if !called && now >= failover_at {
+            // The operator calls an instance that works.
+            if !called && now >= failover_at && unreadable.is_none_or(|(s, _)| s != slot) {
                 called = true;
                 epochs.entry(1).or_default().insert(slot);
                 drivers.push((slot, generation, 1, Driver::Announcing));
@@ -620,7 +662,7 @@ pub fn run(seed: u64, sabotage: Sabotage) -> Outcome {
             ));
         }
     }
-    check(&world, &procs, &drivers, &mut out, base, now);
+    check(&world, &procs, &drivers, &mut out, base, now, unreadable);
     check_agent(&agent_appends, &procs, &mut out, base, now);
     out
 }
@@ -683,6 +725,7 @@ fn check(
     out: &mut Outcome,
     base: Instant,
     now: i64,
+    unreadable: Option<(usize, i64)>,
 ) {
     let w = lock(world);
     out.landed = w
@@ -728,6 +771,10 @@ fn check(
     }
     drop(w);
     for (slot, p) in procs.iter().enumerate() {
+        // A process that cannot read the state topic cannot learn of the failover.
+        if unreadable.is_some_and(|(s, _)| s == slot) {
+            continue;
+        }
         clock::sim::set(Some(
             base + Duration::from_millis((now + p.clock_offset_ms) as u64),
         ));
@@ -819,12 +866,15 @@ fn no_mirror_write_lands_after_the_barrier_beyond_its_settle_and_every_instance_
     check_seeds(3);
 }
 
-/// The first seed (of at most `MIRRORGATE_SIM_SEEDS`) whose run breaks the promise with
-/// `sabotage`, and the violation.
+/// The first seed (of at most `MIRRORGATE_SIM_SEEDS`) whose run breaks the promise or does
+/// not converge with `sabotage`, and why.
 fn first_violation(sabotage: Sabotage) -> Option<(u64, String)> {
     (0..seeds()).find_map(|seed| {
         let o = run(seed, sabotage);
-        o.violations.first().map(|v| (seed, v.clone()))
+        o.violations
+            .first()
+            .or(o.not_converged.first())
+            .map(|v| (seed, v.clone()))
     })
 }
 
@@ -862,6 +912,26 @@ fn an_agent_append_on_the_ownership_from_before_a_pause_is_caught() {
     assert!(
         found.is_some(),
         "no seed caught a former agent owner appending after a pause (review G2)"
+    );
+}
+
+#[test]
+fn liveness_by_the_writers_wall_clock_is_caught() {
+    let found = first_violation(Sabotage::WallClockLiveness);
+    println!("sabotage wall-clock liveness: {found:?}");
+    assert!(
+        found.is_some(),
+        "no seed caught an instance with a lagging clock left out (review G5)"
+    );
+}
+
+#[test]
+fn an_instance_heartbeating_without_reading_is_caught() {
+    let found = first_violation(Sabotage::HeartbeatUnread);
+    println!("sabotage heartbeat unread: {found:?}");
+    assert!(
+        found.is_some(),
+        "no seed caught an instance that heartbeats but cannot read (review G10)"
     );
 }
 

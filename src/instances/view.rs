@@ -224,8 +224,16 @@ impl PeerView {
                 instance,
                 agents,
                 incarnation,
-                ..
+                at_ms: _at_ms,
             } => {
+                // The simulation's positive control for review G5: liveness judged by the
+                // writer's wall clock, as before the fix (test builds only).
+                #[cfg(test)]
+                if sim_sabotage::wall_clock_liveness()
+                    && _now_ms - _at_ms > 10 * self.session.as_millis() as i64
+                {
+                    return;
+                }
                 if instance != self.me {
                     self.agents.heartbeat(&instance, agents);
                     if let Some(inc) = incarnation {
@@ -595,6 +603,37 @@ impl PeerView {
             self.known,
             sorted(self.adopted.iter())
         )
+    }
+}
+
+/// Switches of the simulation's positive controls that live in the view (test builds only):
+/// the behaviour before a fix, per thread (the simulation runs one seed per thread).
+#[cfg(test)]
+pub(crate) mod sim_sabotage {
+    use std::cell::Cell;
+
+    thread_local! {
+        static WALL_CLOCK_LIVENESS: Cell<bool> = const { Cell::new(false) };
+        static HEARTBEAT_UNREAD: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Before G10: an instance heartbeats whether or not it has read the state topic lately.
+    pub fn set_heartbeat_unread(on: bool) {
+        HEARTBEAT_UNREAD.with(|c| c.set(on));
+    }
+
+    pub(super) fn heartbeat_unread() -> bool {
+        HEARTBEAT_UNREAD.with(Cell::get)
+    }
+
+    /// Before G5: a heartbeat whose writer's clock is more than ten sessions behind the
+    /// reader's is dropped.
+    pub fn set_wall_clock_liveness(on: bool) {
+        WALL_CLOCK_LIVENESS.with(|c| c.set(on));
+    }
+
+    pub(super) fn wall_clock_liveness() -> bool {
+        WALL_CLOCK_LIVENESS.with(Cell::get)
     }
 }
 
