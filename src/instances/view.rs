@@ -226,12 +226,8 @@ impl PeerView {
                 incarnation,
                 at_ms: _at_ms,
             } => {
-                // The simulation's positive control for review G5: liveness judged by the
-                // writer's wall clock, as before the fix (test builds only).
-                #[cfg(test)]
-                if sim_sabotage::wall_clock_liveness()
-                    && _now_ms - _at_ms > 10 * self.session.as_millis() as i64
-                {
+                #[cfg(test)] // The simulation's control for G5 (liveness by wall clock).
+                if sim_sabotage::drops_heartbeat(_now_ms, _at_ms, self.session) {
                     return;
                 }
                 if instance != self.me {
@@ -574,66 +570,6 @@ impl PeerView {
         self.failovers
             .iter()
             .filter_map(|(m, a)| a.as_ref().map(|a| (m, a)))
-    }
-
-    /// Everything this view concluded from the records it read, in a stable order (the
-    /// compaction tests compare two readers).
-    #[cfg(test)]
-    pub fn conclusions(&self) -> String {
-        fn sorted<T: std::fmt::Debug>(it: impl Iterator<Item = T>) -> Vec<String> {
-            let mut v: Vec<String> = it.map(|x| format!("{x:?}")).collect();
-            v.sort();
-            v
-        }
-        format!(
-            "failovers {:?}\nmirroring {:?}\nstopped {:?}\nbarrier producers {:?}\nfenced {:?}\nseen {:?}\nagents {}\nagent offsets {:?}\nbarrier from {:?}",
-            self.failovers,
-            sorted(self.mirroring.iter()),
-            sorted(self.stopped.iter()),
-            sorted(self.barrier_producers.iter()),
-            sorted(self.fenced.iter()),
-            sorted(self.seen.keys()),
-            self.agents.conclusions(),
-            sorted(self.agent_offsets.iter()),
-            sorted(self.barrier_from.iter().map(|(m, (f, p))| (m, f, sorted(p.iter())))),
-        ) + &format!(
-            "\npaused {:?}\nreports {:?}\nknown {:?}\nadopted {:?}",
-            sorted(self.paused.iter()),
-            self.reports,
-            self.known,
-            sorted(self.adopted.iter())
-        )
-    }
-}
-
-/// Switches of the simulation's positive controls that live in the view (test builds only):
-/// the behaviour before a fix, per thread (the simulation runs one seed per thread).
-#[cfg(test)]
-pub(crate) mod sim_sabotage {
-    use std::cell::Cell;
-
-    thread_local! {
-        static WALL_CLOCK_LIVENESS: Cell<bool> = const { Cell::new(false) };
-        static HEARTBEAT_UNREAD: Cell<bool> = const { Cell::new(false) };
-    }
-
-    /// Before G10: an instance heartbeats whether or not it has read the state topic lately.
-    pub fn set_heartbeat_unread(on: bool) {
-        HEARTBEAT_UNREAD.with(|c| c.set(on));
-    }
-
-    pub(super) fn heartbeat_unread() -> bool {
-        HEARTBEAT_UNREAD.with(Cell::get)
-    }
-
-    /// Before G5: a heartbeat whose writer's clock is more than ten sessions behind the
-    /// reader's is dropped.
-    pub fn set_wall_clock_liveness(on: bool) {
-        WALL_CLOCK_LIVENESS.with(|c| c.set(on));
-    }
-
-    pub(super) fn wall_clock_liveness() -> bool {
-        WALL_CLOCK_LIVENESS.with(Cell::get)
     }
 }
 
@@ -1093,3 +1029,9 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+pub(crate) mod sim_sabotage;
+
+#[cfg(test)]
+mod conclusions;

@@ -50,7 +50,7 @@ use serde_json::{json, Value};
 use crate::fleet::admin;
 use crate::{cluster_brokers, repo, Clusters, Rig};
 use check::{check, GroupReads, Inputs, Origin};
-use clients::{Library, Producer, Shared, Spec};
+use clients::{Library, Shared};
 use gateways::{admin_addr, client_addr, mirror_addr, Instance, Topology, MIRROR};
 use lock::RunLock;
 use output::{summary, verdict_json};
@@ -170,38 +170,6 @@ pub fn run(o: Options) -> Result<Value, String> {
                 "the checker failed seeds {failed:?}; replay with --seed S --replay (target/chaos/seed-S/)"
             ),
         })
-    }
-}
-
-fn start_producers(
-    specs: &[(Library, &str, Origin, String, u32)],
-    history: &Shared,
-    dir: &Path,
-) -> Result<Vec<Producer>, String> {
-    specs
-        .iter()
-        .map(|(lib, name, origin, bootstrap, rate)| {
-            let spec = Spec {
-                library: *lib,
-                name,
-                origin: *origin,
-                bootstrap,
-                topic: TOPIC,
-                per_second: *rate,
-            };
-            Producer::start(&spec, history, dir)
-        })
-        .collect()
-}
-
-/// Stops producers side by side.
-async fn stop_producers(ps: Vec<Producer>) {
-    let handles: Vec<_> = ps
-        .into_iter()
-        .map(|p| tokio::task::spawn_blocking(move || p.stop(Duration::from_secs(40))))
-        .collect();
-    for h in handles {
-        let _ = h.await;
     }
 }
 
@@ -353,7 +321,7 @@ async fn drive(
             20,
         ),
     ];
-    let source_producers = start_producers(&source_specs, &history, dir)?;
+    let source_producers = clients::start_producers(&source_specs, &history, dir)?;
     // The application's group reads the source until it stops, some time before the failover
     // (at 70 % of the time before it): what it had not read by then it must read on the
     // destination, from the offsets the agent synced.
@@ -403,7 +371,7 @@ async fn drive(
     let mut caught_up = None;
     match schedule.mode {
         Mode::Planned => {
-            stop_producers(source_producers).await;
+            clients::stop_producers(source_producers).await;
             caught_up = Some(logs::wait_caught_up(source, &destination[0]).await);
         }
         Mode::Unplanned => {
@@ -412,7 +380,7 @@ async fn drive(
             let keep = source_producers;
             tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_secs(5)).await;
-                stop_producers(keep).await;
+                clients::stop_producers(keep).await;
             });
         }
     }
@@ -449,7 +417,7 @@ async fn drive(
             10,
         ),
     ];
-    let local_producers = start_producers(&local_specs, &history, dir)?;
+    let local_producers = clients::start_producers(&local_specs, &history, dir)?;
     let late_task = tokio::spawn(probes::late_mirror_writer(
         (0..INSTANCES).map(mirror_addr).collect(),
         TOPIC.to_string(),
@@ -517,7 +485,7 @@ async fn drive(
     tokio::time::sleep_until((t1 + Duration::from_millis(schedule.after_ms)).into()).await;
 
     // Quiet: clients stop, every process runs, the source is back to be read.
-    stop_producers(local_producers).await;
+    clients::stop_producers(local_producers).await;
     stop_probes.store(true, Ordering::Relaxed);
     let _ = tokio::join!(moved_task, late_task);
     world.all_up()?;

@@ -248,3 +248,35 @@ fn python() -> Result<std::path::PathBuf, String> {
         String::from_utf8_lossy(&out.stdout).trim(),
     ))
 }
+
+pub fn start_producers(
+    specs: &[(Library, &str, Origin, String, u32)],
+    history: &Shared,
+    dir: &Path,
+) -> Result<Vec<Producer>, String> {
+    specs
+        .iter()
+        .map(|(lib, name, origin, bootstrap, rate)| {
+            let spec = Spec {
+                library: *lib,
+                name,
+                origin: *origin,
+                bootstrap,
+                topic: super::TOPIC,
+                per_second: *rate,
+            };
+            Producer::start(&spec, history, dir)
+        })
+        .collect()
+}
+
+/// Stops producers side by side.
+pub async fn stop_producers(ps: Vec<Producer>) {
+    let handles: Vec<_> = ps
+        .into_iter()
+        .map(|p| tokio::task::spawn_blocking(move || p.stop(Duration::from_secs(40))))
+        .collect();
+    for h in handles {
+        let _ = h.await;
+    }
+}

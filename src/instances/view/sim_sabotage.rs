@@ -1,0 +1,32 @@
+//! Switches of the simulation's positive controls that live in the view (test builds only):
+//! the behaviour before a fix, per thread (the simulation runs one seed per thread).
+//!
+//! Owns: those switches. Must not touch: anything outside test builds.
+
+use std::cell::Cell;
+
+thread_local! {
+    static WALL_CLOCK_LIVENESS: Cell<bool> = const { Cell::new(false) };
+    static HEARTBEAT_UNREAD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Before G10: an instance heartbeats whether or not it has read the state topic lately.
+pub fn set_heartbeat_unread(on: bool) {
+    HEARTBEAT_UNREAD.with(|c| c.set(on));
+}
+
+pub(super) fn heartbeat_unread() -> bool {
+    HEARTBEAT_UNREAD.with(Cell::get)
+}
+
+/// Before G5: a heartbeat whose writer's clock is more than ten sessions behind the
+/// reader's is dropped.
+pub fn set_wall_clock_liveness(on: bool) {
+    WALL_CLOCK_LIVENESS.with(|c| c.set(on));
+}
+
+/// Whether the switch of G5 drops a heartbeat written at `at_ms` (the writer's clock) and read
+/// at `now_ms` (the reader's).
+pub(super) fn drops_heartbeat(now_ms: i64, at_ms: i64, session: std::time::Duration) -> bool {
+    WALL_CLOCK_LIVENESS.with(Cell::get) && now_ms - at_ms > 10 * session.as_millis() as i64
+}
