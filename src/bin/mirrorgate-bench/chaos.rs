@@ -3,19 +3,20 @@
 //! brokers (docs/reliability.md, "The chaos run").
 //!
 //! The cluster under test, all on this machine: an isolated rig (run directory
-//! `target/chaos/rig`, ports +1500) with a source (one broker) and a destination (three brokers),
-//! and three gateway instances sharing a state topic, each configured with the mirror's built-in
-//! agent (one runs it at a time). The workload: idempotent producers on the source (the Java
-//! client, librdkafka, kafka-python), the moved producer and, after the failover call, local
-//! producers through every instance and the late mirror writer (`probes.rs`); the application's
-//! consumer group, on the source until it stops before the failover and through the gateways once the
-//! mirror is STOPPED. The nemesis
-//! (`plan.rs`, drawn from the seed): SIGSTOP/SIGCONT and SIGKILL/restart of instances, SIGKILL
-//! and restart of a destination broker, a planned failover or one with the source killed,
-//! through a random instance after a dry run, and a pause of another instance or a kill of the
-//! driver while it runs. At a planned failover's quiet point the agent's PSM is compared with
-//! the leaders' producer state (`psm.rs`). When everything is quiet again the checker
-//! (`check.rs`) reads both logs and decides.
+//! `target/chaos/rig`, ports +1500) with a source (one broker) and a destination (three
+//! brokers), and three gateway instances sharing a state topic, each configured with the
+//! mirror's built-in agent (one runs it at a time). The workload: idempotent producers on the
+//! source (the Java client, librdkafka, kafka-python), a transactional Java producer, the moved
+//! producer and, after the failover call, local producers through every instance and the late
+//! mirror writer (`probes.rs`); the application's consumer group, on the source until it stops
+//! before the failover and through the gateways once the mirror is STOPPED (`group.rs`). The
+//! nemesis (`plan.rs`, drawn from the seed): SIGSTOP/SIGCONT and SIGKILL/restart of instances,
+//! SIGKILL and restart of a destination broker, a full disk under an instance's state directory
+//! (`disk.rs`), a planned failover or one with the source killed, through a random instance
+//! after a dry run, and a pause of another instance or a kill of the driver while it runs. At a
+//! planned failover's quiet point the agent's PSM is compared with the leaders' producer state
+//! (`psm.rs`). When everything is quiet again the checker (`check.rs`) reads both logs and
+//! decides.
 //!
 //! Output: `target/chaos/seed-S/` holds `schedule.json` (`--replay` reads it back),
 //! `history.jsonl` (one operation a line), `verdict.json`, the instances' and clients' logs; a
@@ -57,8 +58,8 @@ use output::{summary, verdict_json};
 use plan::{AtFailover, Fault, Mode, Schedule, INSTANCES};
 use world::World;
 
-/// The run's own rig: ports shifted by this much (source 127.0.0.1:20592, destination 30592 and
-/// 30594), free in the shared rig's layout and below the ephemeral port range.
+/// The run's own rig: ports shifted by this much (source 127.0.0.1:20592, destination 28592,
+/// 28594 and 28596), free in the shared rig's layout and below the ephemeral port range.
 const PORT_OFFSET: i32 = 1500;
 const TOPIC: &str = "chaos-events";
 /// The destination: the rig's `wide` cluster (three brokers, internal topics replicated three
