@@ -866,6 +866,13 @@ fn no_mirror_write_lands_after_the_barrier_beyond_its_settle_and_every_instance_
     check_seeds(3);
 }
 
+/// A positive control: some seed's run fails with `sabotage` (else "no seed caught `what`").
+fn assert_caught(sabotage: Sabotage, what: &str) {
+    let found = first_violation(sabotage);
+    println!("sabotage {sabotage:?}: {found:?}");
+    assert!(found.is_some(), "no seed caught {what}");
+}
+
 /// The first seed (of at most `MIRRORGATE_SIM_SEEDS`) whose run breaks the promise or does
 /// not converge with `sabotage`, and why.
 fn first_violation(sabotage: Sabotage) -> Option<(u64, String)> {
@@ -880,58 +887,40 @@ fn first_violation(sabotage: Sabotage) -> Option<(u64, String)> {
 
 #[test]
 fn a_fence_acknowledged_before_its_writes_were_answered_is_caught() {
-    let found = first_violation(Sabotage::Fence);
-    println!("sabotage fence: {found:?}");
-    assert!(found.is_some(), "no seed caught the sabotaged fence");
+    assert_caught(Sabotage::Fence, "the sabotaged fence");
 }
 
 #[test]
 fn a_write_sent_after_its_lease_ended_is_caught() {
-    let found = first_violation(Sabotage::SendDeadline);
-    println!("sabotage send deadline: {found:?}");
-    assert!(
-        found.is_some(),
-        "no seed caught writes sent without a lease"
-    );
+    assert_caught(Sabotage::SendDeadline, "writes sent without a lease");
 }
 
 #[test]
 fn a_barrier_not_settled_for_a_waited_out_instance_is_caught() {
-    let found = first_violation(Sabotage::Settle);
-    println!("sabotage settle: {found:?}");
-    assert!(
-        found.is_some(),
-        "no seed caught the missing settle (review G1)"
-    );
+    assert_caught(Sabotage::Settle, "the missing settle (review G1)");
 }
 
 #[test]
 fn an_agent_append_on_the_ownership_from_before_a_pause_is_caught() {
-    let found = first_violation(Sabotage::OwnershipTick);
-    println!("sabotage ownership tick: {found:?}");
-    assert!(
-        found.is_some(),
-        "no seed caught a former agent owner appending after a pause (review G2)"
+    assert_caught(
+        Sabotage::OwnershipTick,
+        "a former agent owner appending after a pause (review G2)",
     );
 }
 
 #[test]
 fn liveness_by_the_writers_wall_clock_is_caught() {
-    let found = first_violation(Sabotage::WallClockLiveness);
-    println!("sabotage wall-clock liveness: {found:?}");
-    assert!(
-        found.is_some(),
-        "no seed caught an instance with a lagging clock left out (review G5)"
+    assert_caught(
+        Sabotage::WallClockLiveness,
+        "an instance with a lagging clock left out (review G5)",
     );
 }
 
 #[test]
 fn an_instance_heartbeating_without_reading_is_caught() {
-    let found = first_violation(Sabotage::HeartbeatUnread);
-    println!("sabotage heartbeat unread: {found:?}");
-    assert!(
-        found.is_some(),
-        "no seed caught an instance that heartbeats but cannot read (review G10)"
+    assert_caught(
+        Sabotage::HeartbeatUnread,
+        "an instance that heartbeats but cannot read (review G10)",
     );
 }
 
