@@ -1,6 +1,7 @@
 //! Which instance runs the agent, as the agent sees it: it asks the controller for its turn
 //! ([`crate::instances::agent_owner`]) on every pass, takes the offset maps the previous
-//! owner published when it becomes the owner, and publishes its own while it is.
+//! owner published when it becomes the owner (and has the PSM rebuild the mirror's
+//! partitions, whose logs hold the previous owner's writes), and publishes its own while it is.
 //!
 //! Owns: the agent's side of the ownership (its epoch, what it published). Must not touch:
 //! the ownership rules (the peers'), the tasks (`agent.rs` starts and stops them).
@@ -31,7 +32,9 @@ impl MirrorAgent {
                 let newly = lock(&self.owner_epoch).replace(epoch) != Some(epoch);
                 if newly && epoch > 0 {
                     self.adopt_published_offsets();
-                    tracing::info!(mirror = %self.name, epoch, "the built-in agent runs on this instance (ownership claimed on the state topic)");
+                    // The PSM here saw none of the previous owner's mirror writes (defect P1).
+                    let rebuilt = self.controller.psm_written_elsewhere(&self.name);
+                    tracing::info!(mirror = %self.name, epoch, psm_partitions_to_rebuild = rebuilt, "the built-in agent runs on this instance (ownership claimed on the state topic)");
                 }
                 true
             }

@@ -1,8 +1,9 @@
 //! The controller's links to the PSM for transactions (the markers the built-in agent writes —
-//! the produce tap never sees WriteTxnMarkers — and the open transactions per mirror) and to the
+//! the produce tap never sees WriteTxnMarkers — and the open transactions per mirror), for an
+//! agent taken over from another instance (its mirror writes were never seen here), and to the
 //! failover reports' gauges.
 //!
-//! Owns: those two calls. Must not touch: admission, failover.
+//! Owns: those calls. Must not touch: admission, failover.
 
 use super::MirrorController;
 
@@ -35,6 +36,17 @@ impl MirrorController {
         if let Some(psm) = &self.psm {
             psm.apply_marker(topic, partition, offset, marker);
         }
+    }
+
+    /// This instance took mirror `mirror`'s agent over from another: every tracked partition
+    /// of the mirror's topics wants a rebuild from the log, which holds what the previous
+    /// owner mirrored (defect P1). Returns how many partitions were marked.
+    pub fn psm_written_elsewhere(&self, mirror: &str) -> usize {
+        let (Some(psm), Some(idx)) = (&self.psm, self.names.iter().position(|n| n == mirror))
+        else {
+            return 0;
+        };
+        psm.mark_written_elsewhere(|topic| self.router.mirror_index(topic) == Some(idx))
     }
 
     /// A failover report completed (or read at start): its figures become the

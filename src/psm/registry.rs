@@ -309,6 +309,21 @@ impl PsmRegistry {
         }
     }
 
+    /// This instance took the agent over: the tracked partitions of `topics` hold batches the
+    /// previous owner appended, which this PSM never saw. Each wants a rebuild from the log
+    /// (defect P1); returns how many were marked.
+    pub fn mark_written_elsewhere(&self, topics: impl Fn(&str) -> bool) -> usize {
+        let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
+        let mut n = 0;
+        for ((topic, _), slot) in slots.iter() {
+            if topics(topic) {
+                lock(slot).mark_written_elsewhere();
+                n += 1;
+            }
+        }
+        n
+    }
+
     /// Clear the PSM of a partition at its barrier (the failover's PSM_CLEARED step); returns how
     /// many producers were cleared. `screen` receives those producers (without the control
     /// barrier's own producer id `own`) while the partition is still locked, so no reader finds

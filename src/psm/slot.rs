@@ -22,8 +22,10 @@
 //! UNBUILT is a partition no rebuild has begun for since the gateway started. REBUILDING is a
 //! partition whose rebuild began and whose rebuilt state is not installed yet: the rebuild is
 //! under way, or it failed and is retried. STALE is a rebuilt partition that disagreed with the
-//! broker (`why` = Diverged) or whose outcome of a batch is unknown (`why` = OutcomeUnknown); it
-//! keeps following the broker until it is rebuilt. A partition is rebuilt again at most once per
+//! broker (`why` = Diverged), whose outcome of a batch is unknown (`why` = OutcomeUnknown), or
+//! whose log holds batches another instance wrote (`why` = WrittenElsewhere: this instance took
+//! the agent over from another, whose mirror writes it never saw); it keeps following the
+//! broker until it is rebuilt. A partition is rebuilt again at most once per
 //! [`MIN_REBUILD_INTERVAL`] after its last installed rebuild.
 //!
 //! # Transitions (the only ones)
@@ -34,7 +36,7 @@
 //! | 2 | REBUILDING               | `begin_rebuild` (retry after a failed rebuild) | REBUILDING        | buffer dropped |
 //! | 3 | READY                    | `begin_rebuild`                                | REBUILDING        | |
 //! | 4 | STALE                    | `begin_rebuild`                                | REBUILDING        | |
-//! | 5 | REBUILDING               | [`finish_rebuild`](PartitionSlot::finish_rebuild) | READY (STALE{OutcomeUnknown} if it missed an outcome, rows 18–19) | rebuilt state installed, then the buffered appends above what the rebuild read, in offset order |
+//! | 5 | REBUILDING               | [`finish_rebuild`](PartitionSlot::finish_rebuild) | READY (STALE{why} if it missed something, rows 18–19, 26) | rebuilt state installed, then the buffered appends above what the rebuild read, in offset order |
 //! | 6 | UNBUILT, READY, STALE    | `finish_rebuild`                               | (unchanged)       | [`SlotError::NotRebuilding`] |
 //! | 7 | UNBUILT, REBUILDING      | outcome Appended                               | (same)            | buffered; `Buffered` |
 //! | 8 | UNBUILT, REBUILDING      | outcome Appended, buffer full                  | (same)            | buffer dropped; `Buffered` (REBUILDING: row 19) |
@@ -54,6 +56,8 @@
 //! | 22 | READY, STALE            | `apply_marker` at or below what the state reflects | (same)        | nothing applied; `Accepted` |
 //! | 23 | READY                   | `apply_marker` the state accepts               | READY             | transaction closed; `Accepted` |
 //! | 24 | READY                   | `apply_marker` the state refuses (the broker appended it) | STALE{Diverged} | state follows the broker; `Diverged` |
+//! | 25 | READY                   | [`mark_written_elsewhere`](PartitionSlot::mark_written_elsewhere) (this instance took the agent over) | STALE{WrittenElsewhere} | |
+//! | 26 | UNBUILT, REBUILDING, STALE | `mark_written_elsewhere`                    | UNBUILT; REBUILDING, missed; STALE (first `why` kept) | as rows 17, 18, 15: a rebuild under way may have read the log before the other instance's last batch |
 //!
 //! How a partition becomes ready again after a diverged verdict: row 12 makes it STALE, the
 //! registry's maintenance picks it once [`MIN_REBUILD_INTERVAL`] has passed since its last
@@ -115,6 +119,9 @@ pub enum StaleReason {
     Diverged,
     /// The broker's outcome of a batch is unknown (a timeout, an unreadable answer, `acks=0`).
     OutcomeUnknown,
+    /// Another instance appended to the partition (it ran the agent before this one took it
+    /// over): the state lacks what went through there (defect P1).
+    WrittenElsewhere,
 }
 
 /// A transition the table in the module doc does not have.
@@ -132,11 +139,12 @@ enum Phase {
     Unbuilt {
         buffered: Buffered,
     },
-    /// `missed`: an outcome of this partition arrived that the rebuild may have read past and
-    /// could not buffer (unknown, or dropped with a full buffer): installed as STALE.
+    /// `missed`: something the rebuild may have read past and could not buffer (an unknown
+    /// outcome, appends dropped with a full buffer, another instance's writes): installed as
+    /// STALE for the first reason.
     Rebuilding {
         buffered: Buffered,
-        missed: bool,
+        missed: Option<StaleReason>,
     },
     Ready,
     Stale {
@@ -262,12 +270,12 @@ impl PartitionSlot {
                 buffered.clear();
                 Phase::Rebuilding {
                     buffered,
-                    missed: false,
+                    missed: None,
                 }
             }
             Phase::Ready | Phase::Stale { .. } => Phase::Rebuilding {
                 buffered: Vec::new(),
-                missed: false,
+                missed: None,
             },
         };
         self.barrier_offset
@@ -280,10 +288,8 @@ impl PartitionSlot {
     pub fn finish_rebuild(&mut self, rebuilt: Rebuilt, now: Instant) -> Result<usize, SlotError> {
         let buffered = match std::mem::replace(&mut self.phase, Phase::Ready) {
             Phase::Rebuilding { buffered, missed } => {
-                if missed {
-                    self.phase = Phase::Stale {
-                        why: StaleReason::OutcomeUnknown,
-                    };
+                if let Some(why) = missed {
+                    self.phase = Phase::Stale { why };
                 }
                 buffered
             }
@@ -316,16 +322,23 @@ impl PartitionSlot {
 
     /// Rows 14, 15, 17, 18: the outcome of a batch will never be known (an `acks=0` produce).
     pub fn mark_outcome_unknown(&mut self) {
-        self.missed_by_rebuild();
+        self.missed_by_rebuild(StaleReason::OutcomeUnknown);
         self.go_stale(StaleReason::OutcomeUnknown);
     }
 
-    /// Rows 18, 19: a rebuild under way may already have read past a batch whose outcome it
-    /// cannot buffer, so its result is installed as STALE. Before a rebuild begins (UNBUILT)
-    /// nothing is needed: the rebuild to come reads the log after it.
-    fn missed_by_rebuild(&mut self) {
+    /// Rows 25, 26: this instance took the agent over; the log holds batches another instance
+    /// appended, which the state never saw.
+    pub fn mark_written_elsewhere(&mut self) {
+        self.missed_by_rebuild(StaleReason::WrittenElsewhere);
+        self.go_stale(StaleReason::WrittenElsewhere);
+    }
+
+    /// Rows 18, 19, 26: a rebuild under way may already have read past a batch it cannot
+    /// buffer, so its result is installed as STALE (the first reason kept). Before a rebuild
+    /// begins (UNBUILT) nothing is needed: the rebuild to come reads the log after it.
+    fn missed_by_rebuild(&mut self, why: StaleReason) {
         if let Phase::Rebuilding { missed, .. } = &mut self.phase {
-            *missed = true;
+            missed.get_or_insert(why);
         }
     }
 
@@ -364,7 +377,7 @@ impl PartitionSlot {
                 BrokerOutcome::Refused { .. } => false,
             };
             if lost {
-                self.missed_by_rebuild();
+                self.missed_by_rebuild(StaleReason::OutcomeUnknown);
             }
             return BatchResult::Buffered;
         }
@@ -445,7 +458,7 @@ impl PartitionSlot {
         if let Phase::Unbuilt { buffered } | Phase::Rebuilding { buffered, .. } = &mut self.phase {
             if buffered.len() >= MAX_BUFFERED_WHILE_REBUILDING {
                 buffered.clear();
-                self.missed_by_rebuild();
+                self.missed_by_rebuild(StaleReason::OutcomeUnknown);
             } else {
                 buffered.push((offset, Appended::Marker(m)));
             }

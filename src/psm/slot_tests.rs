@@ -75,7 +75,13 @@ fn buffered(s: &PartitionSlot) -> Vec<(i64, BatchHeader)> {
 
 /// The rebuild under way missed an outcome (it will install as STALE).
 fn missed(s: &PartitionSlot) -> bool {
-    matches!(s.phase, Phase::Rebuilding { missed: true, .. })
+    matches!(
+        s.phase,
+        Phase::Rebuilding {
+            missed: Some(_),
+            ..
+        }
+    )
 }
 
 fn rebuilt(psm: PartitionPsm, read_through: i64) -> Rebuilt {
@@ -645,4 +651,38 @@ fn a_snapshot_is_taken_only_from_a_rebuilt_changed_partition_and_again_when_not_
     assert_eq!(s.take_snapshot(), None, "taken");
     s.snapshot_not_written();
     assert!(s.take_snapshot().is_some());
+}
+
+/// Defect P1: this instance took the agent over; the log holds what the previous owner wrote.
+#[test]
+fn row_25_ready_written_elsewhere_goes_stale_and_wants_a_rebuild() {
+    let mut s = ready_slot();
+    s.mark_written_elsewhere();
+    assert_eq!(phase(&s), "STALE");
+    assert_eq!(s.view().stale, Some(StaleReason::WrittenElsewhere));
+    assert!(s.view().wants_rebuild);
+}
+
+#[test]
+fn row_26_written_elsewhere_keeps_a_stale_reason_leaves_unbuilt_and_marks_a_rebuild_missed() {
+    let mut s = stale_slot(StaleReason::Diverged);
+    s.mark_written_elsewhere();
+    assert_eq!(
+        s.view().stale,
+        Some(StaleReason::Diverged),
+        "first why kept"
+    );
+    let mut s = PartitionSlot::new();
+    s.mark_written_elsewhere();
+    assert_eq!(phase(&s), "UNBUILT");
+    let mut s = rebuilding_slot();
+    s.mark_written_elsewhere();
+    assert!(missed(&s));
+    let now = Instant::now();
+    assert_eq!(
+        s.finish_rebuild(rebuilt(PartitionPsm::new(), 3), now),
+        Ok(0)
+    );
+    assert_eq!(s.view().stale, Some(StaleReason::WrittenElsewhere));
+    assert!(s.wants_rebuild_at(now + MIN_REBUILD_INTERVAL));
 }

@@ -128,6 +128,51 @@ fn the_agents_owner_killed_during_mirroring_is_taken_over_without_duplicating_or
     );
 }
 
+/// Defect P1 (chaos campaign, seed 16): an instance that takes the agent over has only seen
+/// the mirror writes that went through itself. Twenty one-shot idempotent producers (one
+/// batch each, never again) write to the source after both instances' producer state was
+/// built; a mirrors them and is killed; b takes the agent over. b's producer state must then
+/// hold every producer the destination's leader holds, as DescribeProducers lists them.
+#[test]
+fn the_instance_taking_the_agent_over_holds_the_producers_mirrored_through_the_previous_owner() {
+    use crate::psm_differential::{batch, broker_producers, gateway_producers, RawConn};
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("owner-psm");
+    harness::create_topic(&source, &topic, 1, None);
+    let (mut a, b) = two_instances_with_the_agent("ownerpsm", &[&topic], &source, |_| {}, &[]);
+    crate::failover::wait_mirroring(&b.admin(), "ownerpsm", 1);
+    crate::psm_differential::wait_tracked_ready(&b, &topic);
+    let mut src = RawConn::connect(&leader_addr(&source, &topic, 0));
+    for pid in 70_001..=70_020 {
+        let (code, _) = src.produce(&topic, 0, batch(pid, 0, 0, 2, "one-shot"));
+        assert_eq!(code, 0, "producer {pid} on the source");
+    }
+    wait_for("a mirrored the 40 records", Duration::from_secs(30), || {
+        log_end(&destination, &topic, 0) == 40
+    });
+    a.kill9();
+    wait_for("b runs the agent", Duration::from_secs(30), || {
+        let s = agent_status(&b.admin(), "ownerpsm");
+        s["owner"] == "b" && s["runs_here"] == true
+    });
+    let mut leader = RawConn::connect(&leader_addr(&destination, &topic, 0));
+    let on_leader = broker_producers(&mut leader, &topic, 0);
+    assert_eq!(on_leader.len(), 20, "{on_leader:?}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let in_psm = gateway_producers(&b.admin(), &topic, 0);
+        if in_psm == on_leader {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "b's producer state, 30 s after it took the agent over:\n{in_psm:?}\nthe leader's:\n{on_leader:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// Config sync of a mirror whose agent is configured on two instances runs on the agent's
 /// owner alone (the other says why it stands by, and counts no round), and moves with the
 /// agent: once the owner is killed, the instance that takes the agent over syncs a later
