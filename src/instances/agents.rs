@@ -71,6 +71,9 @@ impl PeerLink {
                 epoch,
                 at_ms: self.now_ms(),
             };
+            if self.hold_claim(&rec) {
+                continue;
+            }
             match self.log.append(&rec).await {
                 Ok(()) => {
                     tracing::info!(target: "mirrorgate::peers", mirror = %mirror, epoch, "claimed the built-in agent on the state topic; it runs here once the claim is read back as the first of its epoch")
@@ -80,5 +83,35 @@ impl PeerLink {
                 }
             }
         }
+    }
+
+    /// Test hook (environment, read once): while the file named by
+    /// `MIRRORGATE_TEST_HOLD_AGENT_CLAIM_WHILE` exists, a claim is held back and appended once
+    /// the file is gone, as a claim the broker appends late would be (the window of defect S3:
+    /// a former owner back from a pause has its lease again before the new claim is in the
+    /// log). One claim is held at a time; heartbeats go on meanwhile. Unset in production:
+    /// returns false.
+    fn hold_claim(&self, rec: &PeerRecord) -> bool {
+        static HOLD: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+        static HELD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        let hold = HOLD.get_or_init(|| {
+            std::env::var_os("MIRRORGATE_TEST_HOLD_AGENT_CLAIM_WHILE").map(Into::into)
+        });
+        let Some(path) = hold.clone().filter(|p| p.exists()) else {
+            return false;
+        };
+        if HELD.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return true;
+        }
+        let (log, rec) = (self.log.clone(), rec.clone());
+        tokio::spawn(async move {
+            while path.exists() {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            let r = log.append(&rec).await;
+            tracing::info!(target: "mirrorgate::peers", result = ?r, "test hook: the held agent claim appended");
+            HELD.store(false, std::sync::atomic::Ordering::SeqCst);
+        });
+        true
     }
 }

@@ -75,6 +75,8 @@ pub enum Sabotage {
     WallClockLiveness,
     /// A process heartbeats whether or not it reads the state topic (before G10).
     HeartbeatUnread,
+    /// The agent's owner keeps its epoch across a lapse of its lease (before S3).
+    OwnershipAcrossLapses,
 }
 
 /// splitmix64: a stable generator, so that a seed replays the same run on every version of
@@ -324,9 +326,13 @@ fn start(world: &Shared, slot: usize, generation: u32, now: i64, rng: &mut Rng) 
 pub fn run(seed: u64, sabotage: Sabotage) -> Outcome {
     super::view::sim_sabotage::set_wall_clock_liveness(sabotage == Sabotage::WallClockLiveness);
     super::view::sim_sabotage::set_heartbeat_unread(sabotage == Sabotage::HeartbeatUnread);
+    super::view::sim_sabotage::set_ownership_across_lapses(
+        sabotage == Sabotage::OwnershipAcrossLapses,
+    );
     let out = run_with(seed, sabotage);
     super::view::sim_sabotage::set_wall_clock_liveness(false);
     super::view::sim_sabotage::set_heartbeat_unread(false);
+    super::view::sim_sabotage::set_ownership_across_lapses(false);
     out
 }
 
@@ -921,6 +927,40 @@ fn an_instance_heartbeating_without_reading_is_caught() {
     assert_caught(
         Sabotage::HeartbeatUnread,
         "an instance that heartbeats but cannot read (review G10)",
+    );
+}
+
+/// Seeds that found a defect, whether or not the default number of seeds reaches them: S1
+/// (189), S2 (1467) and S3 (6425, found by a campaign of 10,000 seeds).
+const DEFECT_SEEDS: [u64; 3] = [189, 1467, 6425];
+
+#[test]
+fn the_seeds_that_found_defects_keep_the_promise_and_converge() {
+    for seed in DEFECT_SEEDS {
+        let o = run(seed, Sabotage::None);
+        assert!(
+            o.violations.is_empty() && o.not_converged.is_empty(),
+            "seed {seed}: {:#?} {:#?}",
+            o.violations,
+            o.not_converged
+        );
+    }
+}
+
+/// Defect S3's seed, with the ownership kept across a lapse of the lease as before the fix.
+#[test]
+fn an_agent_owner_keeping_its_epoch_across_a_lapse_of_its_lease_is_caught() {
+    let o = run(6425, Sabotage::OwnershipAcrossLapses);
+    println!(
+        "sabotage OwnershipAcrossLapses, seed 6425: {:?}",
+        o.violations
+    );
+    assert!(
+        o.violations
+            .iter()
+            .any(|v| v.contains("appended for the agent at epoch")),
+        "seed 6425 did not catch the ownership kept across a lapse: {:?}",
+        o.violations
     );
 }
 

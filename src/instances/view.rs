@@ -131,6 +131,9 @@ pub struct PeerView {
     /// When the lease was last voided by a pause the local clock did not count: a read sent
     /// before it is not a read to the end (its answer may be older than the pause).
     voided_at: Option<Instant>,
+    /// How many leases this instance has begun (a lease held without a break is one term; the
+    /// agent's ownership lasts one term, S3).
+    lease_term: u64,
     /// Who runs each mirror's built-in agent.
     agents: AgentOwners,
     /// Mirror → the agent's offset maps as last published at the highest ownership epoch
@@ -180,6 +183,7 @@ impl PeerView {
             last_error: None,
             broker_clock: Default::default(),
             voided_at: None,
+            lease_term: 0,
             agents: AgentOwners::default(),
             agent_offsets: HashMap::new(),
             paused: HashMap::new(),
@@ -195,7 +199,12 @@ impl PeerView {
             return AgentTurn::Standby(format!("this instance holds no lease ({p})"));
         }
         let alive: Vec<String> = self.alive(now).into_iter().map(|(i, _)| i).collect();
-        self.agents.turn(mirror, &self.me, &alive)
+        #[cfg(test)] // The simulation's control for S3 (ownership kept across a lapse).
+        if sim_sabotage::ownership_across_lapses() {
+            let term = self.agents.read_in(mirror).unwrap_or(self.lease_term);
+            return self.agents.turn(mirror, &self.me, &alive, term);
+        }
+        self.agents.turn(mirror, &self.me, &alive, self.lease_term)
     }
 
     /// The owner of `mirror`'s agent and its epoch, once claimed.
@@ -250,7 +259,7 @@ impl PeerView {
                 owner,
                 epoch,
                 ..
-            } => self.agents.claim(&mirror, &owner, epoch),
+            } => self.agents.claim(&mirror, &owner, epoch, self.lease_term),
             PeerRecord::AgentOffsets {
                 mirror,
                 offsets,

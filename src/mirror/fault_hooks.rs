@@ -6,7 +6,8 @@
 //! the controller honours, and the crash points of a failover. Must not touch: anything else of
 //! the environment (the agent's own hooks are read where they act:
 //! `MIRRORGATE_TEST_LOSE_AGENT_APPEND_ANSWERS` by `agent.rs`,
-//! `MIRRORGATE_TEST_HOLD_AGENT_DISCOVERY_WHILE` by `agent/discovery.rs`), the failover's
+//! `MIRRORGATE_TEST_HOLD_AGENT_DISCOVERY_WHILE` by `agent/discovery.rs`,
+//! `MIRRORGATE_TEST_HOLD_AGENT_CLAIM_WHILE` by `instances/agents.rs`), the failover's
 //! rules.
 //!
 //! `MIRRORGATE_TEST_SABOTAGE` ([`Sabotage`]) is read here too, once per process, and asked where

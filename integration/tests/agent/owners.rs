@@ -17,20 +17,20 @@ fn agent_status(admin: &str, name: &str) -> serde_json::Value {
         .unwrap_or_default()
 }
 
-/// Instances a (a `mirrorgate run` process, with `env`) and b (in this process) of mirror
-/// `name`, each with the agent of `topics` from `source`, sharing a new state topic (session
-/// timeout 3 s; `tweak` adjusts both configurations). Returns once b reads that a runs the
-/// agent.
-fn two_instances_with_the_agent(
+/// The configuration of instance `id` of mirror `name`, with the agent of `topics` from
+/// `source`, on a state topic created here (session timeout 3 s; `tweak` adjusts it).
+fn instance_configs(
     name: &str,
     topics: &[&str],
     source: &str,
     tweak: impl Fn(&mut mirrorgate::config::Config),
-    env: &[(&str, &str)],
-) -> (ProcessGateway, TestGateway) {
+) -> impl Fn(&str) -> mirrorgate::config::Config {
     let state_topic = harness::unique_topic(&format!("{name}-state"));
-    let cfg = |id: &str| {
-        let mut cfg = agent_config(name, topics, source);
+    let (name, source) = (name.to_string(), source.to_string());
+    let topics: Vec<String> = topics.iter().map(|t| t.to_string()).collect();
+    let cfg = move |id: &str| {
+        let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
+        let mut cfg = agent_config(&name, &topics, &source);
         cfg.instances = Some(InstancesConfig {
             id: id.into(),
             state_topic: state_topic.clone(),
@@ -45,6 +45,21 @@ fn two_instances_with_the_agent(
         .expect("runtime");
     rt.block_on(mirrorgate::app::peers::init_state_topic(&cfg("a")))
         .expect("state topic created");
+    cfg
+}
+
+/// Instances a (a `mirrorgate run` process, with `env`) and b (in this process) of mirror
+/// `name`, each with the agent of `topics` from `source`, sharing a new state topic (session
+/// timeout 3 s; `tweak` adjusts both configurations). Returns once b reads that a runs the
+/// agent.
+fn two_instances_with_the_agent(
+    name: &str,
+    topics: &[&str],
+    source: &str,
+    tweak: impl Fn(&mut mirrorgate::config::Config),
+    env: &[(&str, &str)],
+) -> (ProcessGateway, TestGateway) {
+    let cfg = instance_configs(name, topics, source, tweak);
     let a = ProcessGateway::start(cfg("a"), env);
     let b = TestGateway::start(cfg("b"));
     wait_for("a runs the agent", Duration::from_secs(30), || {
@@ -594,6 +609,84 @@ fn the_agents_former_owner_paused_past_its_session_appends_nothing_once_it_resum
         "a runs the agent again after it resumed: {s}"
     );
     drop(a);
+}
+
+/// Defect S3 (found by the simulation, seed 6425): the agent's owner a is paused past its
+/// session; b counts it gone and claims the next epoch, but its claim reaches the state topic
+/// late (test hook `MIRRORGATE_TEST_HOLD_AGENT_CLAIM_WHILE`), so a, resumed, has read the
+/// topic to its end and has its lease back before b's claim is there. a must not run the agent
+/// on the epoch it held before its pause. In the end exactly one instance runs it, and the
+/// destination holds the source's records once, in order.
+#[test]
+fn the_agents_owner_back_from_a_pause_does_not_run_on_its_old_epoch_while_a_new_claim_is_late() {
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("owner-lapse");
+    harness::create_topic(&source, &topic, 1, None);
+    let hold_dir = tempfile::tempdir().expect("temp dir");
+    let hold = hold_dir.path().join("hold-claim");
+    let hold_env = hold.to_str().expect("utf-8 path").to_string();
+    let cfg = instance_configs("ownerlapse", &[&topic], &source, |_| {});
+    let a = ProcessGateway::start(cfg("a"), &[]);
+    let b = ProcessGateway::start(
+        cfg("b"),
+        &[("MIRRORGATE_TEST_HOLD_AGENT_CLAIM_WHILE", &hold_env)],
+    );
+    wait_for("a runs the agent", Duration::from_secs(30), || {
+        let s = agent_status(&b.admin(), "ownerlapse");
+        s["owner"] == "a" && s["runs_here"] == false
+    });
+    let writer = SourceWriter::start(&source, &topic, "lapse", 4000, 200);
+    wait_for(
+        "records mirrored through a",
+        Duration::from_secs(30),
+        || log_end(&destination, &topic, 0) > 100,
+    );
+    std::fs::write(&hold, b"").expect("hold file");
+    let pid = a.pid().expect("a runs") as libc::pid_t;
+    // SAFETY: kill(2) on the pid of a child this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0, "SIGSTOP a");
+    // b counts a gone a session plus the margin (5 s) after its last heartbeat, and claims.
+    std::thread::sleep(Duration::from_secs(8));
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0, "SIGCONT a");
+    let mut on_old_epoch = Vec::new();
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        let s = agent_status(&a.admin(), "ownerlapse");
+        if s["runs_here"] == true && s["epoch"] == 1 {
+            on_old_epoch.push(s);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::fs::remove_file(&hold).expect("hold file removed");
+    assert!(
+        on_old_epoch.is_empty(),
+        "a ran the agent on the epoch it held before its pause, {} times in 5 s (first: {})",
+        on_old_epoch.len(),
+        on_old_epoch[0]
+    );
+    wait_for(
+        "exactly one instance runs the agent, at epoch 2 or later",
+        Duration::from_secs(30),
+        || {
+            let (sa, sb) = (
+                agent_status(&a.admin(), "ownerlapse"),
+                agent_status(&b.admin(), "ownerlapse"),
+            );
+            sa["owner"] == sb["owner"]
+                && sa["epoch"] == sb["epoch"]
+                && sa["epoch"].as_u64().is_some_and(|e| e >= 2)
+                && (sa["runs_here"] == true) != (sb["runs_here"] == true)
+        },
+    );
+    let sent = writer.finish(false);
+    wait_for(
+        "the destination holds the source's records once, in order",
+        Duration::from_secs(90),
+        || kv(&read_log(&source, &topic, 0)) == kv(&read_log(&destination, &topic, 0)),
+    );
+    assert_eq!(read_log(&destination, &topic, 0).records.len(), sent);
 }
 
 /// A failover called through the instance that does not run the agent, the source up and

@@ -40,9 +40,24 @@ impl PeerView {
 
     /// A heartbeat sent at `sent` was acknowledged at `acked`.
     pub fn heartbeat_acked(&mut self, sent: Instant, acked: Instant) {
+        let held = self.lease_problem(acked).is_none();
         self.heartbeat_acked = Some(sent);
         self.first_acked.get_or_insert(acked);
         self.last_error = None;
+        self.count_term(held, acked);
+    }
+
+    /// After an update at `at`: a lease that was not held before it and is now begins a new
+    /// term. The agent's ownership read in an earlier term is over for this instance (S3).
+    fn count_term(&mut self, held_before: bool, at: Instant) {
+        if !held_before && self.lease_problem(at).is_none() {
+            self.lease_term += 1;
+        }
+    }
+
+    /// How many leases this instance has begun: a lease held without a break is one term.
+    pub fn lease_term(&self) -> u64 {
+        self.lease_term
     }
 
     /// This instance's heartbeat sent at `sent` was acknowledged at `acked` (lease clock),
@@ -142,11 +157,16 @@ impl PeerView {
     }
 
     /// A read sent at `sent` reached the end of the state topic and its records are applied.
+    /// A lease it restores is a new term; the lease is judged at `sent`, so a lapse that only
+    /// a slow read covered is not counted here (the heartbeats, which the others judge this
+    /// instance's life by, count theirs).
     pub fn caught_up(&mut self, sent: Instant) {
         if self.voided_at.is_some_and(|v| sent < v) {
             return;
         }
+        let held = self.lease_problem(sent).is_none();
         self.caught_up = Some(sent);
+        self.count_term(held, sent);
     }
 
     pub fn io_failed(&mut self, error: String) {
@@ -381,5 +401,29 @@ mod tests {
         assert_eq!(v.lease_problem(t0 + Duration::from_secs(9)), None);
         let stale = v.lease_problem(t0 + T).expect("the heartbeat's age counts");
         assert!(stale.contains("heartbeat"), "{stale}");
+    }
+
+    #[test]
+    fn a_lease_held_without_a_break_is_one_term_and_a_lapse_begins_the_next() {
+        // Defect S3: the agent's ownership lasts one term.
+        let t0 = Instant::now();
+        let (mut v, t) = leased("a", t0);
+        let term = v.lease_term();
+        assert!(term >= 1, "the first lease is a term");
+        let beat = T / 4;
+        let mut now = t;
+        for _ in 0..8 {
+            now += beat;
+            v.caught_up(now);
+            v.heartbeat_acked(now, now);
+        }
+        assert_eq!(v.lease_term(), term, "heartbeats and reads on time");
+        // Paused for 14 s (past the 10 s session): read to the end, then a heartbeat.
+        now += Duration::from_secs(14);
+        v.caught_up(now);
+        assert_eq!(v.lease_term(), term, "the heartbeat is still a session old");
+        v.heartbeat_acked(now, now + beat / 10);
+        assert_eq!(v.lease_term(), term + 1);
+        assert_eq!(v.lease_problem(now + beat / 10), None);
     }
 }

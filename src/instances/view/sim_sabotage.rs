@@ -8,6 +8,16 @@ use std::cell::Cell;
 thread_local! {
     static WALL_CLOCK_LIVENESS: Cell<bool> = const { Cell::new(false) };
     static HEARTBEAT_UNREAD: Cell<bool> = const { Cell::new(false) };
+    static OWNERSHIP_ACROSS_LAPSES: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Before S3: the agent's owner keeps its epoch across a lapse of its lease.
+pub fn set_ownership_across_lapses(on: bool) {
+    OWNERSHIP_ACROSS_LAPSES.with(|c| c.set(on));
+}
+
+pub(super) fn ownership_across_lapses() -> bool {
+    OWNERSHIP_ACROSS_LAPSES.with(Cell::get)
 }
 
 /// Before G10: an instance heartbeats whether or not it has read the state topic lately.
