@@ -221,3 +221,53 @@ fn a_mirrored_write_whose_answer_was_lost_is_followed_by_a_new_barrier() {
         );
     }
 }
+
+/// What Kubernetes, systemd and a rolling restart send is SIGTERM, not Ctrl-C: the gateway
+/// stops as on Ctrl-C — it answers the requests in flight (a Fetch the broker holds for 3 s,
+/// sent just before the signal), then exits with status 0.
+#[test]
+fn a_gateway_stopped_with_sigterm_answers_its_requests_in_flight_then_exits_cleanly() {
+    let (topic, idle) = topics("sigterm");
+    let mut gw = crate::gw::ProcessGateway::start(mirror_config("sigterm", &[&topic]), &[]);
+    let mut conn = TcpStream::connect(format!("127.0.0.1:{}", gw.port_for(1))).expect("connect");
+    conn.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    conn.write_all(&long_poll_frame(&idle, Duration::from_secs(3), 7))
+        .expect("fetch sent");
+    std::thread::sleep(Duration::from_millis(300));
+    let sent = Instant::now();
+    // SAFETY: kill(2) on the pid of a child this test started.
+    assert_eq!(
+        unsafe { libc::kill(gw.pid().expect("runs") as libc::pid_t, libc::SIGTERM) },
+        0
+    );
+    let mut len = [0u8; 4];
+    let answered = conn.read_exact(&mut len).map(|()| {
+        let mut body = vec![0u8; i32::from_be_bytes(len) as usize];
+        conn.read_exact(&mut body).map(|()| body)
+    });
+    let status = gw.wait_exit_status(Duration::from_secs(30));
+    let log = std::fs::read_to_string(&gw.log_path).unwrap_or_default();
+    let body = match answered {
+        Ok(Ok(b)) => b,
+        other => panic!(
+            "the Fetch in flight was not answered after SIGTERM ({other:?}); exit {status:?}; log:\n{log}"
+        ),
+    };
+    assert_eq!(
+        i32::from_be_bytes(body[..4].try_into().expect("correlation id")),
+        7
+    );
+    assert!(
+        sent.elapsed() >= Duration::from_secs(2),
+        "answered before the broker's wait: not the long poll"
+    );
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "exit {status:?}; log:\n{log}"
+    );
+    assert!(
+        log.contains("shutting down: draining in-flight requests"),
+        "{log}"
+    );
+}

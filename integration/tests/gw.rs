@@ -481,6 +481,22 @@ impl ProcessGateway {
         true
     }
 
+    /// Wait until the process exits; its exit status (`None`: still running at `timeout`).
+    pub fn wait_exit_status(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let c = self.child.as_mut()?;
+            if let Some(status) = c.try_wait().expect("wait") {
+                self.child = None;
+                return Some(status);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// kill -9.
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
