@@ -222,11 +222,12 @@ async fn run_one(
     let text = serde_json::to_string_pretty(schedule).map_err(|e| e.to_string())?;
     std::fs::write(dir.join("schedule.json"), text).map_err(|e| e.to_string())?;
     eprintln!(
-        "chaos: seed {} ({:?} failover through instance {}, {} faults){}",
+        "chaos: seed {} ({:?} failover through instance {}, {} faults, operations {:?}){}",
         schedule.seed,
         schedule.mode,
         schedule.driver,
         schedule.fault_count(),
+        schedule.operations,
         sabotage
             .map(|s| format!(", sabotage {s}"))
             .unwrap_or_default()
@@ -362,7 +363,12 @@ async fn drive(
         history.clone(),
     ));
     let t0 = Instant::now();
-    world.faults(t0, &schedule.before).await?;
+    let (faults, operations) = tokio::join!(
+        world.faults(t0, &schedule.before),
+        world.operations(t0, &schedule.operations)
+    );
+    faults?;
+    operations?;
     tokio::time::sleep_until((t0 + Duration::from_millis(schedule.before_ms)).into()).await;
 
     // The failover.

@@ -3,7 +3,7 @@
 //! with its own state directory that outlives a kill. Instance `i` listens from port
 //! `BASE + 100 i` (client), `+ 10` (mirror) and `+ 20` (admin).
 //!
-//! Owns: the instances' configuration, processes and signals (SIGKILL, SIGSTOP, SIGCONT), and the
+//! Owns: the instances' configuration, processes and signals (SIGKILL, SIGTERM, SIGSTOP, SIGCONT), and the
 //! admin calls of the run. Must not touch: the clusters (the rig), the clients, the rules.
 
 use std::fs::OpenOptions;
@@ -152,6 +152,21 @@ impl Instance {
             let _ = c.wait();
         }
         self.paused = false;
+    }
+
+    /// SIGTERM (a rolling restart's graceful stop); SIGCONT first if a fault paused it.
+    pub fn terminate(&mut self) {
+        if self.paused {
+            self.resume();
+        }
+        self.signal(libc::SIGTERM);
+    }
+
+    /// After a stop the run asked for: the process is no longer counted as ended on its own.
+    pub fn forget_exit(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.wait();
+        }
     }
 
     pub fn pause(&mut self) {

@@ -6,7 +6,7 @@
 use serde_json::{json, Value};
 
 use super::check::Verdict;
-use super::plan::Schedule;
+use super::plan::{Operation, Schedule};
 
 /// A group figure as the summary prints it.
 fn figure(n: Option<usize>) -> String {
@@ -72,6 +72,8 @@ pub fn verdict_json(
         "sabotage": sabotage,
         "operations": v.operations,
         "faults": s.fault_count(),
+        "rolling_restarts": s.operations.iter().filter(|o| matches!(o, Operation::RollingRestart { .. })).count(),
+        "mirror_pauses": s.operations.iter().filter(|o| matches!(o, Operation::PauseMirror { .. })).count(),
         "acked": v.acked,
         "lost": v.lost,
         "duplicated": v.duplicated,

@@ -1,5 +1,6 @@
 //! The schedule of one chaos run, drawn from its seed: how the failover happens (planned or with
-//! the source killed), through which instance, and the faults before, at and after it. The same
+//! the source killed), through which instance, the faults before, at and after it, and the
+//! operator's operations before it (a rolling restart, a pause of the mirror). The same
 //! seed draws the same schedule; it is written next to the run's history (`schedule.json`) and
 //! `--replay` reads it back instead of drawing it.
 //!
@@ -85,6 +86,27 @@ fn second_broker() -> u32 {
     2
 }
 
+/// What an operator does to the instances while the mirror runs (before the failover, beside
+/// the faults, which may hit the same instances meanwhile).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "operation", rename_all = "snake_case")]
+pub enum Operation {
+    /// Restart every instance in turn: SIGTERM, wait for it to end (SIGKILL after 30 s), start
+    /// it again, wait until it is ready (60 s at most), `gap_ms`, the next.
+    RollingRestart { at_ms: u64, gap_ms: u64 },
+    /// Pause the mirror through instance `through` (`POST /v1/mirrors/{name}/pause`), resume
+    /// it `ms` later through the next instance.
+    PauseMirror { at_ms: u64, through: usize, ms: u64 },
+}
+
+impl Operation {
+    pub fn at_ms(&self) -> u64 {
+        match *self {
+            Operation::RollingRestart { at_ms, .. } | Operation::PauseMirror { at_ms, .. } => at_ms,
+        }
+    }
+}
+
 /// A fault at `at_ms` after its phase began.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Timed {
@@ -125,6 +147,10 @@ pub struct Schedule {
     pub before: Vec<Timed>,
     pub at_failover: AtFailover,
     pub after: Vec<Timed>,
+    /// The operator's operations before the failover, in time order (schedules written
+    /// before operations existed have none).
+    #[serde(default)]
+    pub operations: Vec<Operation>,
 }
 
 impl Schedule {
@@ -154,6 +180,7 @@ impl Schedule {
             },
         };
         let after = faults(&mut rng, after_ms, session_ms);
+        let operations = operations(seed, before_ms);
         Schedule {
             seed,
             mode,
@@ -163,6 +190,7 @@ impl Schedule {
             before,
             at_failover,
             after,
+            operations,
         }
     }
 
@@ -170,6 +198,31 @@ impl Schedule {
     pub fn fault_count(&self) -> usize {
         self.before.len() + self.after.len() + usize::from(self.at_failover != AtFailover::Nothing)
     }
+}
+
+/// The operations of a run before its failover. Drawn from a stream of their own, so that a
+/// seed's faults are the ones it drew before operations existed: each with even odds, a rolling
+/// restart in the first half of the phase and a pause of the mirror (2–8 s) ending at least 15 s
+/// before the failover.
+fn operations(seed: u64, before_ms: u64) -> Vec<Operation> {
+    let mut rng = Rng::new(seed ^ 0x6F70_6572_6174_6F72);
+    let mut ops = Vec::new();
+    if before_ms >= 30_000 && rng.chance(50) {
+        ops.push(Operation::RollingRestart {
+            at_ms: rng.range(5_000, before_ms / 2),
+            gap_ms: rng.range(1_000, 3_000),
+        });
+    }
+    if before_ms >= 30_000 && rng.chance(50) {
+        let ms = rng.range(2_000, 8_000);
+        ops.push(Operation::PauseMirror {
+            at_ms: rng.range(3_000, before_ms - 15_000 - ms),
+            through: rng.range(0, INSTANCES as u64 - 1) as usize,
+            ms,
+        });
+    }
+    ops.sort_by_key(Operation::at_ms);
+    ops
 }
 
 /// A pause: short (1–3 s) or past the session timeout (by 2–5 s).
@@ -253,6 +306,30 @@ mod tests {
         assert!(all
             .iter()
             .any(|s| matches!(s.at_failover, AtFailover::KillDriver { .. })));
+    }
+
+    #[test]
+    fn seeds_draw_both_operations_and_a_schedule_without_them_still_reads() {
+        let all: Vec<Schedule> = (0..32)
+            .map(|s| Schedule::draw(s, 72_000, 48_000, 6_000))
+            .collect();
+        let ops: Vec<Operation> = all.iter().flat_map(|s| s.operations.clone()).collect();
+        assert!(ops
+            .iter()
+            .any(|o| matches!(o, Operation::RollingRestart { .. })));
+        assert!(ops
+            .iter()
+            .any(|o| matches!(o, Operation::PauseMirror { .. })));
+        for o in &ops {
+            if let Operation::PauseMirror { at_ms, ms, .. } = o {
+                assert!(at_ms + ms + 15_000 <= 72_000, "{o:?}");
+            }
+        }
+        let mut s = Schedule::draw(3, 72_000, 48_000, 6_000);
+        let mut v = serde_json::to_value(&s).expect("json");
+        v.as_object_mut().expect("object").remove("operations");
+        s.operations.clear();
+        assert_eq!(serde_json::from_value::<Schedule>(v).expect("read"), s);
     }
 
     #[test]

@@ -1,15 +1,19 @@
 //! The chaos run's processes and the nemesis acting on them: the gateway instances (pause,
-//! kill, start again) and the run's rig (a destination broker killed and started again).
+//! kill, start again) and the run's rig (a destination broker killed and started again); and
+//! the operator's operations (a rolling restart, a pause of the mirror).
 //!
-//! Owns: carrying out a fault and undoing it, and bringing every process back before the
-//! checker reads. Must not touch: which faults happen when (`plan.rs`), the clients.
+//! Owns: carrying out a fault and undoing it, carrying out an operation, and bringing every
+//! process back before the checker reads. Must not touch: which faults and operations happen
+//! when (`plan.rs`), the clients.
 
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::gateways::Instance;
-use super::plan::{Fault, Timed};
+use hyper::Method;
+
+use super::gateways::{admin_addr, wait_ready, Instance, MIRROR};
+use super::plan::{Fault, Operation, Timed, INSTANCES};
 use crate::Rig;
 
 /// The processes of one run and what they share.
@@ -79,6 +83,76 @@ impl World {
             self.fault(t.fault).await?;
         }
         Ok(())
+    }
+
+    /// The operations, each at its time from `t0` (beside the faults).
+    pub async fn operations(&self, t0: Instant, ops: &[Operation]) -> Result<(), String> {
+        for op in ops {
+            tokio::time::sleep_until((t0 + Duration::from_millis(op.at_ms())).into()).await;
+            eprintln!("chaos: {op:?}");
+            match *op {
+                Operation::RollingRestart { gap_ms, .. } => {
+                    for i in 0..INSTANCES {
+                        self.restart(i).await?;
+                        tokio::time::sleep(Duration::from_millis(gap_ms)).await;
+                    }
+                }
+                Operation::PauseMirror { through, ms, .. } => {
+                    self.pause_mirror(through, true).await?;
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    self.pause_mirror((through + 1) % INSTANCES, false).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One step of a rolling restart: instance `i` is stopped (SIGTERM; SIGKILL after 30 s),
+    /// started again, and waited for until ready (60 s at most; a fault may hold it back, and
+    /// the operator then goes on).
+    async fn restart(&self, i: usize) -> Result<(), String> {
+        self.with(|v| v[i].terminate());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.with(|v| v[i].running()) {
+            if Instant::now() > deadline {
+                eprintln!("chaos: instance {i} did not end within 30 s of SIGTERM: SIGKILL");
+                self.with(|v| v[i].kill());
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.with(|v| v[i].forget_exit());
+        self.with(|v| v[i].start(&self.bin))?;
+        if let Err(e) = wait_ready(i, Duration::from_secs(60)).await {
+            eprintln!("chaos: rolling restart goes on: {e}");
+        }
+        Ok(())
+    }
+
+    /// Pause (or resume) the mirror through instance `first`, or the next instance when one
+    /// cannot be asked (down or paused by a fault), for 60 s at most.
+    async fn pause_mirror(&self, first: usize, pause: bool) -> Result<(), String> {
+        let action = if pause { "pause" } else { "resume" };
+        let path = format!("/v1/mirrors/{MIRROR}/{action}");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut last = String::new();
+        for i in (0..).map(|n| (first + n) % INSTANCES) {
+            let addr = admin_addr(i);
+            let call = crate::fleet::admin(&addr, Method::POST, &path);
+            match tokio::time::timeout(Duration::from_secs(5), call).await {
+                Ok(Ok((200, _))) => return Ok(()),
+                Ok(Ok((status, body))) => last = format!("instance {i}: {status} {body}"),
+                Ok(Err(e)) => last = format!("instance {i}: {e}"),
+                Err(_) => last = format!("instance {i}: no answer within 5 s"),
+            }
+            if Instant::now() > deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        Err(format!(
+            "the mirror could not be {action}d within 60 s: {last}"
+        ))
     }
 
     /// Every instance running and not paused.
