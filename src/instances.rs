@@ -26,6 +26,18 @@ mod adopted;
 pub mod agent_owner;
 mod agents;
 pub mod clock;
+
+/// Test hook (environment, read once): while the file named by
+/// `MIRRORGATE_TEST_HOLD_HEARTBEATS_WHILE` exists, this instance writes no heartbeat (it goes
+/// on reading the state topic), so a test can put a record in the log between its first read
+/// to the end and its first heartbeat. Unset in production: never held.
+fn heartbeats_held() -> bool {
+    static HOLD: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    HOLD.get_or_init(|| std::env::var_os("MIRRORGATE_TEST_HOLD_HEARTBEATS_WHILE").map(Into::into))
+        .as_ref()
+        .is_some_and(|p| p.exists())
+}
+
 #[cfg(test)]
 mod compaction_tests;
 pub mod log;
@@ -183,6 +195,9 @@ impl PeerLink {
     /// Write one heartbeat, when this instance may ([`PeerView::may_heartbeat`]); the lease is
     /// renewed from the time it was sent. Returns whether one was written.
     pub async fn heartbeat_once(&self) -> bool {
+        if heartbeats_held() {
+            return false;
+        }
         let sent = clock::now();
         let (me, incarnation) = {
             let v = self.view();

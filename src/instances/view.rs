@@ -96,6 +96,11 @@ pub struct PeerView {
     /// When this instance's first heartbeat since its start (or since it last started over)
     /// was acknowledged: the grace before the first lease counts from it.
     first_acked: Option<Instant>,
+    /// Whether a heartbeat of this process (its incarnation) has been read back: the log holds
+    /// nothing of a previous process with this id after it, so only then is a heartbeat of
+    /// another incarnation read a twin (a previous process's can come after a read that
+    /// seemed to reach the end, e.g. from a partition leader whose high watermark lags).
+    own_heartbeat_read: bool,
     /// The grace before the first lease ([`grace`] of the session).
     grace: Duration,
     /// Instance → when this instance read its last heartbeat.
@@ -167,6 +172,7 @@ impl PeerView {
             twin: None,
             yield_jitter: Duration::from_millis(seed % jitter_ms),
             first_acked: None,
+            own_heartbeat_read: false,
             grace: grace(session),
             seen: HashMap::new(),
             incarnations: HashMap::new(),
@@ -250,8 +256,12 @@ impl PeerView {
                         }
                     }
                     self.seen.insert(instance, now);
-                } else if let Some(i) = incarnation.filter(|i| *i != self.incarnation) {
-                    self.read_twin(i, now);
+                } else if let Some(i) = incarnation {
+                    if i == self.incarnation {
+                        self.own_heartbeat_read = true;
+                    } else {
+                        self.read_twin(i, now);
+                    }
                 }
             }
             PeerRecord::AgentOwner {

@@ -7,7 +7,8 @@
 //! the environment (the agent's own hooks are read where they act:
 //! `MIRRORGATE_TEST_LOSE_AGENT_APPEND_ANSWERS` by `agent.rs`,
 //! `MIRRORGATE_TEST_HOLD_AGENT_DISCOVERY_WHILE` by `agent/discovery.rs`,
-//! `MIRRORGATE_TEST_HOLD_AGENT_CLAIM_WHILE` by `instances/agents.rs`), the failover's
+//! `MIRRORGATE_TEST_HOLD_AGENT_CLAIM_WHILE` by `instances/agents.rs`,
+//! `MIRRORGATE_TEST_HOLD_HEARTBEATS_WHILE` by `instances.rs`), the failover's
 //! rules.
 //!
 //! `MIRRORGATE_TEST_SABOTAGE` ([`Sabotage`]) is read here too, once per process, and asked where

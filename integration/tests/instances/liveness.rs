@@ -153,6 +153,72 @@ fn a_second_process_with_a_running_instances_id_takes_no_lease_and_says_so() {
     wait_others_alive(&b.admin(), 1);
 }
 
+/// Found by the chaos run (seed 21, a rolling restart while a destination broker was down): a
+/// process started again with its instance id read its previous process's last heartbeat after
+/// a read that seemed to have reached the state topic's end, took it for a second process
+/// running with its id, and gave way to it (not ready, no lease, for 20 s). A heartbeat that
+/// the log holds before this process's own first heartbeat was written before it started: it
+/// is never a twin. Here the late heartbeat is appended by the test between the process's
+/// first read to the end and its first heartbeat (held by the test hook
+/// `MIRRORGATE_TEST_HOLD_HEARTBEATS_WHILE`).
+#[test]
+fn a_previous_processs_heartbeat_read_late_is_not_taken_for_a_second_process() {
+    use mirrorgate::instances::log::{KafkaStateLog, StateLog};
+    use mirrorgate::instances::view::PeerRecord;
+    let topic = mirror_topic("peers-late-hb");
+    let state_topic = harness::unique_topic("peers-late-hb-state");
+    let cfg = instance_config("latehb", &topic, "a", &state_topic);
+    init_state_topic(&cfg);
+    let hold_dir = tempfile::tempdir().expect("temp dir");
+    let hold = hold_dir.path().join("hold-heartbeats");
+    std::fs::write(&hold, b"").expect("hold file");
+    let hold_env = hold.to_str().expect("utf-8 path").to_string();
+    let a = ProcessGateway::start_unready(
+        cfg.clone(),
+        &[("MIRRORGATE_TEST_HOLD_HEARTBEATS_WHILE", &hold_env)],
+    );
+    // a reads the state topic to its end (every 100 ms) and writes no heartbeat yet.
+    std::thread::sleep(Duration::from_secs(2));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let connector =
+            mirrorgate::client::Connector::for_cluster(&cfg.destination).expect("connector");
+        let view = mirrorgate::cluster::ClusterView::new(
+            cfg.destination.clone(),
+            connector,
+            mirrorgate::metrics::Metrics::new(),
+        );
+        view.refresh().await.expect("metadata");
+        let log = KafkaStateLog::new(view, state_topic.clone(), Duration::from_secs(10));
+        log.append(&PeerRecord::Heartbeat {
+            instance: "a".into(),
+            at_ms: 0,
+            agents: vec![],
+            incarnation: Some("the-previous-process".into()),
+        })
+        .await
+        .expect("the previous process's heartbeat appended");
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    std::fs::remove_file(&hold).expect("hold file removed");
+    let deadline = Instant::now() + Duration::from_millis(4 * SESSION_MS);
+    loop {
+        let (status, body) = a.call(hyper::Method::GET, "/readyz");
+        assert!(
+            !body.contains("another process"),
+            "a took its previous process's heartbeat for a second process: {body}"
+        );
+        if status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "a not ready: {body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Review G1. Instance x has two mirror writes pipelined on one connection to the leader of a
 /// partition whose follower is stalled: the first waits in the leader's purgatory for the
 /// follower, the second queues unread behind it. x is then paused, and a failover through y

@@ -88,10 +88,14 @@ impl PeerView {
     }
 
     /// A heartbeat of this instance's id written by another process (`incarnation`), read at
-    /// `now`. Only once this instance has read the state topic to its end: what it reads
-    /// before was written before it started (a previous process with its id).
+    /// `now`. Only once this process has read one of its own heartbeats back: everything
+    /// before it in the log was written before that heartbeat, and a previous process with
+    /// this id had ended before this one started, so what comes after it is another process
+    /// running now. (A read that seemed to reach the end is not enough: in the chaos run, seed
+    /// 21, a previous process's last heartbeats came after it — most likely from a partition
+    /// leader elected a moment before, whose high watermark lags: a false twin, C4.)
     pub(super) fn read_twin(&mut self, incarnation: String, now: Instant) {
-        if self.caught_up.is_none() {
+        if !self.own_heartbeat_read {
             return;
         }
         if let Some(t) = self.twin.as_mut().filter(|t| t.incarnation == incarnation) {
@@ -133,6 +137,7 @@ impl PeerView {
         if t.yielded {
             self.first_acked = None;
             self.heartbeat_acked = None;
+            self.own_heartbeat_read = false;
         }
         Some(t)
     }
@@ -341,6 +346,7 @@ mod tests {
         let mut v = PeerView::with_incarnation("a", T, "p2");
         v.caught_up(t0);
         v.heartbeat_acked(t0, t0);
+        v.apply(hb_of("a", "p2"), t0, 0);
         v.apply(hb_of("a", "p1"), t0 + Duration::from_secs(1), 0);
         let t = t0 + grace(T) + Duration::from_secs(1);
         v.caught_up(t);
@@ -354,6 +360,7 @@ mod tests {
     fn an_instance_holding_its_lease_keeps_it_when_another_process_with_its_id_appears() {
         let t0 = Instant::now();
         let (mut v, t) = leased("a", t0);
+        v.apply(hb_of("a", "p1"), t, 0);
         v.apply(hb_of("a", "p2"), t, 0);
         assert!(!v.yielded());
         assert_eq!(v.twin().map(|t| t.incarnation.as_str()), Some("p2"));
@@ -374,11 +381,36 @@ mod tests {
     }
 
     #[test]
+    fn a_previous_process_s_heartbeat_read_after_a_read_to_the_end_but_before_this_one_s_own_is_no_twin(
+    ) {
+        // Found by the chaos run (seed 21): right after a rolling restart the state topic's
+        // leader moved; a read reached its (lagging) high watermark, and the previous process's
+        // last heartbeats came after it. Only a heartbeat after this process's own is a twin.
+        let t0 = Instant::now();
+        let mut v = PeerView::with_incarnation("a", T, "p2");
+        v.caught_up(t0);
+        v.heartbeat_acked(t0, t0);
+        v.apply(hb_of("a", "p1"), t0 + Duration::from_millis(100), 0);
+        assert_eq!(v.twin(), None, "written before this process's heartbeat");
+        v.apply(hb_of("a", "p2"), t0 + Duration::from_millis(200), 0);
+        let t = t0 + grace(T);
+        v.caught_up(t);
+        assert!(!v.yielded());
+        assert_eq!(v.lease_problem(t), None);
+        v.apply(hb_of("a", "p1"), t, 0);
+        assert!(
+            v.twin().is_some(),
+            "after its own heartbeat: another process now"
+        );
+    }
+
+    #[test]
     fn a_yielded_instance_starts_over_once_the_other_process_is_gone() {
         let t0 = Instant::now();
         let mut v = PeerView::with_incarnation("a", T, "p2");
         v.caught_up(t0);
         v.heartbeat_acked(t0, t0);
+        v.apply(hb_of("a", "p2"), t0, 0);
         v.apply(hb_of("a", "p1"), t0, 0);
         assert!(v.forget_gone_twin(t0 + T).is_none(), "seen a session ago");
         let gone = t0 + 2 * T + MARGIN;
