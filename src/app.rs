@@ -24,6 +24,7 @@ mod admin_backend;
 pub mod demo;
 mod maintain;
 pub mod peers;
+pub mod signals;
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]

@@ -429,28 +429,10 @@ async fn run(cfg: Config, banner: Option<String>) -> ExitCode {
             Err(r) => eprintln!("mirrorgate: not ready after 60 s: {}", r.reasons.join("; ")),
         }
     }
-    let signal = stop_signal().await;
+    let signal = mirrorgate::app::signals::stop_signal().await;
     tracing::info!(signal, "shutting down: draining in-flight requests");
     gw.shutdown().await;
     ExitCode::SUCCESS
-}
-
-/// Waits for the signal to stop on: Ctrl-C (SIGINT) or SIGTERM, what Kubernetes, systemd and a
-/// rolling restart send. Returns its name. Without a SIGTERM handler (it cannot be installed)
-/// only Ctrl-C stops the gateway gracefully, and a WARN says so.
-async fn stop_signal() -> &'static str {
-    use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => tokio::select! {
-            _ = tokio::signal::ctrl_c() => "SIGINT",
-            _ = term.recv() => "SIGTERM",
-        },
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot handle SIGTERM: it stops the gateway without draining; stop it with SIGINT");
-            let _ = tokio::signal::ctrl_c().await;
-            "SIGINT"
-        }
-    }
 }
 
 /// The demo's source topic: the first exact topic of the first mirror with a source.
