@@ -163,7 +163,7 @@ fn a_second_process_with_a_running_instances_id_takes_no_lease_and_says_so() {
 /// `MIRRORGATE_TEST_HOLD_HEARTBEATS_WHILE`).
 #[test]
 fn a_previous_processs_heartbeat_read_late_is_not_taken_for_a_second_process() {
-    use mirrorgate::instances::log::{KafkaStateLog, StateLog};
+    use mirrorgate::instances::log::StateLog;
     use mirrorgate::instances::view::PeerRecord;
     let topic = mirror_topic("peers-late-hb");
     let state_topic = harness::unique_topic("peers-late-hb-state");
@@ -184,15 +184,7 @@ fn a_previous_processs_heartbeat_read_late_is_not_taken_for_a_second_process() {
         .build()
         .expect("runtime");
     rt.block_on(async {
-        let connector =
-            mirrorgate::client::Connector::for_cluster(&cfg.destination).expect("connector");
-        let view = mirrorgate::cluster::ClusterView::new(
-            cfg.destination.clone(),
-            connector,
-            mirrorgate::metrics::Metrics::new(),
-        );
-        view.refresh().await.expect("metadata");
-        let log = KafkaStateLog::new(view, state_topic.clone(), Duration::from_secs(10));
+        let log = super::state_log(&cfg, &state_topic).await;
         log.append(&PeerRecord::Heartbeat {
             instance: "a".into(),
             at_ms: 0,

@@ -65,6 +65,24 @@ fn init_state_topic(cfg: &Config) {
     assert!(done.is_some_and(|d| d.contains("compacted")));
 }
 
+/// The state topic `state_topic` of `cfg`'s destination, as the gateway reads and appends it
+/// (metadata read first): for tests that put records there themselves.
+async fn state_log(cfg: &Config, state_topic: &str) -> mirrorgate::instances::log::KafkaStateLog {
+    let connector =
+        mirrorgate::client::Connector::for_cluster(&cfg.destination).expect("connector");
+    let view = mirrorgate::cluster::ClusterView::new(
+        cfg.destination.clone(),
+        connector,
+        mirrorgate::metrics::Metrics::new(),
+    );
+    view.refresh().await.expect("metadata");
+    mirrorgate::instances::log::KafkaStateLog::new(
+        view,
+        state_topic.to_string(),
+        Duration::from_secs(10),
+    )
+}
+
 /// A mirror topic whose partition 0 is led by broker 1 (the mirror bootstrap port's node).
 fn mirror_topic(prefix: &str) -> String {
     let topic = harness::unique_topic(prefix);

@@ -298,7 +298,7 @@ fn a_gateway_that_failed_over_alone_is_migrated_into_the_state_topic_and_a_new_i
 /// takes a 3 MiB record, and the state log reads it back whole.
 #[test]
 fn the_state_topic_takes_a_record_of_several_mebibytes_and_reads_it_back() {
-    use mirrorgate::instances::log::{KafkaStateLog, StateLog};
+    use mirrorgate::instances::log::StateLog;
     use mirrorgate::instances::records::PeerRecord;
     let topic = mirror_topic("peers-big");
     let state_topic = harness::unique_topic("peers-big-state");
@@ -316,15 +316,7 @@ fn the_state_topic_takes_a_record_of_several_mebibytes_and_reads_it_back() {
         .build()
         .expect("runtime");
     let read = rt.block_on(async {
-        let connector =
-            mirrorgate::client::Connector::for_cluster(&cfg.destination).expect("connector");
-        let view = mirrorgate::cluster::ClusterView::new(
-            cfg.destination.clone(),
-            connector,
-            mirrorgate::metrics::Metrics::new(),
-        );
-        view.refresh().await.expect("metadata");
-        let log = KafkaStateLog::new(view, state_topic.clone(), Duration::from_secs(10));
+        let log = super::state_log(&cfg, &state_topic).await;
         log.append(&rec).await.expect("a 3 MiB record appended");
         log.read(0).await.expect("read")
     });
