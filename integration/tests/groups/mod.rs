@@ -10,7 +10,8 @@
 //! The tests, by behaviour: `resume.rs` (Java and librdkafka groups across a failover, the
 //! source up or killed), `rounds.rs` (what a round does with retriable answers and a lost
 //! source: the first round on a fresh destination, the final round's report), `rules.rs` (skipped active, clamp, nothing after failover, the API and
-//! CLI on bad input), `compacted.rs`, `streams.rs` (Kafka Streams with exactly_once_v2 restarted
+//! CLI on bad input), `compacted.rs`, `cut.rs` (a stopped group's offsets synced while a transaction stays
+//! open on the source), `streams.rs` (Kafka Streams with exactly_once_v2 restarted
 //! through the gateway, after a planned move and after a failover with its output not mirrored
 //! yet). This file holds the shared helpers.
 
@@ -29,6 +30,7 @@ use crate::gw::{admin_call, test_config, TestGateway};
 use crate::harness;
 
 mod compacted;
+mod cut;
 mod resume;
 mod rounds;
 mod rules;

@@ -73,7 +73,7 @@ pub const FINAL_SYNC_BUDGET: Duration = Duration::from_secs(5);
 /// How long the final sync waits for a periodic round still running (its commits go to the
 /// destination, which answers quickly; a round stuck on the source has decided nothing yet).
 const ROUND_DRAIN: Duration = Duration::from_secs(2);
-/// The longest a periodic round waits for the consistent cut (`cut::wait_for_cut`).
+/// The longest a periodic round waits for the consistent cut (`cut::wait_for_cuts`).
 const CUT_WAIT_PERIODIC: Duration = Duration::from_secs(10);
 /// The longest the final round waits for it.
 const CUT_WAIT_FINAL: Duration = Duration::from_secs(2);
@@ -159,8 +159,9 @@ pub struct GroupSync<I: GroupIo> {
     filter: GroupFilter,
     interval: Duration,
     phase: Mutex<Phase>,
-    /// One round at a time (the final round waits for a periodic one to end).
-    round: tokio::sync::Mutex<()>,
+    /// One round at a time (the final round waits for a periodic one to end), with the cuts
+    /// the offsets read so far need.
+    round: tokio::sync::Mutex<cut::CutMemory>,
     status: Mutex<Status>,
     metrics: GroupMetrics,
     /// Whether rounds may write on this instance (several instances: where the built-in agent
@@ -194,7 +195,7 @@ impl<I: GroupIo + 'static> GroupSync<I> {
             filter: GroupFilter::new(cfg)?,
             interval: Duration::from_millis(cfg.sync_interval_ms),
             phase: Mutex::new(Phase::Syncing),
-            round: tokio::sync::Mutex::new(()),
+            round: tokio::sync::Mutex::new(cut::CutMemory::default()),
             status: Mutex::new(Status::default()),
             metrics,
             gate: None,
@@ -247,7 +248,7 @@ impl<I: GroupIo + 'static> GroupSync<I> {
     /// One round of `kind`; it writes only while the phase is the one of its kind and the gate
     /// says so (asked before every commit). `Err`: it did not run, and why.
     pub async fn round(&self, kind: RoundKind) -> Result<RoundSummary, String> {
-        let _one = self.round.lock().await;
+        let mut memory = self.round.lock().await;
         let allowed = match kind {
             RoundKind::Periodic => Phase::Syncing,
             RoundKind::Final => Phase::Final,
@@ -276,7 +277,15 @@ impl<I: GroupIo + 'static> GroupSync<I> {
                 retry_for: RETRY_FINAL,
             },
         };
-        let report = run_round(&self.io, &self.filter, kind, &may_write, limits).await;
+        let report = run_round(
+            &self.io,
+            &self.filter,
+            kind,
+            &may_write,
+            limits,
+            &mut memory,
+        )
+        .await;
         Ok(self.record(report))
     }
 

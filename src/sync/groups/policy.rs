@@ -18,9 +18,10 @@
 //! - a retriable failure ([`IoError::retriable`]: a coordinator loading or moving, a leader
 //!   changing, a timeout, a lost connection) is asked again within the round, with a growing
 //!   backoff, until the round's retry time ([`RoundLimits::retry_for`]) is over;
-//! - the consistent cut ([`super::cut`]): offsets read at a moment `t0` are committed only once
-//!   the mirror holds what transactions wrote up to `t0`. Until it holds, the round commits
-//!   nothing and reports the groups `waiting_for_mirror`.
+//! - the consistent cut ([`super::cut`]): an offset first read at a moment `t0` is committed
+//!   only once the mirror holds what transactions wrote up to `t0`. Until it holds, the round
+//!   does not commit it and reports its group `waiting_for_mirror` (its other partitions are
+//!   committed when theirs hold).
 //!
 //! Owns: those decisions and the per-group report of a round.
 //! Must not touch: sockets (the [`GroupIo`] implementation does the requests), the offset map's
@@ -35,6 +36,7 @@ use tokio::time::Instant;
 use crate::config::GroupFilter;
 use crate::mirror::offset_map::PartitionMap;
 
+use super::cut::CutMemory;
 use super::io::{retried, CommitOutcome, GroupIo, IoError, Retriable, RoundKind, Tp};
 
 /// How long a round may wait.
@@ -96,8 +98,9 @@ pub enum GroupOutcome {
     SkippedActive,
     /// A request failed; nothing more was written for the group in this round.
     Error(String),
-    /// Nothing was written: the mirror does not hold yet what transactions wrote up to the
-    /// moment the offsets were read (the consistent cut); the next round tries again.
+    /// Some partitions (all, when `commits` is 0) were not written: the mirror does not hold
+    /// yet what transactions wrote up to the moment their offsets were first read (the
+    /// consistent cut); the next rounds try again.
     WaitingForMirror(String),
 }
 
@@ -160,6 +163,7 @@ pub async fn run_round<I: GroupIo>(
     kind: RoundKind,
     may_write: &(dyn Fn() -> Result<(), String> + Sync),
     limits: RoundLimits,
+    memory: &mut CutMemory,
 ) -> RoundReport {
     let until = Instant::now() + limits.retry_for;
     let mut report = RoundReport::default();
@@ -194,9 +198,11 @@ pub async fn run_round<I: GroupIo>(
         .await;
         read.push((group, offsets));
     }
-    let waiting = super::cut::wait_for_cut(io, limits.cut_wait, until)
-        .await
-        .err();
+    let listed: Vec<(String, Option<&BTreeMap<Tp, i64>>)> = read
+        .iter()
+        .map(|(g, o)| (g.clone(), o.as_ref().ok()))
+        .collect();
+    let verdicts = memory.settle(io, &listed, limits.cut_wait, until).await;
     let round = Round {
         io,
         kind,
@@ -205,18 +211,32 @@ pub async fn run_round<I: GroupIo>(
     };
     let mut log_starts = HashMap::new();
     for (group, offsets) in read {
-        let step = match (offsets, &waiting) {
-            (Err(e), _) => GroupStep::Report(GroupReport {
+        let step = match offsets {
+            Err(e) => GroupStep::Report(GroupReport {
                 group: group.clone(),
                 outcome: GroupOutcome::Error(format!("source offsets: {e}")),
                 partitions: Vec::new(),
                 commits: 0,
             }),
-            (Ok(source), Some(why)) => waiting_report(io, &group, kind, source, why),
-            (Ok(source), None) => {
-                round
-                    .sync_group(&group, source, &active, &mut log_starts)
-                    .await
+            Ok(source) => {
+                // Partitions whose cut holds are committed; the others wait for the mirror.
+                let (waiting, held): (BTreeMap<Tp, i64>, BTreeMap<Tp, i64>) =
+                    source.into_iter().partition(|(tp, _)| {
+                        matches!(verdicts.get(&(group.clone(), tp.clone())), Some(Some(_)))
+                    });
+                let why = waiting.keys().find_map(|tp| {
+                    verdicts
+                        .get(&(group.clone(), tp.clone()))
+                        .cloned()
+                        .flatten()
+                });
+                let step = round
+                    .sync_group(&group, held, &active, &mut log_starts)
+                    .await;
+                match why {
+                    None => step,
+                    Some(why) => step.with_waiting(waiting_report(io, &group, kind, waiting, &why)),
+                }
             }
         };
         match step {
@@ -271,6 +291,28 @@ enum GroupStep {
     Report(GroupReport),
     /// `may_write` said no: why.
     Stopped(String),
+}
+
+impl GroupStep {
+    /// This step with the group's partitions that wait for the mirror (`waiting`, a
+    /// [`waiting_report`]) added: the group is `waiting_for_mirror` unless it failed.
+    fn with_waiting(self, waiting: GroupStep) -> GroupStep {
+        match (self, waiting) {
+            (GroupStep::Stopped(why), _) => GroupStep::Stopped(why),
+            (step, GroupStep::Nothing) => step,
+            (GroupStep::Nothing, w) => w,
+            (GroupStep::Report(mut r), GroupStep::Report(w)) => {
+                r.partitions.extend(w.partitions);
+                r.partitions
+                    .sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+                if r.outcome == GroupOutcome::Synced {
+                    r.outcome = w.outcome;
+                }
+                GroupStep::Report(r)
+            }
+            (step, GroupStep::Stopped(_)) => step,
+        }
+    }
 }
 
 /// Why a commit was not made.

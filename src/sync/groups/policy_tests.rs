@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::cut::CutMemory;
 use super::io::*;
 use super::policy::*;
 use super::*;
@@ -25,7 +26,7 @@ struct Fake {
     maps: HashMap<Tp, PartitionMap>,
     mirroring: HashSet<Tp>,
     unfenced: HashSet<Tp>,
-    source: BTreeMap<String, BTreeMap<Tp, i64>>,
+    source: Mutex<BTreeMap<String, BTreeMap<Tp, i64>>>,
     source_down: AtomicBool,
     source_hangs: bool,
     dest: Mutex<BTreeMap<String, BTreeMap<Tp, i64>>>,
@@ -48,6 +49,10 @@ struct Fake {
     scan: HashMap<Tp, Scan>,
     /// The ranges the sync asked to read.
     scanned: Mutex<Vec<(Tp, i64, i64)>>,
+    /// Where the agent has mirrored a partition to, when it moved past its map.
+    mirrored_to: Mutex<HashMap<Tp, i64>>,
+    /// How many times the source's log ends were asked for.
+    ends_asked: std::sync::atomic::AtomicUsize,
 }
 
 impl Fake {
@@ -61,6 +66,8 @@ impl Fake {
         f.maps.insert(tp(0), map);
         f.mirroring.insert(tp(0));
         f.source
+            .get_mut()
+            .unwrap()
             .insert("g".into(), BTreeMap::from([(tp(0), committed)]));
         f
     }
@@ -91,6 +98,7 @@ impl GroupIo for Fake {
         self.txn.contains(&(topic.to_string(), partition))
     }
     async fn source_ends(&self, partitions: &[Tp]) -> Result<BTreeMap<Tp, (i64, i64)>, IoError> {
+        self.ends_asked.fetch_add(1, SeqCst);
         let mut ends = self.ends.lock().unwrap();
         let answer = match ends.len() {
             0 => None,
@@ -111,6 +119,15 @@ impl GroupIo for Fake {
             })
             .collect())
     }
+    fn mirrored_next(&self, topic: &str, partition: i32) -> Option<i64> {
+        let tp = (topic.to_string(), partition);
+        if let Some(next) = self.mirrored_to.lock().unwrap().get(&tp) {
+            return Some(*next);
+        }
+        self.partition_map(topic, partition)
+            .and_then(|m| m.next())
+            .map(|(s, _)| s)
+    }
     fn partition_map(&self, topic: &str, partition: i32) -> Option<PartitionMap> {
         self.maps.get(&(topic.to_string(), partition)).cloned()
     }
@@ -128,7 +145,7 @@ impl GroupIo for Fake {
         if self.source_down.load(SeqCst) {
             return Err(IoError::retriable("source unreachable"));
         }
-        Ok(self.source.keys().cloned().collect())
+        Ok(self.source.lock().unwrap().keys().cloned().collect())
     }
     async fn source_offsets(&self, group: &str) -> Result<BTreeMap<Tp, i64>, IoError> {
         if let Some((entered, release)) = &self.hold {
@@ -145,7 +162,13 @@ impl GroupIo for Fake {
                 ));
             }
         }
-        Ok(self.source.get(group).cloned().unwrap_or_default())
+        Ok(self
+            .source
+            .lock()
+            .unwrap()
+            .get(group)
+            .cloned()
+            .unwrap_or_default())
     }
     async fn destination_active_groups(&self) -> Result<HashSet<String>, IoError> {
         Ok(self.active.clone())
@@ -194,7 +217,15 @@ fn all() -> GroupFilter {
 }
 
 async fn periodic(io: &Fake) -> RoundReport {
-    run_round(io, &all(), RoundKind::Periodic, &|| Ok(()), LIMITS).await
+    run_round(
+        io,
+        &all(),
+        RoundKind::Periodic,
+        &|| Ok(()),
+        LIMITS,
+        &mut CutMemory::default(),
+    )
+    .await
 }
 
 fn sync_over(io: Fake) -> Arc<GroupSync<Fake>> {
@@ -281,7 +312,15 @@ async fn the_final_round_syncs_partitions_not_fenced_yet() {
     let mut io = Fake::aligned(40);
     io.mirroring.clear();
     io.unfenced.insert(tp(0));
-    run_round(&io, &all(), RoundKind::Final, &|| Ok(()), LIMITS).await;
+    run_round(
+        &io,
+        &all(),
+        RoundKind::Final,
+        &|| Ok(()),
+        LIMITS,
+        &mut CutMemory::default(),
+    )
+    .await;
     assert_eq!(io.commits()[0].1, vec![(tp(0), 40)]);
 }
 
@@ -318,6 +357,7 @@ async fn an_excluded_group_is_not_synced() {
         RoundKind::Periodic,
         &|| Ok(()),
         LIMITS,
+        &mut CutMemory::default(),
     )
     .await;
     assert!(io.commits().is_empty());
@@ -336,7 +376,15 @@ async fn an_unreachable_source_makes_the_round_incomplete_without_writing() {
 async fn a_round_told_to_stop_writes_nothing() {
     let io = Fake::aligned(40);
     let stop = || Err("told to stop".to_string());
-    let r = run_round(&io, &all(), RoundKind::Periodic, &stop, LIMITS).await;
+    let r = run_round(
+        &io,
+        &all(),
+        RoundKind::Periodic,
+        &stop,
+        LIMITS,
+        &mut CutMemory::default(),
+    )
+    .await;
     assert!(io.commits().is_empty());
     assert!(!r.complete());
 }
@@ -550,6 +598,127 @@ async fn a_partition_the_agent_has_no_map_of_yet_is_in_the_cut() {
     );
 }
 
+/// A sync whose rounds wait for the cut at most 300 ms.
+fn quick_sync_over(io: Fake) -> Arc<GroupSync<Fake>> {
+    let cfg = GroupSyncConfig {
+        sync_interval_ms: 300,
+        ..GroupSyncConfig::default()
+    };
+    let m = metrics::GroupMetrics::new().unwrap();
+    Arc::new(GroupSync::new("m", &cfg, io, m).unwrap())
+}
+
+/// P2 (chaos seeds 21 and 27): every round asked for the source's end at that round, so a
+/// mirror behind a busy transactional producer blocked the offsets of a group that had stopped
+/// long before, however far the mirror had got past them.
+#[tokio::test]
+async fn a_stopped_groups_offsets_are_synced_once_the_mirror_passes_the_end_its_first_round_saw() {
+    // Round 1 reads g at 40 while out-0 ends at 80 and the mirror is at 50; by round 2 the
+    // mirror is at 90 and the source at 120: still behind, but past what round 1 needed.
+    let sync = quick_sync_over(with_output(vec![out_end(80, 80), out_end(120, 120)]));
+    sync.round(RoundKind::Periodic).await.unwrap();
+    assert!(sync.io.commits().is_empty(), "the mirror is at 50 of 80");
+    sync.io
+        .mirrored_to
+        .lock()
+        .unwrap()
+        .insert(("out".into(), 0), 90);
+    sync.round(RoundKind::Periodic).await.unwrap();
+    assert_eq!(
+        sync.io.commits(),
+        vec![("g".to_string(), vec![(tp(0), 40)])],
+        "g's offset 40 was committed before the source's end was 80, which the mirror passed"
+    );
+}
+
+/// Round 1 read g's offsets with `out-0` at 80 and the mirror at 50; then the mirror moves to
+/// 90 while the source's `out-0` is at 120.
+async fn after_a_first_waiting_round(io: Fake) -> Arc<GroupSync<Fake>> {
+    *io.ends.lock().unwrap() = vec![out_end(80, 80), out_end(120, 120)];
+    let sync = quick_sync_over(io);
+    sync.round(RoundKind::Periodic).await.unwrap();
+    assert!(sync.io.commits().is_empty(), "the mirror is at 50 of 80");
+    sync.io
+        .mirrored_to
+        .lock()
+        .unwrap()
+        .insert(("out".into(), 0), 90);
+    sync
+}
+
+fn set_source(sync: &GroupSync<Fake>, group: &str, offsets: &[(Tp, i64)]) {
+    let mut source = sync.io.source.lock().unwrap();
+    source.clear();
+    if !offsets.is_empty() {
+        source.insert(group.to_string(), offsets.iter().cloned().collect());
+    }
+}
+
+#[tokio::test]
+async fn an_offset_that_moved_since_the_first_round_needs_the_cut_of_the_round_that_read_it() {
+    let sync = after_a_first_waiting_round(with_output(Vec::new())).await;
+    set_source(&sync, "g", &[(tp(0), 45)]);
+    let r = sync.round(RoundKind::Periodic).await.unwrap();
+    assert!(sync.io.commits().is_empty(), "{:?}", sync.io.commits());
+    let g = &sync.status().groups[0];
+    assert!(
+        matches!(&g.report.outcome, GroupOutcome::WaitingForMirror(w) if w.contains("out-0 (90 < 120)")),
+        "{r:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_groups_partition_whose_offset_stayed_is_committed_while_one_that_moved_waits() {
+    let mut io = with_output(Vec::new());
+    let mut map = PartitionMap::starting_at(0, 0);
+    map.record(0, 0, 100);
+    io.maps.insert(tp(1), map);
+    io.mirroring.insert(tp(1));
+    io.source
+        .get_mut()
+        .unwrap()
+        .insert("g".into(), BTreeMap::from([(tp(0), 40), (tp(1), 70)]));
+    let sync = after_a_first_waiting_round(io).await;
+    set_source(&sync, "g", &[(tp(0), 40), (tp(1), 75)]);
+    sync.round(RoundKind::Periodic).await.unwrap();
+    assert_eq!(
+        sync.io.commits(),
+        vec![("g".to_string(), vec![(tp(0), 40)])],
+        "orders-0 stayed at 40, read when out-0 ended at 80; orders-1 moved to 75 at 120"
+    );
+    let g = &sync.status().groups[0].report;
+    assert!(
+        matches!(g.outcome, GroupOutcome::WaitingForMirror(_)),
+        "{g:?}"
+    );
+    assert_eq!(g.commits, 1);
+    assert_eq!(g.partitions.len(), 2, "both partitions reported: {g:?}");
+}
+
+#[tokio::test]
+async fn a_round_whose_offsets_were_all_read_before_does_not_ask_the_source_for_its_ends() {
+    let sync = quick_sync_over(Fake::aligned(40));
+    sync.round(RoundKind::Periodic).await.unwrap();
+    let asked = sync.io.ends_asked.load(SeqCst);
+    assert!(asked > 0, "the first round reads the cut");
+    sync.round(RoundKind::Periodic).await.unwrap();
+    assert_eq!(sync.io.ends_asked.load(SeqCst), asked, "g is still at 40");
+    assert_eq!(sync.io.commits().len(), 1);
+}
+
+#[tokio::test]
+async fn a_group_no_longer_listed_is_forgotten_and_read_anew_when_it_returns() {
+    let sync = after_a_first_waiting_round(with_output(Vec::new())).await;
+    set_source(&sync, "g", &[]);
+    sync.round(RoundKind::Periodic).await.unwrap();
+    set_source(&sync, "g", &[(tp(0), 40)]);
+    sync.round(RoundKind::Periodic).await.unwrap();
+    assert!(
+        sync.io.commits().is_empty(),
+        "g came back after a round without it: its offset may have been committed since"
+    );
+}
+
 /// Log lines written on this thread while the guard lives.
 #[derive(Clone, Default)]
 struct Logs(Arc<Mutex<Vec<u8>>>);
@@ -693,7 +862,15 @@ async fn a_retriable_failure_that_outlasts_the_rounds_retry_time_fails_the_group
         retry_for: Duration::from_millis(500),
     };
     let started = std::time::Instant::now();
-    let r = run_round(&io, &all(), RoundKind::Periodic, &|| Ok(()), limits).await;
+    let r = run_round(
+        &io,
+        &all(),
+        RoundKind::Periodic,
+        &|| Ok(()),
+        limits,
+        &mut CutMemory::default(),
+    )
+    .await;
     assert!(
         started.elapsed() < Duration::from_secs(2),
         "the retries are bounded by the round's retry time"
