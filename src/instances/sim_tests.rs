@@ -13,7 +13,9 @@
 //! sessions, cut off from the state topic, its appends answered with an error although written
 //! (unknown outcome), the state topic down for everyone, a process killed and started again
 //! with the same id (its unsent writes gone, its sent ones still landing), its wall clock moved;
-//! and one seed in twenty, a process that may append to the state topic but never read it again.
+//! one seed in twenty, a process that may append to the state topic but never read it again;
+//! and one seed in ten, a second process started with an instance's id beside it for a while
+//! (review G12; it draws from a stream of its own, so a seed without one replays as before).
 //! A driver killed or paused mid-failover is taken over as the controller does it: the
 //! instance the state topic names claims the failover at the next epoch, and the first claim
 //! of an epoch drives; the checker also fails a run where two instances drive one epoch. Every
@@ -21,9 +23,13 @@
 //! [`PeerLink::agent_turn`] says it owns it (asked right before the append), and the checker
 //! fails a run where two instances append at one ownership epoch, where an append comes at an
 //! epoch below one that already appended, or where not exactly one process runs the agent at
-//! the end. Not modelled yet: handovers and adoption, where an agent's append lands (the
-//! destination's side of review G2), VM pauses that stop the lease clock (review G13, an
-//! operator condition).
+//! the end; where a process and its twin both hold a lease at one moment; and where a process
+//! writes a failover epoch's barriers while another that wrote them still runs. Once a driver
+//! has written the barriers, the handover is on the state topic: a process named to drive
+//! later adopts it (no barrier of its own), and nobody claims the failover any more, as the
+//! controller's `drive` and `claim` do. Not modelled yet: the adoption itself (partitions made
+//! writable one by one), failback, where an agent's append lands (the destination's side of
+//! review G2), VM pauses that stop the lease clock (review G13, an operator condition).
 //!
 //! The model of a mirror write follows the gateway: admitted when [`PeerLink::mirror_write_refusal`]
 //! says nothing, sent at the process's next step only while its lease holds and before the send
@@ -56,6 +62,17 @@ const FAULTS_UNTIL_MS: i64 = 60_000;
 const RUN_MS: i64 = 130_000;
 /// The virtual wall clock's start (ms since the epoch).
 const EPOCH_MS: i64 = 1_800_000_000_000;
+/// The generation of a second process started with an instance's id while it runs (G12).
+const TWIN: u32 = 1_000_000;
+
+/// How the history and the checker name a process: its id, primed for a twin.
+fn name(slot: usize, generation: u32) -> String {
+    if generation >= TWIN {
+        format!("{}'", IDS[slot])
+    } else {
+        IDS[slot].to_string()
+    }
+}
 
 /// A protection of the model switched off, to show that the checker sees its absence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +94,9 @@ pub enum Sabotage {
     HeartbeatUnread,
     /// The agent's owner keeps its epoch across a lapse of its lease (before S3).
     OwnershipAcrossLapses,
+    /// A heartbeat of a process's own id written by another process is ignored (before G12):
+    /// two processes with one id each take a lease.
+    TwinIgnored,
 }
 
 /// splitmix64: a stable generator, so that a seed replays the same run on every version of
@@ -138,6 +158,9 @@ struct World {
     sabotage: Sabotage,
     /// Drive follows handed to processes (slot, generation, epoch), taken by the run loop.
     drive: Vec<(usize, u32, u32)>,
+    /// A driver wrote the failover's barriers: its handover (every partition STOPPED) is on
+    /// the state topic.
+    handed_over: bool,
 }
 
 type Shared = Arc<Mutex<World>>;
@@ -225,6 +248,9 @@ enum Driver {
     TakenOver {
         by: String,
     },
+    /// Named to drive once the failover's barriers were written and its handover recorded:
+    /// it adopts the STOPPED partitions and writes no barrier (the controller's `drive`).
+    Adopted,
 }
 
 /// The outcome of one seed.
@@ -237,6 +263,8 @@ pub struct Outcome {
     pub faults: usize,
     /// Drivers that took the failover over (an epoch above the first).
     pub takeovers: usize,
+    /// Second processes started with an instance's id (review G12).
+    pub twins: usize,
     /// Appends of the mirror's agent, and the highest ownership epoch they ran at.
     pub agent_appends: usize,
     pub agent_epoch: u32,
@@ -269,7 +297,8 @@ fn fence_hook(world: &Shared, slot: usize, generation: u32) -> FenceHook {
 
 /// What the controller does with a follow: a failover whose driver is gone is claimed on the
 /// state topic; a claim that came first (or the process's own announcement) makes it drive.
-/// Handovers, failbacks and pauses are not modelled (done at once).
+/// Once the handover is recorded nothing is claimed; adopting it, failbacks and pauses are
+/// not modelled (done at once).
 fn follow_hook(world: &Shared, slot: usize, generation: u32, link: &Arc<PeerLink>) -> FollowHook {
     let world = world.clone();
     let link = Arc::downgrade(link);
@@ -284,6 +313,9 @@ fn follow_hook(world: &Shared, slot: usize, generation: u32, link: &Arc<PeerLink
                     epoch,
                     ..
                 } => match link.upgrade() {
+                    // Nothing to claim once the handover is recorded: every partition is
+                    // STOPPED here too (the controller's `claim`).
+                    _ if lock(&world).handed_over => Ok(true),
                     Some(l) => l.claim(&mirror, &failover_id, epoch).await.map(|()| true),
                     None => Ok(true),
                 },
@@ -306,6 +338,11 @@ fn start(world: &Shared, slot: usize, generation: u32, now: i64, rng: &mut Rng) 
     link.set_unknown_outcome_settle(Duration::from_millis(SETTLE_MS as u64));
     link.set_agents(vec![MIRROR.to_string()]);
     let follow = follow_hook(world, slot, generation, &link);
+    let clock_offset_ms = rng.range(0, 3_600_000);
+    // The yielded process's jitter, random in the gateway, derived from the seed here.
+    link.view().set_yield_jitter(Duration::from_millis(
+        (clock_offset_ms as u64 * 7_919) % SESSION.as_millis() as u64,
+    ));
     Proc {
         generation,
         link,
@@ -314,7 +351,7 @@ fn start(world: &Shared, slot: usize, generation: u32, now: i64, rng: &mut Rng) 
         next_heartbeat: now,
         paused_until: 0,
         dead_until: 0,
-        clock_offset_ms: rng.range(0, 3_600_000),
+        clock_offset_ms,
         fence: fence_hook(world, slot, generation),
         follow,
         last_step: now,
@@ -329,10 +366,12 @@ pub fn run(seed: u64, sabotage: Sabotage) -> Outcome {
     super::view::sim_sabotage::set_ownership_across_lapses(
         sabotage == Sabotage::OwnershipAcrossLapses,
     );
+    super::view::sim_sabotage::set_twin_ignored(sabotage == Sabotage::TwinIgnored);
     let out = run_with(seed, sabotage);
     super::view::sim_sabotage::set_wall_clock_liveness(false);
     super::view::sim_sabotage::set_heartbeat_unread(false);
     super::view::sim_sabotage::set_ownership_across_lapses(false);
+    super::view::sim_sabotage::set_twin_ignored(false);
     out
 }
 
@@ -352,6 +391,7 @@ fn run_with(seed: u64, sabotage: Sabotage) -> Outcome {
         writes: Vec::new(),
         sabotage,
         drive: Vec::new(),
+        handed_over: false,
     }));
     let mut out = Outcome::default();
     let mut procs: Vec<Proc> = (0..3).map(|s| start(&world, s, 0, 0, &mut rng)).collect();
@@ -381,7 +421,27 @@ fn run_with(seed: u64, sabotage: Sabotage) -> Outcome {
     let mut epochs: std::collections::BTreeMap<u32, std::collections::BTreeSet<usize>> =
         Default::default();
     // Every append of the mirror's agent: (time, slot, ownership epoch).
-    let mut agent_appends: Vec<(i64, usize, u32)> = Vec::new();
+    let mut agent_appends: Vec<(i64, (usize, u32), u32)> = Vec::new();
+    // Every barrier written: (epoch, slot, generation, time). A process writes the barriers of
+    // an epoch while no other process that wrote them runs: two processes with one instance
+    // id (review G12) both taking the failover for theirs would write a second set after the
+    // partitions were made writable. (A process started again after writing them may write
+    // them again: the model keeps no records across a restart, and handovers are not modelled.)
+    let mut barriers: Vec<(u32, usize, u32, i64)> = Vec::new();
+    // One seed in ten: a second process with one instance's id runs beside it for a while (an
+    // operator's mistake, review G12): (slot, from, until). The twin draws from a stream of
+    // its own, so that a seed without one replays as before.
+    let mut twin_rng = Rng(seed ^ 0xbb67_ae85_84ca_a73b);
+    let twin_plan = twin_rng.chance(100).then(|| {
+        let from = twin_rng.range(2_000, 45_000);
+        (
+            twin_rng.range(0, 3) as usize,
+            from,
+            from + twin_rng.range(2_000, 15_000),
+        )
+    });
+    let mut twin: Option<(usize, Proc)> = None;
+    let mut two_leases = false;
     let mut now = 0i64;
     while now < RUN_MS {
         now += rng.range(5, 150);
@@ -395,6 +455,51 @@ fn run_with(seed: u64, sabotage: Sabotage) -> Outcome {
                     if lands_at <= now {
                         x.state = WriteState::Landed { at: lands_at };
                     }
+                }
+            }
+        }
+        // The twin starts, and later stops for good (killed: its unsent writes gone).
+        if let Some((slot, from, until)) = twin_plan {
+            if twin.is_none() && now >= from && now < until {
+                twin = Some((slot, start(&world, slot, TWIN, now, &mut twin_rng)));
+                out.faults += 1;
+                out.twins += 1;
+                out.history.push(format!(
+                    "{now:>7} fault: a second process with the id {} starts beside it, until {until}",
+                    IDS[slot]
+                ));
+            } else if twin.is_some() && now >= until {
+                twin = None;
+                let mut w = lock(&world);
+                for x in w.writes.iter_mut() {
+                    if x.by == (slot, TWIN) && x.state == WriteState::Admitted {
+                        x.state = WriteState::Dropped;
+                    }
+                }
+                drop(w);
+                out.history.push(format!(
+                    "{now:>7} the second process with the id {} stops",
+                    IDS[slot]
+                ));
+                // A failover called through it whose announcement is not on the state topic is
+                // lost with it: the operator's call failed, and the operator calls again.
+                let announced = lock(&world)
+                    .records
+                    .iter()
+                    .any(|r| matches!(r, PeerRecord::Failover { .. }));
+                if !announced
+                    && drivers
+                        .iter()
+                        .any(|(s, g, _, d)| (*s, *g) == (slot, TWIN) && *d == Driver::Announcing)
+                {
+                    drivers.retain(|(s, g, _, _)| (*s, *g) != (slot, TWIN));
+                    if let Some(by) = epochs.get_mut(&1) {
+                        by.remove(&slot);
+                    }
+                    called = false;
+                    out.history.push(format!(
+                        "{now:>7} the failover's call through it was lost: the operator calls again"
+                    ));
                 }
             }
         }
@@ -444,7 +549,10 @@ fn run_with(seed: u64, sabotage: Sabotage) -> Outcome {
                     let resumes = drivers.iter().any(|(s, g, _, d)| {
                         *s == slot
                             && *g == generation
-                            && !matches!(d, Driver::Done { .. } | Driver::TakenOver { .. })
+                            && !matches!(
+                                d,
+                                Driver::Done { .. } | Driver::TakenOver { .. } | Driver::Adopted
+                            )
                     });
                     if resumes {
                         drivers.push((slot, generation + 1, 1, Driver::Announcing));
@@ -461,10 +569,23 @@ fn run_with(seed: u64, sabotage: Sabotage) -> Outcome {
             out.history.push(format!("{now:>7} fault: {what}"));
         }
         // Each process that runs takes a step, in an order the seed chooses.
+        // The processes running now: (slot, generation).
+        let live: Vec<(usize, u32)> = procs
+            .iter()
+            .enumerate()
+            .map(|(s, p)| (s, p.generation))
+            .chain(twin.as_ref().map(|(s, t)| (*s, t.generation)))
+            .collect();
         let first = rng.range(0, 3) as usize;
-        for k in 0..3 {
-            let slot = (first + k) % 3;
-            let p = &mut procs[slot];
+        let mut order: Vec<(usize, bool)> = (0..3).map(|k| ((first + k) % 3, false)).collect();
+        if let Some((slot, _)) = &twin {
+            order.insert(twin_rng.range(0, 4) as usize, (*slot, true));
+        }
+        for (slot, is_twin) in order {
+            let (p, rng) = match (is_twin, twin.as_mut()) {
+                (true, Some((_, t))) => (t, &mut twin_rng),
+                _ => (&mut procs[slot], &mut rng),
+            };
             if now < p.paused_until || now < p.dead_until {
                 continue;
             }
@@ -508,16 +629,17 @@ fn run_with(seed: u64, sabotage: Sabotage) -> Outcome {
                 .filter(|_| sabotage == Sabotage::OwnershipTick && now - p.last_step > 1_000);
             for turn in stale.into_iter().chain([fresh.clone()]) {
                 if let AgentTurn::Run { epoch } = turn {
+                    let who = (slot, generation / TWIN * TWIN);
                     if agent_appends
                         .last()
-                        .is_none_or(|(_, s, e)| (*s, *e) != (slot, epoch))
+                        .is_none_or(|(_, s, e)| (*s, *e) != (who, epoch))
                     {
                         out.history.push(format!(
                             "{now:>7} {} appends for the agent at epoch {epoch}",
-                            IDS[slot]
+                            name(slot, generation)
                         ));
                     }
-                    agent_appends.push((now, slot, epoch));
+                    agent_appends.push((now, who, epoch));
                 }
             }
             p.last_turn = Some(fresh);
@@ -550,7 +672,7 @@ fn run_with(seed: u64, sabotage: Sabotage) -> Outcome {
                 for (i, delay) in sent {
                     out.history.push(format!(
                         "{now:>7} {} sends write {i} (lands in {delay} ms)",
-                        IDS[slot]
+                        name(slot, generation)
                     ));
                 }
             }
@@ -569,6 +691,14 @@ fn run_with(seed: u64, sabotage: Sabotage) -> Outcome {
                     .iter()
                     .any(|(s, g, e, _)| *s == slot && *g == generation && *e == epoch)
                 {
+                    if lock(&world).handed_over {
+                        drivers.push((slot, generation, epoch, Driver::Adopted));
+                        out.history.push(format!(
+                            "{now:>7} {} adopts the handover of failover {FID} (epoch {epoch}): its barriers are written",
+                            name(slot, generation)
+                        ));
+                        continue;
+                    }
                     epochs.entry(epoch).or_default().insert(slot);
                     drivers.push((slot, generation, epoch, Driver::DrainingOwn));
                     if epoch > 1 {
@@ -576,7 +706,7 @@ fn run_with(seed: u64, sabotage: Sabotage) -> Outcome {
                     }
                     out.history.push(format!(
                         "{now:>7} {} drives failover {FID} at epoch {epoch}",
-                        IDS[slot]
+                        name(slot, generation)
                     ));
                 }
             }
@@ -597,7 +727,7 @@ fn run_with(seed: u64, sabotage: Sabotage) -> Outcome {
                 out.admitted += 1;
                 out.history.push(format!(
                     "{now:>7} {} admits write {i} (send deadline in {remaining} ms)",
-                    IDS[slot]
+                    name(slot, generation)
                 ));
             }
             // The failover, through this process.
@@ -608,10 +738,10 @@ fn run_with(seed: u64, sabotage: Sabotage) -> Outcome {
                 drivers.push((slot, generation, 1, Driver::Announcing));
                 out.history.push(format!(
                     "{now:>7} failover {FID} called through {}",
-                    IDS[slot]
+                    name(slot, generation)
                 ));
             }
-            for (ds, dg, _, d) in drivers.iter_mut() {
+            for (ds, dg, de, d) in drivers.iter_mut() {
                 if *ds != slot || *dg != generation {
                     continue;
                 }
@@ -646,13 +776,53 @@ fn run_with(seed: u64, sabotage: Sabotage) -> Outcome {
                             })
                         }
                     },
-                    Driver::Done { .. } | Driver::TakenOver { .. } => None,
+                    Driver::Done { .. } | Driver::TakenOver { .. } | Driver::Adopted => None,
                 };
                 if let Some(n) = next {
-                    out.history
-                        .push(format!("{now:>7} {} failover: {n:?}", IDS[slot]));
+                    out.history.push(format!(
+                        "{now:>7} {} failover: {n:?}",
+                        name(slot, generation)
+                    ));
+                    if matches!(n, Driver::Done { .. }) {
+                        if let Some((s0, g0, at0)) = barriers
+                            .iter()
+                            .find(|(e, s0, g0, _)| {
+                                *e == *de
+                                    && live.contains(&(*s0, *g0))
+                                    && (*s0, *g0) != (slot, generation)
+                            })
+                            .map(|(_, s0, g0, at0)| (*s0, *g0, *at0))
+                        {
+                            out.violations.push(format!(
+                                "{} wrote the barriers of failover {FID} at epoch {de} at {now}, after {} did at {at0} and while it runs",
+                                name(slot, generation),
+                                name(s0, g0)
+                            ));
+                        }
+                        barriers.push((*de, slot, generation, now));
+                        lock(&world).handed_over = true;
+                    }
                     *d = n;
                 }
+            }
+        }
+        // One instance id, one lease holder (review G12): a process and its twin never both
+        // hold a lease while both run.
+        if let Some((slot, t)) = &twin {
+            let o = &procs[*slot];
+            let holds = |p: &Proc| {
+                clock::sim::set(Some(
+                    base + Duration::from_millis((now + p.clock_offset_ms) as u64),
+                ));
+                now >= p.paused_until && now >= p.dead_until && p.link.lease_problem().is_none()
+            };
+            if holds(o) && holds(t) && !two_leases {
+                two_leases = true;
+                out.violations.push(format!(
+                    "{} and {} both hold a lease at {now}",
+                    name(*slot, o.generation),
+                    name(*slot, t.generation)
+                ));
             }
         }
         clock::sim::set(None);
@@ -676,31 +846,33 @@ fn run_with(seed: u64, sabotage: Sabotage) -> Outcome {
 /// The agent's rule: at most one instance appends per ownership epoch, never an epoch below one
 /// that already appended, and at the end exactly one process runs it.
 fn check_agent(
-    appends: &[(i64, usize, u32)],
+    appends: &[(i64, (usize, u32), u32)],
     procs: &[Proc],
     out: &mut Outcome,
     base: Instant,
     now: i64,
 ) {
     out.agent_appends = appends.len();
-    let mut by_epoch: std::collections::BTreeMap<u32, usize> = Default::default();
-    let mut highest: Option<(i64, usize, u32)> = None;
-    for &(t, slot, epoch) in appends {
+    let mut by_epoch: std::collections::BTreeMap<u32, (usize, u32)> = Default::default();
+    let mut highest: Option<(i64, (usize, u32), u32)> = None;
+    for &(t, who, epoch) in appends {
         if let Some(&other) = by_epoch.get(&epoch) {
-            if other != slot {
+            if other != who {
                 out.violations.push(format!(
                     "{} appended for the agent at epoch {epoch} at {t}, which {} owns",
-                    IDS[slot], IDS[other]
+                    name(who.0, who.1),
+                    name(other.0, other.1)
                 ));
             }
         }
-        by_epoch.entry(epoch).or_insert(slot);
+        by_epoch.entry(epoch).or_insert(who);
         match highest {
             Some((ht, hs, he)) if epoch < he => out.violations.push(format!(
                 "{} appended for the agent at epoch {epoch} at {t}, after {} did at epoch {he} at {ht}",
-                IDS[slot], IDS[hs]
+                name(who.0, who.1),
+                name(hs.0, hs.1)
             )),
-            _ => highest = Some((t, slot, epoch)),
+            _ => highest = Some((t, who, epoch)),
         }
     }
     out.agent_epoch = highest.map_or(0, |h| h.2);
@@ -767,7 +939,7 @@ fn check(
                 if at > first && !covered {
                     out.violations.push(format!(
                         "write {i} of {} (admitted at {}, send deadline {}) landed at {at}, after the barrier at {first} and outside every settle: {done:?}",
-                        IDS[x.by.0],
+                        name(x.by.0, x.by.1),
                         x.admitted_at,
                         x.deadline,
                     ));
@@ -827,6 +999,7 @@ fn check_seeds(shard: u64) {
         return;
     }
     let (mut admitted, mut landed, mut faults, mut takeovers, mut runs) = (0, 0, 0, 0, 0);
+    let mut twins = 0;
     let (mut agent_appends, mut agent_epochs) = (0, 0);
     for seed in (shard..seeds()).step_by(SHARDS as usize) {
         let o = run(seed, Sabotage::None);
@@ -841,12 +1014,13 @@ fn check_seeds(shard: u64) {
         landed += o.landed;
         faults += o.faults;
         takeovers += o.takeovers;
+        twins += o.twins;
         agent_appends += o.agent_appends;
         agent_epochs += o.agent_epoch as usize;
         runs += 1;
     }
     println!(
-        "shard {shard}: {runs} seeds, {admitted} mirror writes admitted, {landed} landed, {faults} faults, {takeovers} takeovers, {agent_appends} agent appends, {agent_epochs} agent ownership epochs"
+        "shard {shard}: {runs} seeds, {admitted} mirror writes admitted, {landed} landed, {faults} faults, {takeovers} takeovers, {twins} twins, {agent_appends} agent appends, {agent_epochs} agent ownership epochs"
     );
 }
 
@@ -932,7 +1106,15 @@ fn an_instance_heartbeating_without_reading_is_caught() {
 
 /// Seeds that found a defect, whether or not the default number of seeds reaches them: S1
 /// (189), S2 (1467) and S3 (6425, found by a campaign of 10,000 seeds).
-const DEFECT_SEEDS: [u64; 3] = [189, 1467, 6425];
+#[test]
+fn a_second_process_with_an_instances_id_left_unnoticed_is_caught() {
+    assert_caught(
+        Sabotage::TwinIgnored,
+        "two processes with one instance id (review G12)",
+    );
+}
+
+const DEFECT_SEEDS: [u64; 4] = [189, 1467, 2847, 6425];
 
 #[test]
 fn the_seeds_that_found_defects_keep_the_promise_and_converge() {
@@ -947,19 +1129,23 @@ fn the_seeds_that_found_defects_keep_the_promise_and_converge() {
     }
 }
 
-/// Defect S3's seed, with the ownership kept across a lapse of the lease as before the fix.
+/// Defect S3's rule switched off (an owner keeps its ownership epoch across a lapse of its
+/// lease, and a new process of the id runs on its id's epoch). Seed 6425 found S3 through a
+/// pause; with the handover of a finished failover modelled (no claim after it) its log, and
+/// so its timing, changed. Seed 2453 catches the same rule through a second process with the
+/// owner's id (review G12), which runs the agent on the epoch its id claimed.
 #[test]
 fn an_agent_owner_keeping_its_epoch_across_a_lapse_of_its_lease_is_caught() {
-    let o = run(6425, Sabotage::OwnershipAcrossLapses);
+    let o = run(2453, Sabotage::OwnershipAcrossLapses);
     println!(
-        "sabotage OwnershipAcrossLapses, seed 6425: {:?}",
-        o.violations
+        "sabotage OwnershipAcrossLapses, seed 2453: {:?}",
+        o.violations.first()
     );
     assert!(
         o.violations
             .iter()
             .any(|v| v.contains("appended for the agent at epoch")),
-        "seed 6425 did not catch the ownership kept across a lapse: {:?}",
+        "seed 2453 did not catch the ownership kept across a lapse: {:?}",
         o.violations
     );
 }

@@ -103,6 +103,10 @@ pub struct PeerView {
     own_heartbeat_read: bool,
     /// The grace before the first lease ([`grace`] of the session).
     grace: Duration,
+    /// A heartbeat of this instance's id written by another process was read: the first lease
+    /// waits a whole session plus the margin (a process with the id paused now may hold one
+    /// until then).
+    other_process_read: bool,
     /// Instance → when this instance read its last heartbeat.
     seen: HashMap<String, Instant>,
     /// Instance → the incarnation of its last heartbeat read.
@@ -174,6 +178,7 @@ impl PeerView {
             first_acked: None,
             own_heartbeat_read: false,
             grace: grace(session),
+            other_process_read: false,
             seen: HashMap::new(),
             incarnations: HashMap::new(),
             replaced: HashMap::new(),

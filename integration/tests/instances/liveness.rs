@@ -297,3 +297,56 @@ fn disruptive_a_mirror_write_queued_at_a_waited_out_instance_never_lands_after_t
         "mirror writes of the waited-out instance after the last barrier at {last}: {after:?}"
     );
 }
+
+/// Found by the simulation with twins (S4, seed 2847): a process started while another with its
+/// instance id was paused for less than a session read none of that one's heartbeats after its
+/// own, took a lease after the short grace, and the paused one resumed still holding its own:
+/// two lease holders with one id, both running what the id owns. A process that has read a
+/// heartbeat of its id written by another process takes its first lease only a session plus the
+/// margin after its own first heartbeat, when the other's lease has ended; the one that resumes
+/// in between keeps its lease and the newcomer yields. Here a runs (session 15 s), is stopped
+/// (SIGSTOP) for 9 s, and a second process with id a starts right after the stop.
+#[test]
+fn a_process_started_while_another_with_its_id_is_paused_takes_no_lease_beside_it() {
+    let topic = mirror_topic("peers-twin-pause");
+    let state_topic = harness::unique_topic("peers-twin-pause-state");
+    let cfg = |id: &str| {
+        let mut c = instance_config("twinpause", &topic, id, &state_topic);
+        if let Some(i) = c.instances.as_mut() {
+            i.session_timeout_ms = 15_000;
+        }
+        c
+    };
+    init_state_topic(&cfg("a"));
+    let a = ProcessGateway::start(cfg("a"), &[]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while instances(&a.admin())["lease"] != "held" {
+        assert!(Instant::now() < deadline, "a holds no lease after 60 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let pid = a.pid().expect("a runs");
+    signal(pid, libc::SIGSTOP);
+    let stopped = Instant::now();
+    let twin = ProcessGateway::start_unready(cfg("a"), &[]);
+    std::thread::sleep(Duration::from_secs(9).saturating_sub(stopped.elapsed()));
+    signal(pid, libc::SIGCONT);
+    let mut both = Vec::new();
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until {
+        let (sa, st) = (instances(&a.admin()), instances(&twin.admin()));
+        if sa["lease"] == "held" && st["lease"] == "held" {
+            both.push(st);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        both.is_empty(),
+        "two processes with instance id a held a lease at once, {} times in 10 s (the second: {})",
+        both.len(),
+        both[0]
+    );
+    assert_eq!(instances(&a.admin())["lease"], "held", "a kept its lease");
+    let (status, body) = twin.call(hyper::Method::GET, "/readyz");
+    assert_eq!(status, 503, "the second process is ready: {body}");
+    assert!(body.contains("another process"), "{body}");
+}

@@ -27,6 +27,13 @@ pub struct Twin {
 }
 
 impl PeerView {
+    /// Set the random part of a session a yielded process waits, beyond session and margin,
+    /// before it takes its twin for gone (the simulation draws it from its seed).
+    #[cfg(test)]
+    pub fn set_yield_jitter(&mut self, jitter: Duration) {
+        self.yield_jitter = jitter;
+    }
+
     /// Set the grace before the first lease (unit tests of the link, which run in real time).
     #[cfg(test)]
     pub fn set_grace(&mut self, grace: Duration) {
@@ -95,6 +102,14 @@ impl PeerView {
     /// 21, a previous process's last heartbeats came after it — most likely from a partition
     /// leader elected a moment before, whose high watermark lags: a false twin, C4.)
     pub(super) fn read_twin(&mut self, incarnation: String, now: Instant) {
+        #[cfg(test)]
+        if super::sim_sabotage::twin_ignored() {
+            return;
+        }
+        // Before the first lease (or a new one after starting over) only: a lease held is kept.
+        if self.lease_problem(now).is_some() {
+            self.other_process_read = true;
+        }
         if !self.own_heartbeat_read {
             return;
         }
@@ -108,6 +123,20 @@ impl PeerView {
             seen: now,
             yielded,
         });
+    }
+
+    /// How long after its first acknowledged heartbeat this process takes its first lease: the
+    /// grace, or — once it has read a heartbeat of its id written by another process — a whole
+    /// session plus the margin. That other process may be paused now, its lease still running
+    /// for up to a session after its last heartbeat, which came before this process's first:
+    /// by then it has ended, and if it resumes it finds this process's heartbeats holding no
+    /// lease and yields (found by the simulation with twins, seed 2847).
+    fn first_lease_grace(&self) -> Duration {
+        if self.other_process_read {
+            self.grace.max(self.session + MARGIN)
+        } else {
+            self.grace
+        }
     }
 
     /// Another process with this instance's id, as last read (G12).
@@ -202,7 +231,7 @@ impl PeerView {
             ));
         }
         if let (Some(first), Some(read)) = (self.first_acked, self.caught_up) {
-            let grace = self.grace;
+            let grace = self.first_lease_grace();
             if read < first + grace {
                 return Some(format!(
                     "starting: checking for {:.1} s that no other process runs with instance id {:?}",
@@ -324,6 +353,31 @@ mod tests {
         assert!(!v.may_heartbeat(t0 + T), "reads lag a session");
     }
 
+    /// Found by the simulation with twins (seed 2847): a process started while another with
+    /// its id was paused for less than a session took its lease after the short grace; the
+    /// paused one resumed still holding its own, and both ran the agent at one epoch.
+    #[test]
+    fn a_process_that_read_another_process_heartbeat_of_its_id_waits_a_session_for_its_first_lease()
+    {
+        let t0 = Instant::now();
+        let mut v = PeerView::with_incarnation("a", T, "p2");
+        // Before its own first heartbeat: a previous process's, or one paused now.
+        v.apply(hb_of("a", "p1"), t0, 0);
+        v.caught_up(t0);
+        v.heartbeat_acked(t0, t0);
+        v.apply(hb_of("a", "p2"), t0, 0);
+        let t = t0 + grace(T) + Duration::from_secs(1);
+        v.caught_up(t);
+        let p = v
+            .lease_problem(t)
+            .expect("the other may still hold its lease");
+        assert!(p.contains("no other process runs with instance id"), "{p}");
+        let t = t0 + T + MARGIN;
+        v.heartbeat_acked(t - Duration::from_secs(1), t);
+        v.caught_up(t);
+        assert_eq!(v.lease_problem(t), None, "any lease of the other has ended");
+    }
+
     #[test]
     fn the_first_lease_waits_a_grace_after_the_first_acknowledged_heartbeat() {
         let t0 = Instant::now();
@@ -393,7 +447,10 @@ mod tests {
         v.apply(hb_of("a", "p1"), t0 + Duration::from_millis(100), 0);
         assert_eq!(v.twin(), None, "written before this process's heartbeat");
         v.apply(hb_of("a", "p2"), t0 + Duration::from_millis(200), 0);
-        let t = t0 + grace(T);
+        // Having read another process's heartbeat, it takes its first lease a session after
+        // its own first heartbeat (the one read may be of a process paused now).
+        let t = t0 + T + MARGIN;
+        v.heartbeat_acked(t - Duration::from_secs(1), t);
         v.caught_up(t);
         assert!(!v.yielded());
         assert_eq!(v.lease_problem(t), None);

@@ -9,6 +9,16 @@ thread_local! {
     static WALL_CLOCK_LIVENESS: Cell<bool> = const { Cell::new(false) };
     static HEARTBEAT_UNREAD: Cell<bool> = const { Cell::new(false) };
     static OWNERSHIP_ACROSS_LAPSES: Cell<bool> = const { Cell::new(false) };
+    static TWIN_IGNORED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Before G12: a heartbeat of this instance's id written by another process is ignored.
+pub fn set_twin_ignored(on: bool) {
+    TWIN_IGNORED.with(|c| c.set(on));
+}
+
+pub(super) fn twin_ignored() -> bool {
+    TWIN_IGNORED.with(Cell::get)
 }
 
 /// Before S3: the agent's owner keeps its epoch across a lapse of its lease.
