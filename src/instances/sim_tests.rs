@@ -855,9 +855,11 @@ fn check_agent(
     out.agent_appends = appends.len();
     let mut by_epoch: std::collections::BTreeMap<u32, (usize, u32)> = Default::default();
     let mut highest: Option<(i64, (usize, u32), u32)> = None;
+    // Each process and epoch is reported once per rule (its first offending append).
+    let mut reported: std::collections::BTreeSet<((usize, u32), u32, bool)> = Default::default();
     for &(t, who, epoch) in appends {
         if let Some(&other) = by_epoch.get(&epoch) {
-            if other != who {
+            if other != who && reported.insert((who, epoch, false)) {
                 out.violations.push(format!(
                     "{} appended for the agent at epoch {epoch} at {t}, which {} owns",
                     name(who.0, who.1),
@@ -867,11 +869,15 @@ fn check_agent(
         }
         by_epoch.entry(epoch).or_insert(who);
         match highest {
-            Some((ht, hs, he)) if epoch < he => out.violations.push(format!(
-                "{} appended for the agent at epoch {epoch} at {t}, after {} did at epoch {he} at {ht}",
-                name(who.0, who.1),
-                name(hs.0, hs.1)
-            )),
+            Some((ht, hs, he)) if epoch < he => {
+                if reported.insert((who, epoch, true)) {
+                    out.violations.push(format!(
+                        "{} appended for the agent at epoch {epoch} at {t}, after {} did at epoch {he} at {ht}",
+                        name(who.0, who.1),
+                        name(hs.0, hs.1)
+                    ));
+                }
+            }
             _ => highest = Some((t, who, epoch)),
         }
     }

@@ -216,16 +216,27 @@ fn all() -> GroupFilter {
     GroupFilter::new(&GroupSyncConfig::default()).unwrap()
 }
 
-async fn periodic(io: &Fake) -> RoundReport {
+/// One round of a sync with no round before it (a memory of its own).
+async fn first_round(
+    io: &Fake,
+    filter: &GroupFilter,
+    kind: RoundKind,
+    may_write: &(dyn Fn() -> Result<(), String> + Sync),
+    limits: RoundLimits,
+) -> RoundReport {
     run_round(
         io,
-        &all(),
-        RoundKind::Periodic,
-        &|| Ok(()),
-        LIMITS,
+        filter,
+        kind,
+        may_write,
+        limits,
         &mut CutMemory::default(),
     )
     .await
+}
+
+async fn periodic(io: &Fake) -> RoundReport {
+    first_round(io, &all(), RoundKind::Periodic, &|| Ok(()), LIMITS).await
 }
 
 fn sync_over(io: Fake) -> Arc<GroupSync<Fake>> {
@@ -312,15 +323,7 @@ async fn the_final_round_syncs_partitions_not_fenced_yet() {
     let mut io = Fake::aligned(40);
     io.mirroring.clear();
     io.unfenced.insert(tp(0));
-    run_round(
-        &io,
-        &all(),
-        RoundKind::Final,
-        &|| Ok(()),
-        LIMITS,
-        &mut CutMemory::default(),
-    )
-    .await;
+    first_round(&io, &all(), RoundKind::Final, &|| Ok(()), LIMITS).await;
     assert_eq!(io.commits()[0].1, vec![(tp(0), 40)]);
 }
 
@@ -351,13 +354,12 @@ async fn an_excluded_group_is_not_synced() {
         exclude: vec!["regex:g.*".into()],
         ..GroupSyncConfig::default()
     };
-    run_round(
+    first_round(
         &io,
         &GroupFilter::new(&cfg).unwrap(),
         RoundKind::Periodic,
         &|| Ok(()),
         LIMITS,
-        &mut CutMemory::default(),
     )
     .await;
     assert!(io.commits().is_empty());
@@ -376,15 +378,7 @@ async fn an_unreachable_source_makes_the_round_incomplete_without_writing() {
 async fn a_round_told_to_stop_writes_nothing() {
     let io = Fake::aligned(40);
     let stop = || Err("told to stop".to_string());
-    let r = run_round(
-        &io,
-        &all(),
-        RoundKind::Periodic,
-        &stop,
-        LIMITS,
-        &mut CutMemory::default(),
-    )
-    .await;
+    let r = first_round(&io, &all(), RoundKind::Periodic, &stop, LIMITS).await;
     assert!(io.commits().is_empty());
     assert!(!r.complete());
 }
@@ -608,29 +602,6 @@ fn quick_sync_over(io: Fake) -> Arc<GroupSync<Fake>> {
     Arc::new(GroupSync::new("m", &cfg, io, m).unwrap())
 }
 
-/// P2 (chaos seeds 21 and 27): every round asked for the source's end at that round, so a
-/// mirror behind a busy transactional producer blocked the offsets of a group that had stopped
-/// long before, however far the mirror had got past them.
-#[tokio::test]
-async fn a_stopped_groups_offsets_are_synced_once_the_mirror_passes_the_end_its_first_round_saw() {
-    // Round 1 reads g at 40 while out-0 ends at 80 and the mirror is at 50; by round 2 the
-    // mirror is at 90 and the source at 120: still behind, but past what round 1 needed.
-    let sync = quick_sync_over(with_output(vec![out_end(80, 80), out_end(120, 120)]));
-    sync.round(RoundKind::Periodic).await.unwrap();
-    assert!(sync.io.commits().is_empty(), "the mirror is at 50 of 80");
-    sync.io
-        .mirrored_to
-        .lock()
-        .unwrap()
-        .insert(("out".into(), 0), 90);
-    sync.round(RoundKind::Periodic).await.unwrap();
-    assert_eq!(
-        sync.io.commits(),
-        vec![("g".to_string(), vec![(tp(0), 40)])],
-        "g's offset 40 was committed before the source's end was 80, which the mirror passed"
-    );
-}
-
 /// Round 1 read g's offsets with `out-0` at 80 and the mirror at 50; then the mirror moves to
 /// 90 while the source's `out-0` is at 120.
 async fn after_a_first_waiting_round(io: Fake) -> Arc<GroupSync<Fake>> {
@@ -644,6 +615,22 @@ async fn after_a_first_waiting_round(io: Fake) -> Arc<GroupSync<Fake>> {
         .unwrap()
         .insert(("out".into(), 0), 90);
     sync
+}
+
+/// P2 (chaos seeds 21 and 27): every round asked for the source's end at that round, so a
+/// mirror behind a busy transactional producer blocked the offsets of a group that had stopped
+/// long before, however far the mirror had got past them.
+#[tokio::test]
+async fn a_stopped_groups_offsets_are_synced_once_the_mirror_passes_the_end_its_first_round_saw() {
+    // g is still at 40: read when out-0 ended at 80, which the mirror (at 90) has passed,
+    // though the source's out-0 is at 120 now.
+    let sync = after_a_first_waiting_round(with_output(Vec::new())).await;
+    sync.round(RoundKind::Periodic).await.unwrap();
+    assert_eq!(
+        sync.io.commits(),
+        vec![("g".to_string(), vec![(tp(0), 40)])],
+        "g's offset 40 was committed before the source's end was 80, which the mirror passed"
+    );
 }
 
 fn set_source(sync: &GroupSync<Fake>, group: &str, offsets: &[(Tp, i64)]) {
@@ -862,15 +849,7 @@ async fn a_retriable_failure_that_outlasts_the_rounds_retry_time_fails_the_group
         retry_for: Duration::from_millis(500),
     };
     let started = std::time::Instant::now();
-    let r = run_round(
-        &io,
-        &all(),
-        RoundKind::Periodic,
-        &|| Ok(()),
-        limits,
-        &mut CutMemory::default(),
-    )
-    .await;
+    let r = first_round(&io, &all(), RoundKind::Periodic, &|| Ok(()), limits).await;
     assert!(
         started.elapsed() < Duration::from_secs(2),
         "the retries are bounded by the round's retry time"
