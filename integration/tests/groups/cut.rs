@@ -49,13 +49,7 @@ fn a_stopped_groups_offsets_reach_the_destination_while_a_transaction_stays_open
 
     // The mirror stands still while the application writes a transaction and commits its
     // input offsets: the rounds that read them need the mirror to hold that transaction.
-    let (status, body) = admin_call(
-        &gw.admin(),
-        Method::POST,
-        &format!("/v1/mirrors/{name}/pause"),
-        None,
-    );
-    assert_eq!(status, 200, "pause: {body}");
+    mirror_op(&gw.admin(), name, "pause");
     let producer = transactional_producer(&source);
     producer.begin_transaction().expect("begin");
     send(&producer, &output, "out", 10);
@@ -79,13 +73,7 @@ fn a_stopped_groups_offsets_reach_the_destination_while_a_transaction_stays_open
         .begin_transaction()
         .expect("begin the transaction left open");
     send(&producer, &output, "open", 5);
-    let (status, body) = admin_call(
-        &gw.admin(),
-        Method::POST,
-        &format!("/v1/mirrors/{name}/resume"),
-        None,
-    );
-    assert_eq!(status, 200, "resume: {body}");
+    mirror_op(&gw.admin(), name, "resume");
 
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {

@@ -140,6 +140,17 @@ fn wait_mirrored(gw: &TestGateway, name: &str, source: &str, topic: &str, partit
     });
 }
 
+/// `POST /v1/mirrors/{name}/{op}` (`pause`, `resume`), which must answer 200.
+fn mirror_op(admin: &str, name: &str, op: &str) {
+    let (status, body) = admin_call(
+        admin,
+        Method::POST,
+        &format!("/v1/mirrors/{name}/{op}"),
+        None,
+    );
+    assert_eq!(status, 200, "{op}: {body}");
+}
+
 fn groups_json(admin: &str, name: &str) -> serde_json::Value {
     let (status, body) = admin_call(
         admin,
@@ -303,9 +314,18 @@ fn committed_on(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> B
     for p in 0..partitions {
         tpl.add_partition(topic, p);
     }
-    let got = c
-        .committed_offsets(tpl, Duration::from_secs(10))
-        .expect("committed offsets");
+    // A cluster that has just started may still be creating `__consumer_offsets`: asked again.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let got = loop {
+        match c.committed_offsets(tpl.clone(), Duration::from_secs(10)) {
+            Ok(got) => break got,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("committed offsets of {group}: {e}; asked again");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(e) => panic!("committed offsets of {group}: {e}"),
+        }
+    };
     got.elements()
         .iter()
         .filter_map(|e| match e.offset() {

@@ -84,13 +84,7 @@ fn a_group_active_on_the_destination_is_not_overwritten_and_reported_skipped_act
 fn a_source_commit_past_the_mirrored_end_is_clamped_to_the_mirrored_end() {
     let name = "clamp";
     let (gw, source, topic) = mirrored_topic("groups-clamp", name, 100);
-    let (status, body) = admin_call(
-        &gw.admin(),
-        Method::POST,
-        &format!("/v1/mirrors/{name}/pause"),
-        None,
-    );
-    assert_eq!(status, 200, "{body}");
+    mirror_op(&gw.admin(), name, "pause");
     produce(&source, &topic, "b", 50, 1);
     let group = harness::unique_topic("groups-clamp-g");
     let read = rdkafka_consume(&source, &topic, &group, 150);

@@ -312,13 +312,7 @@ fn a_kafka_streams_exactly_once_application_restarted_through_the_gateway_after_
 /// Pause mirror `name` and wait until all its `partitions` are PAUSED: the agent appends
 /// nothing more, the group sync goes on (PAUSED partitions are synced).
 fn pause(admin: &str, name: &str, partitions: u64) {
-    let (status, body) = admin_call(
-        admin,
-        Method::POST,
-        &format!("/v1/mirrors/{name}/pause"),
-        None,
-    );
-    assert_eq!(status, 200, "pause: {body}");
+    mirror_op(admin, name, "pause");
     wait_for("every partition PAUSED", Duration::from_secs(30), || {
         crate::failover::mirror_json(admin, name)["states"]["PAUSED"].as_u64() == Some(partitions)
     });
