@@ -103,6 +103,7 @@ fn contexts(dir: &std::path::Path) -> (Arc<ConnContext>, Arc<ConnContext>) {
             acceptor: mirrorgate::net::Acceptor::default(),
             principal_limits: None,
             threads: None,
+            forward: None,
         })
     };
     let mirror_listener = cfg.listeners.mirror.clone().expect("mirror listener");

@@ -312,6 +312,18 @@ impl Agent {
         slot.stats.lag()
     }
 
+    /// The next source offset the agent mirrors of a partition (`None`: not known yet).
+    pub fn next_source(&self, mirror: &str, topic: &str, partition: i32) -> Option<i64> {
+        let m = self.mirror(mirror)?;
+        let tasks = lock(&m.tasks);
+        let next = tasks
+            .get(&(topic.to_string(), partition))?
+            .stats
+            .next_source
+            .load(std::sync::atomic::Ordering::Relaxed);
+        (next >= 0).then_some(next)
+    }
+
     /// The bytes of a partition's lag (estimate: see [`lag::PartStats::lag_bytes_estimate`]).
     pub fn lag_bytes(&self, mirror: &str, topic: &str, partition: i32) -> Option<i64> {
         let m = self.mirror(mirror)?;

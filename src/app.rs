@@ -22,6 +22,7 @@ use crate::state::{StateError, StateStore};
 
 mod admin_backend;
 pub mod demo;
+pub mod forward;
 mod maintain;
 pub mod peers;
 pub mod signals;
@@ -70,6 +71,8 @@ pub struct Gateway {
     pub metrics: Arc<Metrics>,
     pub cluster: Arc<ClusterView>,
     pub listeners: Vec<RunningListener>,
+    /// The mirrors' forward listeners.
+    pub forwards: Vec<forward::RunningForward>,
     /// Producer state of the tracked (mirror) partitions; `None` without mirrors.
     pub psm: Option<Arc<PsmRegistry>>,
     /// The mirror controller; `None` without mirrors.
@@ -286,6 +289,7 @@ impl Gateway {
         .map_err(StartError::Threads)?;
         tracing::debug!(threads = threads.len(), "connection threads started");
         let mut listeners = Vec::new();
+        let mut client_ctx = None;
         for ((kind, lcfg), acceptor) in specs.into_iter().zip(acceptors) {
             let ctx = Arc::new(ConnContext {
                 kind,
@@ -295,7 +299,7 @@ impl Gateway {
                     .map(|m| m as Arc<dyn crate::mirror::policy::MirrorPolicy>),
                 verify_crc: match kind {
                     ListenerKind::Mirror => config.psm.verify_crc_mirror,
-                    ListenerKind::Client => config.psm.verify_crc_client,
+                    ListenerKind::Client | ListenerKind::Forward => config.psm.verify_crc_client,
                 },
                 address_map: ListenerAddressMap::new(&lcfg),
                 cluster: cluster.clone(),
@@ -317,11 +321,15 @@ impl Gateway {
                     ))
                 }),
                 threads: Some(threads.clone()),
+                forward: None,
             });
+            if kind == ListenerKind::Client {
+                client_ctx = Some(ctx.clone());
+            }
             let bound = Arc::new(BoundPorts::default());
             tokio::spawn(crate::proxy::listener::run_listener(
                 lcfg.clone(),
-                ctx,
+                crate::proxy::listener::Target::Fixed(ctx),
                 bound.clone(),
                 shutdown_rx.clone(),
                 drain_tx.clone(),
@@ -332,6 +340,12 @@ impl Gateway {
                 bound,
             });
         }
+        let forwards = match &client_ctx {
+            Some(client) => {
+                forward::start(&config, client, mirrors.as_ref(), &shutdown_rx, &drain_tx)?
+            }
+            None => Vec::new(),
+        };
         drop(drain_tx);
         tokio::spawn(cluster.clone().refresh_loop(shutdown_rx.clone()));
         let audit = start_audit(&config, &metrics, &cluster, &shutdown_rx)?;
@@ -341,6 +355,7 @@ impl Gateway {
             metrics,
             cluster,
             listeners,
+            forwards,
             psm,
             mirrors,
             permissions,

@@ -53,20 +53,8 @@ enum Command {
     /// Fail over mirror NAME: fence mirror traffic, write a barrier into every partition, open
     /// the topics for writes. Waits until every partition is STOPPED (or --no-wait).
     Failover {
-        /// The mirror's name.
-        name: String,
-        /// Admin API address.
-        #[arg(long, default_value = "127.0.0.1:9180")]
-        admin: String,
-        /// Environment variable holding the admin token (when the gateway requires one).
-        #[arg(long, default_value = "MIRRORGATE_ADMIN_TOKEN")]
-        token_env: String,
-        /// Return once the failover is accepted.
-        #[arg(long)]
-        no_wait: bool,
-        /// Give up waiting after this many seconds.
-        #[arg(long, default_value_t = 300)]
-        timeout: u64,
+        #[command(flatten)]
+        call: AdminCall,
         /// Change nothing: print the preflight (verdict go / no-go, its reasons and the checks);
         /// exit 0 for go, 2 for no-go.
         #[arg(long)]
@@ -83,6 +71,17 @@ enum Command {
         /// Print the preflight as JSON instead of a table (with --dry-run).
         #[arg(long)]
         json: bool,
+    },
+    /// Switch mirror NAME's forward listener to the destination: hold it, let the source
+    /// connections finish, let the agent mirror the source's log end, fail over. Its clients
+    /// keep their sessions (docs/forward-mode.md). Waits until every partition is STOPPED.
+    Switchover {
+        #[command(flatten)]
+        call: AdminCall,
+        /// Change nothing: print the forward listener's side, its forwarded producers, its
+        /// source connections and each partition's lag, as JSON.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// A completed failover's un-mirrored tail on the old source (via the admin API): list
     /// it, or copy its recoverable records into the quarantine topics exactly once (--recover).
@@ -112,6 +111,44 @@ enum Command {
         #[command(subcommand)]
         action: OffsetsAction,
     },
+}
+
+/// What `failover` and `switchover` share: the mirror, the admin API, the wait.
+#[derive(clap::Args)]
+struct AdminCall {
+    /// The mirror's name.
+    name: String,
+    /// Admin API address.
+    #[arg(long, default_value = "127.0.0.1:9180")]
+    admin: String,
+    /// Environment variable holding the admin token (when the gateway requires one).
+    #[arg(long, default_value = "MIRRORGATE_ADMIN_TOKEN")]
+    token_env: String,
+    /// Return once the failover is accepted.
+    #[arg(long)]
+    no_wait: bool,
+    /// Give up waiting after this many seconds.
+    #[arg(long, default_value_t = 300)]
+    timeout: u64,
+}
+
+impl AdminCall {
+    fn run(self, options: serde_json::Value, json: bool, switchover: bool) -> ExitCode {
+        init_logging(None);
+        let token = std::env::var(&self.token_env).ok();
+        runtime().block_on(mirrorgate::admin::cli::failover(
+            &self.admin,
+            &self.name,
+            token.as_deref(),
+            mirrorgate::admin::cli::FailoverCall {
+                options,
+                no_wait: self.no_wait,
+                timeout: Duration::from_secs(self.timeout),
+                json,
+                switchover,
+            },
+        ))
+    }
 }
 
 #[derive(Subcommand)]
@@ -291,36 +328,23 @@ fn main() -> ExitCode {
             runtime().block_on(mirrorgate::admin::cli::status(&admin))
         }
         Command::Failover {
-            name,
-            admin,
-            token_env,
-            no_wait,
-            timeout,
+            call,
             dry_run,
             max_lag_records,
             max_lag_seconds,
             force,
             json,
         } => {
-            init_logging(None);
-            let token = std::env::var(&token_env).ok();
             let options = serde_json::json!({
                 "dry_run": dry_run,
                 "force": force,
                 "max_lag_records": max_lag_records,
                 "max_lag_seconds": max_lag_seconds,
             });
-            runtime().block_on(mirrorgate::admin::cli::failover(
-                &admin,
-                &name,
-                token.as_deref(),
-                mirrorgate::admin::cli::FailoverCall {
-                    options,
-                    no_wait,
-                    timeout: Duration::from_secs(timeout),
-                    json,
-                },
-            ))
+            call.run(options, json, false)
+        }
+        Command::Switchover { call, dry_run } => {
+            call.run(serde_json::json!({ "dry_run": dry_run }), true, true)
         }
         Command::Unmirrored {
             name,
@@ -442,27 +466,6 @@ fn demo_target(cfg: &Config) -> Option<(String, String)> {
     Some((m.source.as_ref()?.bootstrap.first()?.clone(), topic))
 }
 
-/// What the demo runs and where to look, in the order a newcomer would.
-fn demo_guide(admin: &str, source: &str, topic: &str) -> String {
-    let n = mirrorgate::app::demo::SOURCE_PRODUCERS;
-    format!(
-        "  demo producers:      {n} idempotent producers write {topic:?} on the source ({source});
-                       the built-in agent mirrors their batches, producer ids and sequences
-  local producer:      writes {topic:?} through the gateway: refused while mirrored (read-only),
-                       acknowledged after the failover (watch the log)
-where to look:
-  1. mirror and lag:   mirrorgate status · curl http://{admin}/v1/mirrors/demo/partitions
-  2. producer state:   curl http://{admin}/v1/partitions/{topic}/0/producers
-  3. PID metrics:      curl -s http://{admin}/metrics | grep -E 'mirrorgate_(psm|pid|produce_rejected)'
-  4. rehearse:         mirrorgate failover demo --dry-run   (go / no-go, lag, what would be synced)
-  5. fail over:        mirrorgate failover demo             (barrier, producers expired, report)
-  6. the report:       curl http://{admin}/v1/mirrors/demo/failovers
-                       then 2. and 3. again: the mirrored producers expired by the barrier, the
-                       screened ids, and the local producer's records acknowledged
-"
-    )
-}
-
 fn rig(args: &[&str]) -> Result<String, String> {
     let rig = repo_dir().join("integration/rig");
     let out = std::process::Command::new(&rig)
@@ -547,7 +550,11 @@ fn demo(mut cfg: Config) -> ExitCode {
         cfg.admin.bind
     ));
     if let Some((source, topic)) = demo_target(&cfg) {
-        banner.push_str(&demo_guide(&cfg.admin.bind, &source, &topic));
+        banner.push_str(&mirrorgate::app::demo::guide(
+            &cfg.admin.bind,
+            &source,
+            &topic,
+        ));
     }
     banner.push_str("Press Ctrl-C to stop the gateway and the clusters this demo started.");
     let code = runtime().block_on(run(cfg, Some(banner)));

@@ -20,6 +20,9 @@ pub enum ListenerKind {
     Client,
     /// Mirroring tools: mirror traffic.
     Mirror,
+    /// Applications of a mirror's forward listener: local traffic on whichever cluster is
+    /// active (the source until the mirror fails over, the destination after).
+    Forward,
 }
 
 impl ListenerKind {
@@ -28,6 +31,7 @@ impl ListenerKind {
         match self {
             ListenerKind::Client => "client",
             ListenerKind::Mirror => "mirror",
+            ListenerKind::Forward => "forward",
         }
     }
 }

@@ -349,6 +349,7 @@ fn disruptive_after_a_failover_overlapping_ten_thousand_mirrored_ids_new_produce
         acls: Default::default(),
         groups: Default::default(),
         recovery: Default::default(),
+        forward: None,
     });
     let gw = TestGateway::start(cfg);
     wait_mirroring(&gw.admin(), "f15base", 2);

@@ -434,6 +434,7 @@ fn mirror_from(source: &str, topic: &str, sasl: Option<SaslConfig>) -> MirrorCon
         acls: Default::default(),
         groups: Default::default(),
         recovery: Default::default(),
+        forward: None,
     }
 }
 
@@ -638,6 +639,7 @@ fn as_mirror_user(sasl: &str, name: &str, topics: &[&str]) -> (TestGateway, Vec<
         acls: Default::default(),
         groups: Default::default(),
         recovery: Default::default(),
+        forward: None,
     }];
     let gw = TestGateway::start(cfg);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);

@@ -1,5 +1,5 @@
 //! The command line's admin calls that do more than one request or print more than an answer
-//! (`mirrorgate failover`, `status`, `unmirrored`).
+//! (`mirrorgate failover`, `switchover`, `status`, `unmirrored`).
 //!
 //! Owns: the sequence of calls and the exit codes. Must not touch: the gateway (only its admin
 //! API, through [`super::client`]).
@@ -15,6 +15,9 @@ pub struct FailoverCall {
     pub timeout: Duration,
     /// Print a dry run's answer as JSON.
     pub json: bool,
+    /// A switchover (`POST .../switchover`: a forward listener's planned switch) rather than a
+    /// failover; its dry run is printed as JSON and exits 0.
+    pub switchover: bool,
 }
 
 /// `mirrorgate failover`: call it (or its dry run), wait until every partition is STOPPED,
@@ -32,9 +35,11 @@ pub async fn failover(
         no_wait,
         timeout,
         json,
+        switchover,
     } = call_opts;
     let dry_run = options["dry_run"] == true;
-    let path = format!("/v1/mirrors/{name}/failover");
+    let what = if switchover { "switchover" } else { "failover" };
+    let path = format!("/v1/mirrors/{name}/{what}");
     let body = options.to_string();
     let (status, body) = match call(admin, Method::POST, &path, token, Some(body)).await {
         Ok(r) => r,
@@ -43,6 +48,10 @@ pub async fn failover(
             return ExitCode::from(1);
         }
     };
+    if dry_run && status == 200 && switchover {
+        println!("{}", body.trim());
+        return ExitCode::SUCCESS;
+    }
     if dry_run && status == 200 {
         let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
         if json {
@@ -57,7 +66,7 @@ pub async fn failover(
         };
     }
     if status != 202 {
-        eprintln!("failover of {name} refused ({status}): {}", body.trim());
+        eprintln!("{what} of {name} refused ({status}): {}", body.trim());
         if status == 409 {
             let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
             if v["preflight"].is_object() {
@@ -66,7 +75,7 @@ pub async fn failover(
         }
         return ExitCode::from(2);
     }
-    println!("failover accepted: {}", body.trim());
+    println!("{what} accepted: {}", body.trim());
     let failover_id = serde_json::from_str::<serde_json::Value>(&body)
         .ok()
         .and_then(|v| v["failover_id"].as_str().map(str::to_string));

@@ -5,14 +5,17 @@
 //! Owns: these routes. Must not touch: the decisions (the mirror controller), the facts
 //! (`preflight.rs`).
 
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::json;
 
-use crate::controller::{FailoverError, MirrorSummary, PauseError, StartError};
+use crate::controller::{MirrorSummary, PauseError, StartError};
 use crate::mirror::state::PartitionRecord;
 
+use super::failover_call::{
+    failover_error_reply, read_options, refresh_destination, start_failover,
+};
 use super::{check_token, error_reply, json_reply, preflight, AdminBackend};
 use crate::audit::AuditNote;
 
@@ -149,38 +152,11 @@ pub(super) async fn mirrors(
                 note.reason = Some("admin token missing or wrong".into());
                 return denied;
             }
-            let query = req.uri().query().map(str::to_string);
-            let body = match http_body_util::Limited::new(req.into_body(), 64 * 1024)
-                .collect()
-                .await
-            {
-                Ok(b) => b.to_bytes(),
-                Err(e) => {
-                    return error_reply(
-                        StatusCode::BAD_REQUEST,
-                        &format!("cannot read the request body: {e}"),
-                    )
-                }
-            };
-            let options = match preflight::FailoverOptions::read(query.as_deref(), &body) {
+            let options = match read_options(req, note).await {
                 Ok(o) => o,
-                Err(e) => {
-                    note.reason = Some(e.clone());
-                    return error_reply(StatusCode::BAD_REQUEST, &e);
-                }
+                Err(reply) => return reply,
             };
-            // A mirror topic created since the last periodic metadata refresh is part of the
-            // failover (and of its preflight): read the destination's metadata first. Bounded;
-            // on failure the failover goes on with the partitions known.
-            match tokio::time::timeout(FAILOVER_METADATA_WAIT, gw.cluster().refresh()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    tracing::warn!(mirror = %name, error = %e, "destination metadata not refreshed before the failover; it covers the partitions known")
-                }
-                Err(_) => {
-                    tracing::warn!(mirror = %name, "destination metadata not refreshed within {FAILOVER_METADATA_WAIT:?} before the failover; it covers the partitions known")
-                }
-            }
+            refresh_destination(gw, name).await;
             note.dry_run = options.dry_run;
             note.force = options.force;
             note.max_lag_records = options.max_lag_records;
@@ -219,27 +195,18 @@ pub(super) async fn mirrors(
                     );
                 }
             }
-            let at_call = preflight::facts(gw, ctl, name);
-            match ctl.failover(name) {
-                Ok(started) => {
-                    note.failover_id = Some(started.failover_id.clone());
-                    tracing::info!(mirror = %started.mirror, failover_id = %started.failover_id, already_running = started.already_running, forced = options.force, "failover requested");
-                    if !started.already_running {
-                        gw.failover_called(preflight::open_report(
-                            name,
-                            &started.failover_id,
-                            caller,
-                            &options,
-                            at_call,
-                        ));
-                    }
-                    json_reply(StatusCode::ACCEPTED, &started)
-                }
-                Err(e) => {
-                    note.reason = Some(e.to_string());
-                    failover_error_reply(e)
-                }
+            start_failover(gw, ctl, name, caller, &options, note)
+        }
+        (&Method::POST, [name, "switchover"]) => {
+            if let Some(denied) = check_token(gw, req.headers()) {
+                note.reason = Some("admin token missing or wrong".into());
+                return denied;
             }
+            let options = match read_options(req, note).await {
+                Ok(o) => o,
+                Err(reply) => return reply,
+            };
+            super::switchover::switchover(gw, ctl, name, caller, &options, note).await
         }
         (&Method::GET, [name, "failovers"]) => match gw.failover_reports(name) {
             Ok(list) if find(name).is_some() => json_reply(
@@ -336,20 +303,4 @@ pub(super) async fn mirrors(
             &format!("no such endpoint: {method} {path}"),
         ),
     }
-}
-
-/// How long a failover call waits for the destination's metadata before it starts.
-const FAILOVER_METADATA_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
-
-/// The answer to a failover call the controller refused.
-fn failover_error_reply(e: FailoverError) -> Response<Full<Bytes>> {
-    let status = match &e {
-        FailoverError::UnknownMirror(_) => StatusCode::NOT_FOUND,
-        FailoverError::AlreadyStopped { .. }
-        | FailoverError::NoPartitions { .. }
-        | FailoverError::StateUnreadable { .. }
-        | FailoverError::ScreenUnreadable(_) => StatusCode::CONFLICT,
-        FailoverError::Persist { .. } => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    error_reply(status, &e.to_string())
 }

@@ -9,11 +9,13 @@
 
 pub mod cli;
 pub mod client;
+mod failover_call;
 mod groups;
 mod mirrors;
 mod preflight;
 mod recovery;
 pub mod render;
+mod switchover;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -43,6 +45,15 @@ pub struct Readiness {
     /// What an operator must fix although the gateway serves traffic: permissions the
     /// gateway's own principal lacks for its protection work (a failover would fail).
     pub warnings: Vec<String>,
+}
+
+/// A mirror's forward listener, as a switchover needs it.
+pub struct ForwardHandle {
+    pub route: Arc<crate::proxy::forward::ForwardRoute>,
+    /// The mirror's source cluster (its log ends are read at the hold).
+    pub source: Arc<ClusterView>,
+    /// How long the switchover may hold the listener before the failover.
+    pub hold: std::time::Duration,
 }
 
 /// What the admin API shows and acts on.
@@ -93,6 +104,14 @@ pub trait AdminBackend: Send + Sync + 'static {
         0
     }
     /// When the source's log end of a partition last moved (built-in agent).
+    /// The forward listener of mirror `mirror`, when it has one.
+    fn forward(&self, _mirror: &str) -> Option<ForwardHandle> {
+        None
+    }
+    /// The next source offset the built-in agent mirrors of a partition.
+    fn agent_next_source(&self, _mirror: &str, _topic: &str, _partition: i32) -> Option<i64> {
+        None
+    }
     fn agent_source_end_moved_ms(&self, mirror: &str, topic: &str, partition: i32) -> Option<i64>;
     /// The built-in agent's view of a mirror's source cluster; `None` without an agent.
     fn agent_source(&self, mirror: &str) -> Option<crate::failover::preflight::SourceFacts>;

@@ -39,6 +39,17 @@ impl crate::admin::AdminBackend for Gateway {
     fn audit(&self, event: crate::audit::AuditEvent) {
         Gateway::audit(self, event)
     }
+    fn forward(&self, mirror: &str) -> Option<crate::admin::ForwardHandle> {
+        let f = self.forwards.iter().find(|f| f.route.mirror() == mirror)?;
+        Some(crate::admin::ForwardHandle {
+            route: f.route.clone(),
+            source: f.source.clone(),
+            hold: f.hold,
+        })
+    }
+    fn agent_next_source(&self, mirror: &str, topic: &str, partition: i32) -> Option<i64> {
+        self.agent.as_ref()?.next_source(mirror, topic, partition)
+    }
     fn admin_token(&self) -> Option<&str> {
         self.admin_token.as_deref()
     }

@@ -326,3 +326,24 @@ pub async fn local_producer(gateway: String, topic: String) {
         }
     }
 }
+
+/// What the demo runs and where to look, in the order a newcomer would.
+pub fn guide(admin: &str, source: &str, topic: &str) -> String {
+    let n = SOURCE_PRODUCERS;
+    format!(
+        "  demo producers:      {n} idempotent producers write {topic:?} on the source ({source});
+                       the built-in agent mirrors their batches, producer ids and sequences
+  local producer:      writes {topic:?} through the gateway: refused while mirrored (read-only),
+                       acknowledged after the failover (watch the log)
+where to look:
+  1. mirror and lag:   mirrorgate status · curl http://{admin}/v1/mirrors/demo/partitions
+  2. producer state:   curl http://{admin}/v1/partitions/{topic}/0/producers
+  3. PID metrics:      curl -s http://{admin}/metrics | grep -E 'mirrorgate_(psm|pid|produce_rejected)'
+  4. rehearse:         mirrorgate failover demo --dry-run   (go / no-go, lag, what would be synced)
+  5. fail over:        mirrorgate failover demo             (barrier, producers expired, report)
+  6. the report:       curl http://{admin}/v1/mirrors/demo/failovers
+                       then 2. and 3. again: the mirrored producers expired by the barrier, the
+                       screened ids, and the local producer's records acknowledged
+"
+    )
+}

@@ -388,6 +388,40 @@ pub struct MirrorConfig {
     /// Where the recovery of a failover's un-mirrored tail copies records (docs/failover.md).
     #[serde(default)]
     pub recovery: RecoveryConfig,
+    /// The forward listener: applications connect here from day one; its upstream is the
+    /// source until the mirror fails over, the destination after (docs/forward-mode.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward: Option<ForwardConfig>,
+}
+
+/// `mirrors[].forward`: one virtual cluster for the applications of a mirror's topics.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForwardConfig {
+    /// The ports, one per broker node id of either cluster (same keys as `listeners.client`).
+    pub listener: ListenerConfig,
+    /// The cluster id clients see, the same before and after the switch (default
+    /// `mirrorgate-forward-NAME`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_id: Option<String>,
+    /// A switchover holds the forward listener at most this long for the source connections to
+    /// finish and the agent to mirror the source's log end; past it, it is refused and the
+    /// listener released to the source (>= 100).
+    #[serde(default = "default_forward_hold_ms")]
+    pub hold_ms: u64,
+}
+
+fn default_forward_hold_ms() -> u64 {
+    5000
+}
+
+impl ForwardConfig {
+    /// The cluster id the forward listener of mirror `mirror` presents.
+    pub fn cluster_id_for(&self, mirror: &str) -> String {
+        self.cluster_id
+            .clone()
+            .unwrap_or_else(|| format!("mirrorgate-forward-{mirror}"))
+    }
 }
 
 /// `mirrors[].transactions`: mirroring transactional data as-is (docs/agent.md#transactions).

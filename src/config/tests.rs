@@ -1047,3 +1047,40 @@ fn the_barrier_form_is_read_from_failover_barrier() {
         assert_eq!(cfg.failover.barrier, want);
     }
 }
+
+/// Mirror `f` with a source and a forward listener on `port_base` (`extra`: more keys of it).
+fn with_forward(port_base: u16, extra: &str) -> String {
+    append(&format!(
+        "  - name: f\n    topics: [fwd]\n    source: {{bootstrap: [\"127.0.0.1:19092\"]}}\n    forward:\n      listener: {{port_base: {port_base}}}\n{extra}"
+    ))
+}
+
+#[test]
+fn a_forward_listener_loads_with_its_defaults() {
+    let cfg = load_str(&with_forward(9292, ""), "t.yaml").unwrap();
+    let f = cfg.mirrors[2].forward.as_ref().expect("forward");
+    assert_eq!(f.listener.port_base, 9292);
+    assert_eq!(f.hold_ms, 5000);
+    assert_eq!(f.cluster_id_for("f"), "mirrorgate-forward-f");
+}
+
+#[test]
+fn a_forward_listener_overlapping_another_listener_is_refused() {
+    let issues = issues_of(&with_forward(9100, ""));
+    assert!(
+        issues
+            .iter()
+            .any(|i| i.path == "mirrors[2].forward.listener.port_base"),
+        "{issues:#?}"
+    );
+}
+
+#[test]
+fn a_forward_listener_needs_the_mirrors_source_and_a_hold_of_at_least_100_ms() {
+    let text = with_forward(9292, "      hold_ms: 50\n")
+        .replace("    source: {bootstrap: [\"127.0.0.1:19092\"]}\n", "");
+    let issues = issues_of(&text);
+    let paths: Vec<&str> = issues.iter().map(|i| i.path.as_str()).collect();
+    assert!(paths.contains(&"mirrors[2].forward"), "{issues:#?}");
+    assert!(paths.contains(&"mirrors[2].forward.hold_ms"), "{issues:#?}");
+}

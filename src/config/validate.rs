@@ -202,13 +202,34 @@ fn check_listeners_and_admin(out: &mut Issues, cfg: &Config) {
             bounds.push(b);
         }
     }
-    if let [client, mirror] = bounds.as_slice() {
-        if ranges_overlap(client, mirror) {
+    for (mi, m) in cfg.mirrors.iter().enumerate() {
+        let Some(f) = &m.forward else { continue };
+        let path = format!("mirrors[{mi}].forward");
+        if m.source.is_none() {
             out.push(
-                mirror.path.clone(),
+                path.clone(),
+                "needs the mirror's source (the forward listener's upstream until the failover)",
+            );
+        }
+        if f.hold_ms < 100 {
+            out.push(format!("{path}.hold_ms"), "must be at least 100");
+        }
+        if let Some(id) = &f.cluster_id {
+            if id.is_empty() || id.chars().any(char::is_whitespace) {
+                out.push(format!("{path}.cluster_id"), "must be a non-empty word");
+            }
+        }
+        if let Some(b) = check_listener(out, &format!("{path}.listener"), &f.listener) {
+            bounds.push(b);
+        }
+    }
+    for (i, later) in bounds.iter().enumerate() {
+        if let Some(earlier) = bounds[..i].iter().find(|e| ranges_overlap(e, later)) {
+            out.push(
+                later.path.clone(),
                 format!(
                     "{} on {} overlap {} on {}",
-                    mirror.what, mirror.ip, client.what, client.ip
+                    later.what, later.ip, earlier.what, earlier.ip
                 ),
             );
         }

@@ -361,7 +361,9 @@ impl Admission {
         if let Some(r) = self.refuse_unreadable(idx, &format!("{topic}-{partition} belongs to")) {
             return Err(r);
         }
-        if let (ListenerKind::Client, Some(e)) = (listener, &self.screen_unreadable) {
+        if let (ListenerKind::Client | ListenerKind::Forward, Some(e)) =
+            (listener, &self.screen_unreadable)
+        {
             // Without the screening set a local producer could be handed a producer id that
             // mirrored traffic left in the brokers, and be falsely acknowledged.
             self.rejected
@@ -376,7 +378,7 @@ impl Admission {
             });
         }
         match listener {
-            ListenerKind::Client => match self.state_of(topic, partition) {
+            ListenerKind::Client | ListenerKind::Forward => match self.state_of(topic, partition) {
                 Some(PartitionState::Stopped) => Ok(None),
                 state => {
                     let state = state.unwrap_or(PartitionState::Mirroring);

@@ -11,7 +11,14 @@
 //! The gateway's Produce exchange rewrites the Produce response it already decoded with
 //! [`map_produce_endpoints`]; [`rewrite_response`] handles whole frames of every API.
 //!
-//! Owns: the address fields of responses. Must not touch: which addresses the gateway serves
+//! A forward listener's map presents **one virtual cluster** ([`AddressMap::virtual_cluster`]):
+//! its cluster id in Metadata and DescribeCluster, and no leader epochs (Metadata partitions,
+//! the `current_leader` hints of Produce and Fetch). Its upstream changes from the source to the
+//! destination, whose epochs are unrelated: a client that cached a higher epoch would ignore
+//! the destination's leaders, while an absent epoch is always accepted (and skips the
+//! consumer's log-truncation check, which has no meaning across two clusters).
+//!
+//! Owns: the address fields of responses, and the cluster identity of a virtual cluster. Must not touch: which addresses the gateway serves
 //! (the caller's [`AddressMap`]), metrics, the cluster view (the caller feeds it what
 //! [`Rewritten`] reports).
 
@@ -35,6 +42,12 @@ pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
 pub trait AddressMap {
     /// `(host, port)` for `node_id`, or `None` when the gateway cannot serve that broker.
     fn endpoint(&self, node_id: i32) -> Option<(StrBytes, i32)>;
+
+    /// The cluster id of the one virtual cluster a forward listener presents (`None`: the
+    /// upstream's identity and leader epochs pass as they are).
+    fn virtual_cluster(&self) -> Option<StrBytes> {
+        None
+    }
 }
 
 /// A broker as the upstream cluster described it.
@@ -106,6 +119,13 @@ macro_rules! retain_mapped {
 /// Rewrite the KIP-951 `node_endpoints` of a decoded Produce response in place; the number of
 /// endpoints removed (no gateway port for their node id).
 pub fn map_produce_endpoints(resp: &mut ProduceResponse, map: &dyn AddressMap) -> usize {
+    if map.virtual_cluster().is_some() {
+        for t in resp.responses.iter_mut() {
+            for p in t.partition_responses.iter_mut() {
+                p.current_leader.leader_epoch = -1;
+            }
+        }
+    }
     retain_mapped!(resp.node_endpoints, node_id, map)
 }
 
@@ -163,6 +183,16 @@ pub fn rewrite_response(
                 }
             }
             out.unmapped = retain_mapped!(resp.brokers, node_id, map);
+            if let Some(id) = map.virtual_cluster() {
+                if version >= 2 {
+                    resp.cluster_id = Some(id);
+                }
+                for t in resp.topics.iter_mut() {
+                    for p in t.partitions.iter_mut() {
+                        p.leader_epoch = -1;
+                    }
+                }
+            }
             out.frame = Some(encode_frame(&header, hv, &resp, version, size)?);
         }
         ApiKey::FindCoordinator => {
@@ -211,11 +241,14 @@ pub fn rewrite_response(
             if version == 0 || resp.endpoint_type == 1 {
                 out.unmapped = retain_mapped!(resp.brokers, broker_id, map);
             }
+            if let Some(id) = map.virtual_cluster() {
+                resp.cluster_id = id;
+            }
             out.frame = Some(encode_frame(&header, hv, &resp, version, size)?);
         }
         ApiKey::Produce => {
             let mut resp = ProduceResponse::decode(&mut body, version).map_err(bad)?;
-            if !resp.node_endpoints.is_empty() {
+            if !resp.node_endpoints.is_empty() || map.virtual_cluster().is_some() {
                 out.unmapped = map_produce_endpoints(&mut resp, map);
                 out.frame = Some(encode_frame(&header, hv, &resp, version, size)?);
             }
@@ -223,6 +256,13 @@ pub fn rewrite_response(
         ApiKey::Fetch => {
             let mut resp = FetchResponse::decode(&mut body, version).map_err(bad)?;
             if !resp.node_endpoints.is_empty() {
+                if map.virtual_cluster().is_some() {
+                    for t in resp.responses.iter_mut() {
+                        for p in t.partitions.iter_mut() {
+                            p.current_leader.leader_epoch = -1;
+                        }
+                    }
+                }
                 out.unmapped = retain_mapped!(resp.node_endpoints, node_id, map);
                 out.frame = Some(encode_frame(&header, hv, &resp, version, size)?);
             }

@@ -34,7 +34,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
 
 use crate::metrics::{ListenerKind, Metrics};
-use crate::net::Stream;
+use crate::net::{ReadHalf, Stream, WriteHalf};
 use crate::protocol::frame::{
     parse_request_header, read_frame, response_correlation_id, FrameError,
 };
@@ -111,6 +111,9 @@ enum End {
     /// Mirror writes admitted by this request may no longer be sent (why): it was not sent,
     /// and the connection is closed so the producer retries elsewhere or later.
     AdmissionLapsed(String),
+    /// A forward listener's route left this connection's side: its requests in flight are
+    /// answered and the client connection moves to the other side's upstream.
+    Switched,
     /// A request holding admitted mirror writes was still being written to the broker when the
     /// lease ended (why): the broker connection is closed at once, part-sent, and every write
     /// in flight on it ends with an unknown outcome (review G1).
@@ -135,6 +138,25 @@ impl Drop for GaugeGuard {
     }
 }
 
+/// A client connection's two halves and the bytes read from it but not yet used: what a forward
+/// listener's connection keeps across a switch of its upstream.
+pub struct ClientConn {
+    rd: ReadHalf,
+    wr: WriteHalf,
+    buf: BytesMut,
+}
+
+impl ClientConn {
+    pub fn new(client: Stream) -> ClientConn {
+        let (rd, wr) = client.into_split();
+        ClientConn {
+            rd,
+            wr,
+            buf: BytesMut::with_capacity(64 * 1024),
+        }
+    }
+}
+
 /// Serve one accepted client connection for broker `node_id` until it ends.
 /// `_drain` is held until the connection is fully closed (graceful shutdown waits for it).
 pub async fn serve(
@@ -143,23 +165,52 @@ pub async fn serve(
     peer: SocketAddr,
     node_id: i32,
     shutdown: watch::Receiver<bool>,
-    _drain: mpsc::Sender<()>,
+    drain: mpsc::Sender<()>,
 ) {
+    let _ = serve_until_switch(
+        ctx,
+        ClientConn::new(client),
+        peer,
+        node_id,
+        shutdown,
+        None,
+        drain,
+    )
+    .await;
+}
+
+/// Serve a client connection with `ctx`'s upstream until it ends, or until `switch` fires (a
+/// forward listener's route changed sides): then no new request is read, the requests in
+/// flight are answered, and the client connection is handed back to be served by the other
+/// side's upstream (`None`: it was closed: by the client, an error, or a client that
+/// authenticated with SASL, whose new upstream would not know it).
+pub async fn serve_until_switch(
+    ctx: Arc<ConnContext>,
+    client: ClientConn,
+    peer: SocketAddr,
+    node_id: i32,
+    shutdown: watch::Receiver<bool>,
+    switch: Option<watch::Receiver<bool>>,
+    _drain: mpsc::Sender<()>,
+) -> Option<ClientConn> {
     let span = tracing::info_span!("conn", listener = ctx.kind.as_str(), %peer, node = node_id);
-    run(ctx, client, node_id, shutdown).instrument(span).await
+    run(ctx, client, node_id, shutdown, switch)
+        .instrument(span)
+        .await
 }
 
 async fn run(
     ctx: Arc<ConnContext>,
-    client: Stream,
+    client: ClientConn,
     node_id: i32,
     mut shutdown: watch::Receiver<bool>,
-) {
+    switch: Option<watch::Receiver<bool>>,
+) -> Option<ClientConn> {
     let kind = ctx.kind;
     let Some(addr) = ctx.cluster.broker_addr(node_id) else {
-        tracing::warn!("closing: no destination broker with node id {node_id} is known");
+        tracing::warn!("closing: no upstream broker with node id {node_id} is known");
         ctx.metrics.error(kind, "unknown_broker");
-        return;
+        return None;
     };
     // The client authenticates itself through this connection (SASL passthrough): the
     // gateway's own credentials are never used on it.
@@ -172,9 +223,9 @@ async fn run(
     {
         Ok(s) => s,
         Err(e) => {
-            tracing::warn!(error = %e, "closing: cannot connect to the destination broker");
+            tracing::warn!(error = %e, "closing: cannot connect to the upstream broker");
             ctx.metrics.error(kind, e.kind());
-            return;
+            return None;
         }
     };
     let node_label = node_id.to_string();
@@ -190,7 +241,16 @@ async fn run(
     let _upstream_guard = GaugeGuard(gauge);
     tracing::debug!(upstream = %addr, "connected");
 
-    let (mut client_rd, mut client_wr) = client.into_split();
+    let ClientConn {
+        rd: mut client_rd_own,
+        wr: mut client_wr_own,
+        buf: mut request_buf,
+    } = client;
+    let (client_rd, client_wr, carried) =
+        (&mut client_rd_own, &mut client_wr_own, &mut request_buf);
+    // The client authenticated through this connection: a switched upstream would not know it.
+    let authenticated = std::sync::atomic::AtomicBool::new(false);
+    let authenticated_ref = &authenticated;
     let (mut up_rd, mut up_wr) = upstream.into_split();
     let (tx, mut rx) = mpsc::channel::<InFlight>(ctx.limits.max_in_flight.max(1));
     let pending = Arc::new(AtomicUsize::new(0));
@@ -204,7 +264,7 @@ async fn run(
         let pending = pending.clone();
         let addr = addr.clone();
         async move {
-            let mut buf = BytesMut::with_capacity(64 * 1024);
+            let buf = carried;
             let mut sasl_guard = ctx
                 .principal_limits
                 .clone()
@@ -217,6 +277,16 @@ async fn run(
             tokio::pin!(idle_timer);
             let shutdown_signal = shutdown.changed();
             tokio::pin!(shutdown_signal);
+            let mut switch = switch;
+            let switch_signal = async move {
+                match switch.as_mut() {
+                    Some(s) => {
+                        let _ = s.wait_for(|switched| *switched).await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::pin!(switch_signal);
             loop {
                 idle_timer
                     .as_mut()
@@ -224,7 +294,8 @@ async fn run(
                 let read = tokio::select! {
                     biased;
                     _ = &mut shutdown_signal => return Ok(End::Shutdown),
-                    r = read_frame(&mut client_rd, &mut buf, max_request) => Some(r),
+                    _ = &mut switch_signal => return Ok(End::Switched),
+                    r = read_frame(client_rd, buf, max_request) => Some(r),
                     _ = &mut idle_timer => None,
                 };
                 let frame: Bytes = match read {
@@ -236,6 +307,9 @@ async fn run(
                 };
                 let body = &frame[4..];
                 let h = parse_request_header(body)?;
+                if matches!(h.api_key, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate) {
+                    authenticated_ref.store(true, Ordering::Relaxed);
+                }
                 if !versions::accepts(h.api_key, h.api_version) {
                     return Err(Refused::UnsupportedVersion {
                         api: h.api_key,
@@ -353,7 +427,7 @@ async fn run(
             while let Some(inf) = rx.recv().await {
                 if let Some(local) = inf.local {
                     if client_gone.is_none() {
-                        if let Err(e) = write_out(&mut client_wr, &local).await {
+                        if let Err(e) = write_out(client_wr, &local).await {
                             client_gone = Some(e);
                         }
                     }
@@ -399,7 +473,7 @@ async fn run(
                 }
                 let out = inf.pending.finish(&ctx, &addr, frame).await?;
                 if client_gone.is_none() {
-                    if let Err(e) = write_out(&mut client_wr, &out).await {
+                    if let Err(e) = write_out(client_wr, &out).await {
                         client_gone = Some(e);
                     }
                 }
@@ -411,68 +485,92 @@ async fn run(
             if let Some(e) = client_gone {
                 return Err(Refused::ClientGone(e));
             }
-            let _ = client_wr.shutdown().await;
             Ok::<(), Refused>(())
         }
     };
 
-    tokio::pin!(requests);
-    tokio::pin!(responses);
-    tokio::select! {
-        r = &mut responses => {
-            if let Err(e) = r {
-                log_close(&ctx.metrics, kind, &e);
-            }
-        }
-        r = &mut requests => {
-            // On the mirror listener the broker's answers are awaited as long as a request may
-            // take, whatever ended the client side: until they come, the failover drain cannot
-            // know whether the mirror writes among them will be appended.
-            let drain_ms = if kind == ListenerKind::Mirror {
-                ctx.limits.shutdown_grace_ms.max(ctx.limits.upstream_timeout_ms)
-            } else {
-                ctx.limits.shutdown_grace_ms
-            };
-            let mut grace = Duration::from_millis(drain_ms);
-            match r {
-                Ok(End::Idle) => tracing::info!("closing idle connection"),
-                Ok(End::Shutdown) => {
-                    tracing::debug!("draining for shutdown");
-                    grace = Duration::from_millis(ctx.limits.shutdown_grace_ms);
-                }
-                Ok(End::ClientClosed) => tracing::debug!("client closed"),
-                Ok(End::Refused(r)) => {
-                    tracing::warn!(reason = %r, "closing connection");
-                    ctx.metrics.error(kind, r.kind());
-                }
-                Ok(End::AdmissionLapsed(why)) => {
-                    tracing::warn!(reason = %why, "admitted mirror writes not sent: the admission lapsed before the send; closing the connection");
-                    ctx.metrics.error(kind, "admission_lapsed");
-                }
-                Ok(End::SendCut(why)) => {
-                    // Not drained: the broker connection closes now (its answers, and the
-                    // guards waiting for them, are dropped: unknown outcomes).
-                    tracing::warn!(reason = %why, "closing the connection and its broker connection part-sent");
-                    ctx.metrics.error(kind, "admission_lapsed");
-                    return;
-                }
-                Err(e) => {
+    let switched = {
+        tokio::pin!(requests);
+        tokio::pin!(responses);
+        tokio::select! {
+            r = &mut responses => {
+                if let Err(e) = r {
                     log_close(&ctx.metrics, kind, &e);
-                    if kind != ListenerKind::Mirror {
-                        return;
+                }
+                false
+            }
+            r = &mut requests => {
+                // On the mirror listener the broker's answers are awaited as long as a request may
+                // take, whatever ended the client side: until they come, the failover drain cannot
+                // know whether the mirror writes among them will be appended.
+                let drain_ms = if kind == ListenerKind::Mirror {
+                    ctx.limits.shutdown_grace_ms.max(ctx.limits.upstream_timeout_ms)
+                } else {
+                    ctx.limits.shutdown_grace_ms
+                };
+                let mut grace = Duration::from_millis(drain_ms);
+                let mut switched = false;
+                match r {
+                    Ok(End::Idle) => tracing::info!("closing idle connection"),
+                    Ok(End::Shutdown) => {
+                        tracing::debug!("draining for shutdown");
+                        grace = Duration::from_millis(ctx.limits.shutdown_grace_ms);
+                    }
+                    Ok(End::Switched) => {
+                        tracing::debug!("the forward route left this side: answering the requests in flight, then moving the connection");
+                        grace = upstream_timeout;
+                        switched = true;
+                    }
+                    Ok(End::ClientClosed) => tracing::debug!("client closed"),
+                    Ok(End::Refused(r)) => {
+                        tracing::warn!(reason = %r, "closing connection");
+                        ctx.metrics.error(kind, r.kind());
+                    }
+                    Ok(End::AdmissionLapsed(why)) => {
+                        tracing::warn!(reason = %why, "admitted mirror writes not sent: the admission lapsed before the send; closing the connection");
+                        ctx.metrics.error(kind, "admission_lapsed");
+                    }
+                    Ok(End::SendCut(why)) => {
+                        // Not drained: the broker connection closes now (its answers, and the
+                        // guards waiting for them, are dropped: unknown outcomes).
+                        tracing::warn!(reason = %why, "closing the connection and its broker connection part-sent");
+                        ctx.metrics.error(kind, "admission_lapsed");
+                        return None;
+                    }
+                    Err(e) => {
+                        log_close(&ctx.metrics, kind, &e);
+                        if kind != ListenerKind::Mirror {
+                            return None;
+                        }
+                    }
+                }
+                match tokio::time::timeout(grace, responses).await {
+                    Ok(Ok(())) => switched,
+                    Ok(Err(e)) => {
+                        log_close(&ctx.metrics, kind, &e);
+                        false
+                    }
+                    Err(_) => {
+                        tracing::warn!("in-flight requests not answered within the grace period; closing");
+                        ctx.metrics.error(kind, "drain_timeout");
+                        false
                     }
                 }
             }
-            match tokio::time::timeout(grace, responses).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => log_close(&ctx.metrics, kind, &e),
-                Err(_) => {
-                    tracing::warn!("in-flight requests not answered within the grace period; closing");
-                    ctx.metrics.error(kind, "drain_timeout");
-                }
-            }
         }
+    };
+    if switched && !authenticated.load(Ordering::Relaxed) {
+        return Some(ClientConn {
+            rd: client_rd_own,
+            wr: client_wr_own,
+            buf: request_buf,
+        });
     }
+    if switched {
+        tracing::info!("closing: the client authenticated with SASL on the old upstream; it reconnects and authenticates with the new one");
+    }
+    let _ = client_wr_own.shutdown().await;
+    None
 }
 
 /// Why the mirror writes `pending` holds may not be sent now (`None`: they may, or it holds none,

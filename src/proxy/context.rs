@@ -18,6 +18,8 @@ use crate::protocol::rewrite::AddressMap;
 pub struct ListenerAddressMap {
     host: StrBytes,
     listener: ListenerConfig,
+    /// A forward listener's cluster id (see [`AddressMap::virtual_cluster`]).
+    virtual_cluster: Option<StrBytes>,
 }
 
 impl ListenerAddressMap {
@@ -25,6 +27,15 @@ impl ListenerAddressMap {
         ListenerAddressMap {
             host: StrBytes::from_string(listener.advertised().to_string()),
             listener: listener.clone(),
+            virtual_cluster: None,
+        }
+    }
+
+    /// The map of a forward listener presenting one cluster with id `cluster_id`.
+    pub fn forward(listener: &ListenerConfig, cluster_id: &str) -> Self {
+        ListenerAddressMap {
+            virtual_cluster: Some(StrBytes::from_string(cluster_id.to_string())),
+            ..ListenerAddressMap::new(listener)
         }
     }
 }
@@ -34,6 +45,10 @@ impl AddressMap for ListenerAddressMap {
         self.listener
             .port_for_node(node_id)
             .map(|p| (self.host.clone(), i32::from(p)))
+    }
+
+    fn virtual_cluster(&self) -> Option<StrBytes> {
+        self.virtual_cluster.clone()
     }
 }
 
@@ -59,4 +74,20 @@ pub struct ConnContext {
     pub principal_limits: Option<Arc<super::sasl::PrincipalLimits>>,
     /// The threads accepted connections run on (`None`: the accepting runtime's own tasks).
     pub threads: Option<Arc<super::threads::ConnectionThreads>>,
+    /// A forward listener's route (`None` on the client and mirror listeners). Its source-side
+    /// context has no mirrors and no PSM: the source is the active cluster there.
+    pub forward: Option<Arc<super::forward::ForwardRoute>>,
+}
+
+impl ConnContext {
+    /// Whether this connection's traffic is local (client listener, or a forward listener on
+    /// the destination side): what read-only enforcement and screening apply to.
+    pub fn local(&self) -> bool {
+        self.kind != ListenerKind::Mirror
+    }
+
+    /// The forward route of a connection to the source (nothing is enforced there).
+    pub fn forward_to_source(&self) -> Option<&Arc<super::forward::ForwardRoute>> {
+        self.forward.as_ref().filter(|_| self.mirrors.is_none())
+    }
 }

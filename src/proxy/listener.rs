@@ -1,5 +1,7 @@
-//! Listener ports: one per destination broker and listener, bound as brokers become known
-//! from metadata, each accepting connections for its broker.
+//! Listener ports: one per broker and listener, bound as brokers become known from metadata,
+//! each accepting connections for its broker. A forward listener binds the node ids of both
+//! of its clusters, and picks each connection's upstream side when it begins
+//! ([`super::forward`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -11,8 +13,9 @@ use tokio::sync::{mpsc, watch};
 
 use crate::config::ListenerConfig;
 
-use super::connection::{serve, GaugeGuard};
+use super::connection::{serve, serve_until_switch, ClientConn, GaugeGuard};
 use super::context::ConnContext;
+use super::forward::{ForwardRoute, Side, SourceConnection};
 
 /// Ports bound so far, per node id.
 #[derive(Default)]
@@ -47,18 +50,151 @@ impl BoundPorts {
     }
 }
 
+/// What a listener serves its connections with.
+pub enum Target {
+    /// One context for every connection (the client and mirror listeners).
+    Fixed(Arc<ConnContext>),
+    /// A forward listener: each connection gets the context of the side its route is on when
+    /// it begins, and ends (drained) when the route leaves that side.
+    Forward(Arc<ForwardTarget>),
+}
+
+/// The two contexts of a forward listener and its route.
+pub struct ForwardTarget {
+    pub route: Arc<ForwardRoute>,
+    /// Upstream: the mirror's source; nothing enforced.
+    pub source: Arc<ConnContext>,
+    /// Upstream: the destination; local traffic as on the client listener.
+    pub destination: Arc<ConnContext>,
+    /// How long a connection accepted while the route is held waits for the switch.
+    pub hold_wait: Duration,
+}
+
+impl Target {
+    fn any(&self) -> &Arc<ConnContext> {
+        match self {
+            Target::Fixed(ctx) => ctx,
+            Target::Forward(f) => &f.destination,
+        }
+    }
+
+    /// Broker node ids to bind a port for: a forward listener serves the node ids of both
+    /// clusters (a port reaches node n of whichever is active).
+    fn nodes(&self) -> Vec<i32> {
+        let mut nodes: Vec<i32> = match self {
+            Target::Fixed(ctx) => ctx.cluster.brokers().into_iter().map(|(n, _)| n).collect(),
+            Target::Forward(f) => f
+                .source
+                .cluster
+                .brokers()
+                .into_iter()
+                .chain(f.destination.cluster.brokers())
+                .map(|(n, _)| n)
+                .collect(),
+        };
+        nodes.sort_unstable();
+        nodes.dedup();
+        nodes
+    }
+}
+
+/// A forward connection's context for the side the route is on, a signal that fires when the
+/// route leaves that side, and (source side) its count in the route.
+type Picked = (
+    Arc<ConnContext>,
+    watch::Receiver<bool>,
+    Option<SourceConnection>,
+);
+
+impl ForwardTarget {
+    /// The side to serve a forward connection on now: waits while the route is held (at most
+    /// `hold_wait`; `None`: close the connection).
+    async fn pick(&self, shutdown: &watch::Receiver<bool>) -> Option<Picked> {
+        let mut sides = self.route.subscribe();
+        let mut stop = shutdown.clone();
+        let held = tokio::time::sleep(self.hold_wait);
+        tokio::pin!(held);
+        let side = loop {
+            let side = *sides.borrow_and_update();
+            if side != Side::Holding {
+                break side;
+            }
+            tokio::select! {
+                r = sides.changed() => if r.is_err() { return None },
+                _ = &mut held => {
+                    tracing::warn!(mirror = self.route.mirror(), "closing: the forward listener stayed held past {:?}", self.hold_wait);
+                    return None;
+                }
+                _ = stop.changed() => return None,
+            }
+        };
+        let (ctx, counted) = match side {
+            Side::Source => (self.source.clone(), Some(self.route.source_connection())),
+            _ => (self.destination.clone(), None),
+        };
+        let (left_tx, left_rx) = watch::channel(false);
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = sides.wait_for(|s| *s != side) => {
+                    let _ = left_tx.send(true);
+                }
+                _ = left_tx.closed() => {}
+            }
+        });
+        Some((ctx, left_rx, counted))
+    }
+
+    /// Serve a forward connection: on the side the route is on, moved to the other side's
+    /// upstream (the client connection kept) whenever the route switches.
+    async fn serve(
+        &self,
+        stream: crate::net::Stream,
+        peer: SocketAddr,
+        node: i32,
+        shutdown: watch::Receiver<bool>,
+        drain: mpsc::Sender<()>,
+    ) {
+        let mut client = ClientConn::new(stream);
+        loop {
+            let Some((ctx, left, _counted)) = self.pick(&shutdown).await else {
+                return;
+            };
+            match serve_until_switch(
+                ctx,
+                client,
+                peer,
+                node,
+                shutdown.clone(),
+                Some(left),
+                drain.clone(),
+            )
+            .await
+            {
+                Some(kept) => client = kept,
+                None => return,
+            }
+        }
+    }
+}
+
 /// Keep one bound port per known broker for `cfg` until `shutdown` fires.
 pub async fn run_listener(
     cfg: ListenerConfig,
-    ctx: Arc<ConnContext>,
+    target: Target,
     bound: Arc<BoundPorts>,
     mut shutdown: watch::Receiver<bool>,
     drain: mpsc::Sender<()>,
 ) {
+    let target = Arc::new(target);
+    let ctx = target.any().clone();
     let mut changes = ctx.cluster.subscribe();
+    let mut source_changes = match target.as_ref() {
+        Target::Forward(f) => f.source.cluster.subscribe(),
+        Target::Fixed(_) => ctx.cluster.subscribe(),
+    };
     let kind = ctx.kind;
     loop {
-        for (node, _) in ctx.cluster.brokers() {
+        for node in target.nodes() {
             if bound.contains(node) {
                 continue;
             }
@@ -66,7 +202,7 @@ pub async fn run_listener(
                 tracing::error!(
                     listener = kind.as_str(),
                     node,
-                    "destination broker {node} has no port in this listener's range; raise max_brokers or node_id_base"
+                    "broker {node} has no port in this listener's range; raise max_brokers or node_id_base"
                 );
                 continue;
             };
@@ -81,7 +217,7 @@ pub async fn run_listener(
                     tokio::spawn(accept_loop(
                         l,
                         node,
-                        ctx.clone(),
+                        target.clone(),
                         shutdown.clone(),
                         drain.clone(),
                     ));
@@ -94,6 +230,7 @@ pub async fn run_listener(
         }
         tokio::select! {
             r = changes.changed() => if r.is_err() { return },
+            r = source_changes.changed() => if r.is_err() { return },
             _ = tokio::time::sleep(Duration::from_secs(5)) => {}
             _ = shutdown.changed() => return,
         }
@@ -103,10 +240,11 @@ pub async fn run_listener(
 async fn accept_loop(
     listener: TcpListener,
     node: i32,
-    ctx: Arc<ConnContext>,
+    target: Arc<Target>,
     mut shutdown: watch::Receiver<bool>,
     drain: mpsc::Sender<()>,
 ) {
+    let ctx = target.any().clone();
     let kind = ctx.kind;
     loop {
         tokio::select! {
@@ -119,13 +257,21 @@ async fn accept_loop(
                     // (a socket that could not be moved to its connection thread).
                     let counted = GaugeGuard(gauge);
                     let conn = {
-                        let ctx = ctx.clone();
+                        let target = target.clone();
                         let shutdown = shutdown.clone();
                         let drain = drain.clone();
                         move |stream| async move {
                             let _counted = counted;
+                            let ctx = target.any().clone();
                             match ctx.acceptor.accept(stream).await {
-                                Ok(stream) => serve(ctx, stream, peer, node, shutdown, drain).await,
+                                Ok(stream) => match target.as_ref() {
+                                    Target::Fixed(_) => {
+                                        serve(ctx, stream, peer, node, shutdown, drain).await
+                                    }
+                                    Target::Forward(f) => {
+                                        f.serve(stream, peer, node, shutdown, drain).await
+                                    }
+                                },
                                 Err(e) => {
                                     tracing::warn!(listener = kind.as_str(), %peer, error = %e, "closing: client connection set-up failed");
                                     ctx.metrics.error(kind, e.kind());

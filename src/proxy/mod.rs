@@ -9,6 +9,7 @@
 pub mod connection;
 pub mod context;
 pub mod exchange;
+pub mod forward;
 pub mod listener;
 pub mod sasl;
 pub mod threads;

@@ -198,6 +198,7 @@ async fn connect_with(
         acceptor: crate::net::Acceptor::default(),
         principal_limits,
         threads: None,
+        forward: None,
     });
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();

@@ -32,6 +32,7 @@ mod basics;
 mod compacted;
 mod divergence;
 mod faults;
+mod forward;
 mod owners;
 mod preflight;
 mod recovery;
@@ -219,6 +220,7 @@ fn agent_config(name: &str, topics: &[&str], source: &str) -> Config {
         acls: Default::default(),
         groups: Default::default(),
         recovery: Default::default(),
+        forward: None,
     }];
     cfg.psm.snapshot_interval_ms = 200;
     cfg

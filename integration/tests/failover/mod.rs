@@ -164,6 +164,7 @@ pub fn mirror_config(name: &str, topics: &[&str]) -> Config {
         acls: Default::default(),
         groups: Default::default(),
         recovery: Default::default(),
+        forward: None,
     }];
     cfg.psm.snapshot_interval_ms = 200;
     cfg

@@ -67,6 +67,7 @@ fn groups_config_to(name: &str, topics: &[&str], source: &str, destination: &str
             sync_interval_ms: SYNC_INTERVAL_MS,
             ..GroupSyncConfig::default()
         },
+        forward: None,
     }];
     cfg.psm.snapshot_interval_ms = 200;
     cfg

@@ -166,6 +166,7 @@ fn gateway(topic: &str, include: &[String]) -> TestGateway {
             sync_interval_ms: INTERVAL_MS,
             ..Default::default()
         },
+        forward: None,
     }];
     cfg.psm.snapshot_interval_ms = 200;
     let gw = TestGateway::start(cfg);

@@ -29,6 +29,7 @@ fn gateway(topic: &str, configs: ConfigSyncConfig) -> (TestGateway, String, Stri
         recovery: Default::default(),
         configs,
         acls: Default::default(),
+        forward: None,
     }];
     cfg.psm.snapshot_interval_ms = 200;
     let gw = TestGateway::start(cfg);

@@ -34,6 +34,7 @@ fn the_agent_mirrors_from_a_tls_source_through_a_tls_mirror_listener() {
         acls: Default::default(),
         groups: Default::default(),
         recovery: Default::default(),
+        forward: None,
     }];
     cfg.psm.snapshot_interval_ms = 200;
     let gw = TestGateway::start(cfg);
@@ -165,6 +166,7 @@ fn agent_gateway(topic: &str, tls: ListenerTlsConfig) -> TestGateway {
         acls: Default::default(),
         groups: Default::default(),
         recovery: Default::default(),
+        forward: None,
     }];
     TestGateway::start(cfg)
 }

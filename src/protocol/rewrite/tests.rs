@@ -2063,3 +2063,119 @@ fn huge_array_count_is_an_error_not_an_abort() {
         assert!(rewrite_response(ApiKey::Metadata, 0, &frame, &TestMap).is_err());
     });
 }
+
+// ---------------------------------------------------------------------------------------------
+// A forward listener's virtual cluster
+// ---------------------------------------------------------------------------------------------
+
+/// [`TestMap`]'s ports, presenting the virtual cluster `fwd-cluster`.
+struct ForwardMap;
+
+impl AddressMap for ForwardMap {
+    fn endpoint(&self, node_id: i32) -> Option<(StrBytes, i32)> {
+        TestMap.endpoint(node_id)
+    }
+    fn virtual_cluster(&self) -> Option<StrBytes> {
+        Some(s("fwd-cluster"))
+    }
+}
+
+fn rewrite_forward<M: Decodable>(key: ApiKey, version: i16, frame: &Bytes) -> M {
+    let out = rewrite_response(key, version, frame, &ForwardMap)
+        .unwrap_or_else(|e| panic!("rewrite of {key:?} v{version} failed: {e}"));
+    let new = out
+        .frame
+        .unwrap_or_else(|| panic!("{key:?} v{version}: no new frame"));
+    decode_frame::<M>(key, version, &new).1
+}
+
+fn metadata_with_leader_epochs(version: i16) -> MetadataResponse {
+    let mut m = metadata_with_three_brokers(version);
+    for t in m.topics.iter_mut() {
+        for p in t.partitions.iter_mut() {
+            if version >= 7 {
+                p.leader_epoch = 9;
+            }
+        }
+    }
+    m
+}
+
+#[test]
+fn metadata_of_a_virtual_cluster_carries_its_cluster_id_and_no_leader_epochs() {
+    for v in versions(ApiKey::Metadata) {
+        let frame = frame_of(ApiKey::Metadata, v, 1, &metadata_with_leader_epochs(v));
+        let m: MetadataResponse = rewrite_forward(ApiKey::Metadata, v, &frame);
+        if v >= 2 {
+            assert_eq!(m.cluster_id, Some(s("fwd-cluster")), "v{v}");
+        }
+        let epochs: Vec<i32> = m
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| p.leader_epoch))
+            .collect();
+        assert!(epochs.iter().all(|e| *e == -1), "v{v}: {epochs:?}");
+        assert_eq!(
+            gateway(1),
+            Some((m.brokers[0].host.clone(), m.brokers[0].port))
+        );
+    }
+}
+
+#[test]
+fn metadata_through_an_ordinary_listener_keeps_the_cluster_id_and_leader_epochs() {
+    for v in versions(ApiKey::Metadata).filter(|v| *v >= 7) {
+        let frame = frame_of(ApiKey::Metadata, v, 1, &metadata_with_leader_epochs(v));
+        let (_, _, m): (_, _, MetadataResponse) = rewrite_and_decode(ApiKey::Metadata, v, &frame);
+        assert_eq!(m.cluster_id, Some(s("cluster-x")), "v{v}");
+        assert_eq!(m.topics[0].partitions[0].leader_epoch, 9, "v{v}");
+    }
+}
+
+#[test]
+fn describe_cluster_of_a_virtual_cluster_carries_its_cluster_id() {
+    for v in versions(ApiKey::DescribeCluster) {
+        let mut d = DescribeClusterResponse::default();
+        d.cluster_id = s("cluster-x");
+        d.endpoint_type = 1;
+        let frame = frame_of(ApiKey::DescribeCluster, v, 1, &d);
+        let d: DescribeClusterResponse = rewrite_forward(ApiKey::DescribeCluster, v, &frame);
+        assert_eq!(d.cluster_id, s("fwd-cluster"), "v{v}");
+    }
+}
+
+#[test]
+fn produce_and_fetch_leader_hints_of_a_virtual_cluster_carry_no_leader_epoch() {
+    for v in versions(ApiKey::Produce).filter(|v| *v >= 10) {
+        let frame = frame_of(
+            ApiKey::Produce,
+            v,
+            1,
+            &produce_response(v, vec![produce_node(2, "kafka-2.internal", 19093)]),
+        );
+        let r: ProduceResponse = rewrite_forward(ApiKey::Produce, v, &frame);
+        let p = &r.responses[0].partition_responses[0];
+        assert_eq!(p.current_leader.leader_epoch, -1, "produce v{v}");
+        assert_eq!(
+            p.current_leader.leader_id,
+            BrokerId(2),
+            "produce v{v}: the leader stays"
+        );
+    }
+    for v in versions(ApiKey::Fetch).filter(|v| *v >= 16) {
+        let frame = frame_of(
+            ApiKey::Fetch,
+            v,
+            1,
+            &fetch_response(v, vec![fetch_node(1, "kafka-1.internal", 19092)]),
+        );
+        let r: FetchResponse = rewrite_forward(ApiKey::Fetch, v, &frame);
+        let p = &r.responses[0].partitions[0];
+        assert_eq!(p.current_leader.leader_epoch, -1, "fetch v{v}");
+        assert_eq!(
+            p.records,
+            Some(records_payload()),
+            "fetch v{v}: records untouched"
+        );
+    }
+}

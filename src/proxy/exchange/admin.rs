@@ -15,7 +15,6 @@
 
 use bytes::Bytes;
 
-use crate::metrics::ListenerKind;
 use crate::mirror::screening::Collision;
 use crate::protocol::admin_refusal::{self, AdminDecision, Target, TxnProducer};
 use crate::protocol::enforce::Rejection;
@@ -102,7 +101,7 @@ fn colliding_transaction(
     txn: TxnProducer<'_>,
 ) -> Option<Rejection> {
     let ctl = ctx.mirrors.as_ref()?;
-    if ctx.kind != ListenerKind::Client || ctl.barrier_offset(topic, partition).is_none() {
+    if !ctx.local() || ctl.barrier_offset(topic, partition).is_none() {
         return None;
     }
     match ctl.mirrored_producer_collision(txn.producer_id, None, Some(txn.transactional_id))? {

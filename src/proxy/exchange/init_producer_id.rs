@@ -2,6 +2,9 @@
 //! while the screening set is active, so that no local producer gets a producer id mirrored
 //! traffic left in the brokers.
 //!
+//! On a forward listener's source side the producer id the source hands out is noted as
+//! forwarded ([`crate::proxy::forward`]).
+//!
 //! Owns: remembering the request for the screening. Must not touch: the screening policy
 //! (`proxy::exchange::screen`), the screening set (the mirror controller's).
 
@@ -37,6 +40,12 @@ impl Pending {
         correlation_id: i32,
         frame: Bytes,
     ) -> Result<Bytes, ExchangeError> {
+        if let Some(route) = ctx.forward_to_source() {
+            if let Some(id) = handed_out(version, &frame) {
+                route.note_producer(id);
+            }
+            return Ok(frame);
+        }
         let (Some(ctl), Some(init)) = (&ctx.mirrors, self.init) else {
             return Ok(frame);
         };
@@ -54,4 +63,19 @@ impl Pending {
         )
         .await
     }
+}
+
+/// The producer id an InitProducerId answer (`frame`, length prefix included) hands out, when
+/// it succeeded.
+fn handed_out(version: i16, frame: &Bytes) -> Option<i64> {
+    use kafka_protocol::messages::{ApiKey, InitProducerIdResponse, ResponseHeader};
+    use kafka_protocol::protocol::Decodable;
+    let mut body = frame.slice(4..);
+    ResponseHeader::decode(
+        &mut body,
+        ApiKey::InitProducerId.response_header_version(version),
+    )
+    .ok()?;
+    let resp = InitProducerIdResponse::decode(&mut body, version).ok()?;
+    (resp.error_code == 0).then_some(resp.producer_id.0)
 }

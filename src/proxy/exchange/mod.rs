@@ -12,7 +12,10 @@
 //!   and the inert-barrier count; one decoded response shared by the tap, the rejection merge,
 //!   the duplicate-ack guard and the address rewrite, encoded once and only when changed.
 //! - [`fetch`]: barriers hidden from ordinary consumers (Fetch, ShareFetch; client listener).
-//! - [`init_producer_id`]: PID screening of InitProducerId answers (client listener).
+//! - [`init_producer_id`]: PID screening of InitProducerId answers (client listener, forward
+//!   listener on the destination); on a forward listener's source side, the producer ids the
+//!   source hands out are remembered as forwarded ([`super::forward`]), and nothing else is
+//!   done but the address rewrite.
 //! - [`admin`]: admin and transaction requests naming mirror topics refused (client listener:
 //!   read-only until failover); admin, transaction and group-offset requests naming failed-over
 //!   topics refused (mirror listener: review G8).
@@ -39,7 +42,6 @@ pub mod screen;
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 
-use crate::metrics::ListenerKind;
 use crate::protocol::admin_refusal::{self, AdminRefusalError};
 use crate::protocol::enforce;
 use crate::protocol::frame::{FrameError, RequestHeaderInfo};
@@ -111,7 +113,19 @@ pub fn begin(
         correlation_id: h.correlation_id,
         kind,
     };
-    let client = ctx.kind == ListenerKind::Client;
+    let client = ctx.local();
+    if ctx.forward_to_source().is_some() {
+        // The source is the active cluster: nothing is enforced; the producer ids it hands
+        // out through this listener are remembered (`super::forward`).
+        let (step, kind) = match h.api_key {
+            ApiKey::InitProducerId => {
+                let (step, p) = init_producer_id::begin(ctx, h, frame);
+                (step, Kind::InitProducerId(p))
+            }
+            _ => (Step::Forward(frame), Kind::Plain),
+        };
+        return Ok((step, pending(kind)));
+    }
     let (step, kind) = match h.api_key {
         ApiKey::Produce => {
             let acks = match acks {

@@ -139,6 +139,7 @@ pub fn begin(
             p.records,
             view.transactional_id,
             acks_zero,
+            ctx.forward.as_deref(),
             &mut pending,
             &mut acks_zero_refused,
         );
@@ -220,6 +221,7 @@ fn decide(
     records: Option<&[u8]>,
     transactional_id: Option<&str>,
     acks_zero: bool,
+    forward: Option<&crate::proxy::forward::ForwardRoute>,
     pending: &mut Pending,
     acks_zero_refused: &mut Option<(String, i32)>,
 ) -> Option<Rejection> {
@@ -233,7 +235,10 @@ fn decide(
             format!("mirrorgate: topic id {id} is not known yet; refresh metadata and retry"),
         ));
     };
-    if kind == ListenerKind::Client && ctl.barrier_offset(name, partition).is_some() {
+    if kind != ListenerKind::Mirror
+        && ctl.barrier_offset(name, partition).is_some()
+        && !forwarded_producer(forward, records)
+    {
         pending.guard_check = true;
         if let Some(r) =
             refuse_mirrored_producer_id(ctl, name, partition, records, transactional_id)
@@ -258,6 +263,19 @@ fn decide(
         Ok(None) => None,
         Err(r) => Some(Rejection::new(r.error_code, r.message)),
     }
+}
+
+/// Whether the batch of `records` is a forward listener's forwarded producer's: it continues
+/// on the destination the state the agent copied for it, which it owns (`crate::proxy::forward`).
+fn forwarded_producer(
+    forward: Option<&crate::proxy::forward::ForwardRoute>,
+    records: Option<&[u8]>,
+) -> bool {
+    let (Some(route), Some(records)) = (forward, records) else {
+        return false;
+    };
+    crate::protocol::batch::BatchHeader::parse(records)
+        .is_some_and(|h| h.has_producer_id() && route.is_forwarded(h.producer_id))
 }
 
 /// The `log_start_offset` sent with [`refuse_mirrored_producer_id`]'s UNKNOWN_PRODUCER_ID: not

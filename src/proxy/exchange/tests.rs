@@ -114,6 +114,7 @@ pub fn fixture_with(policy: Option<Arc<dyn crate::mirror::policy::MirrorPolicy>>
                 acceptor: crate::net::Acceptor::default(),
                 principal_limits: None,
                 threads: None,
+                forward: None,
             })
         };
     let mirror_listener = cfg.listeners.mirror.clone().unwrap();

@@ -1,0 +1,495 @@
+//! Forward mode (issue 33): applications connect to a mirror's forward listener from day one;
+//! a planned switchover moves them from the source to the destination without an error, a
+//! loss, a duplicate or a reordering, their producer sessions kept.
+
+use super::*;
+
+/// `agent_config` with a forward listener of its own ports on mirror `name`; its bootstrap.
+fn forward_config(name: &str, topics: &[&str], source: &str) -> (Config, String) {
+    let mut cfg = agent_config(name, topics, source);
+    let port = crate::gw::free_port_range(4);
+    cfg.mirrors[0].forward = Some(mirrorgate::config::ForwardConfig {
+        listener: mirrorgate::config::ListenerConfig {
+            bind: "127.0.0.1".into(),
+            advertised_host: None,
+            port_base: port,
+            node_id_base: 1,
+            max_brokers: 4,
+            tls: None,
+            allowed_principals: None,
+        },
+        cluster_id: None,
+        hold_ms: 10_000,
+    });
+    (cfg, format!("127.0.0.1:{port}"))
+}
+
+/// The keys of a partition's data records, in log order.
+fn keys(bootstrap: &str, topic: &str, partition: i32) -> Vec<String> {
+    read_log(bootstrap, topic, partition)
+        .records
+        .into_iter()
+        .filter_map(|r| r.1)
+        .collect()
+}
+
+#[test]
+fn an_idempotent_producer_through_the_forward_listener_goes_on_across_a_switchover_without_an_error(
+) {
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("forward");
+    harness::create_topic(&source, &topic, 2, None);
+    let (cfg, forward) = forward_config("fwd", &[&topic], &source);
+    let gw = TestGateway::start(cfg);
+    // The application knows only the forward listener.
+    let writer = SourceWriter::start(&forward, &topic, "app", 1_000_000, 300);
+    wait_for(
+        "records through the forward listener",
+        Duration::from_secs(60),
+        || writer.acked() >= 300,
+    );
+    let on_source: usize = (0..2).map(|p| keys(&source, &topic, p).len()).sum();
+    assert!(
+        on_source >= 300,
+        "before the switchover the records land on the source ({on_source})"
+    );
+
+    let (status, body) = admin_call(
+        &gw.admin(),
+        Method::POST,
+        "/v1/mirrors/fwd/switchover",
+        None,
+    );
+    assert_eq!(status, 202, "switchover: {body}");
+    wait_stopped(&gw.admin(), "fwd");
+    let at_switch = writer.acked();
+    wait_for(
+        "records after the switchover",
+        Duration::from_secs(60),
+        || writer.acked() >= at_switch + 300,
+    );
+    // No error reached the application, and every record sent was acknowledged.
+    let acked = writer.finish(true);
+
+    let source_after: usize = (0..2).map(|p| keys(&source, &topic, p).len()).sum();
+    eprintln!("forward: {acked} acknowledged, {at_switch} at the switchover, {source_after} on the source");
+    let mut seen = BTreeMap::new();
+    for p in 0..2 {
+        let ks = keys(&destination, &topic, p);
+        // Per partition, the producer's order: its keys ascend.
+        let numbers: Vec<usize> = ks
+            .iter()
+            .map(|k| k.trim_start_matches("app-").parse().expect("app key"))
+            .collect();
+        assert!(
+            numbers.windows(2).all(|w| w[0] < w[1]),
+            "partition {p}: records in the producer's order"
+        );
+        for n in numbers {
+            *seen.entry(n).or_insert(0) += 1;
+        }
+    }
+    let missing: Vec<usize> = (0..acked).filter(|n| !seen.contains_key(n)).collect();
+    let doubled: Vec<usize> = seen
+        .iter()
+        .filter(|(_, c)| **c > 1)
+        .map(|(n, _)| *n)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "acknowledged records missing on the destination: {missing:?}"
+    );
+    assert!(doubled.is_empty(), "records written twice: {doubled:?}");
+    assert_eq!(
+        seen.len(),
+        acked,
+        "the destination holds exactly the acknowledged records"
+    );
+    // The session went on: the destination knows the producer under the id and epoch the
+    // source gave it (an epoch bump, or a new id, would show here), and the records after the
+    // switchover are its.
+    for p in 0..2 {
+        let on_source = broker_producers(
+            &mut RawConn::connect(&leader_addr(&source, &topic, p)),
+            &topic,
+            p,
+        );
+        let on_destination = broker_producers(
+            &mut RawConn::connect(&leader_addr(&destination, &topic, p)),
+            &topic,
+            p,
+        );
+        let ids = |rows: &[crate::psm_differential::ProducerRow]| -> Vec<(i64, i32)> {
+            rows.iter()
+                .filter(|r| r.0 >= 0)
+                .map(|r| (r.0, r.1))
+                .collect()
+        };
+        let app = ids(&on_source);
+        assert_eq!(
+            app.len(),
+            1,
+            "partition {p}: one producer wrote the source: {on_source:?}"
+        );
+        assert!(
+            ids(&on_destination).contains(&app[0]),
+            "partition {p}: the destination goes on with the source's producer {:?}: {on_destination:?}",
+            app[0]
+        );
+        assert!(
+            on_destination
+                .iter()
+                .filter(|r| r.0 == app[0].0)
+                .all(|r| r.1 == app[0].1),
+            "partition {p}: the producer kept its epoch: {on_destination:?}"
+        );
+    }
+    assert!(
+        acked > source_after,
+        "records after the switchover went to the destination only ({acked} acknowledged, {source_after} on the source)"
+    );
+}
+
+/// A consumer group member polling the forward listener in a thread, committing after every
+/// batch it polled, until stopped: the keys it got (re-reads included) and the errors it saw.
+struct GroupReader {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<(Vec<String>, Vec<String>)>>,
+}
+
+impl GroupReader {
+    fn start(bootstrap: &str, topic: &str, group: &str) -> GroupReader {
+        use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("group.id", group)
+            .set("auto.offset.reset", "earliest")
+            .set("enable.auto.commit", "false")
+            .set("session.timeout.ms", "10000")
+            .create()
+            .expect("consumer");
+        consumer.subscribe(&[topic]).expect("subscribe");
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let (mut keys, mut errors) = (Vec::new(), Vec::new());
+            while !s.load(Ordering::SeqCst) {
+                match consumer.poll(Duration::from_millis(100)) {
+                    Some(Ok(m)) => {
+                        keys.push(
+                            String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
+                        );
+                        // Commit what was read; a failed commit only means more re-reading.
+                        let _ = consumer.commit_message(&m, CommitMode::Sync);
+                    }
+                    Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) | None => {}
+                    Some(Err(e)) => errors.push(e.to_string()),
+                }
+            }
+            (keys, errors)
+        });
+        GroupReader {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn finish(mut self) -> (Vec<String>, Vec<String>) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.take().expect("thread").join().expect("reader")
+    }
+}
+
+impl Drop for GroupReader {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The cluster id a Metadata answer of `bootstrap` carries.
+fn cluster_id(bootstrap: &str) -> Option<String> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("client");
+    c.client()
+        .fetch_metadata(None, Duration::from_secs(10))
+        .ok()?;
+    c.client().fetch_cluster_id(Duration::from_secs(10))
+}
+
+#[test]
+fn a_consumer_group_through_the_forward_listener_resumes_on_the_destination_with_nothing_skipped() {
+    let source = harness::cluster("source");
+    let topic = harness::unique_topic("forward-group");
+    harness::create_topic(&source, &topic, 2, None);
+    let (cfg, forward) = forward_config("fwdg", &[&topic], &source);
+    let gw = TestGateway::start(cfg);
+    let before = cluster_id(&forward).expect("cluster id before");
+    assert_eq!(
+        before, "mirrorgate-forward-fwdg",
+        "the forward listener's own cluster id"
+    );
+    let writer = SourceWriter::start(&forward, &topic, "app", 1_000_000, 200);
+    let group = format!("fwd-group-{}", std::process::id());
+    let reader = GroupReader::start(&forward, &topic, &group);
+    wait_for("records produced", Duration::from_secs(60), || {
+        writer.acked() >= 300
+    });
+    let (status, body) = admin_call(
+        &gw.admin(),
+        Method::POST,
+        "/v1/mirrors/fwdg/switchover",
+        None,
+    );
+    assert_eq!(status, 202, "switchover: {body}");
+    wait_stopped(&gw.admin(), "fwdg");
+    let at_switch = writer.acked();
+    wait_for(
+        "records after the switchover",
+        Duration::from_secs(60),
+        || writer.acked() >= at_switch + 200,
+    );
+    let acked = writer.finish(true);
+    // Give the reader the time to get to the end.
+    std::thread::sleep(Duration::from_secs(8));
+    let (keys, errors) = reader.finish();
+    assert_eq!(
+        cluster_id(&forward).as_deref(),
+        Some(before.as_str()),
+        "the cluster id did not change with the upstream"
+    );
+    let mut counts: BTreeMap<usize, usize> = BTreeMap::new();
+    for k in &keys {
+        let n: usize = k.trim_start_matches("app-").parse().expect("app key");
+        *counts.entry(n).or_default() += 1;
+    }
+    let skipped: Vec<usize> = (0..acked).filter(|n| !counts.contains_key(n)).collect();
+    let reread: usize = counts.values().map(|c| c - 1).sum();
+    eprintln!(
+        "forward group: {acked} acknowledged, {} read, {reread} read again, errors {errors:?}",
+        keys.len()
+    );
+    assert!(
+        skipped.is_empty(),
+        "records the group never read: {skipped:?}"
+    );
+}
+
+/// A producer of the chaos run's clients (`integration/clients`: Java, librdkafka or
+/// kafka-python), idempotent with acks=all, sending `NAME-N` until told to stop; its events.
+struct ClientProducer {
+    name: String,
+    child: std::process::Child,
+    events: Arc<Mutex<Vec<serde_json::Value>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ClientProducer {
+    fn start(library: &str, python: &str, bootstrap: &str, topic: &str, name: &str) -> Self {
+        use std::io::BufRead;
+        use std::process::{Command, Stdio};
+        let mut cmd = if library == "java" {
+            let mut c = Command::new(harness::rig_path());
+            c.arg("java")
+                .arg(harness::repo().join("integration/clients/java/ChaosProducer.java"));
+            c
+        } else {
+            let mut c = Command::new(python);
+            c.arg(harness::repo().join("integration/clients/python_chaos_produce.py"))
+                .arg(library);
+            c
+        };
+        cmd.args([bootstrap, topic, name, "100"]);
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {library} producer: {e}"));
+        let stdout = child.stdout.take().expect("stdout");
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let sink = events.clone();
+        let reader = std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
+                    sink.lock().unwrap().push(v);
+                }
+            }
+        });
+        ClientProducer {
+            name: name.to_string(),
+            child,
+            events,
+            reader: Some(reader),
+        }
+    }
+
+    fn count(&self, event: &str) -> usize {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| e["e"] == event)
+            .count()
+    }
+
+    /// Stop, wait for its last answers (bounded), and return its events.
+    fn finish(mut self) -> Vec<serde_json::Value> {
+        use std::io::Write;
+        if let Some(mut stdin) = self.child.stdin.take() {
+            let _ = stdin.write_all(b"stop\n");
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        std::mem::take(&mut *self.events.lock().unwrap())
+    }
+}
+
+impl Drop for ClientProducer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn java_librdkafka_and_kafka_python_producers_through_the_forward_listener_see_no_error_across_a_switchover(
+) {
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let python = crate::pid_allocator::python_interpreter();
+    let topic = harness::unique_topic("forward-clients");
+    harness::create_topic(&source, &topic, 2, None);
+    let (cfg, forward) = forward_config("fwdc", &[&topic], &source);
+    let gw = TestGateway::start(cfg);
+    let producers: Vec<ClientProducer> = ["java", "librdkafka", "kafka-python"]
+        .iter()
+        .map(|lib| ClientProducer::start(lib, &python, &forward, &topic, lib))
+        .collect();
+    wait_for(
+        "every client acknowledged",
+        Duration::from_secs(120),
+        || producers.iter().all(|p| p.count("ack") >= 100),
+    );
+    let (status, body) = admin_call(
+        &gw.admin(),
+        Method::POST,
+        "/v1/mirrors/fwdc/switchover",
+        None,
+    );
+    assert_eq!(status, 202, "switchover: {body}");
+    wait_stopped(&gw.admin(), "fwdc");
+    let at_switch: Vec<usize> = producers.iter().map(|p| p.count("ack")).collect();
+    wait_for(
+        "every client acknowledged after the switchover",
+        Duration::from_secs(120),
+        || {
+            producers
+                .iter()
+                .zip(&at_switch)
+                .all(|(p, n)| p.count("ack") >= n + 100)
+        },
+    );
+    let runs: Vec<(String, Vec<serde_json::Value>)> = producers
+        .into_iter()
+        .map(|p| (p.name.clone(), p.finish()))
+        .collect();
+
+    let mut on_destination: BTreeMap<String, Vec<(i32, usize)>> = BTreeMap::new();
+    for p in 0..2 {
+        for k in keys(&destination, &topic, p) {
+            on_destination.entry(k).or_default().push((p, 0));
+        }
+    }
+    for (name, events) in &runs {
+        let errors: Vec<&serde_json::Value> = events.iter().filter(|e| e["e"] == "err").collect();
+        assert!(
+            errors.is_empty(),
+            "{name}: errors reached the application: {errors:?}"
+        );
+        let sent: BTreeMap<&str, i64> = events
+            .iter()
+            .filter(|e| e["e"] == "send")
+            .filter_map(|e| Some((e["k"].as_str()?, e["t"].as_i64()?)))
+            .collect();
+        let acks: Vec<(&str, i64)> = events
+            .iter()
+            .filter(|e| e["e"] == "ack")
+            .filter_map(|e| Some((e["k"].as_str()?, e["t"].as_i64()?)))
+            .collect();
+        let mut latencies: Vec<i64> = acks
+            .iter()
+            .filter_map(|(k, t)| Some(t - sent.get(k)?))
+            .collect();
+        latencies.sort_unstable();
+        let pct = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
+        eprintln!(
+            "forward clients: {name}: {} acknowledged, latency p50 {} ms, p99 {} ms, max {} ms",
+            acks.len(),
+            pct(0.5),
+            pct(0.99),
+            pct(1.0)
+        );
+        for (k, _) in &acks {
+            let copies = on_destination.get(*k).map_or(0, Vec::len);
+            assert_eq!(
+                copies, 1,
+                "{name}: {k} is on the destination {copies} times"
+            );
+        }
+    }
+    // Each partition holds every producer's records in its send order.
+    for p in 0..2 {
+        let mut last: BTreeMap<String, usize> = BTreeMap::new();
+        for k in keys(&destination, &topic, p) {
+            let (name, n) = k.rsplit_once('-').expect("NAME-N");
+            let n: usize = n.parse().expect("N");
+            if let Some(prev) = last.insert(name.to_string(), n) {
+                assert!(
+                    prev < n,
+                    "partition {p}: {name} out of order ({prev} then {n})"
+                );
+            }
+        }
+    }
+    // No producer had to start a new session: the source's producer ids and epochs go on.
+    for p in 0..2 {
+        let rows = |cluster: &str| -> Vec<(i64, i32)> {
+            broker_producers(
+                &mut RawConn::connect(&leader_addr(cluster, &topic, p)),
+                &topic,
+                p,
+            )
+            .into_iter()
+            .filter(|r| r.0 >= 0)
+            .map(|r| (r.0, r.1))
+            .collect()
+        };
+        let (src, dst) = (rows(&source), rows(&destination));
+        for id in &src {
+            assert!(
+                dst.contains(id),
+                "partition {p}: the destination lacks producer {id:?} of the source: {dst:?}"
+            );
+        }
+        for (pid, epoch) in &dst {
+            assert!(
+                src.iter().all(|(s, e)| s != pid || e == epoch),
+                "partition {p}: producer {pid} changed its epoch to {epoch} ({src:?})"
+            );
+        }
+    }
+}

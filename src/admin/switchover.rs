@@ -1,0 +1,210 @@
+//! `POST /v1/mirrors/NAME/switchover`: the planned switch of a mirror's forward listener from
+//! the source to the destination, which its clients do not notice.
+//!
+//! Steps, bounded together by `forward.hold_ms` up to the failover:
+//! 1. **hold** the forward listener ([`crate::proxy::forward`]): no connection sends the source a
+//!    new request; connections accepted now wait for the switch;
+//! 2. **drain**: the connections to the source answer what they had in flight and close;
+//! 3. **mirror to the end**: the source's log end of every partition of the mirror is read, and
+//!    the built-in agent mirrors up to it;
+//! 4. **fail over** as `POST /v1/mirrors/NAME/failover` does (barriers, final group offset sync);
+//!    the route switches to the destination once every partition is STOPPED, and the held
+//!    connections go there.
+//!
+//! If step 2 or 3 does not finish within the bound, or the failover is refused, the listener is
+//! released to the source and the call answers `409` with the reason: nothing changed.
+//!
+//! Owns: those steps and their bound. Must not touch: the failover itself (the controller), the
+//! connections (the route tells them).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::{Response, StatusCode};
+use serde_json::json;
+
+use crate::audit::AuditNote;
+use crate::client::{KafkaClient, LATEST};
+use crate::cluster::ClusterView;
+use crate::controller::MirrorController;
+
+use super::failover_call::{refresh_destination, start_failover};
+use super::{error_reply, json_reply, preflight, AdminBackend, ForwardHandle};
+
+/// How often the drain and the agent's progress are looked at.
+const POLL: Duration = Duration::from_millis(10);
+
+/// The switchover call of mirror `name`.
+pub(super) async fn switchover(
+    gw: &dyn AdminBackend,
+    ctl: &std::sync::Arc<MirrorController>,
+    name: &str,
+    caller: &str,
+    options: &preflight::FailoverOptions,
+    note: &mut AuditNote,
+) -> Response<Full<Bytes>> {
+    let Some((record, _)) = ctl.records().into_iter().find(|(r, _)| r.name == name) else {
+        return error_reply(StatusCode::NOT_FOUND, &format!("no mirror named {name:?}"));
+    };
+    let Some(fwd) = gw.forward(name) else {
+        note.reason = Some("no forward listener".into());
+        return error_reply(
+            StatusCode::CONFLICT,
+            &format!("mirror {name} has no forward listener (mirrors[].forward); use failover"),
+        );
+    };
+    let partitions: Vec<(String, i32)> = record
+        .partitions
+        .iter()
+        .map(|p| (p.topic.clone(), p.partition))
+        .collect();
+    note.dry_run = options.dry_run;
+    if options.dry_run {
+        let lag: Vec<serde_json::Value> = partitions
+            .iter()
+            .map(|(t, p)| {
+                json!({
+                    "topic": t,
+                    "partition": p,
+                    "lag_records": gw.agent_lag(name, t, *p).map(|l| l.0),
+                })
+            })
+            .collect();
+        return json_reply(
+            StatusCode::OK,
+            &json!({
+                "mirror": name,
+                "side": fwd.route.side().as_str(),
+                "forwarded_producers": fwd.route.forwarded_producers(),
+                "source_connections": fwd.route.source_connections(),
+                "hold_ms": fwd.hold.as_millis() as u64,
+                "partitions": lag,
+            }),
+        );
+    }
+    if let Err(e) = fwd.route.hold() {
+        note.reason = Some(e.to_string());
+        return error_reply(StatusCode::CONFLICT, &e.to_string());
+    }
+    let held = Instant::now();
+    if let Err(why) = mirror_to_the_end(gw, &fwd, name, &partitions, held + fwd.hold).await {
+        let _ = fwd.route.release();
+        let held_ms = held.elapsed().as_millis() as u64;
+        tracing::warn!(mirror = %name, held_ms, reason = %why, "switchover refused; the forward listener is back on the source");
+        note.reason = Some(why.clone());
+        return json_reply(
+            StatusCode::CONFLICT,
+            &json!({
+                "error": format!("switchover refused, nothing changed: {why}"),
+                "held_ms": held_ms,
+            }),
+        );
+    }
+    fwd.route.mark_caught_up();
+    refresh_destination(gw, name).await;
+    let reply = start_failover(gw, ctl, name, caller, options, note);
+    let held_ms = held.elapsed().as_millis() as u64;
+    if reply.status() != StatusCode::ACCEPTED {
+        let _ = fwd.route.release();
+        tracing::warn!(mirror = %name, held_ms, "switchover: the failover was refused; the forward listener is back on the source");
+        return reply;
+    }
+    tracing::info!(mirror = %name, held_ms, "switchover: the source drained and mirrored to its end; failover started");
+    reply
+}
+
+/// Steps 2 and 3: the source connections closed and the agent through the source's log end,
+/// before `deadline`; why not otherwise.
+async fn mirror_to_the_end(
+    gw: &dyn AdminBackend,
+    fwd: &ForwardHandle,
+    name: &str,
+    partitions: &[(String, i32)],
+    deadline: Instant,
+) -> Result<(), String> {
+    let hold = fwd.hold;
+    while fwd.route.source_connections() > 0 {
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "{} connections to the source still had requests in flight after {hold:?}",
+                fwd.route.source_connections()
+            ));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    let left = deadline.saturating_duration_since(Instant::now());
+    let ends = match tokio::time::timeout(left, source_ends(&fwd.source, partitions)).await {
+        Ok(ends) => ends?,
+        Err(_) => {
+            return Err(format!(
+                "the source's log ends were not read within {hold:?}"
+            ))
+        }
+    };
+    loop {
+        let behind: Vec<String> = ends
+            .iter()
+            .filter_map(|((t, p), end)| {
+                let next = gw.agent_next_source(name, t, *p);
+                (next.unwrap_or(-1) < *end).then(|| {
+                    format!(
+                        "{t}-{p} (mirrored to {}, source end {end})",
+                        next.map_or("?".to_string(), |n| n.to_string())
+                    )
+                })
+            })
+            .collect();
+        if behind.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "the agent had not mirrored the source's log end within {hold:?}: {}",
+                behind.join(", ")
+            ));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// The source's log end of every partition, read from its leaders.
+async fn source_ends(
+    source: &ClusterView,
+    partitions: &[(String, i32)],
+) -> Result<BTreeMap<(String, i32), i64>, String> {
+    source
+        .refresh()
+        .await
+        .map_err(|e| format!("the source's metadata could not be read: {e}"))?;
+    let timeout = Duration::from_secs(5);
+    let mut clients: BTreeMap<String, KafkaClient> = BTreeMap::new();
+    let mut ends = BTreeMap::new();
+    for (t, p) in partitions {
+        let leader = source
+            .topic(t)
+            .and_then(|i| i.leaders.get(*p as usize).copied())
+            .filter(|l| *l >= 0)
+            .ok_or_else(|| format!("{t}-{p} has no leader on the source"))?;
+        let addr = source
+            .broker_addr(leader)
+            .ok_or_else(|| format!("source broker {leader} (leader of {t}-{p}) is not known"))?;
+        if !clients.contains_key(&addr) {
+            let c = source
+                .client(&addr, timeout)
+                .await
+                .map_err(|e| format!("cannot reach source broker {addr}: {e}"))?;
+            clients.insert(addr.clone(), c);
+        }
+        let client = clients
+            .get_mut(&addr)
+            .ok_or_else(|| format!("no connection to {addr}"))?;
+        let end = client
+            .list_offset(t, *p, LATEST)
+            .await
+            .map_err(|e| format!("the log end of {t}-{p} could not be read on the source: {e}"))?;
+        ends.insert((t.clone(), *p), end);
+    }
+    Ok(ends)
+}

@@ -1,0 +1,127 @@
+//! Starting the forward listeners of the mirrors that have one (`mirrors[].forward`): the
+//! source's cluster view and its refresh, the route, the task that keeps the route following
+//! the mirror's partition states, and the listener with its two contexts.
+//!
+//! Owns: that wiring. Must not touch: what a connection does (`crate::proxy`), the switchover's
+//! steps (`crate::admin::switchover`), the mirror states (read only).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+
+use crate::cluster::ClusterView;
+use crate::config::Config;
+use crate::controller::MirrorController;
+use crate::metrics::{ListenerKind, Metrics};
+use crate::proxy::forward::ForwardRoute;
+use crate::proxy::listener::{ForwardTarget, Target};
+use crate::proxy::{BoundPorts, ConnContext, ListenerAddressMap};
+
+use super::{RunningListener, StartError};
+
+/// How often a route looks at its mirror's partition states.
+const FOLLOW_EVERY: Duration = Duration::from_millis(100);
+
+/// A running forward listener.
+pub struct RunningForward {
+    pub route: Arc<ForwardRoute>,
+    /// The mirror's source cluster, as the forward listener sees it.
+    pub source: Arc<ClusterView>,
+    pub listener: RunningListener,
+    /// A switchover's bound on holding the listener (`forward.hold_ms`).
+    pub hold: Duration,
+}
+
+/// Start the forward listener of every mirror that has one. `client` is the client listener's
+/// context: the destination side of a forward listener enforces what it enforces.
+pub(super) fn start(
+    config: &Config,
+    client: &ConnContext,
+    controller: Option<&Arc<MirrorController>>,
+    shutdown: &watch::Receiver<bool>,
+    drain: &mpsc::Sender<()>,
+) -> Result<Vec<RunningForward>, StartError> {
+    let mut out = Vec::new();
+    for m in &config.mirrors {
+        let (Some(f), Some(source_cfg), Some(ctl)) = (&m.forward, &m.source, controller) else {
+            continue;
+        };
+        let transport_error = |source| StartError::ListenerTransport {
+            listener: "forward",
+            source,
+        };
+        let acceptor = crate::net::Acceptor::for_listener(&f.listener).map_err(transport_error)?;
+        let connector =
+            crate::client::Connector::for_cluster(source_cfg).map_err(StartError::Transport)?;
+        // Its own registry: the source's metadata refreshes are not the destination's.
+        let source = ClusterView::new(source_cfg.clone(), connector, Metrics::new());
+        tokio::spawn(source.clone().refresh_loop(shutdown.clone()));
+        let route = ForwardRoute::new(&m.name, &f.cluster_id_for(&m.name));
+        let side = |cluster: Arc<ClusterView>, enforced: bool| {
+            Arc::new(ConnContext {
+                kind: ListenerKind::Forward,
+                psm: client.psm.clone().filter(|_| enforced),
+                mirrors: client.mirrors.clone().filter(|_| enforced),
+                verify_crc: client.verify_crc,
+                address_map: ListenerAddressMap::forward(&f.listener, route.cluster_id()),
+                cluster,
+                metrics: client.metrics.clone(),
+                handles: client.metrics.api_handles(ListenerKind::Forward),
+                limits: client.limits.clone(),
+                connect_timeout: client.connect_timeout,
+                acceptor: acceptor.clone(),
+                principal_limits: None,
+                threads: client.threads.clone(),
+                forward: Some(route.clone()),
+            })
+        };
+        let target = ForwardTarget {
+            route: route.clone(),
+            source: side(source.clone(), false),
+            destination: side(client.cluster.clone(), true),
+            hold_wait: Duration::from_millis(config.limits.upstream_timeout_ms),
+        };
+        let bound = Arc::new(BoundPorts::default());
+        tokio::spawn(crate::proxy::listener::run_listener(
+            f.listener.clone(),
+            Target::Forward(Arc::new(target)),
+            bound.clone(),
+            shutdown.clone(),
+            drain.clone(),
+        ));
+        tokio::spawn(follow(route.clone(), ctl.clone(), shutdown.clone()));
+        out.push(RunningForward {
+            route,
+            source,
+            listener: RunningListener {
+                kind: ListenerKind::Forward,
+                config: f.listener.clone(),
+                bound,
+            },
+            hold: Duration::from_millis(f.hold_ms),
+        });
+    }
+    Ok(out)
+}
+
+/// Keep `route` following its mirror's partition states until `shutdown` fires.
+async fn follow(
+    route: Arc<ForwardRoute>,
+    controller: Arc<MirrorController>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let states: Vec<_> = controller
+            .records()
+            .into_iter()
+            .filter(|(r, _)| r.name == route.mirror())
+            .flat_map(|(r, _)| r.partitions.into_iter().map(|p| p.state))
+            .collect();
+        route.follow(&states);
+        tokio::select! {
+            _ = tokio::time::sleep(FOLLOW_EVERY) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}

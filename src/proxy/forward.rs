@@ -1,0 +1,346 @@
+//! The forward listener's route: which cluster a mirror's forward listener sends its clients to,
+//! the producers that came through it, and the source connections still open.
+//!
+//! Applications connect to the forward listener from day one. While the mirror is mirrored the
+//! upstream is the **source**; once every partition of the mirror is STOPPED (its barrier
+//! durable) it is the **destination**; in between the listener is **held**: no connection
+//! forwards a new request, connections accepted meanwhile wait for the switch.
+//!
+//! | side \ event | `hold` (switchover) | failover seen | all STOPPED | `release` |
+//! |---|---|---|---|---|
+//! | Source | Holding | Holding | Destination | error |
+//! | Holding | error (already held) | Holding | Destination | Source |
+//! | Destination | error | — (stays) | — (stays) | error |
+//!
+//! Destination is final: going back (a failback switchover) is not built; a forward listener
+//! never returns its clients to the source behind a failover.
+//!
+//! A producer id handed out through the forward listener by the source (its InitProducerId
+//! answer) is *forwarded*. After a **switchover** (the listener held, drained, and the agent
+//! through the source's log end: [`ForwardRoute::mark_caught_up`]) its batches continue on the
+//! destination, where the agent copied its state as-is, and the client listener's refusal of
+//! mirrored producer ids (review F12) and the duplicate-ack guard do not apply to it: it owns
+//! that state, all of it. After a failover that was not a switchover (the source lost, say) the
+//! destination may lack acknowledged batches of it: then it is refused like any producer that
+//! got its id before the failover, and bumps its epoch (a continued sequence would be out of
+//! order, which librdkafka treats as fatal).
+//!
+//! Owns: the side, its transitions and the forwarded producer ids. Must not touch: sockets (the
+//! listener and connections read the side), the mirror states (the caller tells it what it sees).
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+
+use crate::mirror::PartitionState;
+
+/// Where the forward listener sends its clients now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Source,
+    Holding,
+    Destination,
+}
+
+impl Side {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Side::Source => "source",
+            Side::Holding => "holding",
+            Side::Destination => "destination",
+        }
+    }
+}
+
+/// A transition the route refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the forward listener of mirror {mirror} cannot {action} while it is at {side}")]
+pub struct RouteError {
+    pub mirror: String,
+    pub action: &'static str,
+    pub side: &'static str,
+}
+
+/// The route of one mirror's forward listener.
+pub struct ForwardRoute {
+    mirror: String,
+    cluster_id: String,
+    side: watch::Sender<Side>,
+    /// Producer ids the source handed out through this listener.
+    forwarded: Mutex<HashSet<i64>>,
+    /// Connections to the source still open (a switchover waits for none).
+    source_connections: AtomicUsize,
+    /// The destination holds everything the source acknowledged through this listener.
+    caught_up: std::sync::atomic::AtomicBool,
+}
+
+/// Counts one source connection while it lives.
+pub struct SourceConnection(Arc<ForwardRoute>);
+
+impl Drop for SourceConnection {
+    fn drop(&mut self) {
+        self.0.source_connections.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl ForwardRoute {
+    pub fn new(mirror: &str, cluster_id: &str) -> Arc<ForwardRoute> {
+        Arc::new(ForwardRoute {
+            mirror: mirror.to_string(),
+            cluster_id: cluster_id.to_string(),
+            side: watch::channel(Side::Source).0,
+            forwarded: Mutex::new(HashSet::new()),
+            source_connections: AtomicUsize::new(0),
+            caught_up: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    pub fn mirror(&self) -> &str {
+        &self.mirror
+    }
+
+    /// The cluster id clients of this listener see, on either side.
+    pub fn cluster_id(&self) -> &str {
+        &self.cluster_id
+    }
+
+    pub fn side(&self) -> Side {
+        *self.side.borrow()
+    }
+
+    /// Follow the side.
+    pub fn subscribe(&self) -> watch::Receiver<Side> {
+        self.side.subscribe()
+    }
+
+    fn refuse(&self, action: &'static str, side: Side) -> RouteError {
+        RouteError {
+            mirror: self.mirror.clone(),
+            action,
+            side: side.as_str(),
+        }
+    }
+
+    /// Source → Holding (a switchover begins).
+    pub fn hold(&self) -> Result<(), RouteError> {
+        let mut refused = None;
+        self.side.send_if_modified(|s| match *s {
+            Side::Source => {
+                *s = Side::Holding;
+                true
+            }
+            other => {
+                refused = Some(other);
+                false
+            }
+        });
+        match refused {
+            None => {
+                tracing::info!(mirror = %self.mirror, "forward listener held: no new request goes to the source");
+                Ok(())
+            }
+            Some(side) => Err(self.refuse("hold", side)),
+        }
+    }
+
+    /// Holding → Source (a switchover gave up before its failover began).
+    pub fn release(&self) -> Result<(), RouteError> {
+        let mut refused = None;
+        self.side.send_if_modified(|s| match *s {
+            Side::Holding => {
+                *s = Side::Source;
+                true
+            }
+            other => {
+                refused = Some(other);
+                false
+            }
+        });
+        match refused {
+            None => {
+                self.forget_caught_up();
+                tracing::info!(mirror = %self.mirror, "forward listener released to the source");
+                Ok(())
+            }
+            Some(side) => Err(self.refuse("release to the source", side)),
+        }
+    }
+
+    /// Apply what the mirror's partitions say: a failover holds the listener, a finished one
+    /// (every partition STOPPED) switches it to the destination. Returns the side after.
+    pub fn follow(&self, states: &[PartitionState]) -> Side {
+        let all_stopped =
+            !states.is_empty() && states.iter().all(|s| *s == PartitionState::Stopped);
+        let failing_over = states
+            .iter()
+            .any(|s| matches!(s, PartitionState::Stopping | PartitionState::Failed));
+        self.side.send_if_modified(|s| {
+            let next = match *s {
+                Side::Destination => Side::Destination,
+                _ if all_stopped => Side::Destination,
+                Side::Source if failing_over => Side::Holding,
+                other => other,
+            };
+            if next == *s {
+                return false;
+            }
+            tracing::info!(mirror = %self.mirror, from = s.as_str(), to = next.as_str(), "forward listener switched");
+            *s = next;
+            true
+        });
+        self.side()
+    }
+
+    /// A producer id the source handed out through this listener.
+    pub fn note_producer(&self, producer_id: i64) {
+        if producer_id >= 0 {
+            self.forwarded
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(producer_id);
+        }
+    }
+
+    /// A held listener's source connections are closed and the agent mirrored the source's log
+    /// end: the destination holds every batch acknowledged through the listener.
+    pub fn mark_caught_up(&self) {
+        self.caught_up.store(true, Ordering::Release);
+    }
+
+    /// A switchover gave up: its catch-up no longer holds (the listener goes back to the source).
+    fn forget_caught_up(&self) {
+        self.caught_up.store(false, Ordering::Release);
+    }
+
+    /// Whether `producer_id` came through this listener and owns its mirrored state on the
+    /// destination (only after a switchover's catch-up).
+    pub fn is_forwarded(&self, producer_id: i64) -> bool {
+        self.caught_up.load(Ordering::Acquire) && self.came_through(producer_id)
+    }
+
+    /// Whether the source handed `producer_id` out through this listener.
+    pub fn came_through(&self, producer_id: i64) -> bool {
+        self.forwarded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&producer_id)
+    }
+
+    /// How many producer ids came through this listener.
+    pub fn forwarded_producers(&self) -> usize {
+        self.forwarded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+
+    /// Count a connection to the source while the returned guard lives.
+    pub fn source_connection(self: &Arc<Self>) -> SourceConnection {
+        self.source_connections.fetch_add(1, Ordering::AcqRel);
+        SourceConnection(self.clone())
+    }
+
+    /// Connections to the source still open.
+    pub fn source_connections(&self) -> usize {
+        self.source_connections.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use PartitionState::*;
+
+    fn route() -> Arc<ForwardRoute> {
+        ForwardRoute::new("dr", "mirrorgate-forward-dr")
+    }
+
+    #[test]
+    fn a_mirrored_mirror_keeps_its_forward_listener_on_the_source() {
+        let r = route();
+        assert_eq!(r.follow(&[Mirroring, Paused]), Side::Source);
+    }
+
+    #[test]
+    fn a_failover_in_progress_holds_the_forward_listener() {
+        let r = route();
+        assert_eq!(r.follow(&[Mirroring, Stopping]), Side::Holding);
+        assert_eq!(r.follow(&[Stopped, Failed]), Side::Holding);
+    }
+
+    #[test]
+    fn every_partition_stopped_switches_the_forward_listener_to_the_destination_for_good() {
+        let r = route();
+        assert_eq!(r.follow(&[Stopping, Stopping]), Side::Holding);
+        assert_eq!(r.follow(&[Stopped, Stopped]), Side::Destination);
+        assert_eq!(r.follow(&[Mirroring]), Side::Destination);
+        assert!(r.hold().is_err());
+        assert!(r.release().is_err());
+    }
+
+    #[test]
+    fn a_mirror_without_partitions_stays_on_the_source() {
+        let r = route();
+        assert_eq!(r.follow(&[]), Side::Source);
+    }
+
+    #[test]
+    fn a_switchover_holds_then_releases_and_a_second_hold_is_refused() {
+        let r = route();
+        r.hold().expect("hold");
+        assert_eq!(r.side(), Side::Holding);
+        let e = r.hold().expect_err("held already");
+        assert_eq!(e.side, "holding");
+        // A mirror still MIRRORING does not release a held listener.
+        assert_eq!(r.follow(&[Mirroring]), Side::Holding);
+        r.release().expect("release");
+        assert_eq!(r.side(), Side::Source);
+        assert!(r.release().is_err(), "nothing to release");
+    }
+
+    #[test]
+    fn producer_ids_handed_out_through_the_listener_own_their_state_only_after_a_catch_up() {
+        let r = route();
+        r.note_producer(7);
+        r.note_producer(-1);
+        assert!(r.came_through(7));
+        assert!(!r.is_forwarded(7), "no switchover caught up yet");
+        r.hold().expect("hold");
+        r.mark_caught_up();
+        assert!(r.is_forwarded(7));
+        assert!(!r.is_forwarded(8));
+        assert_eq!(r.forwarded_producers(), 1);
+    }
+
+    #[test]
+    fn a_released_switchover_forgets_its_catch_up() {
+        let r = route();
+        r.note_producer(7);
+        r.hold().expect("hold");
+        r.mark_caught_up();
+        r.release().expect("release");
+        assert!(!r.is_forwarded(7));
+    }
+
+    #[test]
+    fn a_failover_that_was_not_a_switchover_leaves_forwarded_producers_to_the_refusal() {
+        let r = route();
+        r.note_producer(7);
+        assert_eq!(r.follow(&[Stopping]), Side::Holding);
+        assert_eq!(r.follow(&[Stopped]), Side::Destination);
+        assert!(!r.is_forwarded(7));
+    }
+
+    #[test]
+    fn source_connections_are_counted_while_they_live() {
+        let r = route();
+        let a = r.source_connection();
+        let b = r.source_connection();
+        assert_eq!(r.source_connections(), 2);
+        drop(a);
+        drop(b);
+        assert_eq!(r.source_connections(), 0);
+    }
+}
