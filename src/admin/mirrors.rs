@@ -197,6 +197,7 @@ pub(super) async fn mirrors(
             }
             start_failover(gw, ctl, name, caller, &options, note)
         }
+        (&Method::GET, [name, "forward"]) => super::switchover::status(gw, name),
         (&Method::POST, [name, "switchover"]) => {
             if let Some(denied) = check_token(gw, req.headers()) {
                 note.reason = Some("admin token missing or wrong".into());

@@ -6,7 +6,8 @@
 //!    new request; connections accepted now wait for the switch;
 //! 2. **drain**: the connections to the source answer what they had in flight and close;
 //! 3. **mirror to the end**: the source's log end of every partition of the mirror is read, and
-//!    the built-in agent mirrors up to it;
+//!    the built-in agent mirrors up to it, and no transaction stays open in them (the failover
+//!    would abort it behind its producer's back: refused instead);
 //! 4. **fail over** as `POST /v1/mirrors/NAME/failover` does (barriers, final group offset sync);
 //!    the route switches to the destination once every partition is STOPPED, and the held
 //!    connections go there.
@@ -61,6 +62,15 @@ pub(super) async fn switchover(
         .map(|p| (p.topic.clone(), p.partition))
         .collect();
     note.dry_run = options.dry_run;
+    if partitions.is_empty() {
+        note.reason = Some("no partitions yet".into());
+        return error_reply(
+            StatusCode::CONFLICT,
+            &format!(
+                "mirror {name} has no partitions on the destination yet: nothing to switch over"
+            ),
+        );
+    }
     if options.dry_run {
         let lag: Vec<serde_json::Value> = partitions
             .iter()
@@ -72,17 +82,10 @@ pub(super) async fn switchover(
                 })
             })
             .collect();
-        return json_reply(
-            StatusCode::OK,
-            &json!({
-                "mirror": name,
-                "side": fwd.route.side().as_str(),
-                "forwarded_producers": fwd.route.forwarded_producers(),
-                "source_connections": fwd.route.source_connections(),
-                "hold_ms": fwd.hold.as_millis() as u64,
-                "partitions": lag,
-            }),
-        );
+        let mut v = fwd.route.status();
+        v["hold_ms"] = json!(fwd.hold.as_millis() as u64);
+        v["partitions"] = json!(lag);
+        return json_reply(StatusCode::OK, &v);
     }
     if let Err(e) = fwd.route.hold() {
         note.reason = Some(e.to_string());
@@ -115,8 +118,23 @@ pub(super) async fn switchover(
     reply
 }
 
-/// Steps 2 and 3: the source connections closed and the agent through the source's log end,
-/// before `deadline`; why not otherwise.
+/// `GET /v1/mirrors/NAME/forward`: the forward listener's route.
+pub(super) fn status(gw: &dyn AdminBackend, name: &str) -> Response<Full<Bytes>> {
+    match gw.forward(name) {
+        Some(fwd) => {
+            let mut v = fwd.route.status();
+            v["hold_ms"] = json!(fwd.hold.as_millis() as u64);
+            json_reply(StatusCode::OK, &v)
+        }
+        None => error_reply(
+            StatusCode::NOT_FOUND,
+            &format!("mirror {name:?} has no forward listener (mirrors[].forward)"),
+        ),
+    }
+}
+
+/// Steps 2 and 3: the source connections closed, the agent through the source's log end and no
+/// transaction open, before `deadline`; why not otherwise.
 async fn mirror_to_the_end(
     gw: &dyn AdminBackend,
     fwd: &ForwardHandle,
@@ -134,17 +152,40 @@ async fn mirror_to_the_end(
         }
         tokio::time::sleep(POLL).await;
     }
-    let left = deadline.saturating_duration_since(Instant::now());
-    let ends = match tokio::time::timeout(left, source_ends(&fwd.source, partitions)).await {
-        Ok(ends) => ends?,
-        Err(_) => {
-            return Err(format!(
-                "the source's log ends were not read within {hold:?}"
-            ))
+    // Step 3: the source's ends and open transactions, read under the hold. A transaction
+    // whose commit or abort was sent before the hold ends with the coordinator's markers (the
+    // log end moves past them); one still open would be aborted by the failover behind its
+    // producer's back: refused instead.
+    let transactions_open = |open: &[String]| {
+        format!(
+            "transactions are open on the source, which the failover would abort: {}; let them end, then switch over again",
+            open.join(", ")
+        )
+    };
+    let mut open = Vec::new();
+    let facts = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let facts = match tokio::time::timeout(left, source_facts(&fwd.source, partitions)).await {
+            Ok(facts) => facts?,
+            Err(_) if !open.is_empty() => return Err(transactions_open(&open)),
+            Err(_) => {
+                return Err(format!(
+                    "the source's log ends were not read within {hold:?}"
+                ))
+            }
+        };
+        if facts.open.is_empty() {
+            break facts;
         }
+        open = facts.open;
+        if Instant::now() + POLL * 10 >= deadline {
+            return Err(transactions_open(&open));
+        }
+        tokio::time::sleep(POLL * 10).await;
     };
     loop {
-        let behind: Vec<String> = ends
+        let behind: Vec<String> = facts
+            .ends
             .iter()
             .filter_map(|((t, p), end)| {
                 let next = gw.agent_next_source(name, t, *p);
@@ -169,11 +210,22 @@ async fn mirror_to_the_end(
     }
 }
 
-/// The source's log end of every partition, read from its leaders.
-async fn source_ends(
+/// What a switchover reads of the source under its hold.
+struct SourceFacts {
+    /// The log end of every partition.
+    ends: BTreeMap<(String, i32), i64>,
+    /// The transactions open in them, described for the refusal.
+    open: Vec<String>,
+}
+
+/// The source's log end and open transactions of every partition, read from its leaders.
+async fn source_facts(
     source: &ClusterView,
     partitions: &[(String, i32)],
-) -> Result<BTreeMap<(String, i32), i64>, String> {
+) -> Result<SourceFacts, String> {
+    use kafka_protocol::messages::describe_producers_request::TopicRequest;
+    use kafka_protocol::messages::DescribeProducersRequest;
+    use kafka_protocol::protocol::StrBytes;
     source
         .refresh()
         .await
@@ -181,6 +233,7 @@ async fn source_ends(
     let timeout = Duration::from_secs(5);
     let mut clients: BTreeMap<String, KafkaClient> = BTreeMap::new();
     let mut ends = BTreeMap::new();
+    let mut open = Vec::new();
     for (t, p) in partitions {
         let leader = source
             .topic(t)
@@ -205,6 +258,30 @@ async fn source_ends(
             .await
             .map_err(|e| format!("the log end of {t}-{p} could not be read on the source: {e}"))?;
         ends.insert((t.clone(), *p), end);
+        let req = DescribeProducersRequest::default().with_topics(vec![TopicRequest::default()
+            .with_name(StrBytes::from_string(t.clone()).into())
+            .with_partition_indexes(vec![*p])]);
+        let resp = client.send(&req, 0).await.map_err(|e| {
+            format!("the producers of {t}-{p} could not be read on the source: {e}")
+        })?;
+        for part in resp.topics.iter().flat_map(|x| x.partitions.iter()) {
+            if part.error_code != 0 {
+                return Err(format!(
+                    "the source answered DescribeProducers of {t}-{p} with error {}",
+                    part.error_code
+                ));
+            }
+            for a in part
+                .active_producers
+                .iter()
+                .filter(|a| a.current_txn_start_offset >= 0)
+            {
+                open.push(format!(
+                    "{t}-{p} (producer id {}, from offset {})",
+                    a.producer_id.0, a.current_txn_start_offset
+                ));
+            }
+        }
     }
-    Ok(ends)
+    Ok(SourceFacts { ends, open })
 }

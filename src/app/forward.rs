@@ -14,7 +14,7 @@ use crate::cluster::ClusterView;
 use crate::config::Config;
 use crate::controller::MirrorController;
 use crate::metrics::{ListenerKind, Metrics};
-use crate::proxy::forward::ForwardRoute;
+use crate::proxy::forward::{ForwardRoute, Side};
 use crate::proxy::listener::{ForwardTarget, Target};
 use crate::proxy::{BoundPorts, ConnContext, ListenerAddressMap};
 
@@ -43,6 +43,7 @@ pub(super) fn start(
     drain: &mpsc::Sender<()>,
 ) -> Result<Vec<RunningForward>, StartError> {
     let mut out = Vec::new();
+    let gauges = RouteGauges::register(&client.metrics)?;
     for m in &config.mirrors {
         let (Some(f), Some(source_cfg), Some(ctl)) = (&m.forward, &m.source, controller) else {
             continue;
@@ -90,7 +91,12 @@ pub(super) fn start(
             shutdown.clone(),
             drain.clone(),
         ));
-        tokio::spawn(follow(route.clone(), ctl.clone(), shutdown.clone()));
+        tokio::spawn(follow(
+            route.clone(),
+            ctl.clone(),
+            gauges.clone(),
+            shutdown.clone(),
+        ));
         out.push(RunningForward {
             route,
             source,
@@ -105,10 +111,59 @@ pub(super) fn start(
     Ok(out)
 }
 
+/// `mirrorgate_forward_side{mirror,side}` (1 for the side the route is on, 0 for the others)
+/// and `mirrorgate_forward_last_pause_seconds{mirror}` (how long the last switch held the clients).
+#[derive(Clone)]
+struct RouteGauges {
+    side: prometheus::IntGaugeVec,
+    pause: prometheus::GaugeVec,
+}
+
+impl RouteGauges {
+    fn register(metrics: &Metrics) -> Result<RouteGauges, StartError> {
+        let bad = |e: prometheus::Error| StartError::Metrics(e.to_string());
+        let side = prometheus::IntGaugeVec::new(
+            prometheus::Opts::new(
+                "mirrorgate_forward_side",
+                "Where a mirror's forward listener sends its clients: 1 for the current side (source, holding, destination)",
+            ),
+            &["mirror", "side"],
+        )
+        .map_err(bad)?;
+        let pause = prometheus::GaugeVec::new(
+            prometheus::Opts::new(
+                "mirrorgate_forward_last_pause_seconds",
+                "How long the last switch of a forward listener held its clients, from the hold to the destination",
+            ),
+            &["mirror"],
+        )
+        .map_err(bad)?;
+        // A second start in one process (tests) finds them registered: the first ones stay.
+        let _ = metrics.registry().register(Box::new(side.clone()));
+        let _ = metrics.registry().register(Box::new(pause.clone()));
+        Ok(RouteGauges { side, pause })
+    }
+
+    fn show(&self, route: &ForwardRoute) {
+        let now = route.side();
+        for side in [Side::Source, Side::Holding, Side::Destination] {
+            self.side
+                .with_label_values(&[route.mirror(), side.as_str()])
+                .set(i64::from(side == now));
+        }
+        if let Some(ms) = route.last_pause_ms() {
+            self.pause
+                .with_label_values(&[route.mirror()])
+                .set(ms as f64 / 1000.0);
+        }
+    }
+}
+
 /// Keep `route` following its mirror's partition states until `shutdown` fires.
 async fn follow(
     route: Arc<ForwardRoute>,
     controller: Arc<MirrorController>,
+    gauges: RouteGauges,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
@@ -119,6 +174,7 @@ async fn follow(
             .flat_map(|(r, _)| r.partitions.into_iter().map(|p| p.state))
             .collect();
         route.follow(&states);
+        gauges.show(&route);
         tokio::select! {
             _ = tokio::time::sleep(FOLLOW_EVERY) => {}
             _ = shutdown.changed() => return,

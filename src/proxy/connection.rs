@@ -41,65 +41,9 @@ use crate::protocol::frame::{
 use crate::protocol::produce::peek_acks;
 use crate::protocol::versions;
 
+use super::close::Refused;
 use super::context::ConnContext;
-use super::exchange::{self, ExchangeError, Step};
-
-/// Why the gateway closed a connection on its own.
-#[derive(Debug, thiserror::Error)]
-enum Refused {
-    #[error("{0}")]
-    Exchange(ExchangeError),
-    #[error("{0}")]
-    Frame(#[from] FrameError),
-    #[error("{api:?} v{version} is not supported by the gateway")]
-    UnsupportedVersion { api: ApiKey, version: i16 },
-    #[error("destination broker {addr} failed: {source}")]
-    Upstream {
-        addr: String,
-        source: std::io::Error,
-    },
-    #[error("destination broker {0} closed the connection")]
-    UpstreamClosed(String),
-    #[error("destination broker {addr} did not answer {api:?} within {after:?}")]
-    UpstreamTimeout {
-        addr: String,
-        api: ApiKey,
-        after: Duration,
-    },
-    #[error("destination broker sent correlation id {got}, expected {want}")]
-    Correlation { got: i32, want: i32 },
-    #[error("client went away: {0}")]
-    ClientGone(std::io::Error),
-}
-
-impl From<ExchangeError> for Refused {
-    fn from(e: ExchangeError) -> Self {
-        match e {
-            ExchangeError::Rewrite(f) => Refused::Frame(f),
-            other => Refused::Exchange(other),
-        }
-    }
-}
-
-impl Refused {
-    fn kind(&self) -> &'static str {
-        match self {
-            Refused::Frame(FrameError::TooLarge { .. }) => "frame_too_large",
-            Refused::Frame(FrameError::UnknownApiKey(_)) => "unknown_api",
-            Refused::Frame(FrameError::Truncated { .. }) => "truncated_frame",
-            Refused::Frame(FrameError::BadResponse(_)) => "bad_response",
-            Refused::Frame(FrameError::Io(_)) => "io",
-            Refused::Frame(_) => "bad_frame",
-            Refused::UnsupportedVersion { .. } => "unsupported_version",
-            Refused::Upstream { .. } | Refused::UpstreamClosed(_) => "upstream",
-            Refused::UpstreamTimeout { .. } => "upstream_timeout",
-            Refused::Correlation { .. } => "upstream_correlation",
-            Refused::ClientGone(_) => "client_gone",
-            Refused::Exchange(ExchangeError::MirrorAcksZero { .. }) => "mirror_acks_zero",
-            Refused::Exchange(_) => "unreadable_for_enforcement",
-        }
-    }
-}
+use super::exchange::{self, Step};
 
 /// How the request half ended without an error.
 enum End {

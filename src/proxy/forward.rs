@@ -74,6 +74,10 @@ pub struct ForwardRoute {
     source_connections: AtomicUsize,
     /// The destination holds everything the source acknowledged through this listener.
     caught_up: std::sync::atomic::AtomicBool,
+    /// When the route last left the source, and how long its switch held the clients (ms;
+    /// -1: no switch yet).
+    held_at: Mutex<Option<std::time::Instant>>,
+    last_pause_ms: std::sync::atomic::AtomicI64,
 }
 
 /// Counts one source connection while it lives.
@@ -94,6 +98,8 @@ impl ForwardRoute {
             forwarded: Mutex::new(HashSet::new()),
             source_connections: AtomicUsize::new(0),
             caught_up: std::sync::atomic::AtomicBool::new(false),
+            held_at: Mutex::new(None),
+            last_pause_ms: std::sync::atomic::AtomicI64::new(-1),
         })
     }
 
@@ -138,6 +144,7 @@ impl ForwardRoute {
         });
         match refused {
             None => {
+                self.note_held();
                 tracing::info!(mirror = %self.mirror, "forward listener held: no new request goes to the source");
                 Ok(())
             }
@@ -186,11 +193,52 @@ impl ForwardRoute {
             if next == *s {
                 return false;
             }
-            tracing::info!(mirror = %self.mirror, from = s.as_str(), to = next.as_str(), "forward listener switched");
+            if *s == Side::Source {
+                self.note_held();
+            }
+            if next == Side::Destination {
+                let held = self
+                    .held_at
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .map_or(0, |t| t.elapsed().as_millis() as i64);
+                self.last_pause_ms.store(held, Ordering::Release);
+                tracing::info!(mirror = %self.mirror, from = s.as_str(), held_ms = held, "forward listener switched to the destination");
+            } else {
+                tracing::info!(mirror = %self.mirror, from = s.as_str(), to = next.as_str(), "forward listener switched");
+            }
             *s = next;
             true
         });
         self.side()
+    }
+
+    fn note_held(&self) {
+        *self.held_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now());
+    }
+
+    /// How long the last switch to the destination held the clients, from the hold to the
+    /// switch (`None`: no switch yet).
+    pub fn last_pause_ms(&self) -> Option<i64> {
+        Some(self.last_pause_ms.load(Ordering::Acquire)).filter(|p| *p >= 0)
+    }
+
+    /// Whether a switchover's catch-up holds (see [`ForwardRoute::mark_caught_up`]).
+    pub fn caught_up(&self) -> bool {
+        self.caught_up.load(Ordering::Acquire)
+    }
+
+    /// What the admin API shows of the route.
+    pub fn status(&self) -> serde_json::Value {
+        serde_json::json!({
+            "mirror": self.mirror,
+            "side": self.side().as_str(),
+            "cluster_id": self.cluster_id,
+            "forwarded_producers": self.forwarded_producers(),
+            "source_connections": self.source_connections(),
+            "caught_up": self.caught_up(),
+            "last_pause_ms": self.last_pause_ms(),
+        })
     }
 
     /// A producer id the source handed out through this listener.
@@ -278,6 +326,18 @@ mod tests {
         assert_eq!(r.follow(&[Mirroring]), Side::Destination);
         assert!(r.hold().is_err());
         assert!(r.release().is_err());
+    }
+
+    #[test]
+    fn a_switch_to_the_destination_records_how_long_it_held_the_clients() {
+        let r = route();
+        assert_eq!(r.last_pause_ms(), None);
+        r.hold().expect("hold");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        r.follow(&[Stopped]);
+        let pause = r.last_pause_ms().expect("a pause");
+        assert!((20..5_000).contains(&pause), "{pause}");
+        assert_eq!(r.status()["side"], "destination");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! Must not touch: the admin API, configuration loading, the state store. It reads the
 //! configuration it is given and records what happens in [`crate::metrics`].
 
+mod close;
 pub mod connection;
 pub mod context;
 pub mod exchange;

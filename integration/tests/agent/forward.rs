@@ -2,6 +2,8 @@
 //! a planned switchover moves them from the source to the destination without an error, a
 //! loss, a duplicate or a reordering, their producer sessions kept.
 
+use std::collections::BTreeSet;
+
 use super::*;
 
 /// `agent_config` with a forward listener of its own ports on mirror `name`; its bootstrap.
@@ -22,6 +24,13 @@ fn forward_config(name: &str, topics: &[&str], source: &str) -> (Config, String)
         hold_ms: 10_000,
     });
     (cfg, format!("127.0.0.1:{port}"))
+}
+
+/// Wait until the agent mirrors every partition of `topic` (the mirror has partitions to switch).
+fn wait_mirroring(gw: &TestGateway, name: &str, topic: &str, partitions: i32) {
+    wait_for("the agent mirroring", Duration::from_secs(60), || {
+        (0..partitions).all(|p| agent_map_next(gw, name, topic, p).is_some_and(|m| m.0 > 0))
+    });
 }
 
 /// The keys of a partition's data records, in log order.
@@ -55,6 +64,7 @@ fn an_idempotent_producer_through_the_forward_listener_goes_on_across_a_switchov
         "before the switchover the records land on the source ({on_source})"
     );
 
+    wait_mirroring(&gw, "fwd", &topic, 2);
     let (status, body) = admin_call(
         &gw.admin(),
         Method::POST,
@@ -64,6 +74,21 @@ fn an_idempotent_producer_through_the_forward_listener_goes_on_across_a_switchov
     assert_eq!(status, 202, "switchover: {body}");
     wait_stopped(&gw.admin(), "fwd");
     let at_switch = writer.acked();
+    wait_for(
+        "the route on the destination",
+        Duration::from_secs(10),
+        || {
+            gw.metrics()
+                .contains("mirrorgate_forward_side{mirror=\"fwd\",side=\"destination\"} 1")
+        },
+    );
+    let (status, body) = admin_call(&gw.admin(), Method::GET, "/v1/mirrors/fwd/forward", None);
+    assert_eq!(status, 200, "{body}");
+    let route: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(route["side"], "destination", "{body}");
+    assert_eq!(route["caught_up"], true, "{body}");
+    let pause_ms = route["last_pause_ms"].as_i64().expect("a pause");
+    eprintln!("forward: the switch held the clients {pause_ms} ms");
     wait_for(
         "records after the switchover",
         Duration::from_secs(60),
@@ -221,7 +246,7 @@ fn cluster_id(bootstrap: &str) -> Option<String> {
 }
 
 #[test]
-fn a_consumer_group_through_the_forward_listener_resumes_on_the_destination_with_nothing_skipped() {
+fn consumer_groups_through_the_forward_listener_resume_on_the_destination_with_nothing_skipped() {
     let source = harness::cluster("source");
     let topic = harness::unique_topic("forward-group");
     harness::create_topic(&source, &topic, 2, None);
@@ -235,9 +260,11 @@ fn a_consumer_group_through_the_forward_listener_resumes_on_the_destination_with
     let writer = SourceWriter::start(&forward, &topic, "app", 1_000_000, 200);
     let group = format!("fwd-group-{}", std::process::id());
     let reader = GroupReader::start(&forward, &topic, &group);
+    let mut java = JsonClient::java_follower(&forward, &topic, &format!("{group}-java"));
     wait_for("records produced", Duration::from_secs(60), || {
         writer.acked() >= 300
     });
+    wait_mirroring(&gw, "fwdg", &topic, 2);
     let (status, body) = admin_call(
         &gw.admin(),
         Method::POST,
@@ -256,6 +283,22 @@ fn a_consumer_group_through_the_forward_listener_resumes_on_the_destination_with
     // Give the reader the time to get to the end.
     std::thread::sleep(Duration::from_secs(8));
     let (keys, errors) = reader.finish();
+    assert!(
+        java.running(),
+        "the Java consumer is still running: no exception reached the application"
+    );
+    let java_keys: BTreeSet<String> = java
+        .kill()
+        .iter()
+        .filter_map(|e| e["k"].as_str().map(str::to_string))
+        .collect();
+    let java_skipped: Vec<usize> = (0..acked)
+        .filter(|n| !java_keys.contains(&format!("app-{n}")))
+        .collect();
+    assert!(
+        java_skipped.is_empty(),
+        "records the Java group never read: {java_skipped:?}"
+    );
     assert_eq!(
         cluster_id(&forward).as_deref(),
         Some(before.as_str()),
@@ -278,37 +321,24 @@ fn a_consumer_group_through_the_forward_listener_resumes_on_the_destination_with
     );
 }
 
-/// A producer of the chaos run's clients (`integration/clients`: Java, librdkafka or
-/// kafka-python), idempotent with acks=all, sending `NAME-N` until told to stop; its events.
-struct ClientProducer {
+/// A client process printing one JSON line per event (`integration/clients`); killed on drop.
+struct JsonClient {
     name: String,
     child: std::process::Child,
     events: Arc<Mutex<Vec<serde_json::Value>>>,
     reader: Option<std::thread::JoinHandle<()>>,
 }
 
-impl ClientProducer {
-    fn start(library: &str, python: &str, bootstrap: &str, topic: &str, name: &str) -> Self {
+impl JsonClient {
+    fn spawn(name: &str, mut cmd: std::process::Command) -> Self {
         use std::io::BufRead;
-        use std::process::{Command, Stdio};
-        let mut cmd = if library == "java" {
-            let mut c = Command::new(harness::rig_path());
-            c.arg("java")
-                .arg(harness::repo().join("integration/clients/java/ChaosProducer.java"));
-            c
-        } else {
-            let mut c = Command::new(python);
-            c.arg(harness::repo().join("integration/clients/python_chaos_produce.py"))
-                .arg(library);
-            c
-        };
-        cmd.args([bootstrap, topic, name, "100"]);
+        use std::process::Stdio;
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .unwrap_or_else(|e| panic!("start {library} producer: {e}"));
+            .unwrap_or_else(|e| panic!("start {name}: {e}"));
         let stdout = child.stdout.take().expect("stdout");
         let events = Arc::new(Mutex::new(Vec::new()));
         let sink = events.clone();
@@ -322,12 +352,40 @@ impl ClientProducer {
                 }
             }
         });
-        ClientProducer {
+        JsonClient {
             name: name.to_string(),
             child,
             events,
             reader: Some(reader),
         }
+    }
+
+    /// A producer of the chaos run's clients (Java, librdkafka or kafka-python), idempotent with
+    /// acks=all, sending `NAME-N` at 100 records a second until told to stop.
+    fn producer(library: &str, python: &str, bootstrap: &str, topic: &str) -> Self {
+        let mut cmd = if library == "java" {
+            let mut c = std::process::Command::new(harness::rig_path());
+            c.arg("java")
+                .arg(harness::repo().join("integration/clients/java/ChaosProducer.java"));
+            c
+        } else {
+            let mut c = std::process::Command::new(python);
+            c.arg(harness::repo().join("integration/clients/python_chaos_produce.py"))
+                .arg(library);
+            c
+        };
+        cmd.args([bootstrap, topic, library, "100"]);
+        Self::spawn(library, cmd)
+    }
+
+    /// A Java consumer group member (FollowGroup.java `follow`), auto-committing every 500 ms:
+    /// it exits on any exception the client throws to the application.
+    fn java_follower(bootstrap: &str, topic: &str, group: &str) -> Self {
+        let mut cmd = std::process::Command::new(harness::rig_path());
+        cmd.arg("java")
+            .arg(harness::repo().join("integration/clients/java/FollowGroup.java"))
+            .args(["follow", bootstrap, topic, group, "500", "600000"]);
+        Self::spawn("java consumer", cmd)
     }
 
     fn count(&self, event: &str) -> usize {
@@ -339,16 +397,26 @@ impl ClientProducer {
             .count()
     }
 
-    /// Stop, wait for its last answers (bounded), and return its events.
+    /// Whether the process is still running.
+    fn running(&mut self) -> bool {
+        self.child.try_wait().ok().flatten().is_none()
+    }
+
+    /// Stop (a line "stop"; killed after 60 s), and return its events.
     fn finish(mut self) -> Vec<serde_json::Value> {
         use std::io::Write;
         if let Some(mut stdin) = self.child.stdin.take() {
             let _ = stdin.write_all(b"stop\n");
         }
         let deadline = Instant::now() + Duration::from_secs(60);
-        while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+        while self.running() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(100));
         }
+        self.kill()
+    }
+
+    /// Kill it now and return its events.
+    fn kill(mut self) -> Vec<serde_json::Value> {
         let _ = self.child.kill();
         let _ = self.child.wait();
         if let Some(r) = self.reader.take() {
@@ -358,7 +426,7 @@ impl ClientProducer {
     }
 }
 
-impl Drop for ClientProducer {
+impl Drop for JsonClient {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -375,15 +443,16 @@ fn java_librdkafka_and_kafka_python_producers_through_the_forward_listener_see_n
     harness::create_topic(&source, &topic, 2, None);
     let (cfg, forward) = forward_config("fwdc", &[&topic], &source);
     let gw = TestGateway::start(cfg);
-    let producers: Vec<ClientProducer> = ["java", "librdkafka", "kafka-python"]
+    let producers: Vec<JsonClient> = ["java", "librdkafka", "kafka-python"]
         .iter()
-        .map(|lib| ClientProducer::start(lib, &python, &forward, &topic, lib))
+        .map(|lib| JsonClient::producer(lib, &python, &forward, &topic))
         .collect();
     wait_for(
         "every client acknowledged",
         Duration::from_secs(120),
         || producers.iter().all(|p| p.count("ack") >= 100),
     );
+    wait_mirroring(&gw, "fwdc", &topic, 2);
     let (status, body) = admin_call(
         &gw.admin(),
         Method::POST,
@@ -492,4 +561,160 @@ fn java_librdkafka_and_kafka_python_producers_through_the_forward_listener_see_n
             );
         }
     }
+}
+
+#[test]
+fn a_switchover_that_cannot_mirror_the_sources_end_in_time_changes_nothing() {
+    let source = harness::cluster("source");
+    let topic = harness::unique_topic("forward-refused");
+    harness::create_topic(&source, &topic, 1, None);
+    let (mut cfg, forward) = forward_config("fwdr", &[&topic], &source);
+    if let Some(f) = cfg.mirrors[0].forward.as_mut() {
+        f.hold_ms = 1000;
+    }
+    let gw = TestGateway::start(cfg);
+    let writer = SourceWriter::start(&forward, &topic, "app", 1_000_000, 200);
+    wait_for(
+        "records through the forward listener",
+        Duration::from_secs(60),
+        || writer.acked() >= 100,
+    );
+    wait_mirroring(&gw, "fwdr", &topic, 1);
+    // Paused, the agent copies nothing more: the source runs ahead of the destination.
+    let (status, body) = admin_call(&gw.admin(), Method::POST, "/v1/mirrors/fwdr/pause", None);
+    assert_eq!(status, 200, "pause: {body}");
+    wait_for(
+        "the source ahead of the paused agent",
+        Duration::from_secs(60),
+        || {
+            let mirrored = agent_map_next(&gw, "fwdr", &topic, 0).map_or(0, |m| m.0);
+            log_end(&source, &topic, 0) >= mirrored + 100
+        },
+    );
+    let (status, body) = admin_call(
+        &gw.admin(),
+        Method::POST,
+        "/v1/mirrors/fwdr/switchover?dry_run=true",
+        None,
+    );
+    assert_eq!(status, 200, "dry run: {body}");
+    let dry: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(dry["side"], "source", "{body}");
+    assert!(dry["forwarded_producers"].as_u64() >= Some(1), "{body}");
+
+    let (status, body) = admin_call(
+        &gw.admin(),
+        Method::POST,
+        "/v1/mirrors/fwdr/switchover",
+        None,
+    );
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("had not mirrored"), "{body}");
+    // Nothing changed: the mirror is still PAUSED, and the application goes on on the source.
+    let states: Vec<String> = partitions_json(&gw.admin(), "fwdr")
+        .iter()
+        .map(|p| p["state"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(states, vec!["PAUSED".to_string()]);
+    let refused_at = writer.acked();
+    wait_for(
+        "records after the refused switchover",
+        Duration::from_secs(60),
+        || writer.acked() >= refused_at + 100,
+    );
+    let acked = writer.finish(true);
+    assert_eq!(
+        keys(&source, &topic, 0).len(),
+        acked,
+        "every record went to the source, once"
+    );
+    let (status, _) = admin_call(
+        &gw.admin(),
+        Method::POST,
+        "/v1/mirrors/nosuch/switchover",
+        None,
+    );
+    assert_eq!(status, 404);
+}
+
+#[test]
+fn a_switchover_is_refused_while_a_transaction_is_open_and_goes_through_once_it_is_committed() {
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("forward-txn");
+    harness::create_topic(&source, &topic, 1, None);
+    let (mut cfg, forward) = forward_config("fwdt", &[&topic], &source);
+    if let Some(f) = cfg.mirrors[0].forward.as_mut() {
+        f.hold_ms = 1500;
+    }
+    let gw = TestGateway::start(cfg);
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &forward)
+        .set(
+            "transactional.id",
+            format!("fwd-txn-{}", std::process::id()),
+        )
+        .create()
+        .expect("transactional producer");
+    harness::init_transactions(&producer);
+    producer.begin_transaction().expect("begin");
+    for i in 0..5 {
+        let key = format!("txn-{i}");
+        producer
+            .send(BaseRecord::to(&topic).key(&key).payload("v"))
+            .map_err(|(e, _)| e)
+            .expect("send");
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+    wait_mirroring(&gw, "fwdt", &topic, 1);
+
+    let (status, body) = admin_call(
+        &gw.admin(),
+        Method::POST,
+        "/v1/mirrors/fwdt/switchover",
+        None,
+    );
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("transactions are open"), "{body}");
+    // The producer goes on on the source: its transaction commits there.
+    producer
+        .commit_transaction(Duration::from_secs(30))
+        .expect("commit after the refused switchover");
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let body = loop {
+        let (status, body) = admin_call(
+            &gw.admin(),
+            Method::POST,
+            "/v1/mirrors/fwdt/switchover",
+            None,
+        );
+        if status == 202 {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "switchover still refused: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    wait_stopped(&gw.admin(), "fwdt");
+    // The committed transaction is on the destination, before the barrier, and nothing was
+    // aborted behind the producer's back.
+    let committed = keys(&destination, &topic, 0);
+    assert_eq!(
+        committed.len(),
+        5,
+        "the transaction's records: {committed:?} ({body})"
+    );
+    let aborted: Vec<serde_json::Value> = partitions_json(&gw.admin(), "fwdt")
+        .iter()
+        .flat_map(|p| {
+            p["transactions_aborted"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect();
+    assert!(aborted.is_empty(), "the failover aborted {aborted:?}");
 }
