@@ -12,7 +12,7 @@ use hyper::{Request, Response, StatusCode};
 use crate::audit::AuditNote;
 use crate::controller::FailoverError;
 
-use super::{error_reply, json_reply, preflight, AdminBackend};
+use super::{check_token, error_reply, json_reply, preflight, AdminBackend};
 
 /// Read the destination's metadata before a failover: a mirror topic created since the last
 /// periodic refresh is part of the failover (and of its preflight). Bounded; on failure the
@@ -29,11 +29,17 @@ pub(super) async fn refresh_destination(gw: &dyn AdminBackend, name: &str) {
     }
 }
 
-/// The options of a failover or switchover call, from its query string and JSON body.
+/// The options of a failover or switchover call, from its query string and JSON body, once
+/// its token is checked.
 pub(super) async fn read_options(
+    gw: &dyn AdminBackend,
     req: Request<Incoming>,
     note: &mut AuditNote,
 ) -> Result<preflight::FailoverOptions, Response<Full<Bytes>>> {
+    if let Some(denied) = check_token(gw, req.headers()) {
+        note.reason = Some("admin token missing or wrong".into());
+        return Err(denied);
+    }
     let query = req.uri().query().map(str::to_string);
     let body = match http_body_util::Limited::new(req.into_body(), 64 * 1024)
         .collect()

@@ -148,11 +148,7 @@ pub(super) async fn mirrors(
             &format!("{method} is not allowed on {path}; use GET"),
         ),
         (&Method::POST, [name, "failover"]) => {
-            if let Some(denied) = check_token(gw, req.headers()) {
-                note.reason = Some("admin token missing or wrong".into());
-                return denied;
-            }
-            let options = match read_options(req, note).await {
+            let options = match read_options(gw, req, note).await {
                 Ok(o) => o,
                 Err(reply) => return reply,
             };
@@ -199,11 +195,7 @@ pub(super) async fn mirrors(
         }
         (&Method::GET, [name, "forward"]) => super::switchover::status(gw, name),
         (&Method::POST, [name, "switchover"]) => {
-            if let Some(denied) = check_token(gw, req.headers()) {
-                note.reason = Some("admin token missing or wrong".into());
-                return denied;
-            }
-            let options = match read_options(req, note).await {
+            let options = match read_options(gw, req, note).await {
                 Ok(o) => o,
                 Err(reply) => return reply,
             };

@@ -131,47 +131,35 @@ impl ForwardRoute {
 
     /// Source → Holding (a switchover begins).
     pub fn hold(&self) -> Result<(), RouteError> {
-        let mut refused = None;
-        self.side.send_if_modified(|s| match *s {
-            Side::Source => {
-                *s = Side::Holding;
-                true
-            }
-            other => {
-                refused = Some(other);
-                false
-            }
-        });
-        match refused {
-            None => {
-                self.note_held();
-                tracing::info!(mirror = %self.mirror, "forward listener held: no new request goes to the source");
-                Ok(())
-            }
-            Some(side) => Err(self.refuse("hold", side)),
-        }
+        self.step(Side::Source, Side::Holding, "hold")?;
+        self.note_held();
+        tracing::info!(mirror = %self.mirror, "forward listener held: no new request goes to the source");
+        Ok(())
     }
 
     /// Holding → Source (a switchover gave up before its failover began).
     pub fn release(&self) -> Result<(), RouteError> {
+        self.step(Side::Holding, Side::Source, "release to the source")?;
+        self.forget_caught_up();
+        tracing::info!(mirror = %self.mirror, "forward listener released to the source");
+        Ok(())
+    }
+
+    /// `from` → `to`, or the refusal of `action` from wherever the route is.
+    fn step(&self, from: Side, to: Side, action: &'static str) -> Result<(), RouteError> {
         let mut refused = None;
-        self.side.send_if_modified(|s| match *s {
-            Side::Holding => {
-                *s = Side::Source;
+        self.side.send_if_modified(|s| {
+            if *s == from {
+                *s = to;
                 true
-            }
-            other => {
-                refused = Some(other);
+            } else {
+                refused = Some(*s);
                 false
             }
         });
         match refused {
-            None => {
-                self.forget_caught_up();
-                tracing::info!(mirror = %self.mirror, "forward listener released to the source");
-                Ok(())
-            }
-            Some(side) => Err(self.refuse("release to the source", side)),
+            None => Ok(()),
+            Some(side) => Err(self.refuse(action, side)),
         }
     }
 

@@ -33,6 +33,19 @@ fn wait_mirroring(gw: &TestGateway, name: &str, topic: &str, partitions: i32) {
     });
 }
 
+/// Switch mirror `name` over once the agent mirrors its partitions; wait until it is through.
+fn switch_over(gw: &TestGateway, name: &str, topic: &str, partitions: i32) {
+    wait_mirroring(gw, name, topic, partitions);
+    let (status, body) = admin_call(
+        &gw.admin(),
+        Method::POST,
+        &format!("/v1/mirrors/{name}/switchover"),
+        None,
+    );
+    assert_eq!(status, 202, "switchover: {body}");
+    wait_stopped(&gw.admin(), name);
+}
+
 /// The keys of a partition's data records, in log order.
 fn keys(bootstrap: &str, topic: &str, partition: i32) -> Vec<String> {
     read_log(bootstrap, topic, partition)
@@ -64,15 +77,7 @@ fn an_idempotent_producer_through_the_forward_listener_goes_on_across_a_switchov
         "before the switchover the records land on the source ({on_source})"
     );
 
-    wait_mirroring(&gw, "fwd", &topic, 2);
-    let (status, body) = admin_call(
-        &gw.admin(),
-        Method::POST,
-        "/v1/mirrors/fwd/switchover",
-        None,
-    );
-    assert_eq!(status, 202, "switchover: {body}");
-    wait_stopped(&gw.admin(), "fwd");
+    switch_over(&gw, "fwd", &topic, 2);
     let at_switch = writer.acked();
     wait_for(
         "the route on the destination",
@@ -264,15 +269,7 @@ fn consumer_groups_through_the_forward_listener_resume_on_the_destination_with_n
     wait_for("records produced", Duration::from_secs(60), || {
         writer.acked() >= 300
     });
-    wait_mirroring(&gw, "fwdg", &topic, 2);
-    let (status, body) = admin_call(
-        &gw.admin(),
-        Method::POST,
-        "/v1/mirrors/fwdg/switchover",
-        None,
-    );
-    assert_eq!(status, 202, "switchover: {body}");
-    wait_stopped(&gw.admin(), "fwdg");
+    switch_over(&gw, "fwdg", &topic, 2);
     let at_switch = writer.acked();
     wait_for(
         "records after the switchover",
@@ -452,15 +449,7 @@ fn java_librdkafka_and_kafka_python_producers_through_the_forward_listener_see_n
         Duration::from_secs(120),
         || producers.iter().all(|p| p.count("ack") >= 100),
     );
-    wait_mirroring(&gw, "fwdc", &topic, 2);
-    let (status, body) = admin_call(
-        &gw.admin(),
-        Method::POST,
-        "/v1/mirrors/fwdc/switchover",
-        None,
-    );
-    assert_eq!(status, 202, "switchover: {body}");
-    wait_stopped(&gw.admin(), "fwdc");
+    switch_over(&gw, "fwdc", &topic, 2);
     let at_switch: Vec<usize> = producers.iter().map(|p| p.count("ack")).collect();
     wait_for(
         "every client acknowledged after the switchover",
