@@ -167,13 +167,7 @@ async fn follow(
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
-        let states: Vec<_> = controller
-            .records()
-            .into_iter()
-            .filter(|(r, _)| r.name == route.mirror())
-            .flat_map(|(r, _)| r.partitions.into_iter().map(|p| p.state))
-            .collect();
-        route.follow(&states);
+        route.follow(&controller.recorded_states(route.mirror()));
         gauges.show(&route);
         tokio::select! {
             _ = tokio::time::sleep(FOLLOW_EVERY) => {}

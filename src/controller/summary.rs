@@ -3,7 +3,10 @@
 //! (the admin API's mirror summaries, the metrics collector) while a failover of thousands of
 //! partitions updates them.
 //!
-//! Owns: that count. Must not touch: the records themselves.
+//! Also the recorded states of a mirror's partitions alone ([`MirrorController::recorded_states`]),
+//! read as often by a forward listener's route.
+//!
+//! Owns: that count and that read. Must not touch: the records themselves.
 
 use super::MirrorController;
 use crate::mirror::state::PartitionState;
@@ -23,6 +26,16 @@ pub struct MirrorSummary {
 }
 
 impl MirrorController {
+    /// The recorded state of each partition of mirror `name`: what a failover changes, without
+    /// the agent's own errors that [`MirrorController::records`] shows as FAILED.
+    pub fn recorded_states(&self, name: &str) -> Vec<PartitionState> {
+        let records = self.records.lock();
+        let mirror = records.iter().filter(|s| s.record.name == name);
+        mirror
+            .flat_map(|s| s.record.partitions.iter().map(|p| p.state))
+            .collect()
+    }
+
     /// Every mirror's partition counts per state (as [`Self::records`] reports the states),
     /// counted under the lock without copying the partitions: what the admin API's mirror
     /// summaries and the metrics collector read, often, while a failover of thousands of

@@ -563,3 +563,24 @@ fn a_screening_entry_s_coordinator_epoch_is_optional_in_json() {
     ctl.screening.merge(vec![(1, with), (1, old)]);
     assert_eq!(ctl.screened(1).map(|e| e.coordinator_epoch), Some(50));
 }
+
+/// A forward listener follows the recorded states: a partition the agent failed is shown
+/// FAILED by `records`, but no failover began, so it must not hold the listener.
+#[test]
+fn a_partition_the_agent_failed_keeps_its_recorded_state() {
+    let (ctl, _metrics, _dir) = controller();
+    ctl.set_agent_failed("orders", 1, Some("diverged".into()));
+    let shown: Vec<PartitionState> = ctl
+        .records()
+        .into_iter()
+        .filter(|(r, _)| r.name == "second")
+        .flat_map(|(r, _)| r.partitions.into_iter().map(|p| p.state))
+        .collect();
+    assert!(shown.contains(&PartitionState::Failed), "{shown:?}");
+    let recorded = ctl.recorded_states("second");
+    assert_eq!(recorded.len(), shown.len());
+    assert!(
+        recorded.iter().all(|s| *s == PartitionState::Mirroring),
+        "{recorded:?}"
+    );
+}

@@ -119,14 +119,24 @@ macro_rules! retain_mapped {
 /// Rewrite the KIP-951 `node_endpoints` of a decoded Produce response in place; the number of
 /// endpoints removed (no gateway port for their node id).
 pub fn map_produce_endpoints(resp: &mut ProduceResponse, map: &dyn AddressMap) -> usize {
+    hide_produce_leader_epochs(resp, map);
+    retain_mapped!(resp.node_endpoints, node_id, map)
+}
+
+/// A virtual cluster's Produce response carries no leader epoch; whether one was hidden.
+fn hide_produce_leader_epochs(resp: &mut ProduceResponse, map: &dyn AddressMap) -> bool {
+    let mut hidden = false;
     if map.virtual_cluster().is_some() {
-        for t in resp.responses.iter_mut() {
-            for p in t.partition_responses.iter_mut() {
-                p.current_leader.leader_epoch = -1;
-            }
+        let leaders = resp
+            .responses
+            .iter_mut()
+            .flat_map(|t| t.partition_responses.iter_mut());
+        for p in leaders.filter(|p| p.current_leader.leader_epoch >= 0) {
+            p.current_leader.leader_epoch = -1;
+            hidden = true;
         }
     }
-    retain_mapped!(resp.node_endpoints, node_id, map)
+    hidden
 }
 
 /// Rewrite one response frame (length prefix included) of `key`/`version`.
@@ -248,8 +258,10 @@ pub fn rewrite_response(
         }
         ApiKey::Produce => {
             let mut resp = ProduceResponse::decode(&mut body, version).map_err(bad)?;
-            if !resp.node_endpoints.is_empty() || map.virtual_cluster().is_some() {
-                out.unmapped = map_produce_endpoints(&mut resp, map);
+            // Encoded again only when a hint changed: most answers carry none.
+            let hidden = hide_produce_leader_epochs(&mut resp, map);
+            if hidden || !resp.node_endpoints.is_empty() {
+                out.unmapped = retain_mapped!(resp.node_endpoints, node_id, map);
                 out.frame = Some(encode_frame(&header, hv, &resp, version, size)?);
             }
         }

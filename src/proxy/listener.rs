@@ -1,7 +1,7 @@
 //! Listener ports: one per broker and listener, bound as brokers become known from metadata,
 //! each accepting connections for its broker. A forward listener binds the node ids of both
-//! of its clusters, and picks each connection's upstream side when it begins
-//! ([`super::forward`]).
+//! of its clusters, serves each connection on the side its route is on, and moves it when the
+//! route switches ([`super::forward`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -54,8 +54,9 @@ impl BoundPorts {
 pub enum Target {
     /// One context for every connection (the client and mirror listeners).
     Fixed(Arc<ConnContext>),
-    /// A forward listener: each connection gets the context of the side its route is on when
-    /// it begins, and ends (drained) when the route leaves that side.
+    /// A forward listener: each connection is served with the context of the side its route is
+    /// on, and moved (its requests in flight answered) to the other side's when the route
+    /// switches.
     Forward(Arc<ForwardTarget>),
 }
 

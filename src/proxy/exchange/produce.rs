@@ -29,6 +29,7 @@ use crate::mirror::admission::InFlightGuard;
 use crate::mirror::fault_hooks::Sabotage;
 use crate::mirror::policy::MirrorPolicy;
 use crate::mirror::screening::Collision;
+use crate::protocol::batch::BatchHeader;
 use crate::protocol::enforce::{self, RejectedPartition, Rejection};
 use crate::protocol::frame::{Edited, FrameError, RequestHeaderInfo};
 use crate::protocol::produce::{BatchQuestions, ProduceView, TopicRef};
@@ -235,15 +236,15 @@ fn decide(
             format!("mirrorgate: topic id {id} is not known yet; refresh metadata and retry"),
         ));
     };
-    if kind != ListenerKind::Mirror
-        && ctl.barrier_offset(name, partition).is_some()
-        && !forwarded_producer(forward, records)
-    {
-        pending.guard_check = true;
-        if let Some(r) =
-            refuse_mirrored_producer_id(ctl, name, partition, records, transactional_id)
-        {
-            return Some(r);
+    if kind != ListenerKind::Mirror && ctl.barrier_offset(name, partition).is_some() {
+        let header = records.and_then(BatchHeader::parse);
+        if !forwarded_producer(forward, header.as_ref()) {
+            pending.guard_check = true;
+            if let Some(r) =
+                refuse_mirrored_producer_id(ctl, name, partition, header, transactional_id)
+            {
+                return Some(r);
+            }
         }
     }
     if !mirror {
@@ -269,13 +270,12 @@ fn decide(
 /// on the destination the state the agent copied for it, which it owns (`crate::proxy::forward`).
 fn forwarded_producer(
     forward: Option<&crate::proxy::forward::ForwardRoute>,
-    records: Option<&[u8]>,
+    header: Option<&BatchHeader>,
 ) -> bool {
-    let (Some(route), Some(records)) = (forward, records) else {
+    let (Some(route), Some(h)) = (forward, header) else {
         return false;
     };
-    crate::protocol::batch::BatchHeader::parse(records)
-        .is_some_and(|h| h.has_producer_id() && route.is_forwarded(h.producer_id))
+    h.has_producer_id() && route.is_forwarded(h.producer_id)
 }
 
 /// The `log_start_offset` sent with [`refuse_mirrored_producer_id`]'s UNKNOWN_PRODUCER_ID: not
@@ -307,10 +307,10 @@ fn refuse_mirrored_producer_id(
     ctl: &dyn MirrorPolicy,
     topic: &str,
     partition: i32,
-    records: Option<&[u8]>,
+    header: Option<BatchHeader>,
     transactional_id: Option<&str>,
 ) -> Option<Rejection> {
-    let header = crate::protocol::batch::BatchHeader::parse(records?)?;
+    let header = header?;
     if !header.has_producer_id() || header.is_control() {
         return None;
     }
