@@ -133,6 +133,8 @@ pub struct MirrorAgent {
     /// its start position or while an append's outcome was unknown (`partition.rs`). Matched
     /// to the destination's tail when a failover stops the agent and at its completion.
     unmatched: Mutex<HashSet<(String, i32)>>,
+    /// What a forward listener of the mirror passed of the source's acknowledgements.
+    forwarded: Option<Arc<crate::mirror::forwarded_acks::ForwardedAcks>>,
 }
 
 /// The group offset sync of one mirror, over the clusters.
@@ -248,6 +250,7 @@ pub fn start(
             ),
             lose_append_answers: AtomicI64::new(lose_append_answers),
             owner_epoch: Mutex::new(None),
+            forwarded: m.forward.as_ref().map(|_| Arc::default()),
             published: Mutex::new(None),
             unmatched: Mutex::new(HashSet::new()),
         }));

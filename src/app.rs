@@ -340,12 +340,11 @@ impl Gateway {
                 bound,
             });
         }
-        let forwards = match &client_ctx {
-            Some(client) => {
-                forward::start(&config, client, mirrors.as_ref(), &shutdown_rx, &drain_tx)?
-            }
-            None => Vec::new(),
-        };
+        let (owners, signals) = (
+            (mirrors.as_ref(), agent.as_ref()),
+            (&shutdown_rx, &drain_tx),
+        );
+        let forwards = forward::start(&config, client_ctx.as_deref(), owners, signals)?;
         drop(drain_tx);
         tokio::spawn(cluster.clone().refresh_loop(shutdown_rx.clone()));
         let audit = start_audit(&config, &metrics, &cluster, &shutdown_rx)?;

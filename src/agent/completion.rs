@@ -99,6 +99,56 @@ impl Agent {
     }
 }
 
+impl Agent {
+    /// The ledger of what mirror `mirror`'s forward listener passed of the source's
+    /// acknowledgements (`None`: the mirror has no forward listener).
+    pub fn forwarded_acks(
+        &self,
+        mirror: &str,
+    ) -> Option<std::sync::Arc<crate::mirror::forwarded_acks::ForwardedAcks>> {
+        self.mirror(mirror)?.forwarded.clone()
+    }
+
+    /// Drop from mirror `mirror`'s ledger of forwarded acknowledgements what the agent has
+    /// mirrored (its offset map's next source offset per partition), and the topics the mirror does not
+    /// cover (their names kept).
+    pub fn prune_forwarded(&self, mirror: &str) {
+        let (Some(m), Some(acks)) = (self.mirror(mirror), self.forwarded_acks(mirror)) else {
+            return;
+        };
+        for (topic, partition) in acks.partitions() {
+            if !m.owns(&topic) {
+                acks.uncovered(&topic);
+                continue;
+            }
+            // The offset map: it stays after a failover stopped the partition's task.
+            let next = lock(&m.offsets)
+                .get(&topic, partition)
+                .and_then(|map| map.next());
+            if let Some((next, _)) = next {
+                acks.mirrored_to(&topic, partition, next);
+            }
+        }
+    }
+
+    /// What a completed failover's destination lacks of the records the source acknowledged
+    /// through mirror `mirror`'s forward listener, from the offset maps' next source offsets
+    /// read at completion (`read`).
+    pub fn forwarded_loss(
+        &self,
+        mirror: &str,
+        read: &HashMap<(String, i32), SourceAtCompletion>,
+    ) -> Option<crate::mirror::forwarded_acks::ForwardedLoss> {
+        let acks = self.forwarded_acks(mirror)?;
+        let next = |t: &str, p: i32| {
+            read.get(&(t.to_string(), p))
+                .and_then(|r| r.next)
+                .map(|(src, _)| src)
+        };
+        Some(acks.missing(&next))
+    }
+}
+
 impl super::MirrorAgent {
     /// Reads the source's metadata when it names no leader for one of `parts`: an instance
     /// that did not run the agent never read it, and it drives a failover's report as well as

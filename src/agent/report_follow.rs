@@ -184,6 +184,9 @@ async fn follow(
                 None => Default::default(),
             };
             let mut done = complete(report, &record, &read, now_ms());
+            done.forwarded = agent
+                .as_ref()
+                .and_then(|a| a.forwarded_loss(&done.mirror, &read));
             // The final round this instance ran for this failover (not one of an earlier one).
             done.final_group_sync = agent
                 .as_ref()

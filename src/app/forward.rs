@@ -1,6 +1,7 @@
 //! Starting the forward listeners of the mirrors that have one (`mirrors[].forward`): the
-//! source's cluster view and its refresh, the route, the task that keeps the route following
-//! the mirror's partition states, and the listener with its two contexts.
+//! source's cluster view and its refresh, the route (with the agent's ledger of the
+//! acknowledgements it passes), the task that keeps the route following the mirror's partition
+//! states and its ledger pruned, and the listener with its two contexts.
 //!
 //! Owns: that wiring. Must not touch: what a connection does (`crate::proxy`), the switchover's
 //! steps (`crate::admin::switchover`), the mirror states (read only).
@@ -10,6 +11,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
+use crate::agent::Agent;
 use crate::cluster::ClusterView;
 use crate::config::Config;
 use crate::controller::MirrorController;
@@ -22,6 +24,8 @@ use super::{RunningListener, StartError};
 
 /// How often a route looks at its mirror's partition states.
 const FOLLOW_EVERY: Duration = Duration::from_millis(100);
+/// How often (in those rounds) the ledger of acknowledgements drops what the agent mirrored.
+const PRUNE_EVERY_ROUNDS: u64 = 5;
 
 /// A running forward listener.
 pub struct RunningForward {
@@ -34,14 +38,19 @@ pub struct RunningForward {
 }
 
 /// Start the forward listener of every mirror that has one. `client` is the client listener's
-/// context: the destination side of a forward listener enforces what it enforces.
+/// context (none: no forward listener starts): the destination side of a forward listener
+/// enforces what it enforces. `owners`: the mirror controller and the agent; `signals`: the
+/// shutdown and the drain.
 pub(super) fn start(
     config: &Config,
-    client: &ConnContext,
-    controller: Option<&Arc<MirrorController>>,
-    shutdown: &watch::Receiver<bool>,
-    drain: &mpsc::Sender<()>,
+    client: Option<&ConnContext>,
+    owners: (Option<&Arc<MirrorController>>, Option<&Arc<Agent>>),
+    signals: (&watch::Receiver<bool>, &mpsc::Sender<()>),
 ) -> Result<Vec<RunningForward>, StartError> {
+    let ((controller, agent), (shutdown, drain)) = (owners, signals);
+    let Some(client) = client else {
+        return Ok(Vec::new());
+    };
     let mut out = Vec::new();
     let gauges = RouteGauges::register(&client.metrics)?;
     for m in &config.mirrors {
@@ -58,7 +67,12 @@ pub(super) fn start(
         // Its own registry: the source's metadata refreshes are not the destination's.
         let source = ClusterView::new(source_cfg.clone(), connector, Metrics::new());
         tokio::spawn(source.clone().refresh_loop(shutdown.clone()));
-        let route = ForwardRoute::new(&m.name, &f.cluster_id_for(&m.name));
+        // The agent keeps the ledger of acknowledgements: it prunes it and its failover
+        // reports read it.
+        let acks = agent
+            .and_then(|a| a.forwarded_acks(&m.name))
+            .unwrap_or_default();
+        let route = ForwardRoute::new(&m.name, &f.cluster_id_for(&m.name), acks);
         let side = |cluster: Arc<ClusterView>, enforced: bool| {
             Arc::new(ConnContext {
                 kind: ListenerKind::Forward,
@@ -94,6 +108,7 @@ pub(super) fn start(
         tokio::spawn(follow(
             route.clone(),
             ctl.clone(),
+            agent.cloned(),
             gauges.clone(),
             shutdown.clone(),
         ));
@@ -159,14 +174,25 @@ impl RouteGauges {
     }
 }
 
-/// Keep `route` following its mirror's partition states until `shutdown` fires.
+/// Keep `route` following its mirror's partition states, and its ledger of acknowledgements
+/// pruned to what the agent mirrored, until `shutdown` fires.
 async fn follow(
     route: Arc<ForwardRoute>,
     controller: Arc<MirrorController>,
+    agent: Option<Arc<Agent>>,
     gauges: RouteGauges,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    loop {
+    for round in 0u64.. {
+        // Pruned before every look while held: the switch to the destination finds the ledger
+        // at the agent's final position (what forwarded producers lack decides their refusal).
+        let held = route.side() == Side::Holding;
+        if let Some(a) = agent
+            .as_ref()
+            .filter(|_| held || round % PRUNE_EVERY_ROUNDS == 0)
+        {
+            a.prune_forwarded(route.mirror());
+        }
         route.follow(&controller.recorded_states(route.mirror()));
         gauges.show(&route);
         tokio::select! {

@@ -13,7 +13,8 @@
 //! the admission asks of the other instances (a trait they implement); [`policy`] —
 //! [`policy::MirrorPolicy`], the one mirror interface the proxy holds (the controller
 //! implements it); [`screening`] — the PID screening set; [`report`] — the failover report's
-//! shape and figures; [`offset_map`] — the agent's exact source → destination offset map (the
+//! shape and figures; [`forwarded_acks`] — the acknowledgements a forward listener passed, kept
+//! until mirrored, for the report's per-producer loss; [`offset_map`] — the agent's exact source → destination offset map (the
 //! agent writes it; the group sync, the admin API and the report read it); [`own_barrier`] —
 //! how a failover recognises its own barriers in a log; [`permissions`] — the authorisation
 //! failures the gateway's own requests met; [`fault_hooks`] — the fault-injection hooks, read
@@ -24,6 +25,7 @@
 
 pub mod admission;
 pub mod fault_hooks;
+pub mod forwarded_acks;
 pub mod mirror_metrics;
 pub mod offset_map;
 pub mod own_barrier;

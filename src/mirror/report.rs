@@ -67,6 +67,11 @@ pub struct FailoverReport {
     /// instance that ran them (`recovery`); absent before either ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery: Option<RecoveryRecord>,
+    /// A mirror with a forward listener: per forwarded producer, the records the source
+    /// acknowledged through the listener that the destination lacks
+    /// ([`super::forwarded_acks`]); absent without a forward listener.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forwarded: Option<super::forwarded_acks::ForwardedLoss>,
 }
 
 /// What was done with a failover's un-mirrored tail.
@@ -250,6 +255,7 @@ impl FailoverReport {
             steps: Vec::new(),
             final_group_sync: None,
             recovery: None,
+            forwarded: None,
         }
     }
 

@@ -101,7 +101,8 @@ impl ClientConn {
     }
 }
 
-/// Serve one accepted client connection for broker `node_id` until it ends.
+/// Serve one accepted client connection for broker `node_id` until it ends (closed when its
+/// upstream cannot be reached: the client connects again).
 /// `_drain` is held until the connection is fully closed (graceful shutdown waits for it).
 pub async fn serve(
     ctx: Arc<ConnContext>,
@@ -123,11 +124,21 @@ pub async fn serve(
     .await;
 }
 
+/// How serving a client connection with one upstream ended.
+pub enum Served {
+    /// The connection was closed: by the client, an error, shutdown, or a client that
+    /// authenticated with SASL, whose new upstream would not know it.
+    Closed,
+    /// The route switched sides: the client connection, to be served by the other side.
+    Switched(ClientConn),
+    /// The upstream broker could not be reached: the client connection, nothing read from it.
+    Unreachable(ClientConn),
+}
+
 /// Serve a client connection with `ctx`'s upstream until it ends, or until `switch` fires (a
 /// forward listener's route changed sides): then no new request is read, the requests in
 /// flight are answered, and the client connection is handed back to be served by the other
-/// side's upstream (`None`: it was closed: by the client, an error, or a client that
-/// authenticated with SASL, whose new upstream would not know it).
+/// side's upstream (see [`Served`]).
 pub async fn serve_until_switch(
     ctx: Arc<ConnContext>,
     client: ClientConn,
@@ -136,7 +147,7 @@ pub async fn serve_until_switch(
     shutdown: watch::Receiver<bool>,
     switch: Option<watch::Receiver<bool>>,
     _drain: mpsc::Sender<()>,
-) -> Option<ClientConn> {
+) -> Served {
     let span = tracing::info_span!("conn", listener = ctx.kind.as_str(), %peer, node = node_id);
     run(ctx, client, node_id, shutdown, switch)
         .instrument(span)
@@ -149,12 +160,12 @@ async fn run(
     node_id: i32,
     mut shutdown: watch::Receiver<bool>,
     switch: Option<watch::Receiver<bool>>,
-) -> Option<ClientConn> {
+) -> Served {
     let kind = ctx.kind;
     let Some(addr) = ctx.cluster.broker_addr(node_id) else {
         tracing::warn!("closing: no upstream broker with node id {node_id} is known");
         ctx.metrics.error(kind, "unknown_broker");
-        return None;
+        return Served::Closed;
     };
     // The client authenticates itself through this connection (SASL passthrough): the
     // gateway's own credentials are never used on it.
@@ -167,9 +178,9 @@ async fn run(
     {
         Ok(s) => s,
         Err(e) => {
-            tracing::warn!(error = %e, "closing: cannot connect to the upstream broker");
+            tracing::warn!(error = %e, "cannot connect to the upstream broker");
             ctx.metrics.error(kind, e.kind());
-            return None;
+            return Served::Unreachable(client);
         }
     };
     let node_label = node_id.to_string();
@@ -479,12 +490,12 @@ async fn run(
                         // guards waiting for them, are dropped: unknown outcomes).
                         tracing::warn!(reason = %why, "closing the connection and its broker connection part-sent");
                         ctx.metrics.error(kind, "admission_lapsed");
-                        return None;
+                        return Served::Closed;
                     }
                     Err(e) => {
                         log_close(&ctx.metrics, kind, &e);
                         if kind != ListenerKind::Mirror {
-                            return None;
+                            return Served::Closed;
                         }
                     }
                 }
@@ -504,7 +515,7 @@ async fn run(
         }
     };
     if switched && !authenticated.load(Ordering::Relaxed) {
-        return Some(ClientConn {
+        return Served::Switched(ClientConn {
             rd: client_rd_own,
             wr: client_wr_own,
             buf: request_buf,
@@ -514,7 +525,7 @@ async fn run(
         tracing::info!("closing: the client authenticated with SASL on the old upstream; it reconnects and authenticates with the new one");
     }
     let _ = client_wr_own.shutdown().await;
-    None
+    Served::Closed
 }
 
 /// Why the mirror writes `pending` holds may not be sent now (`None`: they may, or it holds none,

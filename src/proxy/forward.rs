@@ -21,9 +21,13 @@
 //! destination, where the agent copied its state as-is, and the client listener's refusal of
 //! mirrored producer ids (review F12) and the duplicate-ack guard do not apply to it: it owns
 //! that state, all of it. After a failover that was not a switchover (the source lost, say) the
-//! destination may lack acknowledged batches of it: then it is refused like any producer that
-//! got its id before the failover, and bumps its epoch (a continued sequence would be out of
-//! order, which librdkafka treats as fatal).
+//! same holds per partition where the destination lacks none of its acknowledged batches (the
+//! ledger of acknowledgements says so). Where it lacks some, the producer is refused like any
+//! producer that got its id before the failover (a continued sequence would leave a gap).
+//!
+//! The source's acknowledgements that pass the listener are noted in the mirror's ledger
+//! ([`ForwardedAcks`]) until the agent has mirrored them: after a failover that was not a
+//! switchover, the report names per forwarded producer what the destination lacks.
 //!
 //! Owns: the side, its transitions and the forwarded producer ids. Must not touch: sockets (the
 //! listener and connections read the side), the mirror states (the caller tells it what it sees).
@@ -34,6 +38,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
+use crate::mirror::forwarded_acks::ForwardedAcks;
 use crate::mirror::PartitionState;
 
 /// Where the forward listener sends its clients now.
@@ -78,6 +83,9 @@ pub struct ForwardRoute {
     /// -1: no switch yet).
     held_at: Mutex<Option<std::time::Instant>>,
     last_pause_ms: std::sync::atomic::AtomicI64,
+    /// What the source acknowledged through this listener, until mirrored (the failover
+    /// report's per-producer loss).
+    acks: Arc<ForwardedAcks>,
 }
 
 /// Counts one source connection while it lives.
@@ -90,7 +98,8 @@ impl Drop for SourceConnection {
 }
 
 impl ForwardRoute {
-    pub fn new(mirror: &str, cluster_id: &str) -> Arc<ForwardRoute> {
+    /// The route of mirror `mirror`'s listener, noting the source's acknowledgements in `acks`.
+    pub fn new(mirror: &str, cluster_id: &str, acks: Arc<ForwardedAcks>) -> Arc<ForwardRoute> {
         Arc::new(ForwardRoute {
             mirror: mirror.to_string(),
             cluster_id: cluster_id.to_string(),
@@ -100,6 +109,7 @@ impl ForwardRoute {
             caught_up: std::sync::atomic::AtomicBool::new(false),
             held_at: Mutex::new(None),
             last_pause_ms: std::sync::atomic::AtomicI64::new(-1),
+            acks,
         })
     }
 
@@ -226,6 +236,8 @@ impl ForwardRoute {
             "source_connections": self.source_connections(),
             "caught_up": self.caught_up(),
             "last_pause_ms": self.last_pause_ms(),
+            "acknowledged_batches_not_mirrored": self.acks.len(),
+            "uncovered_topics": self.acks.uncovered_topics(),
         })
     }
 
@@ -250,10 +262,18 @@ impl ForwardRoute {
         self.caught_up.store(false, Ordering::Release);
     }
 
-    /// Whether `producer_id` came through this listener and owns its mirrored state on the
-    /// destination (only after a switchover's catch-up).
-    pub fn is_forwarded(&self, producer_id: i64) -> bool {
-        self.caught_up.load(Ordering::Acquire) && self.came_through(producer_id)
+    /// Whether `producer_id`'s batch to `topic`-`partition` came through this listener and owns
+    /// its mirrored state on the destination: after a switchover's catch-up; after another
+    /// failover, while the destination lacks none of its acknowledged batches in that partition
+    /// (the ledger exact, and pruned to the agent's final position before the switch).
+    pub fn is_forwarded(&self, producer_id: i64, topic: &str, partition: i32) -> bool {
+        if !self.came_through(producer_id) {
+            return false;
+        }
+        self.caught_up()
+            || self.side() == Side::Destination
+                && self.acks.is_exact()
+                && !self.acks.lacks(producer_id, topic, partition)
     }
 
     /// Whether the source handed `producer_id` out through this listener.
@@ -270,6 +290,11 @@ impl ForwardRoute {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .len()
+    }
+
+    /// The source's acknowledgements passed through this listener, until mirrored.
+    pub fn acks(&self) -> &ForwardedAcks {
+        &self.acks
     }
 
     /// Count a connection to the source while the returned guard lives.
@@ -290,7 +315,7 @@ mod tests {
     use PartitionState::*;
 
     fn route() -> Arc<ForwardRoute> {
-        ForwardRoute::new("dr", "mirrorgate-forward-dr")
+        ForwardRoute::new("dr", "mirrorgate-forward-dr", Arc::default())
     }
 
     #[test]
@@ -354,11 +379,11 @@ mod tests {
         r.note_producer(7);
         r.note_producer(-1);
         assert!(r.came_through(7));
-        assert!(!r.is_forwarded(7), "no switchover caught up yet");
+        assert!(!r.is_forwarded(7, "t", 0), "no switchover caught up yet");
         r.hold().expect("hold");
         r.mark_caught_up();
-        assert!(r.is_forwarded(7));
-        assert!(!r.is_forwarded(8));
+        assert!(r.is_forwarded(7, "t", 0));
+        assert!(!r.is_forwarded(8, "t", 0));
         assert_eq!(r.forwarded_producers(), 1);
     }
 
@@ -369,16 +394,40 @@ mod tests {
         r.hold().expect("hold");
         r.mark_caught_up();
         r.release().expect("release");
-        assert!(!r.is_forwarded(7));
+        assert!(!r.is_forwarded(7, "t", 0));
     }
 
     #[test]
-    fn a_failover_that_was_not_a_switchover_leaves_forwarded_producers_to_the_refusal() {
+    fn after_a_failover_that_was_not_a_switchover_a_forwarded_producer_goes_on_where_nothing_of_it_is_lacking(
+    ) {
         let r = route();
         r.note_producer(7);
+        let batch = |first_offset| crate::mirror::forwarded_acks::AckedBatch {
+            producer_id: 7,
+            producer_epoch: 0,
+            first_sequence: 0,
+            first_offset,
+            records: 1,
+        };
+        r.acks().note("t", 1, batch(9));
         assert_eq!(r.follow(&[Stopping]), Side::Holding);
+        assert!(!r.is_forwarded(7, "t", 0), "not before the switch");
         assert_eq!(r.follow(&[Stopped]), Side::Destination);
-        assert!(!r.is_forwarded(7));
+        assert!(r.is_forwarded(7, "t", 0), "nothing of it lacking there");
+        assert!(
+            !r.is_forwarded(7, "t", 1),
+            "an acknowledged batch lacking there"
+        );
+        assert!(!r.is_forwarded(8, "t", 0), "not a forwarded producer");
+    }
+
+    #[test]
+    fn an_inexact_ledger_leaves_every_producer_to_the_refusal_after_a_failover() {
+        let r = route();
+        r.note_producer(7);
+        r.acks().note_unnamed();
+        r.follow(&[Stopped]);
+        assert!(!r.is_forwarded(7, "t", 0));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::config::ListenerConfig;
 
-use super::connection::{serve, serve_until_switch, ClientConn, GaugeGuard};
+use super::connection::{serve, serve_until_switch, ClientConn, GaugeGuard, Served};
 use super::context::ConnContext;
 use super::forward::{ForwardRoute, Side, SourceConnection};
 
@@ -146,7 +146,11 @@ impl ForwardTarget {
     }
 
     /// Serve a forward connection: on the side the route is on, moved to the other side's
-    /// upstream (the client connection kept) whenever the route switches.
+    /// upstream (the client connection kept) whenever the route switches. While the side's
+    /// broker cannot be reached (a source that went away before a failover, say) the client
+    /// connection is kept too, and the broker tried again until the route switches or
+    /// `hold_wait` has passed: the client sees its requests time out, a retriable error,
+    /// rather than a loop of refused connections.
     async fn serve(
         &self,
         stream: crate::net::Stream,
@@ -156,11 +160,12 @@ impl ForwardTarget {
         drain: mpsc::Sender<()>,
     ) {
         let mut client = ClientConn::new(stream);
+        let mut unreachable_since: Option<tokio::time::Instant> = None;
         loop {
             let Some((ctx, left, _counted)) = self.pick(&shutdown).await else {
                 return;
             };
-            match serve_until_switch(
+            let served = serve_until_switch(
                 ctx,
                 client,
                 peer,
@@ -169,14 +174,40 @@ impl ForwardTarget {
                 Some(left),
                 drain.clone(),
             )
-            .await
-            {
-                Some(kept) => client = kept,
-                None => return,
+            .await;
+            match served {
+                Served::Switched(kept) => {
+                    client = kept;
+                    unreachable_since = None;
+                }
+                Served::Unreachable(kept) => {
+                    let since = *unreachable_since.get_or_insert_with(tokio::time::Instant::now);
+                    if since.elapsed() >= self.hold_wait || !self.wait_to_retry(&shutdown).await {
+                        tracing::warn!(mirror = self.route.mirror(), node, %peer, "closing: the broker stayed unreachable for {:?}", since.elapsed());
+                        return;
+                    }
+                    client = kept;
+                }
+                Served::Closed => return,
             }
         }
     }
+
+    /// Wait before trying an unreachable broker again: [`UNREACHABLE_RETRY`], or less when the
+    /// route switches sides. `false`: the gateway is shutting down.
+    async fn wait_to_retry(&self, shutdown: &watch::Receiver<bool>) -> bool {
+        let mut sides = self.route.subscribe();
+        let mut stop = shutdown.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(UNREACHABLE_RETRY) => true,
+            r = sides.changed() => r.is_ok(),
+            _ = stop.changed() => false,
+        }
+    }
 }
+
+/// How long a forward connection waits before trying an unreachable broker again.
+const UNREACHABLE_RETRY: Duration = Duration::from_millis(500);
 
 /// Keep one bound port per known broker for `cfg` until `shutdown` fires.
 pub async fn run_listener(

@@ -707,3 +707,193 @@ fn a_switchover_is_refused_while_a_transaction_is_open_and_goes_through_once_it_
         .collect();
     assert!(aborted.is_empty(), "the failover aborted {aborted:?}");
 }
+
+/// Runs alone (kills the `third` cluster's broker). The source goes away with two mirrors on it,
+/// each with its forward listener and an idempotent librdkafka producer writing through it:
+/// - mirror `fwdc`: its producer holds its sends and the agent mirrors all it was acknowledged
+///   before the source goes: after the (unplanned) failover the producer goes on on the
+///   destination with no error, under its producer id and epoch;
+/// - mirror `fwdk`: paused, so the source holds records acknowledged to its producer that the
+///   destination lacks: the failover report names them exactly, per producer.
+#[test]
+fn disruptive_an_unplanned_failover_keeps_whole_forwarded_producers_and_names_what_the_others_lack()
+{
+    let third = harness::cluster("third");
+    let destination = harness::cluster("destination");
+    let lost_topic = harness::unique_topic("forward-lost");
+    let kept_topic = harness::unique_topic("forward-kept");
+    harness::create_topic(&third, &lost_topic, 2, None);
+    harness::create_topic(&third, &kept_topic, 2, None);
+    let (mut cfg, lost_forward) = forward_config("fwdk", &[&lost_topic], &third);
+    let (kept_cfg, kept_forward) = forward_config("fwdc", &[&kept_topic], &third);
+    cfg.mirrors.push(kept_cfg.mirrors[0].clone());
+    let gw = TestGateway::start(cfg);
+    let lossy = SourceWriter::start(&lost_forward, &lost_topic, "lost", 1_000_000, 200);
+    let whole = SourceWriter::start(&kept_forward, &kept_topic, "kept", 1_000_000, 200);
+    wait_for(
+        "records through the forward listeners",
+        Duration::from_secs(60),
+        || lossy.acked() >= 200 && whole.acked() >= 200,
+    );
+    wait_mirroring(&gw, "fwdk", &lost_topic, 2);
+    wait_mirroring(&gw, "fwdc", &kept_topic, 2);
+    let (status, body) = admin_call(&gw.admin(), Method::POST, "/v1/mirrors/fwdk/pause", None);
+    assert_eq!(status, 200, "pause: {body}");
+    let at_pause = lossy.acked();
+    wait_for(
+        "records acknowledged by the source after the pause",
+        Duration::from_secs(60),
+        || lossy.acked() >= at_pause + 300,
+    );
+    let (_, body) = admin_call(&gw.admin(), Method::GET, "/v1/mirrors/fwdk/forward", None);
+    let route: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert!(
+        route["acknowledged_batches_not_mirrored"].as_u64() > Some(0),
+        "the route keeps what the paused agent has not mirrored: {body}"
+    );
+    // The whole producer's application holds its sends; the agent mirrors what it was sent.
+    whole.hold(true);
+    std::thread::sleep(Duration::from_millis(500));
+    wait_caught_up(&gw.admin(), "fwdc", &third, &kept_topic, 2);
+    let kept_ids: Vec<(i64, i32)> = (0..2)
+        .flat_map(|p| {
+            broker_producers(
+                &mut RawConn::connect(&leader_addr(&third, &kept_topic, p)),
+                &kept_topic,
+                p,
+            )
+        })
+        .filter(|r| r.0 >= 0)
+        .map(|r| (r.0, r.1))
+        .collect();
+
+    let restart = harness::StoppedNode::kill("third", "1");
+    std::thread::sleep(Duration::from_secs(2));
+    failover(&gw.admin(), "fwdk");
+    failover(&gw.admin(), "fwdc");
+    wait_stopped(&gw.admin(), "fwdk");
+    wait_stopped(&gw.admin(), "fwdc");
+    wait_for(
+        "the routes on the destination",
+        Duration::from_secs(10),
+        || {
+            let m = gw.metrics();
+            ["fwdk", "fwdc"].iter().all(|name| {
+                m.contains(&format!(
+                    "mirrorgate_forward_side{{mirror=\"{name}\",side=\"destination\"}} 1"
+                ))
+            })
+        },
+    );
+    let at_failover = whole.acked();
+    whole.hold(false);
+    wait_for(
+        "the whole producer's records on the destination after the failover",
+        Duration::from_secs(60),
+        || whole.acked() >= at_failover + 200,
+    );
+    // No error reached the whole producer's application, and every record sent was acknowledged.
+    let whole_acked = whole.finish(true);
+    let lossy_keys = lossy.acked_keys();
+    let (lossy_acked, lossy_errors) = lossy.finish_with_errors();
+    drop(restart);
+    eprintln!(
+        "forward kill: whole producer {whole_acked} acknowledged; lossy producer {lossy_acked} acknowledged, errors: {:?}",
+        lossy_errors.iter().take(3).collect::<Vec<_>>()
+    );
+
+    // The whole producer went on under its producer id and epoch, exactly once, in order.
+    for p in 0..2 {
+        let rows = broker_producers(
+            &mut RawConn::connect(&leader_addr(&destination, &kept_topic, p)),
+            &kept_topic,
+            p,
+        );
+        let ids: Vec<(i64, i32)> = rows
+            .iter()
+            .filter(|r| r.0 >= 0)
+            .map(|r| (r.0, r.1))
+            .collect();
+        // (The failover's barrier adds a producer of its own.)
+        assert!(
+            kept_ids.iter().any(|k| ids.contains(k)),
+            "partition {p}: the destination goes on with the source's producer: {ids:?} (source: {kept_ids:?})"
+        );
+        assert!(
+            ids.iter()
+                .filter(|id| kept_ids.iter().any(|k| k.0 == id.0))
+                .all(|id| kept_ids.contains(id)),
+            "partition {p}: the producer kept its epoch: {ids:?} (source: {kept_ids:?})"
+        );
+        let numbers: Vec<usize> = keys(&destination, &kept_topic, p)
+            .iter()
+            .map(|k| k.trim_start_matches("kept-").parse().expect("key"))
+            .collect();
+        assert!(
+            numbers.windows(2).all(|w| w[0] < w[1]),
+            "partition {p}: the whole producer's records once each, in its order"
+        );
+    }
+    let on_destination: usize = (0..2)
+        .map(|p| keys(&destination, &kept_topic, p).len())
+        .sum();
+    assert_eq!(
+        on_destination, whole_acked,
+        "every acknowledged record, once"
+    );
+
+    // The lossy producer: the report names exactly what the destination lacks.
+    let report = completed_report(&gw.admin(), "fwdk");
+    let fwd = &report["forwarded"];
+    assert!(
+        fwd.is_object(),
+        "the report has the forwarded figures: {report}"
+    );
+    assert!(fwd["inexact"].is_null(), "{fwd}");
+    let gaps = fwd["producers"].as_array().cloned().unwrap_or_default();
+    let ids: BTreeSet<i64> = gaps
+        .iter()
+        .filter_map(|g| g["producer_id"].as_i64())
+        .collect();
+    assert_eq!(ids.len(), 1, "one forwarded producer lacks records: {fwd}");
+    assert!(
+        ids.iter().all(|id| *id >= 0),
+        "under its producer id: {fwd}"
+    );
+    let mut lacking_total = 0;
+    for p in 0..2 {
+        let on_destination = keys(&destination, &lost_topic, p);
+        let present: BTreeSet<&String> = on_destination.iter().collect();
+        assert_eq!(
+            present.len(),
+            on_destination.len(),
+            "partition {p}: no record twice on the destination"
+        );
+        let lacking = lossy_keys
+            .iter()
+            .filter(|(part, k)| *part == p && !present.contains(k))
+            .count() as i64;
+        let reported: i64 = gaps
+            .iter()
+            .filter(|g| g["partition"] == p)
+            .map(|g| g["records"].as_i64().unwrap_or(-1))
+            .sum();
+        eprintln!("forward kill: partition {p}: {lacking} acknowledged records lacking, {reported} reported");
+        assert_eq!(
+            reported, lacking,
+            "partition {p}: the report names exactly the acknowledged records the destination lacks: {fwd}"
+        );
+        lacking_total += lacking;
+    }
+    assert!(
+        lacking_total >= 300,
+        "the paused agent left the records acknowledged after the pause unmirrored ({lacking_total})"
+    );
+    assert_eq!(fwd["records"].as_i64(), Some(lacking_total), "{fwd}");
+    let whole_report = completed_report(&gw.admin(), "fwdc");
+    assert_eq!(
+        whole_report["forwarded"]["records"].as_i64(),
+        Some(0),
+        "the whole producer's mirror lacks nothing: {whole_report}"
+    );
+}

@@ -69,6 +69,8 @@ fn read_log(bootstrap: &str, topic: &str, partition: i32) -> Log {
 struct Delivered {
     acked: AtomicUsize,
     errors: Mutex<Vec<String>>,
+    /// (partition, key) of every acknowledged record, in acknowledgement order.
+    keys: Mutex<Vec<(i32, String)>>,
 }
 
 struct Ctx(Arc<Delivered>);
@@ -77,7 +79,15 @@ impl ProducerContext for Ctx {
     type DeliveryOpaque = ();
     fn delivery(&self, r: &DeliveryResult<'_>, _: ()) {
         match r {
-            Ok(_) => {
+            Ok(m) => {
+                let key = m.key().map(|k| String::from_utf8_lossy(k).into_owned());
+                if let Some(k) = key {
+                    self.0
+                        .keys
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push((m.partition(), k));
+                }
                 self.0.acked.fetch_add(1, Ordering::SeqCst);
             }
             Err((e, m)) => self
@@ -95,6 +105,8 @@ impl ProducerContext for Ctx {
 /// Idempotent (acks=all) unless started with [`SourceWriter::start_without_producer_id`].
 struct SourceWriter {
     stop: Arc<AtomicBool>,
+    /// While set, the writer sends nothing (it still serves its deliveries).
+    held: Arc<AtomicBool>,
     delivered: Arc<Delivered>,
     thread: Option<std::thread::JoinHandle<usize>>,
 }
@@ -125,6 +137,7 @@ impl SourceWriter {
         idempotent: bool,
     ) -> SourceWriter {
         let stop = Arc::new(AtomicBool::new(false));
+        let held = Arc::new(AtomicBool::new(false));
         let delivered = Arc::new(Delivered::default());
         let mut cfg = ClientConfig::new();
         cfg.set("bootstrap.servers", bootstrap)
@@ -141,10 +154,15 @@ impl SourceWriter {
             .create_with_context(Ctx(delivered.clone()))
             .expect("producer");
         let (t, p, s) = (topic.to_string(), prefix.to_string(), stop.clone());
+        let h = held.clone();
         let thread = std::thread::spawn(move || {
             let pause = Duration::from_micros(1_000_000 / rate.max(1));
             let mut sent = 0;
             while sent < n && !s.load(Ordering::SeqCst) {
+                if h.load(Ordering::SeqCst) {
+                    producer.poll(Duration::from_millis(10));
+                    continue;
+                }
                 let key = format!("{p}-{sent}");
                 let value = format!("value-{p}-{sent}");
                 let rec = BaseRecord::to(&t).key(&key).payload(&value);
@@ -154,13 +172,17 @@ impl SourceWriter {
                 producer.poll(Duration::ZERO);
                 std::thread::sleep(pause);
             }
-            producer
-                .flush(Duration::from_secs(60))
-                .expect("source producer flush");
+            // A producer that failed for good delivers nothing more: nothing to wait for.
+            if producer.client().fatal_error().is_none() {
+                producer
+                    .flush(Duration::from_secs(60))
+                    .expect("source producer flush");
+            }
             sent
         });
         SourceWriter {
             stop,
+            held,
             delivered,
             thread: Some(thread),
         }
@@ -169,6 +191,25 @@ impl SourceWriter {
     /// Records acknowledged so far.
     fn acked(&self) -> usize {
         self.delivered.acked.load(Ordering::SeqCst)
+    }
+
+    /// Hold (`true`) or resume the sends.
+    fn hold(&self, held: bool) {
+        self.held.store(held, Ordering::SeqCst);
+    }
+
+    /// Stop, and return the records acknowledged and the errors delivered, whatever they are
+    /// (a producer that failed may not flush).
+    fn finish_with_errors(mut self) -> (usize, Vec<String>) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = self.thread.take().expect("thread").join();
+        let errors = self.delivered.errors.lock().unwrap().clone();
+        (self.delivered.acked.load(Ordering::SeqCst), errors)
+    }
+
+    /// (partition, key) of the records acknowledged so far.
+    fn acked_keys(&self) -> Vec<(i32, String)> {
+        self.delivered.keys.lock().unwrap().clone()
     }
 
     /// Whether the writer is still sending (neither stopped nor through its `n` records).

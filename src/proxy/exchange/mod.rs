@@ -11,6 +11,8 @@
 //!   enforcement (read-only mirror topics, fencing, acks=0 on the mirror listener), the PSM tap
 //!   and the inert-barrier count; one decoded response shared by the tap, the rejection merge,
 //!   the duplicate-ack guard and the address rewrite, encoded once and only when changed.
+//! - [`forwarded_produce`]: on a forward listener's source side, the source's acknowledgements
+//!   noted per batch for the failover report ([`super::forward`]); the request sent as it is.
 //! - [`fetch`]: barriers hidden from ordinary consumers (Fetch, ShareFetch; client listener).
 //! - [`init_producer_id`]: PID screening of InitProducerId answers (client listener, forward
 //!   listener on the destination); on a forward listener's source side, the producer ids the
@@ -33,6 +35,7 @@
 
 pub mod admin;
 pub mod fetch;
+pub mod forwarded_produce;
 pub mod init_producer_id;
 pub mod markers;
 pub mod metadata;
@@ -73,6 +76,7 @@ pub struct Pending {
 enum Kind {
     Plain,
     Produce(produce::Pending),
+    ForwardedProduce(forwarded_produce::Pending),
     Fetch(fetch::Pending),
     InitProducerId(init_producer_id::Pending),
     Admin(admin::Pending),
@@ -116,8 +120,12 @@ pub fn begin(
     let client = ctx.local();
     if ctx.forward_to_source().is_some() {
         // The source is the active cluster: nothing is enforced; the producer ids it hands
-        // out through this listener are remembered (`super::forward`).
+        // out through this listener and its acknowledgements are remembered (`super::forward`).
         let (step, kind) = match h.api_key {
+            ApiKey::Produce => match forwarded_produce::begin(ctx, h, frame) {
+                (step, Some(p)) => (step, Kind::ForwardedProduce(p)),
+                (step, None) => (step, Kind::Plain),
+            },
             ApiKey::InitProducerId => {
                 let (step, p) = init_producer_id::begin(ctx, h, frame);
                 (step, Kind::InitProducerId(p))
@@ -202,6 +210,7 @@ impl Pending {
         let (api, version) = (self.api, self.version);
         let frame = match self.kind {
             Kind::Produce(p) => return p.finish(ctx, version, frame),
+            Kind::ForwardedProduce(p) => return p.finish(ctx, version, frame),
             Kind::Plain => frame,
             Kind::Fetch(p) => p.finish(ctx, api, version, frame)?,
             Kind::InitProducerId(p) => {

@@ -59,8 +59,8 @@ pub struct Pending {
 }
 
 /// A topic's name and whether it belongs to a mirror (tracked by the PSM): the topic router,
-/// asked once for the topic.
-fn resolve<'a>(ctx: &ConnContext, t: TopicRef<'a>) -> (Option<Cow<'a, str>>, bool) {
+/// asked once for the topic (a forward listener's source side: the name alone).
+pub(super) fn resolve<'a>(ctx: &ConnContext, t: TopicRef<'a>) -> (Option<Cow<'a, str>>, bool) {
     if let Some(psm) = &ctx.psm {
         return tap::resolve(psm, &ctx.cluster, t);
     }
@@ -238,7 +238,7 @@ fn decide(
     };
     if kind != ListenerKind::Mirror && ctl.barrier_offset(name, partition).is_some() {
         let header = records.and_then(BatchHeader::parse);
-        if !forwarded_producer(forward, header.as_ref()) {
+        if !forwarded_producer(forward, header.as_ref(), name, partition) {
             pending.guard_check = true;
             if let Some(r) =
                 refuse_mirrored_producer_id(ctl, name, partition, header, transactional_id)
@@ -271,11 +271,13 @@ fn decide(
 fn forwarded_producer(
     forward: Option<&crate::proxy::forward::ForwardRoute>,
     header: Option<&BatchHeader>,
+    topic: &str,
+    partition: i32,
 ) -> bool {
     let (Some(route), Some(h)) = (forward, header) else {
         return false;
     };
-    h.has_producer_id() && route.is_forwarded(h.producer_id)
+    h.has_producer_id() && route.is_forwarded(h.producer_id, topic, partition)
 }
 
 /// The `log_start_offset` sent with [`refuse_mirrored_producer_id`]'s UNKNOWN_PRODUCER_ID: not

@@ -332,3 +332,73 @@ fn a_client_listener_produce_is_walked_once_and_its_response_decoded_once() {
     assert_eq!(counted(&f.client, "plain", false), [1, 0, 0, 1, 0]);
     assert_eq!(counted(&f.client, "plain", true), [1, 0, 0, 1, 1]);
 }
+
+/// A forward listener's source side over `f`'s cluster view, its route noting in `route`.
+fn forward_source(f: &Fixture, route: Arc<crate::proxy::forward::ForwardRoute>) -> ConnContext {
+    let c = &f.client;
+    let listener = crate::config::ListenerConfig {
+        bind: "127.0.0.1".into(),
+        advertised_host: None,
+        port_base: 39292,
+        node_id_base: 1,
+        max_brokers: 4,
+        tls: None,
+        allowed_principals: None,
+    };
+    ConnContext {
+        kind: ListenerKind::Forward,
+        psm: None,
+        mirrors: None,
+        verify_crc: false,
+        address_map: ListenerAddressMap::forward(&listener, route.cluster_id()),
+        cluster: c.cluster.clone(),
+        metrics: c.metrics.clone(),
+        handles: c.metrics.api_handles(ListenerKind::Forward),
+        limits: c.limits.clone(),
+        connect_timeout: c.connect_timeout,
+        acceptor: c.acceptor.clone(),
+        principal_limits: None,
+        threads: None,
+        forward: Some(route),
+    }
+}
+
+#[test]
+fn a_forwarded_produce_notes_each_acknowledged_batch_walking_and_decoding_once() {
+    let f = fixture();
+    let route = crate::proxy::forward::ForwardRoute::new("first", "c", Arc::default());
+    let ctx = forward_source(&f, route.clone());
+    assert_eq!(counted(&ctx, "plain", false), [1, 0, 0, 1, 0]);
+    let loss = route.acks().missing(&|_, _| Some(0));
+    assert_eq!(loss.records, 3 * 16, "{loss:?}");
+    let g = &loss.producers[0];
+    assert_eq!(
+        (g.producer_id, g.first_offset, g.last_offset),
+        (4242, 1000, 1015)
+    );
+    assert_eq!((g.first_sequence, g.last_sequence), (0, 15));
+}
+
+#[test]
+fn a_partition_the_source_refused_is_not_noted_as_acknowledged() {
+    let f = fixture();
+    let route = crate::proxy::forward::ForwardRoute::new("first", "c", Arc::default());
+    let ctx = forward_source(&f, route.clone());
+    let (request, _) = produce("plain", false);
+    let parts = (0..3)
+        .map(|p| {
+            PartitionProduceResponse::default()
+                .with_index(p)
+                .with_error_code(if p == 1 { 6 } else { 0 })
+                .with_base_offset(if p == 1 { -1 } else { 50 })
+        })
+        .collect();
+    let resp = ProduceResponse::default().with_responses(vec![TopicProduceResponse::default()
+        .with_name(TopicName(StrBytes::from_static_str("plain")))
+        .with_partition_responses(parts)]);
+    let out = handle(&ctx, request, response_frame(ApiKey::Produce, &resp, 11, 7));
+    assert_eq!(out.error, None);
+    let loss = route.acks().missing(&|_, _| Some(0));
+    let noted: Vec<i32> = loss.producers.iter().map(|g| g.partition).collect();
+    assert_eq!(noted, vec![0, 2]);
+}
