@@ -7,7 +7,8 @@
 //! the source cannot be reached, with the last figure the agent knew and its age), the producers
 //! the barrier expired and the transactions it aborted; `rto_seconds` (call → last partition
 //! STOPPED) and totals; what the group offset sync's final round did (the groups it did not sync,
-//! and why).
+//! and why); for a mirror with a forward listener, the acknowledged records the destination
+//! lacks per forwarded producer ([`super::forwarded_acks`]).
 //!
 //! Owns: the report's shape, its assembly ([`complete`], a pure function) and its files.
 //! Must not touch: the failover, the agent, the source (the caller reads them).
