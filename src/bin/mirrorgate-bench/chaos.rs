@@ -27,8 +27,8 @@
 //! Owns: the run's phases and the verdict's JSON. Must not touch: the shared rig's clusters
 //! (the run's own rig only), the rules (`check.rs`), the schedule's drawing (`plan.rs`).
 
-mod check;
-mod clients;
+pub(crate) mod check;
+pub(crate) mod clients;
 mod disk;
 mod gateways;
 mod group;

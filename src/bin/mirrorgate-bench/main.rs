@@ -12,6 +12,7 @@
 //! - `failover`, `load`: see their modules.
 //! - `consumer-failover`: a consumer group across a failover with the source killed.
 //! - `chaos`: a seeded chaos run of three instances with a history checker.
+//! - `switchover`: producers through a forward listener across a planned switchover.
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -38,6 +39,7 @@ mod proxy;
 mod proxy_report;
 mod psm;
 mod relay;
+mod switchover;
 mod takeover;
 mod topics;
 
@@ -166,6 +168,14 @@ enum Bench {
         /// Run time in seconds (default 180, or 30 with --quick).
         #[arg(long)]
         seconds: Option<u64>,
+    },
+    /// Producers (Java at half its direct saturation, librdkafka, kafka-python) write through
+    /// a mirror's forward listener while a planned switchover moves them to the destination:
+    /// the produce latency while the listener was held, errors, lost, duplicated, reordered.
+    Switchover {
+        /// A short run (100 partitions, 10 s before and after; the full run: 1,000, 30 s).
+        #[arg(long)]
+        quick: bool,
     },
     /// A consumer group reads a mirrored topic on the source under load, the source is killed,
     /// the mirror fails over and the group resumes through the gateway: records skipped and
@@ -453,6 +463,7 @@ fn main() -> ExitCode {
             connections,
             seconds,
         } => load::run(quick, connections, seconds),
+        Bench::Switchover { quick } => switchover::run(quick),
         Bench::ConsumerFailover {
             quick,
             sync_interval_ms,

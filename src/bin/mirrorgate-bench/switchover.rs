@@ -1,0 +1,457 @@
+//! `mirrorgate-bench switchover`: producers write a mirrored topic through the mirror's forward
+//! listener while a planned switchover moves them from the source to the destination. Figures:
+//! the produce latency of the records sent while the switch held the listener (`pause_ms_*`,
+//! against the steady latency before), errors the applications saw, records acknowledged but
+//! absent from the destination (`lost`), records twice on it (`duplicated`), records of one
+//! producer out of its order in a partition, and `seconds` from the call to the listener
+//! released on the destination (docs/benchmarks.md).
+//!
+//! The load: the Java producer (`ChaosProducer.java`) at half of its own saturation rate
+//! measured directly against the source on the same topic first, plus a librdkafka and a
+//! kafka-python producer at a modest fixed rate (they show the other libraries see no error,
+//! not the throughput). The clusters are the shared rig's `source` and `destination`; the
+//! gateway runs in this process.
+//!
+//! Owns: the run's phases and its figures. Must not touch: other benchmarks' ports, the
+//! clusters beyond `Clusters::ensure` and its own topic.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use hyper::Method;
+use mirrorgate::app::Gateway;
+use serde_json::{json, Value};
+
+use crate::chaos::check::{Op, Origin, Outcome};
+use crate::chaos::clients::{self, Library, Producer, Spec};
+use crate::committed_view::TopicView;
+use crate::fleet::admin;
+use crate::{cluster_brokers, Clusters};
+
+/// The gateway's client listener (node n on BASE + n - 1); mirror listener +10, admin +20,
+/// forward listener +30.
+const BASE: u16 = 17792;
+const MIRROR: &str = "sw";
+/// The rate of the librdkafka and kafka-python producers (records a second each).
+const SIDE_RATE: u32 = 200;
+
+/// The size of a run.
+struct Shape {
+    partitions: i32,
+    /// Load before and after the switchover.
+    steady: Duration,
+    /// How long the saturation probe runs.
+    probe: Duration,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+pub fn run(quick: bool) -> Result<Value, String> {
+    let shape = if quick {
+        Shape {
+            partitions: 100,
+            steady: Duration::from_secs(10),
+            probe: Duration::from_secs(6),
+        }
+    } else {
+        Shape {
+            partitions: 1000,
+            steady: Duration::from_secs(30),
+            probe: Duration::from_secs(10),
+        }
+    };
+    let stamp = now_ms();
+    let work = std::env::temp_dir().join(format!("mirrorgate-bench-sw-{stamp}"));
+    std::fs::create_dir_all(&work).map_err(|e| e.to_string())?;
+    let result = run_in(&shape, &work, stamp);
+    if result.is_ok() {
+        let _ = std::fs::remove_dir_all(&work);
+    } else {
+        eprintln!("switchover: logs kept in {}", work.display());
+    }
+    result.map(|mut v| {
+        v["quick"] = json!(quick);
+        v
+    })
+}
+
+/// Runs `spec`'s producer for `d`; the history of what it sent.
+fn produce_for(spec: &Spec, d: Duration, work: &Path) -> Result<Vec<Op>, String> {
+    let history = clients::Shared::default();
+    let p = Producer::start(spec, &history, work)?;
+    std::thread::sleep(d);
+    p.stop(Duration::from_secs(30));
+    Ok(clients::with(&history, |h| h.ops().to_vec()))
+}
+
+fn run_in(shape: &Shape, work: &Path, stamp: i64) -> Result<Value, String> {
+    let (_clusters, addrs) = Clusters::ensure(&["source", "destination"])?;
+    let source = cluster_brokers(&addrs, "source")?.remove(0);
+    let destination = cluster_brokers(&addrs, "destination")?;
+    let topic = format!("bench-sw-{stamp}");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(crate::topics::create(
+        &source,
+        &[(topic.clone(), shape.partitions)],
+    ))?;
+    // The Java producer's own saturation, directly against the source (its records are
+    // mirrored with the rest; the figures count only the run's own producers).
+    let probe = produce_for(
+        &Spec {
+            library: Library::Java,
+            name: "probe",
+            origin: Origin::Source,
+            bootstrap: &source,
+            topic: &topic,
+            per_second: 1_000_000,
+        },
+        shape.probe,
+        work,
+    )?;
+    let saturation = acked_rate(&probe);
+    let rate = ((saturation / 2.0) as u32).max(100);
+    eprintln!("switchover: the Java producer saturates at {saturation:.0} records/s directly; it runs at {rate}/s");
+
+    let forward_port = BASE + 30;
+    let cfg = crate::bench_config(
+        &destination,
+        BASE,
+        &work.join("state"),
+        &format!(
+            "mirrors:\n  - name: {MIRROR}\n    topics: [\"{topic}\"]\n    source: {{ bootstrap: [\"{source}\"] }}\n    forward: {{ listener: {{ port_base: {forward_port}, max_brokers: 8 }}, hold_ms: 5000 }}\n"
+        ),
+    )?;
+    let admin_addr = format!("127.0.0.1:{}", BASE + 20);
+    let gw = rt
+        .block_on(Gateway::start(cfg))
+        .map_err(|e| e.to_string())?;
+    let result = measure(
+        &rt,
+        &admin_addr,
+        &format!("127.0.0.1:{forward_port}"),
+        &destination[0],
+        &topic,
+        shape,
+        rate,
+        work,
+    );
+    rt.block_on(gw.shutdown());
+    for cluster in [&source, &destination[0]] {
+        rt.block_on(crate::topics::delete(cluster, std::slice::from_ref(&topic)));
+    }
+    result.map(|mut v| {
+        v["java_saturation_records_per_s"] = json!(saturation.round());
+        v
+    })
+}
+
+/// Records acknowledged a second, from the first send to the last acknowledgement.
+fn acked_rate(ops: &[Op]) -> f64 {
+    let acked: Vec<&Op> = ops
+        .iter()
+        .filter(|o| matches!(o.outcome, Outcome::Acked { .. }))
+        .collect();
+    let first = ops.iter().map(|o| o.sent_ms).min().unwrap_or(0);
+    let last = acked
+        .iter()
+        .filter_map(|o| o.answered_ms)
+        .max()
+        .unwrap_or(0);
+    acked.len() as f64 * 1000.0 / (last - first).max(1) as f64
+}
+
+/// Waits until the dry run of the switchover shows every partition mirrored with no lag.
+async fn wait_caught_up(admin_addr: &str, partitions: i32) -> Result<(), String> {
+    let path = format!("/v1/mirrors/{MIRROR}/switchover?dry_run=true");
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let (status, v) = admin(admin_addr, Method::POST, &path).await?;
+        let lags = v["partitions"].as_array().cloned().unwrap_or_default();
+        if status == 200
+            && lags.len() == partitions as usize
+            && lags.iter().all(|p| p["lag_records"].as_i64() == Some(0))
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("the agent did not catch up within 300 s: {v}"));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The side the forward listener is on.
+async fn side(admin_addr: &str) -> Result<String, String> {
+    let (_, v) = admin(
+        admin_addr,
+        Method::GET,
+        &format!("/v1/mirrors/{MIRROR}/forward"),
+    )
+    .await?;
+    Ok(v["side"].as_str().unwrap_or_default().to_string())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn measure(
+    rt: &tokio::runtime::Runtime,
+    admin_addr: &str,
+    forward: &str,
+    destination: &str,
+    topic: &str,
+    shape: &Shape,
+    rate: u32,
+    work: &Path,
+) -> Result<Value, String> {
+    rt.block_on(wait_caught_up(admin_addr, shape.partitions))?;
+    let history = clients::Shared::default();
+    let specs = [
+        (Library::Java, "java", rate),
+        (Library::Librdkafka, "librdkafka", SIDE_RATE),
+        (Library::KafkaPython, "kafka-python", SIDE_RATE),
+    ];
+    let mut producers = Vec::new();
+    for (library, name, per_second) in specs {
+        let spec = Spec {
+            library,
+            name,
+            origin: Origin::Source,
+            bootstrap: forward,
+            topic,
+            per_second,
+        };
+        producers.push(Producer::start(&spec, &history, work)?);
+    }
+    std::thread::sleep(shape.steady);
+    let called_ms = now_ms();
+    let called = Instant::now();
+    let (status, body) = rt.block_on(admin(
+        admin_addr,
+        Method::POST,
+        &format!("/v1/mirrors/{MIRROR}/switchover"),
+    ))?;
+    if status != 202 {
+        rt.block_on(clients::stop_producers(producers));
+        return Err(format!("switchover answered {status}: {body}"));
+    }
+    loop {
+        if rt.block_on(side(admin_addr))? == "destination" {
+            break;
+        }
+        if called.elapsed() > Duration::from_secs(120) {
+            rt.block_on(clients::stop_producers(producers));
+            return Err("the forward listener was not on the destination within 120 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let seconds = called.elapsed().as_secs_f64();
+    let released_ms = now_ms();
+    std::thread::sleep(shape.steady);
+    rt.block_on(clients::stop_producers(producers));
+    let ops = clients::with(&history, |h| h.ops().to_vec());
+    let (_, fwd) = rt.block_on(admin(
+        admin_addr,
+        Method::GET,
+        &format!("/v1/mirrors/{MIRROR}/forward"),
+    ))?;
+    let log = rt.block_on(destination_log(destination, topic, shape.partitions))?;
+    let mut out = figures(&ops, &log, called_ms, released_ms);
+    out["bench"] = json!("switchover");
+    out["partitions"] = json!(shape.partitions);
+    out["java_rate_per_s"] = json!(rate);
+    out["side_rate_per_s"] = json!(SIDE_RATE);
+    out["seconds"] = json!((seconds * 1000.0).round() / 1000.0);
+    out["route_last_pause_ms"] = fwd["last_pause_ms"].clone();
+    Ok(out)
+}
+
+/// Every record of `topic` in the destination's log, once two readings agree.
+async fn destination_log(
+    destination: &str,
+    topic: &str,
+    partitions: i32,
+) -> Result<Vec<(i32, i64, String)>, String> {
+    let mut view = TopicView::new(destination, topic, partitions).keeping_keys();
+    let mut last = None;
+    for _ in 0..60 {
+        let n = view.advance().await?;
+        if n > 0 && last == Some(n) {
+            return Ok(view.keys());
+        }
+        last = Some(n);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Err(format!(
+        "the destination's {topic} could not be read to its end"
+    ))
+}
+
+/// The nearest-rank percentile `q` of sorted `v`.
+fn percentile(v: &[i64], q: f64) -> Option<i64> {
+    if v.is_empty() {
+        return None;
+    }
+    let i = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
+    Some(v[i])
+}
+
+/// The run's figures from the producers' history and the destination's log.
+fn figures(ops: &[Op], log: &[(i32, i64, String)], called_ms: i64, released_ms: i64) -> Value {
+    let ours = |k: &str| !k.starts_with("probe-");
+    let mut copies: HashMap<&str, Vec<(i32, i64)>> = HashMap::new();
+    for (p, o, k) in log.iter().filter(|(_, _, k)| ours(k)) {
+        copies.entry(k.as_str()).or_default().push((*p, *o));
+    }
+    let duplicated = copies.values().filter(|c| c.len() > 1).count();
+    let mut errors = 0;
+    let mut unknown = 0;
+    let mut lost = 0;
+    let mut acked = 0;
+    let (mut held, mut steady) = (Vec::new(), Vec::new());
+    let mut held_per: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+    // Per producer and partition: the destination offsets of its records in send order.
+    let mut order: BTreeMap<(&str, i32), Vec<(u64, i64)>> = BTreeMap::new();
+    for op in ops {
+        match &op.outcome {
+            Outcome::Acked { .. } => {
+                acked += 1;
+                match copies.get(op.key.as_str()) {
+                    Some(c) => order
+                        .entry((op.client.as_str(), c[0].0))
+                        .or_default()
+                        .push((op.n, c[0].1)),
+                    None => lost += 1,
+                }
+                let latency = op.answered_ms.unwrap_or(op.sent_ms) - op.sent_ms;
+                if op.sent_ms >= called_ms && op.sent_ms <= released_ms {
+                    held.push(latency);
+                    held_per
+                        .entry(op.client.as_str())
+                        .or_default()
+                        .push(latency);
+                } else if op.sent_ms < called_ms {
+                    steady.push(latency);
+                }
+            }
+            Outcome::Failed { .. } => errors += 1,
+            Outcome::Unknown => unknown += 1,
+        }
+    }
+    let out_of_order: usize = order
+        .values_mut()
+        .map(|v| {
+            v.sort();
+            v.windows(2).filter(|w| w[0].1 > w[1].1).count()
+        })
+        .sum();
+    held.sort_unstable();
+    steady.sort_unstable();
+    let pause_per: BTreeMap<&str, Value> = held_per
+        .iter_mut()
+        .map(|(c, v)| {
+            v.sort_unstable();
+            (
+                *c,
+                json!({"p50": percentile(v, 0.5), "p99": percentile(v, 0.99), "max": v.last()}),
+            )
+        })
+        .collect();
+    let per_client: BTreeMap<&str, usize> = ops.iter().fold(BTreeMap::new(), |mut m, o| {
+        *m.entry(o.client.as_str()).or_default() += 1;
+        m
+    });
+    json!({
+        "sent": ops.len(),
+        "sent_per_producer": per_client,
+        "acked": acked,
+        "errors_to_application": errors,
+        "unknown": unknown,
+        "lost": lost,
+        "duplicated": duplicated,
+        "order_violations": out_of_order,
+        "sent_while_held": held.len(),
+        "pause_ms_p50": percentile(&held, 0.50),
+        "pause_ms_p99": percentile(&held, 0.99),
+        "pause_ms_max": held.last(),
+        "pause_ms_per_producer": pause_per,
+        "steady_ms_p50": percentile(&steady, 0.50),
+        "steady_ms_p99": percentile(&steady, 0.99),
+        "held_ms": round1((released_ms - called_ms) as f64),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(client: &str, n: u64, sent: i64, outcome: Outcome) -> Op {
+        Op {
+            client: client.into(),
+            origin: Origin::Source,
+            key: format!("{client}-{n}"),
+            n,
+            sent_ms: sent,
+            answered_ms: Some(sent + 5),
+            outcome,
+        }
+    }
+
+    fn acked() -> Outcome {
+        Outcome::Acked {
+            partition: 0,
+            offset: 0,
+        }
+    }
+
+    #[test]
+    fn a_record_acknowledged_but_absent_is_lost_and_one_twice_is_duplicated() {
+        let ops = vec![op("j", 0, 10, acked()), op("j", 1, 20, acked())];
+        let log = vec![(0, 0, "j-0".to_string()), (0, 1, "j-0".to_string())];
+        let f = figures(&ops, &log, 100, 200);
+        assert_eq!(f["lost"], 1);
+        assert_eq!(f["duplicated"], 1);
+    }
+
+    #[test]
+    fn records_of_one_producer_out_of_its_order_in_a_partition_are_counted() {
+        let ops = vec![op("j", 0, 10, acked()), op("j", 1, 20, acked())];
+        let log = vec![(0, 5, "j-1".to_string()), (0, 6, "j-0".to_string())];
+        assert_eq!(figures(&ops, &log, 100, 200)["order_violations"], 1);
+    }
+
+    #[test]
+    fn the_pause_is_the_latency_of_records_sent_while_the_listener_was_held() {
+        let mut ops = vec![op("j", 0, 10, acked()), op("j", 1, 150, acked())];
+        ops[1].answered_ms = Some(400);
+        let log = vec![(0, 0, "j-0".to_string()), (0, 1, "j-1".to_string())];
+        let f = figures(&ops, &log, 100, 200);
+        assert_eq!(f["pause_ms_max"], 250);
+        assert_eq!(f["steady_ms_p50"], 5);
+        assert_eq!(f["sent_while_held"], 1);
+    }
+
+    #[test]
+    fn errors_and_unanswered_records_are_counted_apart() {
+        let ops = vec![
+            op("j", 0, 10, Outcome::Failed { reason: "x".into() }),
+            op("j", 1, 20, Outcome::Unknown),
+        ];
+        let f = figures(&ops, &[], 100, 200);
+        assert_eq!(
+            (f["errors_to_application"].clone(), f["unknown"].clone()),
+            (json!(1), json!(1))
+        );
+    }
+}
