@@ -85,6 +85,13 @@ pub(super) async fn switchover(
         let mut v = fwd.route.status();
         v["hold_ms"] = json!(fwd.hold.as_millis() as u64);
         v["partitions"] = json!(lag);
+        // The transactions open now, which would refuse the switchover (read as it would).
+        let read = tokio::time::timeout(fwd.hold, source_facts(&fwd.source, &partitions)).await;
+        match read {
+            Ok(Ok(facts)) => v["transactions_open"] = json!(facts.open),
+            Ok(Err(e)) => v["source_read_error"] = json!(e),
+            Err(_) => v["source_read_error"] = json!(format!("not read within {:?}", fwd.hold)),
+        }
         return json_reply(StatusCode::OK, &v);
     }
     if let Err(e) = fwd.route.hold() {

@@ -590,6 +590,22 @@ fn a_switchover_that_cannot_mirror_the_sources_end_in_time_changes_nothing() {
     let dry: serde_json::Value = serde_json::from_str(&body).expect("json");
     assert_eq!(dry["side"], "source", "{body}");
     assert!(dry["forwarded_producers"].as_u64() >= Some(1), "{body}");
+    assert_eq!(dry["transactions_open"], serde_json::json!([]), "{body}");
+    // A topic the applications write through the listener that the mirror does not cover is
+    // named: it would be absent on the destination.
+    let other = harness::unique_topic("forward-uncovered");
+    harness::create_topic(&source, &other, 1, None);
+    SourceWriter::start(&forward, &other, "other", 20, 200).finish(false);
+    wait_for("the uncovered topic named", Duration::from_secs(15), || {
+        let (_, body) = admin_call(
+            &gw.admin(),
+            Method::POST,
+            "/v1/mirrors/fwdr/switchover?dry_run=true",
+            None,
+        );
+        let dry: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        dry["uncovered_topics"] == serde_json::json!([other.clone()])
+    });
 
     let (status, body) = admin_call(
         &gw.admin(),
@@ -656,6 +672,24 @@ fn a_switchover_is_refused_while_a_transaction_is_open_and_goes_through_once_it_
     }
     producer.flush(Duration::from_secs(30)).expect("flush");
     wait_mirroring(&gw, "fwdt", &topic, 1);
+    // The dry run names the open transaction (the preflight of a switchover).
+    let (status, body) = admin_call(
+        &gw.admin(),
+        Method::POST,
+        "/v1/mirrors/fwdt/switchover?dry_run=true",
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    let dry: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let open = dry["transactions_open"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(open.len(), 1, "one transaction open: {body}");
+    assert!(
+        open[0].as_str().unwrap_or_default().contains(&topic),
+        "{body}"
+    );
 
     let (status, body) = admin_call(
         &gw.admin(),
