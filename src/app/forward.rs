@@ -19,6 +19,7 @@ use crate::metrics::{ListenerKind, Metrics};
 use crate::proxy::forward::{ForwardRoute, Side};
 use crate::proxy::listener::{ForwardTarget, Target};
 use crate::proxy::{BoundPorts, ConnContext, ListenerAddressMap};
+use crate::state::StateStore;
 
 use super::{RunningListener, StartError};
 
@@ -73,6 +74,8 @@ pub(super) fn start(
             .and_then(|a| a.forwarded_acks(&m.name))
             .unwrap_or_default();
         let route = ForwardRoute::new(&m.name, &f.cluster_id_for(&m.name), acks);
+        let store = StateStore::open(&config.state_dir)?;
+        restore_producers(&route, &store);
         let side = |cluster: Arc<ClusterView>, enforced: bool| {
             Arc::new(ConnContext {
                 kind: ListenerKind::Forward,
@@ -109,6 +112,7 @@ pub(super) fn start(
             route.clone(),
             ctl.clone(),
             agent.cloned(),
+            store,
             gauges.clone(),
             shutdown.clone(),
         ));
@@ -124,6 +128,35 @@ pub(super) fn start(
         });
     }
     Ok(out)
+}
+
+/// The state directory's area of the forwarded producer ids (one file per mirror).
+pub const FORWARD_AREA: &str = "forward";
+
+/// The forwarded producer ids a previous process persisted; an unreadable file is logged and
+/// left as it is (those producers bump their epoch at a switchover instead: nothing is lost).
+fn restore_producers(route: &ForwardRoute, store: &StateStore) {
+    let mirror = route.mirror();
+    let read = store.read(FORWARD_AREA, mirror).map_err(|e| e.to_string());
+    match read.and_then(|b| {
+        b.map(|b| route.restore_producers(&b).map_err(|e| e.to_string()))
+            .transpose()
+    }) {
+        Ok(Some(n)) => tracing::info!(mirror, restored = n, "forwarded producer ids restored"),
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(mirror, error = %e, "forwarded producer ids not restored: their producers bump their epoch at a switchover")
+        }
+    }
+}
+
+/// Persist the route's forwarded producer ids when they changed.
+fn persist_producers(route: &ForwardRoute, store: &StateStore) {
+    if let Some(bytes) = route.producers_to_persist() {
+        if let Err(e) = store.write(FORWARD_AREA, route.mirror(), &bytes) {
+            tracing::warn!(mirror = route.mirror(), error = %e, "forwarded producer ids not persisted");
+        }
+    }
 }
 
 /// `mirrorgate_forward_side{mirror,side}` (1 for the side the route is on, 0 for the others)
@@ -180,6 +213,7 @@ async fn follow(
     route: Arc<ForwardRoute>,
     controller: Arc<MirrorController>,
     agent: Option<Arc<Agent>>,
+    store: StateStore,
     gauges: RouteGauges,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -195,6 +229,9 @@ async fn follow(
         }
         route.follow(&controller.recorded_states(route.mirror()));
         gauges.show(&route);
+        if round % PRUNE_EVERY_ROUNDS == 0 {
+            persist_producers(&route, &store);
+        }
         tokio::select! {
             _ = tokio::time::sleep(FOLLOW_EVERY) => {}
             _ = shutdown.changed() => return,

@@ -32,12 +32,12 @@
 //! Owns: the side, its transitions and the forwarded producer ids. Must not touch: sockets (the
 //! listener and connections read the side), the mirror states (the caller tells it what it sees).
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
+use super::forward_ids::{DecodeError, ForwardedIds};
 use crate::mirror::forwarded_acks::ForwardedAcks;
 use crate::mirror::PartitionState;
 
@@ -73,8 +73,8 @@ pub struct ForwardRoute {
     mirror: String,
     cluster_id: String,
     side: watch::Sender<Side>,
-    /// Producer ids the source handed out through this listener.
-    forwarded: Mutex<HashSet<i64>>,
+    /// Producer ids the source handed out through this listener (persisted by the caller).
+    forwarded: Mutex<ForwardedIds>,
     /// Connections to the source still open (a switchover waits for none).
     source_connections: AtomicUsize,
     /// The destination holds everything the source acknowledged through this listener.
@@ -104,7 +104,7 @@ impl ForwardRoute {
             mirror: mirror.to_string(),
             cluster_id: cluster_id.to_string(),
             side: watch::channel(Side::Source).0,
-            forwarded: Mutex::new(HashSet::new()),
+            forwarded: Mutex::new(ForwardedIds::default()),
             source_connections: AtomicUsize::new(0),
             caught_up: std::sync::atomic::AtomicBool::new(false),
             held_at: Mutex::new(None),
@@ -243,12 +243,22 @@ impl ForwardRoute {
 
     /// A producer id the source handed out through this listener.
     pub fn note_producer(&self, producer_id: i64) {
-        if producer_id >= 0 {
-            self.forwarded
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(producer_id);
-        }
+        self.ids().note(producer_id, now_ms());
+    }
+
+    fn ids(&self) -> std::sync::MutexGuard<'_, ForwardedIds> {
+        self.forwarded.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Merge the forwarded producer ids an earlier process persisted (see
+    /// [`crate::proxy::forward_ids`]); how many were added.
+    pub fn restore_producers(&self, bytes: &[u8]) -> Result<usize, DecodeError> {
+        self.ids().restore(bytes, now_ms())
+    }
+
+    /// The forwarded producer ids to persist, when they changed since the last call.
+    pub fn producers_to_persist(&self) -> Option<Vec<u8>> {
+        self.ids().take_changed(now_ms())
     }
 
     /// A held listener's source connections are closed and the agent mirrored the source's log
@@ -267,29 +277,30 @@ impl ForwardRoute {
     /// failover, while the destination lacks none of its acknowledged batches in that partition
     /// (the ledger exact, and pruned to the agent's final position before the switch).
     pub fn is_forwarded(&self, producer_id: i64, topic: &str, partition: i32) -> bool {
-        if !self.came_through(producer_id) {
+        let (came, here) = {
+            let ids = self.ids();
+            (ids.contains(producer_id), ids.noted_here(producer_id))
+        };
+        if !came {
             return false;
         }
+        // After an unplanned failover only an id this process noted: the ledger (in memory)
+        // holds all its acknowledgements.
         self.caught_up()
-            || self.side() == Side::Destination
+            || here
+                && self.side() == Side::Destination
                 && self.acks.is_exact()
                 && !self.acks.lacks(producer_id, topic, partition)
     }
 
     /// Whether the source handed `producer_id` out through this listener.
     pub fn came_through(&self, producer_id: i64) -> bool {
-        self.forwarded
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(&producer_id)
+        self.ids().contains(producer_id)
     }
 
     /// How many producer ids came through this listener.
     pub fn forwarded_producers(&self) -> usize {
-        self.forwarded
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .len()
+        self.ids().len()
     }
 
     /// The source's acknowledgements passed through this listener, until mirrored.
@@ -307,6 +318,12 @@ impl ForwardRoute {
     pub fn source_connections(&self) -> usize {
         self.source_connections.load(Ordering::Acquire)
     }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ pub mod connection;
 pub mod context;
 pub mod exchange;
 pub mod forward;
+pub mod forward_ids;
 pub mod listener;
 pub mod sasl;
 pub mod threads;

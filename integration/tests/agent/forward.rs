@@ -931,3 +931,82 @@ fn disruptive_an_unplanned_failover_keeps_whole_forwarded_producers_and_names_wh
         "the whole producer's mirror lacks nothing: {whole_report}"
     );
 }
+
+/// The gateway is killed and restarted between the producer's start and the switchover: the
+/// producer id the source handed out through the forward listener is restored from the state
+/// directory, and the producer still goes on on the destination with its id and epoch.
+#[test]
+fn a_forwarded_producer_keeps_its_session_across_a_gateway_restart_and_a_switchover() {
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("forward-restart");
+    harness::create_topic(&source, &topic, 1, None);
+    let (cfg, forward) = forward_config("fwdrs", &[&topic], &source);
+    let mut gw = crate::gw::ProcessGateway::start(cfg, &[]);
+    let writer = SourceWriter::start(&forward, &topic, "app", 1_000_000, 200);
+    wait_for(
+        "records through the forward listener",
+        Duration::from_secs(60),
+        || writer.acked() >= 300,
+    );
+    gw.kill9();
+    gw.restart(&[]);
+    let restarted = writer.acked();
+    wait_for(
+        "records through the restarted gateway",
+        Duration::from_secs(60),
+        || writer.acked() >= restarted + 200,
+    );
+    let (_, body) = gw.call(Method::GET, "/v1/mirrors/fwdrs/forward");
+    let route: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(route["forwarded_producers"], 1, "restored: {body}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, body) = gw.call(Method::POST, "/v1/mirrors/fwdrs/switchover");
+        if status == 202 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "switchover refused: {body}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    wait_stopped(&gw.admin(), "fwdrs");
+    let at_switch = writer.acked();
+    wait_for(
+        "records after the switchover",
+        Duration::from_secs(60),
+        || writer.acked() >= at_switch + 200,
+    );
+    let acked = writer.finish(true);
+    let on_destination = keys(&destination, &topic, 0);
+    assert_eq!(
+        on_destination.len(),
+        acked,
+        "every acknowledged record, once"
+    );
+    let rows = |bootstrap: &str| -> Vec<(i64, i32)> {
+        broker_producers(
+            &mut RawConn::connect(&leader_addr(bootstrap, &topic, 0)),
+            &topic,
+            0,
+        )
+        .iter()
+        .filter(|r| r.0 >= 0)
+        .map(|r| (r.0, r.1))
+        .collect()
+    };
+    let app = rows(&source);
+    assert_eq!(app.len(), 1, "one producer wrote the source: {app:?}");
+    let after = rows(&destination);
+    assert!(
+        after.contains(&app[0]),
+        "the destination goes on with the source's producer {:?}: {after:?}",
+        app[0]
+    );
+    assert!(
+        after
+            .iter()
+            .filter(|r| r.0 == app[0].0)
+            .all(|r| r.1 == app[0].1),
+        "the producer kept its epoch across the restart and the switchover: {after:?}"
+    );
+}

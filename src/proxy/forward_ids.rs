@@ -1,0 +1,149 @@
+//! The producer ids the source handed out through a forward listener (its InitProducerId
+//! answers), kept across restarts: a switchover after a restart of the gateway still lets them
+//! go on with their sessions.
+//!
+//! Each id keeps when it was last noted. Ids restored from the state directory are told apart
+//! from those noted by this process: the ledger of acknowledgements
+//! ([`crate::mirror::forwarded_acks`]) lives in memory, so only an id noted since this process
+//! started has all its acknowledgements in it, which the exemption after an unplanned failover
+//! needs. An id not noted for [`FORWARDED_ID_TTL_MS`] is dropped: the brokers have expired its
+//! state long before (`producer.id.expiration.ms` is a day by default).
+//!
+//! Owns: the set, its expiry and its encoding. Must not touch: the state directory (the caller
+//! reads and writes the bytes), the route's side.
+
+use std::collections::{HashMap, HashSet};
+
+use serde::{Deserialize, Serialize};
+
+/// How long an id is kept after it was last noted: a week.
+pub const FORWARDED_ID_TTL_MS: i64 = 7 * 24 * 3600 * 1000;
+
+/// The set (see the module doc).
+#[derive(Debug, Default)]
+pub struct ForwardedIds {
+    /// Producer id → when it was last noted (ms since the epoch).
+    ids: HashMap<i64, i64>,
+    /// The ids noted by this process.
+    here: HashSet<i64>,
+    /// Changed since the last [`ForwardedIds::take_changed`].
+    changed: bool,
+}
+
+/// The persisted form.
+#[derive(Debug, Serialize, Deserialize)]
+struct Persisted {
+    version: u32,
+    /// `[producer id, last noted ms]`.
+    producers: Vec<(i64, i64)>,
+}
+
+/// The persisted set could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("the forwarded producer ids are not readable: {0}")]
+pub struct DecodeError(String);
+
+impl ForwardedIds {
+    /// `producer_id` was handed out through the listener at `now_ms`.
+    pub fn note(&mut self, producer_id: i64, now_ms: i64) {
+        if producer_id < 0 {
+            return;
+        }
+        self.ids.insert(producer_id, now_ms);
+        self.here.insert(producer_id);
+        self.changed = true;
+    }
+
+    /// Whether the source handed `producer_id` out through the listener (this process or one
+    /// before it).
+    pub fn contains(&self, producer_id: i64) -> bool {
+        self.ids.contains_key(&producer_id)
+    }
+
+    /// Whether this process noted `producer_id`.
+    pub fn noted_here(&self, producer_id: i64) -> bool {
+        self.here.contains(&producer_id)
+    }
+
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// Merge the ids a previous process persisted (`bytes`), dropping the expired ones.
+    pub fn restore(&mut self, bytes: &[u8], now_ms: i64) -> Result<usize, DecodeError> {
+        let p: Persisted = serde_json::from_slice(bytes).map_err(|e| DecodeError(e.to_string()))?;
+        if p.version != 1 {
+            return Err(DecodeError(format!("unknown version {}", p.version)));
+        }
+        let before = self.ids.len();
+        for (id, at) in p.producers {
+            if id >= 0 && now_ms - at < FORWARDED_ID_TTL_MS {
+                let e = self.ids.entry(id).or_insert(at);
+                *e = (*e).max(at);
+            }
+        }
+        Ok(self.ids.len() - before)
+    }
+
+    /// The bytes to persist when the set changed since the last call (expired ids dropped).
+    pub fn take_changed(&mut self, now_ms: i64) -> Option<Vec<u8>> {
+        if !std::mem::take(&mut self.changed) {
+            return None;
+        }
+        self.ids.retain(|_, at| now_ms - *at < FORWARDED_ID_TTL_MS);
+        let here = &mut self.here;
+        let ids = &self.ids;
+        here.retain(|id| ids.contains_key(id));
+        let mut producers: Vec<(i64, i64)> = self.ids.iter().map(|(k, v)| (*k, *v)).collect();
+        producers.sort_unstable();
+        serde_json::to_vec(&Persisted {
+            version: 1,
+            producers,
+        })
+        .ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn noted_ids_are_persisted_once_and_restored_as_not_noted_here() {
+        let mut a = ForwardedIds::default();
+        a.note(7, 1_000);
+        a.note(-1, 1_000);
+        let bytes = a.take_changed(2_000).expect("changed");
+        assert!(a.take_changed(2_000).is_none(), "nothing changed since");
+        let mut b = ForwardedIds::default();
+        assert_eq!(b.restore(&bytes, 3_000).expect("readable"), 1);
+        assert!(b.contains(7));
+        assert!(!b.noted_here(7), "restored, not noted by this process");
+        b.note(7, 4_000);
+        assert!(b.noted_here(7));
+    }
+
+    #[test]
+    fn an_id_not_noted_for_a_week_is_dropped() {
+        let mut a = ForwardedIds::default();
+        a.note(7, 0);
+        a.note(8, FORWARDED_ID_TTL_MS);
+        let bytes = a.take_changed(FORWARDED_ID_TTL_MS + 1).expect("changed");
+        assert!(!a.contains(7));
+        let mut b = ForwardedIds::default();
+        b.restore(&bytes, FORWARDED_ID_TTL_MS + 2)
+            .expect("readable");
+        assert!(b.contains(8) && !b.contains(7));
+    }
+
+    #[test]
+    fn an_unreadable_file_is_an_error_not_an_empty_set() {
+        let mut b = ForwardedIds::default();
+        assert!(b.restore(b"{not json", 0).is_err());
+        assert!(b.restore(br#"{"version":9,"producers":[]}"#, 0).is_err());
+    }
+}
