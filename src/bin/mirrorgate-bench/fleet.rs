@@ -74,6 +74,7 @@ impl Fleet {
                 topics_regex: format!("{prefix}-[0-9]+"),
                 instances: (instances > 1)
                     .then(|| (format!("bench-{i}"), format!("{prefix}-state"))),
+                forward: None,
             };
             let gw = GatewayProcess::spawn(bin, &spec, |state| {
                 gateway_yaml(destination, client, admin, state, Some(&mirrors))

@@ -76,11 +76,15 @@ pub struct GatewayProcess {
 
 /// The mirror of a benchmark gateway: a mirror listener from `port_base`, one mirror `bench`
 /// (fed by an external tool) of the topics matching `topics_regex`, and with `instances: Some((id,
-/// state_topic))` one instance of several sharing a state topic.
+/// state_topic))` one instance of several sharing a state topic. With `forward: Some(port)`, a
+/// second mirror `bench-forward` whose source is the destination cluster itself, of a topic that
+/// never exists, with a forward listener from `port`: every topic written through it goes to
+/// its source, the path (and cost) of a forward listener before a switchover.
 pub struct Mirrors {
     pub port_base: u16,
     pub topics_regex: String,
     pub instances: Option<(String, String)>,
+    pub forward: Option<u16>,
 }
 
 /// A benchmark gateway's configuration: the client listener on 127.0.0.1 from `base`, admin on
@@ -99,8 +103,12 @@ pub fn gateway_yaml(
                 m.port_base
             ),
             format!(
-                "mirrors:\n  - {{ name: bench, topics: [\"regex:{}\"] }}\n{}",
+                "mirrors:\n  - {{ name: bench, topics: [\"regex:{}\"] }}\n{}{}",
                 m.topics_regex,
+                m.forward.map(|port| format!(
+                    "  - {{ name: bench-forward, topics: [\"bench-forward-never-created\"], source: {{ bootstrap: [{}] }}, forward: {{ listener: {{ bind: 127.0.0.1, port_base: {port}, max_brokers: 4 }} }} }}\n",
+                    yaml_list(destination)
+                )).unwrap_or_default(),
                 m.instances
                     .as_ref()
                     .map(|(id, topic)| format!("instances:\n  id: {id}\n  state_topic: {topic}\n"))
@@ -184,21 +192,23 @@ impl GatewayProcess {
         Self::start_with(bin, destination, base, admin, name, None)
     }
 
-    /// As [`GatewayProcess::start`], and with `mirror: Some((port_base, topics))` also a mirror
-    /// listener on 127.0.0.1 from `port_base` and one mirror `bench` fed by an external tool
-    /// (no source cluster) holding the topics matched by the regex `topics`.
+    /// As [`GatewayProcess::start`], and with `mirror: Some((port_base, topics, forward))` also a
+    /// mirror listener on 127.0.0.1 from `port_base` and one mirror `bench` fed by an external
+    /// tool (no source cluster) holding the topics matched by the regex `topics` (and the
+    /// `bench-forward` mirror of [`Mirrors`] with a forward listener from `forward`).
     pub fn start_with(
         bin: &Path,
         destination: &[String],
         base: u16,
         admin: u16,
         name: &str,
-        mirror: Option<(u16, &str)>,
+        mirror: Option<(u16, &str, Option<u16>)>,
     ) -> Result<GatewayProcess, String> {
-        let mirrors = mirror.map(|(port, topics)| Mirrors {
+        let mirrors = mirror.map(|(port, topics, forward)| Mirrors {
             port_base: port,
             topics_regex: topics.to_string(),
             instances: None,
+            forward,
         });
         let spec = ProcessSpec {
             name,

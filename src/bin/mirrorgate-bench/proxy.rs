@@ -6,6 +6,9 @@
 //! client listener writing topics outside the mirror: every Produce goes through the write
 //! policy), `gateway-mirror` (the same process, its mirror listener, topics of the mirror: the
 //! path a mirroring tool's writes take, with enforcement and the producer-state tap),
+//! `gateway-forward` (the same process, the forward listener of a second mirror whose source is
+//! the destination cluster itself: the path of an application's traffic before a switchover,
+//! every acknowledgement noted in the ledger),
 //! `baseline` and `baseline-mirror` (the same two for another gateway binary given with
 //! `--baseline`, e.g. a build of an earlier commit: before/after figures side by side in one
 //! run) and `peer` (Kroxylicious, when it builds). Every proxy is a process of its own so that
@@ -49,6 +52,8 @@ const GATEWAY_BASE: u16 = 17092;
 const GATEWAY_ADMIN: u16 = 17102;
 /// The gateway's mirror listener (node n on GATEWAY_MIRROR_BASE + n - 1).
 const GATEWAY_MIRROR_BASE: u16 = 17112;
+/// The gateway's forward listener (node n on GATEWAY_FORWARD_BASE + n - 1).
+const GATEWAY_FORWARD_BASE: u16 = 17122;
 /// The same three for the `--baseline` gateway.
 const BASELINE_BASE: u16 = 17292;
 const BASELINE_ADMIN: u16 = 17302;
@@ -258,6 +263,7 @@ pub fn run(opts: Options) -> Result<Value, String> {
         "relay",
         "gateway",
         "gateway-mirror",
+        "gateway-forward",
         "baseline",
         "baseline-mirror",
         "peer",
@@ -301,14 +307,17 @@ fn run_modes(
     sat_topic: &dyn Fn(&str, usize) -> String,
     rate_topic: &dyn Fn(&str) -> String,
 ) -> Result<Value, String> {
-    let mirror = |base| Some((base, MIRROR_TOPICS));
     let gateway = GatewayProcess::start_with(
         bin,
         brokers,
         GATEWAY_BASE,
         GATEWAY_ADMIN,
         "proxy",
-        mirror(GATEWAY_MIRROR_BASE),
+        Some((
+            GATEWAY_MIRROR_BASE,
+            MIRROR_TOPICS,
+            Some(GATEWAY_FORWARD_BASE),
+        )),
     )?;
     rt.block_on(gateway.wait_ready(Duration::from_secs(60)))?;
     let baseline = match &opts.baseline {
@@ -319,7 +328,7 @@ fn run_modes(
                 BASELINE_BASE,
                 BASELINE_ADMIN,
                 "baseline",
-                mirror(BASELINE_MIRROR_BASE),
+                Some((BASELINE_MIRROR_BASE, MIRROR_TOPICS, None)),
             )?;
             rt.block_on(p.wait_ready(Duration::from_secs(60)))?;
             Some(p)
@@ -357,6 +366,11 @@ fn run_modes(
         Mode {
             name: "gateway-mirror",
             bootstrap: format!("127.0.0.1:{GATEWAY_MIRROR_BASE}"),
+            pid: Some(gateway.pid()),
+        },
+        Mode {
+            name: "gateway-forward",
+            bootstrap: format!("127.0.0.1:{GATEWAY_FORWARD_BASE}"),
             pid: Some(gateway.pid()),
         },
     ];
