@@ -55,6 +55,52 @@ fn keys(bootstrap: &str, topic: &str, partition: i32) -> Vec<String> {
         .collect()
 }
 
+/// The switchover's dry run of mirror `name` (asserted `200`).
+fn dry_run(gw: &TestGateway, name: &str) -> serde_json::Value {
+    let path = format!("/v1/mirrors/{name}/switchover?dry_run=true");
+    let (status, body) = admin_call(&gw.admin(), Method::POST, &path, None);
+    assert_eq!(status, 200, "dry run: {body}");
+    serde_json::from_str(&body).expect("json")
+}
+
+/// The producer ids and epochs the brokers of `bootstrap` hold for `topic`-`partition`
+/// (DescribeProducers; the barrier's and markers' -1 left out).
+fn producer_ids(bootstrap: &str, topic: &str, partition: i32) -> Vec<(i64, i32)> {
+    broker_producers(
+        &mut RawConn::connect(&leader_addr(bootstrap, topic, partition)),
+        topic,
+        partition,
+    )
+    .iter()
+    .filter(|r| r.0 >= 0)
+    .map(|r| (r.0, r.1))
+    .collect()
+}
+
+/// The one producer that wrote `topic`-`partition` on the source went on on the destination
+/// under the id and epoch the source gave it (an epoch bump, or a new id, would show here).
+fn assert_session_kept(source: &str, destination: &str, topic: &str, partition: i32) {
+    let app = producer_ids(source, topic, partition);
+    assert_eq!(
+        app.len(),
+        1,
+        "partition {partition}: one producer wrote the source: {app:?}"
+    );
+    let after = producer_ids(destination, topic, partition);
+    assert!(
+        after.contains(&app[0]),
+        "partition {partition}: the destination goes on with the source's producer {:?}: {after:?}",
+        app[0]
+    );
+    assert!(
+        after
+            .iter()
+            .filter(|r| r.0 == app[0].0)
+            .all(|r| r.1 == app[0].1),
+        "partition {partition}: the producer kept its epoch: {after:?}"
+    );
+}
+
 #[test]
 fn an_idempotent_producer_through_the_forward_listener_goes_on_across_a_switchover_without_an_error(
 ) {
@@ -140,40 +186,7 @@ fn an_idempotent_producer_through_the_forward_listener_goes_on_across_a_switchov
     // source gave it (an epoch bump, or a new id, would show here), and the records after the
     // switchover are its.
     for p in 0..2 {
-        let on_source = broker_producers(
-            &mut RawConn::connect(&leader_addr(&source, &topic, p)),
-            &topic,
-            p,
-        );
-        let on_destination = broker_producers(
-            &mut RawConn::connect(&leader_addr(&destination, &topic, p)),
-            &topic,
-            p,
-        );
-        let ids = |rows: &[crate::psm_differential::ProducerRow]| -> Vec<(i64, i32)> {
-            rows.iter()
-                .filter(|r| r.0 >= 0)
-                .map(|r| (r.0, r.1))
-                .collect()
-        };
-        let app = ids(&on_source);
-        assert_eq!(
-            app.len(),
-            1,
-            "partition {p}: one producer wrote the source: {on_source:?}"
-        );
-        assert!(
-            ids(&on_destination).contains(&app[0]),
-            "partition {p}: the destination goes on with the source's producer {:?}: {on_destination:?}",
-            app[0]
-        );
-        assert!(
-            on_destination
-                .iter()
-                .filter(|r| r.0 == app[0].0)
-                .all(|r| r.1 == app[0].1),
-            "partition {p}: the producer kept its epoch: {on_destination:?}"
-        );
+        assert_session_kept(&source, &destination, &topic, p);
     }
     assert!(
         acked > source_after,
@@ -580,31 +593,17 @@ fn a_switchover_that_cannot_mirror_the_sources_end_in_time_changes_nothing() {
             log_end(&source, &topic, 0) >= mirrored + 100
         },
     );
-    let (status, body) = admin_call(
-        &gw.admin(),
-        Method::POST,
-        "/v1/mirrors/fwdr/switchover?dry_run=true",
-        None,
-    );
-    assert_eq!(status, 200, "dry run: {body}");
-    let dry: serde_json::Value = serde_json::from_str(&body).expect("json");
-    assert_eq!(dry["side"], "source", "{body}");
-    assert!(dry["forwarded_producers"].as_u64() >= Some(1), "{body}");
-    assert_eq!(dry["transactions_open"], serde_json::json!([]), "{body}");
+    let dry = dry_run(&gw, "fwdr");
+    assert_eq!(dry["side"], "source", "{dry}");
+    assert!(dry["forwarded_producers"].as_u64() >= Some(1), "{dry}");
+    assert_eq!(dry["transactions_open"], serde_json::json!([]), "{dry}");
     // A topic the applications write through the listener that the mirror does not cover is
     // named: it would be absent on the destination.
     let other = harness::unique_topic("forward-uncovered");
     harness::create_topic(&source, &other, 1, None);
     SourceWriter::start(&forward, &other, "other", 20, 200).finish(false);
     wait_for("the uncovered topic named", Duration::from_secs(15), || {
-        let (_, body) = admin_call(
-            &gw.admin(),
-            Method::POST,
-            "/v1/mirrors/fwdr/switchover?dry_run=true",
-            None,
-        );
-        let dry: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-        dry["uncovered_topics"] == serde_json::json!([other.clone()])
+        dry_run(&gw, "fwdr")["uncovered_topics"] == serde_json::json!([other.clone()])
     });
 
     let (status, body) = admin_call(
@@ -673,14 +672,8 @@ fn a_switchover_is_refused_while_a_transaction_is_open_and_goes_through_once_it_
     producer.flush(Duration::from_secs(30)).expect("flush");
     wait_mirroring(&gw, "fwdt", &topic, 1);
     // The dry run names the open transaction (the preflight of a switchover).
-    let (status, body) = admin_call(
-        &gw.admin(),
-        Method::POST,
-        "/v1/mirrors/fwdt/switchover?dry_run=true",
-        None,
-    );
-    assert_eq!(status, 200, "{body}");
-    let dry: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let dry = dry_run(&gw, "fwdt");
+    let body = dry.to_string();
     let open = dry["transactions_open"]
         .as_array()
         .cloned()
@@ -790,15 +783,7 @@ fn disruptive_an_unplanned_failover_keeps_whole_forwarded_producers_and_names_wh
     std::thread::sleep(Duration::from_millis(500));
     wait_caught_up(&gw.admin(), "fwdc", &third, &kept_topic, 2);
     let kept_ids: Vec<(i64, i32)> = (0..2)
-        .flat_map(|p| {
-            broker_producers(
-                &mut RawConn::connect(&leader_addr(&third, &kept_topic, p)),
-                &kept_topic,
-                p,
-            )
-        })
-        .filter(|r| r.0 >= 0)
-        .map(|r| (r.0, r.1))
+        .flat_map(|p| producer_ids(&third, &kept_topic, p))
         .collect();
 
     let restart = harness::StoppedNode::kill("third", "1");
@@ -838,16 +823,7 @@ fn disruptive_an_unplanned_failover_keeps_whole_forwarded_producers_and_names_wh
 
     // The whole producer went on under its producer id and epoch, exactly once, in order.
     for p in 0..2 {
-        let rows = broker_producers(
-            &mut RawConn::connect(&leader_addr(&destination, &kept_topic, p)),
-            &kept_topic,
-            p,
-        );
-        let ids: Vec<(i64, i32)> = rows
-            .iter()
-            .filter(|r| r.0 >= 0)
-            .map(|r| (r.0, r.1))
-            .collect();
+        let ids = producer_ids(&destination, &kept_topic, p);
         // (The failover's barrier adds a producer of its own.)
         assert!(
             kept_ids.iter().any(|k| ids.contains(k)),
@@ -983,30 +959,5 @@ fn a_forwarded_producer_keeps_its_session_across_a_gateway_restart_and_a_switcho
         acked,
         "every acknowledged record, once"
     );
-    let rows = |bootstrap: &str| -> Vec<(i64, i32)> {
-        broker_producers(
-            &mut RawConn::connect(&leader_addr(bootstrap, &topic, 0)),
-            &topic,
-            0,
-        )
-        .iter()
-        .filter(|r| r.0 >= 0)
-        .map(|r| (r.0, r.1))
-        .collect()
-    };
-    let app = rows(&source);
-    assert_eq!(app.len(), 1, "one producer wrote the source: {app:?}");
-    let after = rows(&destination);
-    assert!(
-        after.contains(&app[0]),
-        "the destination goes on with the source's producer {:?}: {after:?}",
-        app[0]
-    );
-    assert!(
-        after
-            .iter()
-            .filter(|r| r.0 == app[0].0)
-            .all(|r| r.1 == app[0].1),
-        "the producer kept its epoch across the restart and the switchover: {after:?}"
-    );
+    assert_session_kept(&source, &destination, &topic, 0);
 }

@@ -57,7 +57,7 @@ struct Shape {
     load: Duration,
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -154,7 +154,7 @@ async fn wait_state(
 
 /// Every record of `topic` in the destination's log (read from its brokers directly), once
 /// two readings agree.
-async fn destination_log(
+pub(crate) async fn destination_log(
     destination: &str,
     topic: &str,
     partitions: i32,

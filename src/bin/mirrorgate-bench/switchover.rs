@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use hyper::Method;
 use mirrorgate::app::Gateway;
@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 
 use crate::chaos::check::{Op, Origin, Outcome};
 use crate::chaos::clients::{self, Library, Producer, Spec};
-use crate::committed_view::TopicView;
+use crate::consumer_failover::{destination_log, now_ms};
 use crate::fleet::admin;
 use crate::{cluster_brokers, Clusters};
 
@@ -43,13 +43,6 @@ struct Shape {
     steady: Duration,
     /// How long the saturation probe runs.
     probe: Duration,
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 fn round1(x: f64) -> f64 {
@@ -275,27 +268,6 @@ fn measure(
     out["seconds"] = json!((seconds * 1000.0).round() / 1000.0);
     out["route_last_pause_ms"] = fwd["last_pause_ms"].clone();
     Ok(out)
-}
-
-/// Every record of `topic` in the destination's log, once two readings agree.
-async fn destination_log(
-    destination: &str,
-    topic: &str,
-    partitions: i32,
-) -> Result<Vec<(i32, i64, String)>, String> {
-    let mut view = TopicView::new(destination, topic, partitions).keeping_keys();
-    let mut last = None;
-    for _ in 0..60 {
-        let n = view.advance().await?;
-        if n > 0 && last == Some(n) {
-            return Ok(view.keys());
-        }
-        last = Some(n);
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    Err(format!(
-        "the destination's {topic} could not be read to its end"
-    ))
 }
 
 /// The nearest-rank percentile `q` of sorted `v`.

@@ -128,21 +128,7 @@ impl Pending {
         if let Some(route) = &ctx.forward {
             self.note(route.acks(), &d.body);
         }
-        let hints = d
-            .body
-            .responses
-            .iter()
-            .flat_map(|t| t.partition_responses.iter())
-            .any(|p| p.current_leader.leader_epoch >= 0);
-        if hints || !d.body.node_endpoints.is_empty() {
-            let mut unmapped = 0;
-            resp.edit_with(|r| {
-                unmapped = crate::protocol::rewrite::map_produce_endpoints(r, &ctx.address_map);
-                true
-            })
-            .map_err(ExchangeError::Rewrite)?;
-            super::metadata::endpoints_unmapped(ctx, unmapped);
-        }
+        super::produce::rewrite_hints(ctx, version, &mut resp)?;
         resp.into_frame().map_err(ExchangeError::Rewrite)
     }
 }

@@ -436,20 +436,40 @@ impl Pending {
                 resp.edit_with(|r| duplicate_ack_guard(ctl.as_ref(), &ctx.cluster, version, r))?;
             }
         }
-        if crate::protocol::rewrite::needs_rewrite(ApiKey::Produce, version) {
-            let d = resp.get().map_err(ExchangeError::Rewrite)?;
-            if !d.body.node_endpoints.is_empty() {
-                let mut unmapped = 0;
-                resp.edit_with(|r| {
-                    unmapped = crate::protocol::rewrite::map_produce_endpoints(r, &ctx.address_map);
-                    true
-                })
-                .map_err(ExchangeError::Rewrite)?;
-                super::metadata::endpoints_unmapped(ctx, unmapped);
-            }
-        }
+        rewrite_hints(ctx, version, &mut resp)?;
         resp.into_frame().map_err(ExchangeError::Rewrite)
     }
+}
+
+/// The KIP-951 hints of a Produce answer (v10+) mapped to this listener's ports, and a virtual
+/// cluster's leader epochs hidden: edited, so encoded again, only when the answer carries some.
+pub(super) fn rewrite_hints(
+    ctx: &ConnContext,
+    version: i16,
+    resp: &mut Edited<ProduceResponse>,
+) -> Result<(), ExchangeError> {
+    use crate::protocol::rewrite::AddressMap;
+    if !crate::protocol::rewrite::needs_rewrite(ApiKey::Produce, version) {
+        return Ok(());
+    }
+    let d = resp.get().map_err(ExchangeError::Rewrite)?;
+    let epochs = ctx.address_map.virtual_cluster().is_some()
+        && d.body
+            .responses
+            .iter()
+            .flat_map(|t| t.partition_responses.iter())
+            .any(|p| p.current_leader.leader_epoch >= 0);
+    if d.body.node_endpoints.is_empty() && !epochs {
+        return Ok(());
+    }
+    let mut unmapped = 0;
+    resp.edit_with(|r| {
+        unmapped = crate::protocol::rewrite::map_produce_endpoints(r, &ctx.address_map);
+        true
+    })
+    .map_err(ExchangeError::Rewrite)?;
+    super::metadata::endpoints_unmapped(ctx, unmapped);
+    Ok(())
 }
 
 /// Turn local acknowledgements below a partition's barrier into errors: the broker acknowledged
