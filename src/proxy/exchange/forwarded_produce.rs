@@ -77,6 +77,10 @@ pub fn begin(ctx: &ConnContext, h: &RequestHeaderInfo, frame: Bytes) -> (Step, O
 impl Pending {
     /// Note the batches the source acknowledged in `resp`.
     fn note(&self, acks: &ForwardedAcks, resp: &ProduceResponse) {
+        // The broker answers in the request's order: each answer is looked for at the next
+        // batch first, and searched for only when it is not there (no quadratic walk of a
+        // request of a thousand partitions).
+        let mut next = 0;
         for t in &resp.responses {
             let topic = self.topics.iter().position(|q| match q.id {
                 Some(id) => id == t.topic_id,
@@ -84,13 +88,18 @@ impl Pending {
             });
             let Some(ti) = topic else { continue };
             for p in t.partition_responses.iter().filter(|p| p.error_code == 0) {
-                let Some((_, _, h)) = self
-                    .batches
-                    .iter()
-                    .find(|(i, part, _)| *i == ti && *part == p.index)
+                let here = |k: &usize| {
+                    let (i, part, _) = &self.batches[*k];
+                    *i == ti && *part == p.index
+                };
+                let Some(k) = Some(next)
+                    .filter(|k| *k < self.batches.len() && here(k))
+                    .or_else(|| (0..self.batches.len()).find(here))
                 else {
                     continue;
                 };
+                next = k + 1;
+                let h = &self.batches[k].2;
                 let Some(name) = &self.topics[ti].name else {
                     acks.note_unnamed();
                     continue;

@@ -402,3 +402,31 @@ fn a_partition_the_source_refused_is_not_noted_as_acknowledged() {
     let noted: Vec<i32> = loss.producers.iter().map(|g| g.partition).collect();
     assert_eq!(noted, vec![0, 2]);
 }
+
+#[test]
+fn a_forwarded_produce_answered_in_another_order_notes_every_partition() {
+    let f = fixture();
+    let route = crate::proxy::forward::ForwardRoute::new("first", "c", Arc::default());
+    let ctx = forward_source(&f, route.clone());
+    let (request, _) = produce("plain", false);
+    let parts = (0..3)
+        .rev()
+        .map(|p| {
+            PartitionProduceResponse::default()
+                .with_index(p)
+                .with_base_offset(100 * i64::from(p))
+        })
+        .collect();
+    let resp = ProduceResponse::default().with_responses(vec![TopicProduceResponse::default()
+        .with_name(TopicName(StrBytes::from_static_str("plain")))
+        .with_partition_responses(parts)]);
+    let out = handle(&ctx, request, response_frame(ApiKey::Produce, &resp, 11, 7));
+    assert_eq!(out.error, None);
+    let loss = route.acks().missing(&|_, _| Some(0));
+    let noted: Vec<(i32, i64)> = loss
+        .producers
+        .iter()
+        .map(|g| (g.partition, g.first_offset))
+        .collect();
+    assert_eq!(noted, vec![(0, 0), (1, 100), (2, 200)]);
+}
