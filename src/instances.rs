@@ -26,6 +26,8 @@ mod adopted;
 pub mod agent_owner;
 mod agents;
 pub mod clock;
+mod forward_hold;
+pub use forward_hold::HoldStep;
 
 /// Test hook (environment, read once): while the file named by
 /// `MIRRORGATE_TEST_HOLD_HEARTBEATS_WHILE` exists, this instance writes no heartbeat (it goes
@@ -86,6 +88,8 @@ pub struct PeerLink {
     followed: Mutex<std::collections::HashMap<String, Followed>>,
     /// The mirrors this instance could run the built-in agent for (set once, at start).
     agents: std::sync::OnceLock<Vec<String>>,
+    /// The mirrors this instance has a forward listener for (set once, at start).
+    forward: std::sync::OnceLock<Vec<String>>,
     /// The incarnation of the other process with this id last logged (G12).
     twin_reported: Mutex<Option<String>>,
     /// Added to the wall clock written into this instance's records (a test hook: a host whose
@@ -115,6 +119,7 @@ impl PeerLink {
             fencing: Mutex::new(HashSet::new()),
             followed: Mutex::new(std::collections::HashMap::new()),
             agents: std::sync::OnceLock::new(),
+            forward: std::sync::OnceLock::new(),
             twin_reported: Mutex::new(None),
             clock_skew_ms: std::sync::atomic::AtomicI64::new(0),
             settle_ms: std::sync::atomic::AtomicU64::new(5_000),
@@ -213,6 +218,7 @@ impl PeerLink {
                 at_ms: self.now_ms(),
                 agents: self.agents.get().cloned().unwrap_or_default(),
                 incarnation: Some(incarnation),
+                forward: self.forward.get().cloned().unwrap_or_default(),
             })
             .await;
         match r {
@@ -1167,6 +1173,7 @@ mod tests {
                 at_ms: 0,
                 agents: vec!["m".into()],
                 incarnation: None,
+                forward: vec![],
             },
             PeerRecord::AgentOwner {
                 mirror: "m".into(),

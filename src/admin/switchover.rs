@@ -1,19 +1,27 @@
 //! `POST /v1/mirrors/NAME/switchover`: the planned switch of a mirror's forward listener from
 //! the source to the destination, which its clients do not notice.
 //!
-//! Steps, bounded together by `forward.hold_ms` up to the failover:
+//! Steps, bounded together by `forward.hold_ms` up to the failover (the switchover runs on the
+//! instance that runs the mirror's built-in agent):
 //! 1. **hold** the forward listener ([`crate::proxy::forward`]): no connection sends the source a
-//!    new request; connections accepted now wait for the switch;
-//! 2. **drain**: the connections to the source answer what they had in flight and close;
+//!    new request; connections accepted now wait for the switch. With several instances the
+//!    hold is recorded on the state topic, and every instance with a forward listener of the
+//!    mirror holds its own;
+//! 2. **drain**: the connections to the source answer what they had in flight and close; with
+//!    several instances, each of the others acknowledges its hold once drained (one gone lately
+//!    is waited for until what it forwarded has settled);
 //! 3. **mirror to the end**: the source's log end of every partition of the mirror is read, and
 //!    the built-in agent mirrors up to it, and no transaction stays open in them (the failover
 //!    would abort it behind its producer's back: refused instead);
+//!    With several instances that catch-up is recorded too: the others' forwarded producers
+//!    keep their sessions after the switch as this instance's do;
 //! 4. **fail over** as `POST /v1/mirrors/NAME/failover` does (barriers, final group offset sync);
 //!    the route switches to the destination once every partition is STOPPED, and the held
 //!    connections go there.
 //!
 //! If step 2 or 3 does not finish within the bound, or the failover is refused, the listener is
-//! released to the source and the call answers `409` with the reason: nothing changed.
+//! released to the source (on every instance) and the call answers `409` with the reason:
+//! nothing changed.
 //!
 //! Owns: those steps and their bound. Must not touch: the failover itself (the controller), the
 //! connections (the route tells them).
@@ -30,6 +38,8 @@ use crate::audit::AuditNote;
 use crate::client::{KafkaClient, LATEST};
 use crate::cluster::ClusterView;
 use crate::controller::MirrorController;
+use crate::instances::agent_owner::AgentTurn;
+use crate::instances::{HoldStep, PeerLink};
 
 use super::failover_call::{refresh_destination, start_failover};
 use super::{error_reply, json_reply, preflight, AdminBackend, ForwardHandle};
@@ -85,6 +95,7 @@ pub(super) async fn switchover(
         let mut v = fwd.route.status();
         v["hold_ms"] = json!(fwd.hold.as_millis() as u64);
         v["partitions"] = json!(lag);
+        v["agent_runs_here"] = json!(matches!(ctl.agent_turn(name), AgentTurn::Run { .. }));
         // The transactions open now, which would refuse the switchover (read as it would).
         let read = tokio::time::timeout(fwd.hold, source_facts(&fwd.source, &partitions)).await;
         match read {
@@ -94,13 +105,32 @@ pub(super) async fn switchover(
         }
         return json_reply(StatusCode::OK, &v);
     }
+    if let AgentTurn::Claim { .. } | AgentTurn::Standby(_) = ctl.agent_turn(name) {
+        let why = "the built-in agent of this mirror does not run on this instance (GET /v1/instances says which one runs it): call the switchover there";
+        note.reason = Some(why.into());
+        return error_reply(StatusCode::CONFLICT, &format!("mirror {name}: {why}"));
+    }
     if let Err(e) = fwd.route.hold() {
         note.reason = Some(e.to_string());
         return error_reply(StatusCode::CONFLICT, &e.to_string());
     }
     let held = Instant::now();
-    if let Err(why) = mirror_to_the_end(gw, &fwd, name, &partitions, held + fwd.hold).await {
-        let _ = fwd.route.release();
+    let peers = ctl.peer_link().map(|link| PeerHold {
+        link: link.clone(),
+        hold_id: uuid::Uuid::new_v4().simple().to_string(),
+    });
+    let caught_up = async {
+        if let Some(p) = &peers {
+            p.record(name, fwd.hold, HoldStep::Hold).await?;
+        }
+        mirror_to_the_end(gw, &fwd, name, &partitions, peers.as_ref(), held + fwd.hold).await?;
+        match &peers {
+            Some(p) => p.record(name, fwd.hold, HoldStep::CaughtUp).await,
+            None => Ok(()),
+        }
+    };
+    if let Err(why) = caught_up.await {
+        release(&fwd, name, peers.as_ref()).await;
         let held_ms = held.elapsed().as_millis() as u64;
         tracing::warn!(mirror = %name, held_ms, reason = %why, "switchover refused; the forward listener is back on the source");
         note.reason = Some(why.clone());
@@ -117,12 +147,37 @@ pub(super) async fn switchover(
     let reply = start_failover(gw, ctl, name, caller, options, note);
     let held_ms = held.elapsed().as_millis() as u64;
     if reply.status() != StatusCode::ACCEPTED {
-        let _ = fwd.route.release();
+        release(&fwd, name, peers.as_ref()).await;
         tracing::warn!(mirror = %name, held_ms, "switchover: the failover was refused; the forward listener is back on the source");
         return reply;
     }
     tracing::info!(mirror = %name, held_ms, "switchover: the source drained and mirrored to its end; failover started");
     reply
+}
+
+/// A switchover's hold of the other instances' forward listeners (several instances).
+struct PeerHold {
+    link: std::sync::Arc<PeerLink>,
+    hold_id: String,
+}
+
+impl PeerHold {
+    async fn record(&self, mirror: &str, hold: Duration, step: HoldStep) -> Result<(), String> {
+        self.link
+            .record_forward_hold(mirror, &self.hold_id, hold, step)
+            .await
+    }
+}
+
+/// Give the forward listeners back to the source: this instance's, and the others' through the
+/// state topic (a release that cannot be recorded ends at the hold's bound there).
+async fn release(fwd: &ForwardHandle, name: &str, peers: Option<&PeerHold>) {
+    let _ = fwd.route.release();
+    if let Some(p) = peers {
+        if let Err(e) = p.record(name, fwd.hold, HoldStep::Release).await {
+            tracing::warn!(mirror = %name, error = %e, "the other instances' forward listeners stay held until the hold's bound");
+        }
+    }
 }
 
 /// `GET /v1/mirrors/NAME/forward`: the forward listener's route.
@@ -147,6 +202,7 @@ async fn mirror_to_the_end(
     fwd: &ForwardHandle,
     name: &str,
     partitions: &[(String, i32)],
+    peers: Option<&PeerHold>,
     deadline: Instant,
 ) -> Result<(), String> {
     let hold = fwd.hold;
@@ -158,6 +214,11 @@ async fn mirror_to_the_end(
             ));
         }
         tokio::time::sleep(POLL).await;
+    }
+    // Every other instance's forward listener held and drained too: nothing reaches the
+    // source any more, so its log end now is the end to mirror.
+    if let Some(p) = peers {
+        p.link.wait_forward_held(name, &p.hold_id, deadline).await?;
     }
     // Step 3: the source's ends and open transactions, read under the hold. A transaction
     // whose commit or abort was sent before the hold ends with the coordinator's markers (the

@@ -15,6 +15,7 @@ use crate::agent::Agent;
 use crate::cluster::ClusterView;
 use crate::config::Config;
 use crate::controller::MirrorController;
+use crate::instances::PeerLink;
 use crate::metrics::{ListenerKind, Metrics};
 use crate::proxy::forward::{ForwardRoute, Side};
 use crate::proxy::listener::{ForwardTarget, Target};
@@ -217,6 +218,8 @@ async fn follow(
     gauges: RouteGauges,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    // The last hold of another instance this one acknowledged.
+    let mut acknowledged: Option<String> = None;
     for round in 0u64.. {
         // Pruned before every look while held: the switch to the destination finds the ledger
         // at the agent's final position (what forwarded producers lack decides their refusal).
@@ -227,6 +230,9 @@ async fn follow(
         {
             a.prune_forwarded(route.mirror());
         }
+        if let Some(link) = controller.peer_link() {
+            follow_peers(&route, link, &mut acknowledged).await;
+        }
         route.follow(&controller.recorded_states(route.mirror()));
         gauges.show(&route);
         if round % PRUNE_EVERY_ROUNDS == 0 {
@@ -235,6 +241,36 @@ async fn follow(
         tokio::select! {
             _ = tokio::time::sleep(FOLLOW_EVERY) => {}
             _ = shutdown.changed() => return,
+        }
+    }
+}
+
+/// Keep `route` held while another instance's switchover holds it (several instances), and
+/// acknowledge the hold on the state topic once no connection to the source is left; released
+/// when that hold ends without a failover.
+async fn follow_peers(route: &ForwardRoute, link: &PeerLink, acknowledged: &mut Option<String>) {
+    let order = link.forward_hold(route.mirror());
+    let hold = order.as_ref().map(|o| (o.hold_id.as_str(), o.caught_up));
+    let Some(hold_id) = route.follow_peer_hold(hold) else {
+        return;
+    };
+    if order.is_some_and(|o| o.acknowledged) || acknowledged.as_deref() == Some(&hold_id) {
+        return;
+    }
+    match link
+        .acknowledge_forward_hold(route.mirror(), &hold_id)
+        .await
+    {
+        Ok(()) => {
+            tracing::info!(
+                mirror = route.mirror(),
+                hold_id,
+                "forward listener held and drained for another instance's switchover"
+            );
+            *acknowledged = Some(hold_id);
+        }
+        Err(e) => {
+            tracing::warn!(mirror = route.mirror(), hold_id, error = %e, "forward hold not acknowledged (tried again)")
         }
     }
 }

@@ -48,6 +48,14 @@ pub(super) fn start(
             .map(|m| m.name.clone())
             .collect(),
     );
+    link.set_forward(
+        config
+            .mirrors
+            .iter()
+            .filter(|m| m.source.is_some() && m.forward.is_some())
+            .map(|m| m.name.clone())
+            .collect(),
+    );
     controller.set_peers(link.clone());
     let settle = Duration::from_millis(config.limits.unknown_outcome_settle_ms);
     link.set_unknown_outcome_settle(settle);

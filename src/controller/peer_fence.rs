@@ -27,6 +27,11 @@ impl MirrorController {
         let _ = self.peers.set(peers);
     }
 
+    /// The link to the other instances (`None`: this is the only one).
+    pub fn peer_link(&self) -> Option<&Arc<PeerLink>> {
+        self.peers.get()
+    }
+
     /// The fence of a mirror another instance fails over: the admission already refuses its
     /// mirror writes (the peers' view says so); here the built-in agent is stopped and the
     /// writes admitted before are waited for, and those of unknown outcome settled for

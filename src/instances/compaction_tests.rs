@@ -79,12 +79,37 @@ fn record() -> impl Strategy<Value = PeerRecord> {
     let i = || pick(&["a", "b", "c"]);
     let f = || pick(&["f1", "f2"]);
     prop_oneof![
-        (i(), prop::collection::vec(m(), 0..2)).prop_map(|(instance, agents)| {
-            PeerRecord::Heartbeat {
+        (
+            i(),
+            prop::collection::vec(m(), 0..2),
+            prop::collection::vec(m(), 0..2)
+        )
+            .prop_map(|(instance, agents, forward)| {
+                PeerRecord::Heartbeat {
+                    instance,
+                    at_ms: 0,
+                    agents,
+                    incarnation: None,
+                    forward,
+                }
+            }),
+        (m(), pick(&["h1", "h2"]), i(), any::<bool>(), any::<bool>()).prop_map(
+            |(mirror, hold_id, by, held, caught_up)| PeerRecord::ForwardHold {
+                mirror,
+                hold_id,
+                by,
+                held,
+                hold_ms: 1_000,
+                caught_up,
+                at_ms: 0,
+            }
+        ),
+        (m(), pick(&["h1", "h2"]), i()).prop_map(|(mirror, hold_id, instance)| {
+            PeerRecord::ForwardHeld {
+                mirror,
+                hold_id,
                 instance,
                 at_ms: 0,
-                agents,
-                incarnation: None,
             }
         }),
         (m(), i(), 1..4u32).prop_map(|(mirror, owner, epoch)| PeerRecord::AgentOwner {
@@ -205,7 +230,9 @@ fn at(mut r: PeerRecord, t: i64) -> PeerRecord {
         | PeerRecord::Failover { at_ms, .. }
         | PeerRecord::Fenced { at_ms, .. }
         | PeerRecord::Adopted { at_ms, .. }
-        | PeerRecord::Paused { at_ms, .. } => *at_ms = t,
+        | PeerRecord::Paused { at_ms, .. }
+        | PeerRecord::ForwardHold { at_ms, .. }
+        | PeerRecord::ForwardHeld { at_ms, .. } => *at_ms = t,
         PeerRecord::Stopped(s) => s.at_ms = t,
         PeerRecord::Heartbeat { .. }
         | PeerRecord::AgentOffsets { .. }

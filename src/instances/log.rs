@@ -480,6 +480,7 @@ mod tests {
         let r = PeerRecord::Heartbeat {
             agents: vec![],
             incarnation: None,
+            forward: vec![],
             instance: "a".into(),
             at_ms: 5,
         };
@@ -493,6 +494,7 @@ mod tests {
         let r = PeerRecord::Heartbeat {
             agents: vec![],
             incarnation: None,
+            forward: vec![],
             instance: "a".into(),
             at_ms: 5,
         };

@@ -28,6 +28,10 @@ pub enum PeerRecord {
         /// versions.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         incarnation: Option<String>,
+        /// The mirrors it has a forward listener for: a switchover waits for each of them to
+        /// hold it. Absent in records of older versions.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        forward: Vec<String>,
     },
     /// `owner` claims the built-in agent of `mirror` at `epoch` ([`super::agent_owner`]).
     AgentOwner {
@@ -99,6 +103,29 @@ pub enum PeerRecord {
     /// A failover's report as the instance driving it last saved it (opened at the call,
     /// completed once every partition is STOPPED): readable through every instance.
     Report(Box<FailoverReport>),
+    /// A switchover of `mirror` through instance `by` holds the forward listener of every
+    /// instance (`held`), or gave up before its failover and releases them (`!held`).
+    ForwardHold {
+        mirror: String,
+        hold_id: String,
+        by: String,
+        held: bool,
+        /// The driver's bound on the hold up to its failover (`forward.hold_ms`).
+        hold_ms: u64,
+        /// The agent mirrored the source's log end under this hold: the destination holds
+        /// every batch any instance forwarded (recorded just before the failover).
+        #[serde(default)]
+        caught_up: bool,
+        at_ms: i64,
+    },
+    /// `instance` holds its forward listener of `mirror` for hold `hold_id`, none of its
+    /// connections to the source left: nothing it forwards reaches the source until the hold ends.
+    ForwardHeld {
+        mirror: String,
+        hold_id: String,
+        instance: String,
+        at_ms: i64,
+    },
     /// `mirror` was paused (`paused`) or resumed through instance `by`: every instance's
     /// MIRRORING partitions of it follow. A later failover or failback of the mirror ends it.
     Paused {
@@ -226,6 +253,10 @@ impl PeerRecord {
             } => format!("adopted/{mirror}/{instance}"),
             PeerRecord::Stopped(s) => format!("stopped/{}", s.mirror),
             PeerRecord::Paused { mirror, .. } => format!("paused/{mirror}"),
+            PeerRecord::ForwardHold { mirror, .. } => format!("forward_hold/{mirror}"),
+            PeerRecord::ForwardHeld {
+                mirror, instance, ..
+            } => format!("forward_held/{mirror}/{instance}"),
             // Per status: a completed report wins over an open one, whichever compaction
             // keeps last.
             PeerRecord::Report(r) => format!("report/{}/{}/{}", r.mirror, r.failover_id, r.status),

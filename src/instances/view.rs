@@ -50,8 +50,11 @@ use crate::mirror::report::FailoverReport;
 use crate::mirror::state::BarrierProducer;
 
 mod follow;
+mod forward_holds;
 mod lease;
+mod waits;
 pub use follow::Follow;
+pub use forward_holds::HoldOrder;
 pub use lease::{grace, Twin};
 
 /// Added to the session timeout before another instance counts as gone: heartbeats are read
@@ -158,6 +161,8 @@ pub struct PeerView {
     drivers: HashMap<(String, String), Vec<String>>,
     /// Every (mirror, failover id) a failover record named (its records are never compacted).
     known: std::collections::BTreeSet<(String, String)>,
+    /// The switchovers' holds of the forward listeners.
+    forward: forward_holds::ForwardHolds,
 }
 
 impl PeerView {
@@ -201,6 +206,7 @@ impl PeerView {
             reports: BTreeMap::new(),
             known: Default::default(),
             drivers: HashMap::new(),
+            forward: Default::default(),
         }
     }
 
@@ -244,12 +250,14 @@ impl PeerView {
                 instance,
                 agents,
                 incarnation,
+                forward,
                 at_ms: _at_ms,
             } => {
                 #[cfg(test)] // The simulation's control for G5 (liveness by wall clock).
                 if sim_sabotage::drops_heartbeat(_now_ms, _at_ms, self.session) {
                     return;
                 }
+                self.forward.declare(&instance, forward);
                 if instance != self.me {
                     self.agents.heartbeat(&instance, agents);
                     if let Some(inc) = incarnation {
@@ -301,6 +309,7 @@ impl PeerView {
             } => {
                 if let Some(fid) = &failover_id {
                     self.known.insert((mirror.clone(), fid.clone()));
+                    self.forward.failover(&mirror);
                 }
                 if let (Some(fid), Some(Some(cur))) = (&failover_id, self.failovers.get(&mirror)) {
                     // The same failover again: only the first claim of the next epoch counts.
@@ -379,6 +388,13 @@ impl PeerView {
             } => {
                 self.paused.insert(mirror, (paused, by, at_ms));
             }
+            r @ PeerRecord::ForwardHold { .. } => self.forward.hold(r, now),
+            PeerRecord::ForwardHeld {
+                mirror,
+                hold_id,
+                instance,
+                ..
+            } => self.forward.acknowledge(mirror, instance, hold_id),
             PeerRecord::Report(r) => {
                 // The caller's open report, retried, can land after the completed one of the
                 // instance that took the failover over (review G15): it changes nothing.
@@ -437,103 +453,6 @@ impl PeerView {
                     != Some(fid)
             })
             .collect()
-    }
-
-    /// The other instances alive at `now` that have not said they have every partition of
-    /// `mirror` STOPPED for failover `fid`: a failback of it waits for them (review G4).
-    pub fn not_adopted(&self, mirror: &str, fid: &str, now: Instant) -> Vec<String> {
-        self.alive(now)
-            .into_iter()
-            .map(|(i, _)| i)
-            .filter(|i| !self.has_adopted(mirror, i, fid))
-            .collect()
-    }
-
-    /// Whether `instance` said it has every partition of `mirror` STOPPED for failover `fid`.
-    pub fn has_adopted(&self, mirror: &str, instance: &str, fid: &str) -> bool {
-        self.adopted
-            .get(&(mirror.to_string(), instance.to_string()))
-            .is_some_and(|f| f == fid)
-    }
-
-    /// The other instances restarted lately, with when their previous process was last seen:
-    /// its lease may have run until a session after that, and mirror writes it sent before then
-    /// may land up to `settle` later. Listed while that may still happen.
-    pub fn replaced_lately(&self, now: Instant, settle: Duration) -> Vec<(String, Instant)> {
-        let mut v: Vec<(String, Instant)> = self
-            .replaced
-            .iter()
-            .filter(|(_, seen)| now < **seen + self.session + settle)
-            .map(|(i, seen)| (i.clone(), *seen))
-            .collect();
-        v.sort();
-        v
-    }
-
-    /// The other instances gone lately that did not acknowledge failover `fid` of `mirror`: no
-    /// longer alive at `now`, so no barrier waits for them, yet their lease ended only a moment
-    /// before, and mirror writes they sent before it ended may land up to `settle` later.
-    pub fn gone_lately(
-        &self,
-        mirror: &str,
-        fid: &str,
-        now: Instant,
-        settle: Duration,
-    ) -> Vec<(String, Instant)> {
-        let acked = self.acknowledged(mirror, fid);
-        let mut v: Vec<(String, Instant)> = self
-            .seen
-            .iter()
-            .filter(|(_, seen)| {
-                now >= **seen + self.session + MARGIN && now < **seen + self.session + settle
-            })
-            .filter(|(i, _)| !acked.contains(*i))
-            .map(|(i, seen)| (i.clone(), *seen))
-            .collect();
-        v.sort();
-        v
-    }
-
-    /// When this instance last read a heartbeat of `instance`.
-    pub fn last_seen(&self, instance: &str) -> Option<Instant> {
-        self.seen.get(instance).copied()
-    }
-
-    /// The instances that drove failover `fid` of `mirror` before this one and are gone (not
-    /// alive at `now`) without having acknowledged that their own mirror writes were drained,
-    /// each with when it was last seen: what they admitted may still land (review G1).
-    pub fn undrained_drivers(
-        &self,
-        mirror: &str,
-        fid: &str,
-        now: Instant,
-    ) -> Vec<(String, Instant)> {
-        let alive: Vec<String> = self.alive(now).into_iter().map(|(i, _)| i).collect();
-        self.drivers
-            .get(&(mirror.to_string(), fid.to_string()))
-            .into_iter()
-            .flatten()
-            .filter(|d| **d != self.me && !alive.contains(d))
-            .filter(|d| {
-                self.fenced
-                    .get(&(mirror.to_string(), (*d).clone()))
-                    .map(String::as_str)
-                    != Some(fid)
-            })
-            .map(|d| (d.clone(), self.seen.get(d).copied().unwrap_or(now)))
-            .collect()
-    }
-
-    /// Who acknowledged the fence of failover `fid` of `mirror`.
-    pub fn acknowledged(&self, mirror: &str, fid: &str) -> Vec<String> {
-        let mut v: Vec<String> = self
-            .fenced
-            .iter()
-            .filter(|((m, _), f)| m == mirror && f.as_str() == fid)
-            .map(|((_, i), _)| i.clone())
-            .collect();
-        v.sort();
-        v
     }
 
     /// Whether the state topic ever named failover `fid` of `mirror`.
@@ -611,6 +530,7 @@ mod tests {
             instance: i.into(),
             at_ms,
             incarnation: None,
+            forward: vec![],
         }
     }
 
@@ -655,6 +575,7 @@ mod tests {
             instance: i.into(),
             at_ms: 0,
             incarnation: Some(incarnation.into()),
+            forward: vec![],
         }
     }
 

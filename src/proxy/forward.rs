@@ -86,6 +86,17 @@ pub struct ForwardRoute {
     /// What the source acknowledged through this listener, until mirrored (the failover
     /// report's per-producer loss).
     acks: Arc<ForwardedAcks>,
+    /// The hold of another instance's switchover kept here (several instances), if any.
+    peer_hold: Mutex<Option<PeerHold>>,
+}
+
+/// A hold of another instance's switchover, as this route keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PeerHold {
+    hold_id: String,
+    /// The switchover recorded that the agent mirrored the source's log end under this hold:
+    /// the destination holds every batch forwarded here.
+    caught_up: bool,
 }
 
 /// Counts one source connection while it lives.
@@ -110,6 +121,7 @@ impl ForwardRoute {
             held_at: Mutex::new(None),
             last_pause_ms: std::sync::atomic::AtomicI64::new(-1),
             acks,
+            peer_hold: Mutex::new(None),
         })
     }
 
@@ -195,6 +207,9 @@ impl ForwardRoute {
                 self.note_held();
             }
             if next == Side::Destination {
+                if self.peer_hold().is_some_and(|h| h.caught_up) {
+                    self.mark_caught_up();
+                }
                 let held = self
                     .held_at
                     .lock()
@@ -209,6 +224,42 @@ impl ForwardRoute {
             true
         });
         self.side()
+    }
+
+    /// Apply the hold another instance's switchover keeps on this listener (several
+    /// instances): `Some((hold_id, caught_up))` holds it (Source → Holding), `None` releases a
+    /// listener held for such a hold (Holding → Source; a failover in progress holds it again
+    /// at the next [`ForwardRoute::follow`]). Returns the hold to acknowledge on the state
+    /// topic: held here, with no connection to the source left.
+    pub fn follow_peer_hold(&self, hold: Option<(&str, bool)>) -> Option<String> {
+        let kept = hold.map(|(hold_id, caught_up)| PeerHold {
+            hold_id: hold_id.to_string(),
+            caught_up,
+        });
+        let had = std::mem::replace(
+            &mut *self.peer_hold.lock().unwrap_or_else(|e| e.into_inner()),
+            kept,
+        );
+        let Some((hold_id, _)) = hold else {
+            if had.is_some() && self.step(Side::Holding, Side::Source, "release").is_ok() {
+                self.forget_caught_up();
+                tracing::info!(mirror = %self.mirror, "forward listener released: the other instance's switchover ended without a failover");
+            }
+            return None;
+        };
+        if self.step(Side::Source, Side::Holding, "hold").is_ok() {
+            self.note_held();
+            tracing::info!(mirror = %self.mirror, hold_id, "forward listener held for another instance's switchover");
+        }
+        (self.side() == Side::Holding && self.source_connections() == 0)
+            .then(|| hold_id.to_string())
+    }
+
+    fn peer_hold(&self) -> Option<PeerHold> {
+        self.peer_hold
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn note_held(&self) {
@@ -445,6 +496,63 @@ mod tests {
         r.acks().note_unnamed();
         r.follow(&[Stopped]);
         assert!(!r.is_forwarded(7, "t", 0));
+    }
+
+    #[test]
+    fn another_instances_hold_holds_the_route_and_is_acknowledged_once_no_source_connection_is_left(
+    ) {
+        let r = route();
+        let conn = r.source_connection();
+        assert_eq!(
+            r.follow_peer_hold(Some(("h1", false))),
+            None,
+            "still one in flight"
+        );
+        assert_eq!(r.side(), Side::Holding);
+        drop(conn);
+        assert_eq!(
+            r.follow_peer_hold(Some(("h1", false))).as_deref(),
+            Some("h1")
+        );
+    }
+
+    #[test]
+    fn another_instances_hold_that_ends_without_a_failover_releases_the_route() {
+        let r = route();
+        r.follow_peer_hold(Some(("h1", false)));
+        assert_eq!(r.follow_peer_hold(None), None);
+        assert_eq!(r.side(), Side::Source);
+        assert_eq!(r.follow(&[Mirroring]), Side::Source);
+    }
+
+    #[test]
+    fn a_failover_in_progress_keeps_the_route_held_when_the_other_instances_hold_ends() {
+        let r = route();
+        r.follow_peer_hold(Some(("h1", false)));
+        r.follow_peer_hold(None);
+        assert_eq!(r.follow(&[Stopping]), Side::Holding);
+    }
+
+    #[test]
+    fn producers_forwarded_here_go_on_after_another_instances_switchover_only_once_it_caught_up() {
+        let r = route();
+        r.note_producer(7);
+        r.follow_peer_hold(Some(("h1", false)));
+        r.follow(&[Stopping]);
+        r.follow_peer_hold(Some(("h1", true)));
+        assert!(!r.is_forwarded(7, "t", 0), "not before the switch");
+        assert_eq!(r.follow(&[Stopped]), Side::Destination);
+        assert!(r.caught_up());
+        assert!(r.is_forwarded(7, "t", 0));
+
+        let other = route();
+        other.note_producer(7);
+        other.follow_peer_hold(Some(("h1", false)));
+        other.follow(&[Stopped]);
+        assert!(
+            !other.caught_up(),
+            "a hold whose catch-up was not recorded proves nothing"
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use super::*;
 
 /// `agent_config` with a forward listener of its own ports on mirror `name`; its bootstrap.
-fn forward_config(name: &str, topics: &[&str], source: &str) -> (Config, String) {
+pub(super) fn forward_config(name: &str, topics: &[&str], source: &str) -> (Config, String) {
     let mut cfg = agent_config(name, topics, source);
     let port = crate::gw::free_port_range(4);
     cfg.mirrors[0].forward = Some(mirrorgate::config::ForwardConfig {
@@ -47,7 +47,7 @@ fn switch_over(gw: &TestGateway, name: &str, topic: &str, partitions: i32) {
 }
 
 /// The keys of a partition's data records, in log order.
-fn keys(bootstrap: &str, topic: &str, partition: i32) -> Vec<String> {
+pub(super) fn keys(bootstrap: &str, topic: &str, partition: i32) -> Vec<String> {
     read_log(bootstrap, topic, partition)
         .records
         .into_iter()
@@ -65,7 +65,7 @@ fn dry_run(gw: &TestGateway, name: &str) -> serde_json::Value {
 
 /// The producer ids and epochs the brokers of `bootstrap` hold for `topic`-`partition`
 /// (DescribeProducers; the barrier's and markers' -1 left out).
-fn producer_ids(bootstrap: &str, topic: &str, partition: i32) -> Vec<(i64, i32)> {
+pub(super) fn producer_ids(bootstrap: &str, topic: &str, partition: i32) -> Vec<(i64, i32)> {
     broker_producers(
         &mut RawConn::connect(&leader_addr(bootstrap, topic, partition)),
         topic,

@@ -33,6 +33,7 @@ mod compacted;
 mod divergence;
 mod faults;
 mod forward;
+mod forward_instances;
 mod owners;
 mod preflight;
 mod recovery;

@@ -7,7 +7,7 @@ use crate::gw::ProcessGateway;
 use mirrorgate::config::InstancesConfig;
 
 /// The agent's entry of mirror `name` in `GET /v1/instances` of the instance at `admin`.
-fn agent_status(admin: &str, name: &str) -> serde_json::Value {
+pub(super) fn agent_status(admin: &str, name: &str) -> serde_json::Value {
     let (status, body) = admin_call(admin, Method::GET, "/v1/instances", None);
     assert_eq!(status, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).expect("json");
@@ -19,7 +19,7 @@ fn agent_status(admin: &str, name: &str) -> serde_json::Value {
 
 /// The configuration of instance `id` of mirror `name`, with the agent of `topics` from
 /// `source`, on a state topic created here (session timeout 3 s; `tweak` adjusts it).
-fn instance_configs(
+pub(super) fn instance_configs(
     name: &str,
     topics: &[&str],
     source: &str,

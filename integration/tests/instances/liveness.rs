@@ -190,6 +190,7 @@ fn a_previous_processs_heartbeat_read_late_is_not_taken_for_a_second_process() {
             at_ms: 0,
             agents: vec![],
             incarnation: Some("the-previous-process".into()),
+            forward: vec![],
         })
         .await
         .expect("the previous process's heartbeat appended");

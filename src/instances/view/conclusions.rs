@@ -26,11 +26,12 @@ impl PeerView {
             sorted(self.agent_offsets.iter()),
             sorted(self.barrier_from.iter().map(|(m, (f, p))| (m, f, sorted(p.iter())))),
         ) + &format!(
-            "\npaused {:?}\nreports {:?}\nknown {:?}\nadopted {:?}",
+            "\npaused {:?}\nreports {:?}\nknown {:?}\nadopted {:?}\nforward {}",
             sorted(self.paused.iter()),
             self.reports,
             self.known,
-            sorted(self.adopted.iter())
+            sorted(self.adopted.iter()),
+            self.forward.conclusions(),
         )
     }
 }

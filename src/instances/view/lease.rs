@@ -274,6 +274,7 @@ mod tests {
             instance: i.into(),
             at_ms,
             incarnation: None,
+            forward: vec![],
         }
     }
 
@@ -284,6 +285,7 @@ mod tests {
             instance: i.into(),
             at_ms: 0,
             incarnation: Some(incarnation.into()),
+            forward: vec![],
         }
     }
 
