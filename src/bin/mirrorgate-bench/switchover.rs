@@ -9,7 +9,10 @@
 //! The load: the Java producer (`ChaosProducer.java`) at half of its own saturation rate
 //! measured directly against the source on the same topic first, plus a librdkafka and a
 //! kafka-python producer at a modest fixed rate (they show the other libraries see no error,
-//! not the throughput). The clusters are the shared rig's `source` and `destination`; the
+//! not the throughput). A Java consumer group (`FollowGroup.java`, auto-commit every second)
+//! reads the topic through the same forward listener all along: `skipped` counts the records
+//! acknowledged to the producers that it never read, `reread` the reads of a record beyond
+//! its first. The clusters are the shared rig's `source` and `destination`; the
 //! gateway runs in this process.
 //!
 //! Owns: the run's phases and its figures. Must not touch: other benchmarks' ports, the
@@ -27,6 +30,7 @@ use crate::chaos::check::{Op, Origin, Outcome};
 use crate::chaos::clients::{self, Library, Producer, Spec};
 use crate::consumer_failover::{destination_log, now_ms};
 use crate::fleet::admin;
+use crate::group_member::{Member, MemberArgs};
 use crate::{cluster_brokers, Clusters};
 
 /// The gateway's client listener (node n on BASE + n - 1); mirror listener +10, admin +20,
@@ -35,6 +39,11 @@ const BASE: u16 = 17792;
 const MIRROR: &str = "sw";
 /// The rate of the librdkafka and kafka-python producers (records a second each).
 const SIDE_RATE: u32 = 200;
+/// The consumer group's auto-commit interval.
+const COMMIT_MS: u64 = 1000;
+/// How long the group may take, once the producers stopped, to read what they were
+/// acknowledged.
+const READ_ALL: Duration = Duration::from_secs(120);
 
 /// The size of a run.
 struct Shape {
@@ -209,6 +218,18 @@ fn measure(
     work: &Path,
 ) -> Result<Value, String> {
     rt.block_on(wait_caught_up(admin_addr, shape.partitions))?;
+    let group = format!("bench-sw-group-{}", now_ms());
+    let mut member = Member::start(
+        &MemberArgs {
+            mode: "follow",
+            bootstrap: forward,
+            topic,
+            group: &group,
+            commit_ms: COMMIT_MS,
+            timeout: Duration::from_secs(3600),
+        },
+        &work.join("group.log"),
+    )?;
     let history = clients::Shared::default();
     let specs = [
         (Library::Java, "java", rate),
@@ -254,6 +275,29 @@ fn measure(
     std::thread::sleep(shape.steady);
     rt.block_on(clients::stop_producers(producers));
     let ops = clients::with(&history, |h| h.ops().to_vec());
+    let acked: std::collections::HashSet<&str> = ops
+        .iter()
+        .filter(|o| matches!(o.outcome, Outcome::Acked { .. }))
+        .map(|o| o.key.as_str())
+        .collect();
+    // Whether the group got everything or not, the figures say what it read.
+    if let Err(e) = member.wait(
+        "the group reading every acknowledged record",
+        READ_ALL,
+        |o| {
+            let read: std::collections::HashSet<&str> =
+                o.reads.iter().map(|r| r.key.as_str()).collect();
+            acked.iter().all(|k| read.contains(k))
+        },
+    ) {
+        eprintln!("switchover: {e}");
+    }
+    let reads: Vec<String> = member
+        .into_output()
+        .reads
+        .into_iter()
+        .map(|r| r.key)
+        .collect();
     let (_, fwd) = rt.block_on(admin(
         admin_addr,
         Method::GET,
@@ -261,6 +305,10 @@ fn measure(
     ))?;
     let log = rt.block_on(destination_log(destination, topic, shape.partitions))?;
     let mut out = figures(&ops, &log, called_ms, released_ms);
+    let (skipped, reread) = group_figures(&ops, &reads);
+    out["skipped"] = json!(skipped);
+    out["reread"] = json!(reread);
+    out["group_reads"] = json!(reads.len());
     out["bench"] = json!("switchover");
     out["partitions"] = json!(shape.partitions);
     out["java_rate_per_s"] = json!(rate);
@@ -268,6 +316,23 @@ fn measure(
     out["seconds"] = json!((seconds * 1000.0).round() / 1000.0);
     out["route_last_pause_ms"] = fwd["last_pause_ms"].clone();
     Ok(out)
+}
+
+/// What the consumer group's reads (keys, in read order) say of the producers' records:
+/// (acknowledged records it never read, reads of a record beyond its first). The records of
+/// the saturation probe are not counted.
+fn group_figures(ops: &[Op], reads: &[String]) -> (usize, usize) {
+    let mut times: HashMap<&str, usize> = HashMap::new();
+    for k in reads.iter().filter(|k| !k.starts_with("probe-")) {
+        *times.entry(k.as_str()).or_default() += 1;
+    }
+    let skipped = ops
+        .iter()
+        .filter(|o| matches!(o.outcome, Outcome::Acked { .. }))
+        .filter(|o| !times.contains_key(o.key.as_str()))
+        .count();
+    let reread = times.values().map(|n| n - 1).sum();
+    (skipped, reread)
 }
 
 /// The nearest-rank percentile `q` of sorted `v`.
@@ -412,6 +477,20 @@ mod tests {
         assert_eq!(f["pause_ms_max"], 250);
         assert_eq!(f["steady_ms_p50"], 5);
         assert_eq!(f["sent_while_held"], 1);
+    }
+
+    #[test]
+    fn the_group_skips_an_acknowledged_record_it_never_read_and_rereads_one_read_twice() {
+        let ops = vec![
+            op("j", 0, 10, acked()),
+            op("j", 1, 20, acked()),
+            op("j", 2, 30, Outcome::Unknown),
+        ];
+        let reads: Vec<String> = ["probe-1", "j-0", "j-0", "probe-1"]
+            .iter()
+            .map(|k| k.to_string())
+            .collect();
+        assert_eq!(group_figures(&ops, &reads), (1, 1));
     }
 
     #[test]
