@@ -3,18 +3,20 @@
 //!
 //! Steps, bounded together by `forward.hold_ms` up to the failover (the switchover runs on the
 //! instance that runs the mirror's built-in agent):
-//! 1. **hold** the forward listener ([`crate::proxy::forward`]): no connection sends the source a
-//!    new request; connections accepted now wait for the switch. With several instances the
-//!    hold is recorded on the state topic, and every instance with a forward listener of the
-//!    mirror holds its own;
-//! 2. **drain**: the connections to the source answer what they had in flight and close; with
-//!    several instances, each of the others acknowledges its hold once drained (one gone lately
-//!    is waited for until what it forwarded has settled);
+//! 1. **hold** the forward listener ([`crate::proxy::forward`]): no connection sends the source
+//!    a new request but those of the transactions open through it; connections accepted now
+//!    wait for the switch. With several instances the hold is recorded on the state topic, and
+//!    every instance with a forward listener of the mirror holds its own;
+//! 2. **finish and drain**: the transactions open through the listener end on the source (their
+//!    requests still pass, nothing else does); then the connections to the source answer what
+//!    they had in flight and close. With several instances, each of the others acknowledges
+//!    its hold once drained (one gone lately is waited for until what it forwarded has
+//!    settled);
 //! 3. **mirror to the end**: the source's log end of every partition of the mirror is read, and
 //!    the built-in agent mirrors up to it, and no transaction stays open in them (the failover
-//!    would abort it behind its producer's back: refused instead);
-//!    With several instances that catch-up is recorded too: the others' forwarded producers
-//!    keep their sessions after the switch as this instance's do;
+//!    would abort it behind its producer's back: refused instead). With several instances
+//!    that catch-up is recorded too: the others' forwarded producers keep their sessions after
+//!    the switch as this instance's do;
 //! 4. **fail over** as `POST /v1/mirrors/NAME/failover` does (barriers, final group offset sync);
 //!    the route switches to the destination once every partition is STOPPED, and the held
 //!    connections go there.
@@ -206,6 +208,18 @@ async fn mirror_to_the_end(
     deadline: Instant,
 ) -> Result<(), String> {
     let hold = fwd.hold;
+    // Step 2 begins with the transactions open through the listener: their requests still go
+    // to the source until each has ended (nothing else does).
+    while fwd.route.finishing() {
+        if Instant::now() >= deadline {
+            let open = fwd.route.open_transactions();
+            fwd.route.stop_finishing();
+            return Err(format!(
+                "transactions are open through the forward listener and did not end within {hold:?} (producer ids {open:?}); switch over when they can end"
+            ));
+        }
+        tokio::time::sleep(POLL).await;
+    }
     while fwd.route.source_connections() > 0 {
         if Instant::now() >= deadline {
             return Err(format!(

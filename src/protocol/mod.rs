@@ -18,6 +18,7 @@ pub mod frame;
 pub mod produce;
 pub mod records;
 pub mod rewrite;
+pub mod transactions;
 pub mod txn_marker;
 mod varint;
 pub mod versions;

@@ -271,6 +271,18 @@ async fn run(
                         version: h.api_version,
                     });
                 }
+                // A forward listener held for a switchover: what may not go to the source waits
+                // for the switch, first in what the connection reads next.
+                if let Some(route) = ctx.forward_to_source() {
+                    let after_header = frame.slice(4 + h.header_len..);
+                    if !route.admits_to_source(h.api_key, h.api_version, &after_header) {
+                        let mut back = BytesMut::with_capacity(frame.len() + buf.len());
+                        back.extend_from_slice(&frame);
+                        back.extend_from_slice(buf);
+                        *buf = back;
+                        return Ok(End::Switched);
+                    }
+                }
                 // Read once: whether an answer comes, and (mirror listener) whether it may.
                 let acks = if h.api_key == ApiKey::Produce {
                     Some(peek_acks(h.api_version, &body[h.header_len..])?)

@@ -32,8 +32,13 @@
 //! Owns: the side, its transitions and the forwarded producer ids. Must not touch: sockets (the
 //! listener and connections read the side), the mirror states (the caller tells it what it sees).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::messages::ApiKey;
 
 use tokio::sync::watch;
 
@@ -88,7 +93,18 @@ pub struct ForwardRoute {
     acks: Arc<ForwardedAcks>,
     /// The hold of another instance's switchover kept here (several instances), if any.
     peer_hold: Mutex<Option<PeerHold>>,
+    /// Transactions open through this listener: producer id → when a request of it last passed.
+    transactions: Mutex<HashMap<i64, Instant>>,
+    /// Held for a switchover while transactions are open: their requests still go to the
+    /// source, nothing else does, until none is open ([`ForwardRoute::admits_to_source`]).
+    finishing: watch::Sender<bool>,
 }
+
+/// How long an open transaction is remembered without a request of it (twice the clients'
+/// default `transaction.timeout.ms`, after which its coordinator aborts it). Either way a
+/// mistake only refuses a switchover: a transaction still open on the source is read there
+/// before the failover (DescribeProducers), and one remembered too long keeps the hold waiting.
+const TRANSACTION_FORGOTTEN: Duration = Duration::from_secs(120);
 
 /// A hold of another instance's switchover, as this route keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,6 +138,8 @@ impl ForwardRoute {
             last_pause_ms: std::sync::atomic::AtomicI64::new(-1),
             acks,
             peer_hold: Mutex::new(None),
+            transactions: Mutex::new(HashMap::new()),
+            finishing: watch::channel(false).0,
         })
     }
 
@@ -153,15 +171,23 @@ impl ForwardRoute {
 
     /// Source → Holding (a switchover begins).
     pub fn hold(&self) -> Result<(), RouteError> {
-        self.step(Side::Source, Side::Holding, "hold")?;
+        // Finishing first: a connection that sees the hold must see its open transactions.
+        let open = self.start_finishing();
+        if let Err(e) = self.step(Side::Source, Side::Holding, "hold") {
+            if self.side() != Side::Holding {
+                self.stop_finishing();
+            }
+            return Err(e);
+        }
         self.note_held();
-        tracing::info!(mirror = %self.mirror, "forward listener held: no new request goes to the source");
+        tracing::info!(mirror = %self.mirror, transactions_open = open, "forward listener held: no new request goes to the source but those of the transactions open");
         Ok(())
     }
 
     /// Holding → Source (a switchover gave up before its failover began).
     pub fn release(&self) -> Result<(), RouteError> {
         self.step(Side::Holding, Side::Source, "release to the source")?;
+        self.stop_finishing();
         self.forget_caught_up();
         tracing::info!(mirror = %self.mirror, "forward listener released to the source");
         Ok(())
@@ -193,6 +219,10 @@ impl ForwardRoute {
         let failing_over = states
             .iter()
             .any(|s| matches!(s, PartitionState::Stopping | PartitionState::Failed));
+        if failing_over || all_stopped {
+            // The failover aborts what is still open: nothing more goes to the source.
+            self.stop_finishing();
+        }
         self.side.send_if_modified(|s| {
             let next = match *s {
                 Side::Destination => Side::Destination,
@@ -227,10 +257,11 @@ impl ForwardRoute {
     }
 
     /// Apply the hold another instance's switchover keeps on this listener (several
-    /// instances): `Some((hold_id, caught_up))` holds it (Source → Holding), `None` releases a
-    /// listener held for such a hold (Holding → Source; a failover in progress holds it again
-    /// at the next [`ForwardRoute::follow`]). Returns the hold to acknowledge on the state
-    /// topic: held here, with no connection to the source left.
+    /// instances): `Some((hold_id, caught_up))` holds it (Source → Holding, its open
+    /// transactions finishing as at a hold here), `None` releases a listener held for such a
+    /// hold (Holding → Source; a failover in progress holds it again at the next
+    /// [`ForwardRoute::follow`]). Returns the hold to acknowledge on the state topic: held here,
+    /// no transaction left to finish and no connection to the source left.
     pub fn follow_peer_hold(&self, hold: Option<(&str, bool)>) -> Option<String> {
         let kept = hold.map(|(hold_id, caught_up)| PeerHold {
             hold_id: hold_id.to_string(),
@@ -242,16 +273,22 @@ impl ForwardRoute {
         );
         let Some((hold_id, _)) = hold else {
             if had.is_some() && self.step(Side::Holding, Side::Source, "release").is_ok() {
+                self.stop_finishing();
                 self.forget_caught_up();
                 tracing::info!(mirror = %self.mirror, "forward listener released: the other instance's switchover ended without a failover");
             }
             return None;
         };
-        if self.step(Side::Source, Side::Holding, "hold").is_ok() {
+        if self.side() == Side::Source {
+            let open = self.start_finishing();
+            if self.step(Side::Source, Side::Holding, "hold").is_err() {
+                self.stop_finishing();
+                return None;
+            }
             self.note_held();
-            tracing::info!(mirror = %self.mirror, hold_id, "forward listener held for another instance's switchover");
+            tracing::info!(mirror = %self.mirror, hold_id, transactions_open = open, "forward listener held for another instance's switchover");
         }
-        (self.side() == Side::Holding && self.source_connections() == 0)
+        (self.side() == Side::Holding && !self.finishing() && self.source_connections() == 0)
             .then(|| hold_id.to_string())
     }
 
@@ -288,6 +325,8 @@ impl ForwardRoute {
             "caught_up": self.caught_up(),
             "last_pause_ms": self.last_pause_ms(),
             "acknowledged_batches_not_mirrored": self.acks.len(),
+            "forwarded_transactions_open": self.open_transactions(),
+            "finishing_transactions": self.finishing(),
             "uncovered_topics": self.acks.uncovered_topics(),
         })
     }
@@ -369,6 +408,113 @@ impl ForwardRoute {
     pub fn source_connections(&self) -> usize {
         self.source_connections.load(Ordering::Acquire)
     }
+
+    fn open(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Instant>> {
+        self.transactions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A request of `producer_id`'s transaction passed to the source: it is open.
+    pub fn note_transaction(&self, producer_id: i64) {
+        self.open().insert(producer_id, Instant::now());
+    }
+
+    /// `producer_id`'s transaction ended (its EndTxn answered for good); the last one open ends
+    /// a hold's finishing.
+    pub fn end_transaction(&self, producer_id: i64) {
+        let none_left = {
+            let mut open = self.open();
+            open.remove(&producer_id);
+            open.is_empty()
+        };
+        if none_left {
+            self.stop_finishing();
+        }
+    }
+
+    /// The producer ids of the transactions open through this listener (sorted; those not
+    /// heard of for [`TRANSACTION_FORGOTTEN`] dropped).
+    pub fn open_transactions(&self) -> Vec<i64> {
+        let mut open = self.open();
+        open.retain(|_, seen| seen.elapsed() < TRANSACTION_FORGOTTEN);
+        let mut ids: Vec<i64> = open.keys().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// A hold begins: its open transactions may finish. How many are open.
+    fn start_finishing(&self) -> usize {
+        let open = self.open_transactions().len();
+        self.finishing.send_replace(open > 0);
+        open
+    }
+
+    /// Nothing more goes to the source, open transactions or not.
+    pub fn stop_finishing(&self) {
+        self.finishing
+            .send_if_modified(|f| std::mem::replace(f, false));
+    }
+
+    /// Whether the route is held while the transactions open at the hold finish on the source.
+    pub fn finishing(&self) -> bool {
+        *self.finishing.borrow()
+    }
+
+    /// Follow [`ForwardRoute::finishing`].
+    pub fn subscribe_finishing(&self) -> watch::Receiver<bool> {
+        self.finishing.subscribe()
+    }
+
+    /// Whether a connection may be served on the source now: on the source side, or held while
+    /// open transactions finish.
+    pub fn serves_source(&self) -> bool {
+        match self.side() {
+            Side::Source => true,
+            Side::Holding => self.finishing(),
+            Side::Destination => false,
+        }
+    }
+
+    /// Whether a connection to the source may send request `api` (`version`, `body`: after its
+    /// header) now. On the source side, any. Held while the open transactions finish, only
+    /// what they need: their own requests (Produce of transactional batches, AddPartitionsToTxn,
+    /// AddOffsetsToTxn, TxnOffsetCommit, EndTxn of an open transaction's producer id), and
+    /// ApiVersions, Metadata and FindCoordinator, which change nothing. Otherwise nothing: the
+    /// request waits for the switch.
+    pub fn admits_to_source(&self, api: ApiKey, version: i16, body: &Bytes) -> bool {
+        if self.side() == Side::Source {
+            return true;
+        }
+        if !self.finishing() {
+            return false;
+        }
+        let of_open = |id: i64| self.open().contains_key(&id);
+        match api {
+            ApiKey::ApiVersions | ApiKey::Metadata | ApiKey::FindCoordinator => true,
+            ApiKey::Produce => transactional_batches_of(version, body)
+                .is_some_and(|ids| !ids.is_empty() && ids.into_iter().all(of_open)),
+            _ => {
+                crate::protocol::transactions::producer_of(api, version, body).is_some_and(of_open)
+            }
+        }
+    }
+}
+
+/// The producer ids of a Produce request's batches when every one is transactional (`None`: a
+/// batch is not, or the request is not readable).
+fn transactional_batches_of(version: i16, body: &Bytes) -> Option<Vec<i64>> {
+    use crate::protocol::batch::BatchHeader;
+    use crate::protocol::produce::{BatchQuestions, ProduceView};
+    let view = ProduceView::build(version, body, &mut |_| (None, false), &|_| {
+        BatchQuestions::default()
+    })
+    .ok()?;
+    view.partitions
+        .iter()
+        .map(|p| {
+            let b = BatchHeader::parse(p.records?)?;
+            b.is_transactional().then_some(b.producer_id)
+        })
+        .collect()
 }
 
 fn now_ms() -> i64 {
@@ -553,6 +699,83 @@ mod tests {
             !other.caught_up(),
             "a hold whose catch-up was not recorded proves nothing"
         );
+    }
+
+    /// A request body of `api` by producer `id` (after its header).
+    fn txn_request(api: ApiKey, version: i16, id: i64) -> Bytes {
+        use kafka_protocol::messages::{EndTxnRequest, ProducerId, TxnOffsetCommitRequest};
+        use kafka_protocol::protocol::Encodable;
+        let mut b = bytes::BytesMut::new();
+        match api {
+            ApiKey::EndTxn => EndTxnRequest::default()
+                .with_producer_id(ProducerId(id))
+                .encode(&mut b, version),
+            _ => TxnOffsetCommitRequest::default()
+                .with_producer_id(ProducerId(id))
+                .encode(&mut b, version),
+        }
+        .expect("encode");
+        b.freeze()
+    }
+
+    #[test]
+    fn a_hold_lets_the_requests_of_the_transactions_open_through_it_reach_the_source_and_nothing_else(
+    ) {
+        let r = route();
+        r.note_transaction(7);
+        let nothing = Bytes::new();
+        assert!(r.admits_to_source(ApiKey::Fetch, 12, &nothing), "not held");
+        r.hold().expect("hold");
+        assert!(r.finishing());
+        assert!(r.serves_source());
+        assert!(r.admits_to_source(ApiKey::EndTxn, 3, &txn_request(ApiKey::EndTxn, 3, 7)));
+        assert!(r.admits_to_source(
+            ApiKey::TxnOffsetCommit,
+            3,
+            &txn_request(ApiKey::TxnOffsetCommit, 3, 7)
+        ));
+        assert!(r.admits_to_source(ApiKey::Metadata, 12, &nothing));
+        assert!(
+            !r.admits_to_source(ApiKey::EndTxn, 3, &txn_request(ApiKey::EndTxn, 3, 8)),
+            "a transaction not open at the hold"
+        );
+        assert!(!r.admits_to_source(ApiKey::Fetch, 12, &nothing));
+        assert!(
+            !r.admits_to_source(ApiKey::Produce, 9, &nothing),
+            "unreadable"
+        );
+    }
+
+    #[test]
+    fn the_last_open_transaction_ending_ends_the_finishing_and_nothing_more_reaches_the_source() {
+        let r = route();
+        r.note_transaction(7);
+        r.note_transaction(9);
+        r.hold().expect("hold");
+        r.end_transaction(7);
+        assert!(r.finishing(), "one still open");
+        r.end_transaction(9);
+        assert!(!r.finishing());
+        assert!(!r.serves_source());
+        assert!(!r.admits_to_source(ApiKey::EndTxn, 3, &txn_request(ApiKey::EndTxn, 3, 9)));
+        assert!(!r.admits_to_source(ApiKey::Metadata, 12, &Bytes::new()));
+    }
+
+    #[test]
+    fn a_hold_without_open_transactions_does_not_finish_and_a_release_or_a_failover_ends_finishing()
+    {
+        let r = route();
+        r.hold().expect("hold");
+        assert!(!r.finishing());
+        r.release().expect("release");
+        r.note_transaction(7);
+        r.hold().expect("hold");
+        assert!(r.finishing());
+        r.release().expect("release");
+        assert!(!r.finishing(), "released");
+        r.hold().expect("hold");
+        r.follow(&[Stopping]);
+        assert!(!r.finishing(), "the failover aborts what is open");
     }
 
     #[test]

@@ -109,19 +109,26 @@ type Picked = (
 
 impl ForwardTarget {
     /// The side to serve a forward connection on now: waits while the route is held (at most
-    /// `hold_wait`; `None`: close the connection).
-    async fn pick(&self, shutdown: &watch::Receiver<bool>) -> Option<Picked> {
+    /// `hold_wait`; `None`: close the connection), except that while the transactions open at
+    /// a hold finish, a connection that has not `parked` a request is served on the source (its
+    /// requests are screened there: [`ForwardRoute::admits_to_source`]).
+    async fn pick(&self, shutdown: &watch::Receiver<bool>, parked: bool) -> Option<Picked> {
         let mut sides = self.route.subscribe();
+        let mut finishing = self.route.subscribe_finishing();
         let mut stop = shutdown.clone();
         let held = tokio::time::sleep(self.hold_wait);
         tokio::pin!(held);
         let side = loop {
             let side = *sides.borrow_and_update();
-            if side != Side::Holding {
-                break side;
+            let open = *finishing.borrow_and_update();
+            match side {
+                Side::Holding if open && !parked => break Side::Source,
+                Side::Holding => {}
+                other => break other,
             }
             tokio::select! {
                 r = sides.changed() => if r.is_err() { return None },
+                r = finishing.changed() => if r.is_err() { return None },
                 _ = &mut held => {
                     tracing::warn!(mirror = self.route.mirror(), "closing: the forward listener stayed held past {:?}", self.hold_wait);
                     return None;
@@ -134,9 +141,27 @@ impl ForwardTarget {
             _ => (self.destination.clone(), None),
         };
         let (left_tx, left_rx) = watch::channel(false);
+        let route = self.route.clone();
         tokio::spawn(async move {
+            // Left: the route no longer serves this side (the source: held with no transaction
+            // left to finish, or switched).
+            let left = async {
+                loop {
+                    let still = match side {
+                        Side::Source => route.serves_source(),
+                        _ => route.side() == side,
+                    };
+                    if !still {
+                        return;
+                    }
+                    tokio::select! {
+                        r = sides.changed() => if r.is_err() { return },
+                        r = finishing.changed() => if r.is_err() { return },
+                    }
+                }
+            };
             tokio::select! {
-                _ = sides.wait_for(|s| *s != side) => {
+                _ = left => {
                     let _ = left_tx.send(true);
                 }
                 _ = left_tx.closed() => {}
@@ -161,8 +186,12 @@ impl ForwardTarget {
     ) {
         let mut client = ClientConn::new(stream);
         let mut unreachable_since: Option<tokio::time::Instant> = None;
+        // The connection left the source while held (a request parked for the switch): it
+        // waits for the switch, whatever transactions still finish.
+        let mut parked = false;
         loop {
-            let Some((ctx, left, _counted)) = self.pick(&shutdown).await else {
+            parked &= self.route.side() == Side::Holding;
+            let Some((ctx, left, _counted)) = self.pick(&shutdown, parked).await else {
                 return;
             };
             let served = serve_until_switch(
@@ -179,6 +208,7 @@ impl ForwardTarget {
                 Served::Switched(kept) => {
                     client = kept;
                     unreachable_since = None;
+                    parked = self.route.side() == Side::Holding;
                 }
                 Served::Unreachable(kept) => {
                     let since = *unreachable_since.get_or_insert_with(tokio::time::Instant::now);

@@ -961,3 +961,211 @@ fn a_forwarded_producer_keeps_its_session_across_a_gateway_restart_and_a_switcho
     );
     assert_session_kept(&source, &destination, &topic, 0);
 }
+
+/// A transaction open through the forward listener when a switchover holds it ends on the
+/// source: its commit passes the hold, then the switchover goes through, and the failover aborts
+/// nothing. After the switch the producer's transactional id is unknown to the destination's
+/// coordinator: its next transaction fails, and a new producer with the same id goes on there.
+#[test]
+fn a_transaction_open_at_the_switchover_commits_on_the_source_and_the_switchover_goes_through() {
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("forward-txn-end");
+    harness::create_topic(&source, &topic, 1, None);
+    let (cfg, forward) = forward_config("fwde", &[&topic], &source);
+    let gw = TestGateway::start(cfg);
+    let txn_id = format!("fwd-txn-end-{}", std::process::id());
+    let transactional = || -> BaseProducer {
+        let p: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", &forward)
+            .set("transactional.id", &txn_id)
+            .create()
+            .expect("transactional producer");
+        harness::init_transactions(&p);
+        p
+    };
+    let producer = transactional();
+    let send = |p: &BaseProducer, keys: std::ops::Range<usize>| {
+        for i in keys {
+            let key = format!("txn-{i}");
+            p.send(BaseRecord::to(&topic).key(&key).payload("v"))
+                .map_err(|(e, _)| e)
+                .expect("send");
+        }
+        p.flush(Duration::from_secs(30)).expect("flush");
+    };
+    producer.begin_transaction().expect("begin");
+    send(&producer, 0..5);
+    wait_mirroring(&gw, "fwde", &topic, 1);
+
+    let admin = gw.admin();
+    let call = std::thread::spawn(move || {
+        admin_call(&admin, Method::POST, "/v1/mirrors/fwde/switchover", None)
+    });
+    let route = || -> serde_json::Value {
+        let (_, body) = admin_call(&gw.admin(), Method::GET, "/v1/mirrors/fwde/forward", None);
+        serde_json::from_str(&body).unwrap_or_default()
+    };
+    wait_for("the listener held", Duration::from_secs(10), || {
+        route()["side"] == "holding"
+    });
+    let held = route();
+    assert_eq!(held["finishing_transactions"], true, "{held}");
+    assert_eq!(
+        held["forwarded_transactions_open"].as_array().map(Vec::len),
+        Some(1),
+        "{held}"
+    );
+    // The commit passes the hold: the transaction ends on the source.
+    producer
+        .commit_transaction(Duration::from_secs(30))
+        .expect("commit while the switchover holds the listener");
+    let (status, body) = call.join().expect("switchover call");
+    assert_eq!(status, 202, "switchover: {body}");
+    wait_stopped(&gw.admin(), "fwde");
+    let committed = keys(&destination, &topic, 0);
+    assert_eq!(
+        committed,
+        (0..5).map(|i| format!("txn-{i}")).collect::<Vec<_>>(),
+        "the committed transaction on the destination"
+    );
+    let aborted: Vec<serde_json::Value> = partitions_json(&gw.admin(), "fwde")
+        .iter()
+        .flat_map(|p| {
+            p["transactions_aborted"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect();
+    assert!(aborted.is_empty(), "the failover aborted {aborted:?}");
+
+    // After the switch: the destination's coordinator does not know the transactional id.
+    let next = producer.begin_transaction().and_then(|()| {
+        send(&producer, 5..6);
+        producer.commit_transaction(Duration::from_secs(30))
+    });
+    eprintln!("forward txn: the first transaction after the switch: {next:?}");
+    assert!(
+        next.is_err(),
+        "the destination's coordinator does not know the producer's transactional id"
+    );
+    drop(producer);
+    // A new producer with the same transactional id goes on on the destination.
+    let again = transactional();
+    again.begin_transaction().expect("begin on the destination");
+    send(&again, 10..13);
+    again
+        .commit_transaction(Duration::from_secs(30))
+        .expect("commit on the destination");
+    let after: Vec<String> = keys(&destination, &topic, 0);
+    for k in ["txn-10", "txn-11", "txn-12"] {
+        assert_eq!(
+            after.iter().filter(|x| *x == k).count(),
+            1,
+            "{k} once on the destination: {after:?}"
+        );
+    }
+}
+
+/// A Java transactional producer that never pauses (ChaosTxnProducer.java: transactions of 4
+/// records at 100 records a second, every fifth aborted) writes through the forward listener:
+/// the switchover lets its open transaction end on the source and goes through. After the
+/// switch its next transaction fails (the destination's coordinator does not know its
+/// transactional id) and the application creates its producer again; in the destination's
+/// read_committed view every committed record is there once, and no aborted one.
+#[test]
+fn a_java_transactional_producer_that_never_pauses_crosses_a_switchover_without_loss_or_duplicate()
+{
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("forward-txn-java");
+    harness::create_topic(&source, &topic, 2, None);
+    let (cfg, forward) = forward_config("fwdj", &[&topic], &source);
+    let gw = TestGateway::start(cfg);
+    let mut cmd = std::process::Command::new(harness::rig_path());
+    cmd.arg("java")
+        .arg(harness::repo().join("integration/clients/java/ChaosTxnProducer.java"))
+        .args([
+            &forward,
+            &topic,
+            &format!("txn-app-{}", std::process::id()),
+            "100",
+        ]);
+    let app = JsonClient::spawn("java transactional", cmd);
+    wait_for(
+        "committed transactions through the forward listener",
+        Duration::from_secs(120),
+        || app.count("ack") >= 100,
+    );
+    switch_over(&gw, "fwdj", &topic, 2);
+    let at_switch = app.count("ack");
+    wait_for(
+        "committed transactions after the switchover",
+        Duration::from_secs(120),
+        || app.count("ack") >= at_switch + 100,
+    );
+    let events = app.finish();
+    let keys_of = |kind: &str, reason: Option<&str>| -> BTreeSet<String> {
+        events
+            .iter()
+            .filter(|e| e["e"] == kind)
+            .filter(|e| reason.is_none_or(|r| e["r"] == r))
+            .filter_map(|e| e["k"].as_str().map(str::to_string))
+            .collect()
+    };
+    let committed = keys_of("ack", None);
+    let aborted = keys_of("err", Some("aborted"));
+    let unknown: BTreeSet<String> = keys_of("err", None).difference(&aborted).cloned().collect();
+    let read = super::transactions::librdkafka_consume(
+        &destination,
+        &topic,
+        &format!("fwdj-check-{}", std::process::id()),
+        committed.len(),
+    );
+    let mut copies: BTreeMap<&str, usize> = BTreeMap::new();
+    for (_, _, v) in &read {
+        *copies.entry(v.as_str()).or_default() += 1;
+    }
+    let missing: Vec<&String> = committed
+        .iter()
+        .filter(|k| !copies.contains_key(k.as_str()))
+        .collect();
+    let doubled: Vec<(&&str, &usize)> = copies.iter().filter(|(_, n)| **n > 1).collect();
+    let visible_aborted: Vec<&String> = aborted
+        .iter()
+        .filter(|k| copies.contains_key(k.as_str()))
+        .collect();
+    eprintln!(
+        "forward txn java: {} committed ({at_switch} at the switchover), {} aborted, {} with an unknown outcome",
+        committed.len(),
+        aborted.len(),
+        unknown.len()
+    );
+    assert!(missing.is_empty(), "committed records missing: {missing:?}");
+    let where_doubled: Vec<&(i64, i64, String)> = read
+        .iter()
+        .filter(|(_, _, v)| copies.get(v.as_str()).is_some_and(|n| *n > 1))
+        .collect();
+    assert!(
+        doubled.is_empty(),
+        "records read twice: {doubled:?} at {where_doubled:?}; unknown outcomes {unknown:?}"
+    );
+    assert!(
+        visible_aborted.is_empty(),
+        "aborted records visible: {visible_aborted:?}"
+    );
+    let aborted_by_failover: Vec<serde_json::Value> = partitions_json(&gw.admin(), "fwdj")
+        .iter()
+        .flat_map(|p| {
+            p["transactions_aborted"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect();
+    assert!(
+        aborted_by_failover.is_empty(),
+        "the failover aborted {aborted_by_failover:?}"
+    );
+}

@@ -153,7 +153,7 @@ fn python_consume(
 
 /// librdkafka (isolation.level read_committed): every record it delivers until `count` arrived
 /// or 30 s passed, plus one more second.
-fn librdkafka_consume(
+pub(super) fn librdkafka_consume(
     bootstrap: &str,
     topic: &str,
     group: &str,

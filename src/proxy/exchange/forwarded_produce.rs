@@ -65,12 +65,19 @@ pub fn begin(ctx: &ConnContext, h: &RequestHeaderInfo, frame: Bytes) -> (Step, O
             name: t.name.as_deref().map(str::to_string),
         })
         .collect();
-    let batches = view
+    let batches: Vec<(usize, i32, BatchHeader)> = view
         .partitions
         .iter()
         .filter_map(|p| Some((p.topic, p.partition, BatchHeader::parse(p.records?)?)))
         .collect();
     drop(view);
+    // A transactional batch opens (or continues) its producer's transaction through the
+    // listener: a switchover's hold lets it end.
+    if let Some(route) = ctx.forward_to_source() {
+        for (_, _, b) in batches.iter().filter(|(_, _, b)| b.is_transactional()) {
+            route.note_transaction(b.producer_id);
+        }
+    }
     (Step::Forward(frame), Some(Pending { topics, batches }))
 }
 

@@ -81,6 +81,8 @@ enum Kind {
     InitProducerId(init_producer_id::Pending),
     Admin(admin::Pending),
     Markers(markers::Pending),
+    /// A forward listener's EndTxn to the source, of this producer id.
+    EndTxn(i64),
 }
 
 /// A request or response the gateway refuses to handle (the connection is closed).
@@ -129,6 +131,24 @@ pub fn begin(
             ApiKey::InitProducerId => {
                 let (step, p) = init_producer_id::begin(ctx, h, frame);
                 (step, Kind::InitProducerId(p))
+            }
+            // The transactions open through the listener (a switchover's hold lets them end).
+            api @ (ApiKey::AddPartitionsToTxn
+            | ApiKey::AddOffsetsToTxn
+            | ApiKey::TxnOffsetCommit
+            | ApiKey::EndTxn) => {
+                let body = frame.slice(4 + h.header_len..);
+                let id = crate::protocol::transactions::producer_of(api, h.api_version, &body);
+                match (id, ctx.forward_to_source()) {
+                    (Some(id), _) if api == ApiKey::EndTxn => {
+                        (Step::Forward(frame), Kind::EndTxn(id))
+                    }
+                    (Some(id), Some(route)) => {
+                        route.note_transaction(id);
+                        (Step::Forward(frame), Kind::Plain)
+                    }
+                    _ => (Step::Forward(frame), Kind::Plain),
+                }
             }
             _ => (Step::Forward(frame), Kind::Plain),
         };
@@ -220,6 +240,13 @@ impl Pending {
             Kind::Admin(p) => p.finish(frame)?,
             Kind::Markers(p) => {
                 p.finish();
+                frame
+            }
+            Kind::EndTxn(id) => {
+                let ended = crate::protocol::transactions::end_txn_ended(version, &frame);
+                if let (Some(true), Some(route)) = (ended, ctx.forward_to_source()) {
+                    route.end_transaction(id);
+                }
                 frame
             }
         };

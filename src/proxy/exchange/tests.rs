@@ -430,3 +430,47 @@ fn a_forwarded_produce_answered_in_another_order_notes_every_partition() {
         .collect();
     assert_eq!(noted, vec![(0, 0), (1, 100), (2, 200)]);
 }
+
+#[test]
+fn a_transaction_through_the_forward_listener_is_open_from_its_first_request_until_its_end_txn_answer(
+) {
+    use kafka_protocol::messages::{
+        AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, EndTxnRequest, EndTxnResponse, ProducerId,
+    };
+    let f = fixture();
+    let route = crate::proxy::forward::ForwardRoute::new("first", "c", Arc::default());
+    let ctx = forward_source(&f, route.clone());
+    let add = AddOffsetsToTxnRequest::default().with_producer_id(ProducerId(77));
+    let out = handle(
+        &ctx,
+        request_frame(&add, 3, 1),
+        response_frame(
+            ApiKey::AddOffsetsToTxn,
+            &AddOffsetsToTxnResponse::default(),
+            3,
+            1,
+        ),
+    );
+    assert_eq!(out.error, None);
+    assert_eq!(route.open_transactions(), vec![77]);
+    let end = EndTxnRequest::default()
+        .with_producer_id(ProducerId(77))
+        .with_committed(true);
+    let busy = EndTxnResponse::default().with_error_code(51);
+    handle(
+        &ctx,
+        request_frame(&end, 3, 2),
+        response_frame(ApiKey::EndTxn, &busy, 3, 2),
+    );
+    assert_eq!(
+        route.open_transactions(),
+        vec![77],
+        "CONCURRENT_TRANSACTIONS: the client sends it again"
+    );
+    handle(
+        &ctx,
+        request_frame(&end, 3, 3),
+        response_frame(ApiKey::EndTxn, &EndTxnResponse::default(), 3, 3),
+    );
+    assert!(route.open_transactions().is_empty());
+}
