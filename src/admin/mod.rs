@@ -112,6 +112,8 @@ pub trait AdminBackend: Send + Sync + 'static {
     fn agent_next_source(&self, _mirror: &str, _topic: &str, _partition: i32) -> Option<i64> {
         None
     }
+    /// Have the built-in agent of a mirror run a discovery round now.
+    fn agent_rediscover(&self, _mirror: &str) {}
     fn agent_source_end_moved_ms(&self, mirror: &str, topic: &str, partition: i32) -> Option<i64>;
     /// The built-in agent's view of a mirror's source cluster; `None` without an agent.
     fn agent_source(&self, mirror: &str) -> Option<crate::failover::preflight::SourceFacts>;

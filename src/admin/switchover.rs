@@ -12,7 +12,9 @@
 //!    they had in flight and close. With several instances, each of the others acknowledges
 //!    its hold once drained (one gone lately is waited for until what it forwarded has
 //!    settled);
-//! 3. **mirror to the end**: the source's log end of every partition of the mirror is read, and
+//! 3. **mirror to the end**: every partition of the topics the mirror covers on the source is
+//!    one of the mirror's (the agent is asked to discover those it does not have yet); the
+//!    source's log end of every partition of the mirror is read, and
 //!    the built-in agent mirrors up to it, and no transaction stays open in them (the failover
 //!    would abort it behind its producer's back: refused instead). With several instances
 //!    that catch-up is recorded too: the others' forwarded producers keep their sessions after
@@ -98,6 +100,16 @@ pub(super) async fn switchover(
         v["hold_ms"] = json!(fwd.hold.as_millis() as u64);
         v["partitions"] = json!(lag);
         v["agent_runs_here"] = json!(matches!(ctl.agent_turn(name), AgentTurn::Run { .. }));
+        // Partitions of the mirror's topics on the source that it does not mirror yet (the
+        // switchover waits for the agent to discover them).
+        if let Ok(Ok(topics)) = tokio::time::timeout(fwd.hold, source_topics(&fwd.source)).await {
+            let missing: Vec<String> = ctl
+                .unrecorded_partitions(name, &topics)
+                .into_iter()
+                .map(|(t, p)| format!("{t}-{p}"))
+                .collect();
+            v["partitions_not_mirrored_yet"] = json!(missing);
+        }
         // The transactions open now, which would refuse the switchover (read as it would).
         let read = tokio::time::timeout(fwd.hold, source_facts(&fwd.source, &partitions)).await;
         match read {
@@ -125,7 +137,7 @@ pub(super) async fn switchover(
         if let Some(p) = &peers {
             p.record(name, fwd.hold, HoldStep::Hold).await?;
         }
-        mirror_to_the_end(gw, &fwd, name, &partitions, peers.as_ref(), held + fwd.hold).await?;
+        mirror_to_the_end(gw, ctl, &fwd, name, peers.as_ref(), held + fwd.hold).await?;
         match &peers {
             Some(p) => p.record(name, fwd.hold, HoldStep::CaughtUp).await,
             None => Ok(()),
@@ -201,9 +213,9 @@ pub(super) fn status(gw: &dyn AdminBackend, name: &str) -> Response<Full<Bytes>>
 /// transaction open, before `deadline`; why not otherwise.
 async fn mirror_to_the_end(
     gw: &dyn AdminBackend,
+    ctl: &MirrorController,
     fwd: &ForwardHandle,
     name: &str,
-    partitions: &[(String, i32)],
     peers: Option<&PeerHold>,
     deadline: Instant,
 ) -> Result<(), String> {
@@ -234,6 +246,7 @@ async fn mirror_to_the_end(
     if let Some(p) = peers {
         p.link.wait_forward_held(name, &p.hold_id, deadline).await?;
     }
+    let partitions = &every_partition(gw, ctl, fwd, name, deadline).await?;
     // Step 3: the source's ends and open transactions, read under the hold. A transaction
     // whose commit or abort was sent before the hold ends with the coordinator's markers (the
     // log end moves past them); one still open would be aborted by the failover behind its
@@ -289,6 +302,78 @@ async fn mirror_to_the_end(
             ));
         }
         tokio::time::sleep(POLL).await;
+    }
+}
+
+/// The source's topics (name, partition count), as `source` shows them after a refresh.
+async fn source_topics(source: &ClusterView) -> Result<Vec<(String, usize)>, String> {
+    source
+        .refresh()
+        .await
+        .map_err(|e| format!("the source's metadata could not be read: {e}"))?;
+    Ok(source
+        .topic_names()
+        .into_iter()
+        .filter(|t| !t.starts_with("__"))
+        .filter_map(|t| {
+            let n = source.topic(&t)?.leaders.len();
+            Some((t, n))
+        })
+        .collect())
+}
+
+/// Every partition the mirror covers on the source, once the mirror has a record of each
+/// (before `deadline`). A topic of the mirror created on the source since the agent's last
+/// discovery would otherwise be absent, or read-only, on the destination after the switch: the
+/// agent is asked to discover it now, and it is mirrored to its end with the others.
+async fn every_partition(
+    gw: &dyn AdminBackend,
+    ctl: &MirrorController,
+    fwd: &ForwardHandle,
+    name: &str,
+    deadline: Instant,
+) -> Result<Vec<(String, i32)>, String> {
+    let mut asked: Option<Instant> = None;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let topics = tokio::time::timeout(left, source_topics(&fwd.source))
+            .await
+            .map_err(|_| format!("the source's metadata was not read within {:?}", fwd.hold))??;
+        let missing = ctl.unrecorded_partitions(name, &topics);
+        if missing.is_empty() {
+            let mut all: Vec<(String, i32)> = ctl
+                .records()
+                .into_iter()
+                .filter(|(r, _)| r.name == name)
+                .flat_map(|(r, _)| r.partitions.into_iter().map(|p| (p.topic, p.partition)))
+                .collect();
+            all.sort();
+            return Ok(all);
+        }
+        if Instant::now() >= deadline {
+            let shown: Vec<String> = missing
+                .iter()
+                .take(10)
+                .map(|(t, p)| format!("{t}-{p}"))
+                .collect();
+            return Err(format!(
+                "{} partitions of topics the mirror covers are on the source but not mirrored yet ({}{}); the agent discovers them, switch over again then",
+                missing.len(),
+                shown.join(", "),
+                if missing.len() > shown.len() { ", …" } else { "" }
+            ));
+        }
+        // Ask once, then look at the destination again every half second: its partitions
+        // become the mirror's once the agent created them there.
+        if asked.is_none_or(|t| t.elapsed() >= POLL * 50) {
+            if asked.is_none() {
+                tracing::info!(mirror = %name, missing = missing.len(), "switchover: topics of the mirror on the source not mirrored yet; the agent discovers them");
+                gw.agent_rediscover(name);
+            }
+            refresh_destination(gw, name).await;
+            asked = Some(Instant::now());
+        }
+        tokio::time::sleep(POLL * 5).await;
     }
 }
 

@@ -17,6 +17,16 @@ use super::{lock, MirrorAgent};
 use crate::client::mirror_ops::{self, ClusterMeta};
 use crate::mirror::offset_map::{check_id, IdCheck};
 
+impl super::Agent {
+    /// Have mirror `mirror`'s agent run a discovery round now (a switchover found topics of the
+    /// mirror on the source that it does not mirror yet).
+    pub fn rediscover(&self, mirror: &str) {
+        if let Some(m) = self.mirror(mirror) {
+            m.refresh.notify_one();
+        }
+    }
+}
+
 impl MirrorAgent {
     /// Source metadata; create or grow destination topics.
     pub(super) async fn discover(&self) {

@@ -50,6 +50,11 @@ impl crate::admin::AdminBackend for Gateway {
     fn agent_next_source(&self, mirror: &str, topic: &str, partition: i32) -> Option<i64> {
         self.agent.as_ref()?.next_source(mirror, topic, partition)
     }
+    fn agent_rediscover(&self, mirror: &str) {
+        if let Some(a) = &self.agent {
+            a.rediscover(mirror);
+        }
+    }
     fn admin_token(&self) -> Option<&str> {
         self.admin_token.as_deref()
     }

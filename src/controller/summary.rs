@@ -6,7 +6,10 @@
 //! Also the recorded states of a mirror's partitions alone ([`MirrorController::recorded_states`]),
 //! read as often by a forward listener's route.
 //!
-//! Owns: that count and that read. Must not touch: the records themselves.
+//! And which of a cluster's topics a mirror covers and which of their partitions it has no
+//! record of yet ([`MirrorController::unrecorded_partitions`]): a switchover waits for them.
+//!
+//! Owns: that count and those reads. Must not touch: the records themselves.
 
 use super::MirrorController;
 use crate::mirror::state::PartitionState;
@@ -71,5 +74,35 @@ impl MirrorController {
                 }
             })
             .collect()
+    }
+}
+
+impl MirrorController {
+    /// The partitions of `topics` (name, partition count) that mirror `mirror` covers but has no
+    /// record of yet (sorted): the agent has not discovered them, or the destination does not
+    /// show them yet.
+    pub fn unrecorded_partitions(
+        &self,
+        mirror: &str,
+        topics: &[(String, usize)],
+    ) -> Vec<(String, i32)> {
+        let recorded: std::collections::HashSet<(String, i32)> = self
+            .records()
+            .into_iter()
+            .filter(|(r, _)| r.name == mirror)
+            .flat_map(|(r, _)| r.partitions.into_iter().map(|p| (p.topic, p.partition)))
+            .collect();
+        let mut missing: Vec<(String, i32)> = topics
+            .iter()
+            .filter(|(t, _)| {
+                self.router
+                    .mirror_index(t)
+                    .is_some_and(|i| self.admission.mirror_name(i) == mirror)
+            })
+            .flat_map(|(t, n)| (0..*n as i32).map(move |p| (t.clone(), p)))
+            .filter(|k| !recorded.contains(k))
+            .collect();
+        missing.sort();
+        missing
     }
 }

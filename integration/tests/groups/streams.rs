@@ -457,3 +457,159 @@ fn an_exactly_once_applications_output_never_mirrored_before_the_failover_is_not
     let unknown: Vec<&String> = times.keys().filter(|id| !all.contains(*id)).collect();
     assert!(unknown.is_empty(), "output for no input: {unknown:?}");
 }
+
+/// The same application connected only to a mirror's forward listener, running without a stop
+/// while its input keeps coming (through the listener too), across a planned switchover: its
+/// open transaction ends on the source during the hold, then it goes on on the destination (its
+/// producer's transactional id is new there: Streams creates its producer again). A
+/// `read_committed` consumer of the destination sees every input record's output exactly once,
+/// with the counts continuing across the switch.
+#[test]
+fn a_kafka_streams_exactly_once_application_on_the_forward_listener_crosses_a_switchover() {
+    const FIRST: usize = 60;
+    const SECOND: usize = 60;
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let name = "streams-fwd";
+    let app = harness::unique_topic("streams-fwd-app");
+    let input_topic = harness::unique_topic("streams-fwd-in");
+    let output = harness::unique_topic("streams-fwd-out");
+    harness::create_topic(&source, &input_topic, PARTITIONS, None);
+    harness::create_topic(&source, &output, PARTITIONS, None);
+    let internal = format!("regex:{app}-.*");
+    let mut cfg = groups_config(name, &[&input_topic, &output, &internal], &source);
+    let port = crate::gw::free_port_range(4);
+    cfg.mirrors[0].forward = Some(mirrorgate::config::ForwardConfig {
+        listener: mirrorgate::config::ListenerConfig {
+            bind: "127.0.0.1".into(),
+            advertised_host: None,
+            port_base: port,
+            node_id_base: 1,
+            max_brokers: 4,
+            tls: None,
+            allowed_principals: None,
+        },
+        cluster_id: None,
+        hold_ms: 10_000,
+    });
+    let forward = format!("127.0.0.1:{port}");
+    let gw = TestGateway::start(cfg);
+
+    produce_input(&forward, &input_topic, "a", FIRST);
+    let state = crate::gw::scratch_dir();
+    let streams = {
+        let (forward, app, input_topic, output) = (
+            forward.clone(),
+            app.clone(),
+            input_topic.clone(),
+            output.clone(),
+        );
+        std::thread::spawn(move || {
+            let class = harness::repo().join(STREAMS_APP);
+            harness::rig_java(
+                &class.to_string_lossy(),
+                &[
+                    &forward,
+                    &app,
+                    &input_topic,
+                    &output,
+                    &state.to_string_lossy(),
+                    &(FIRST + SECOND).to_string(),
+                    "180000",
+                ],
+            )
+        })
+    };
+    // The second input comes while the application runs, 20 records a second, across the switch.
+    let feeder = {
+        let (forward, input_topic) = (forward.clone(), input_topic.clone());
+        std::thread::spawn(move || {
+            for i in 0..SECOND {
+                produce_one(&forward, &input_topic, "b", i);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    wait_for(
+        "the application's output on the source",
+        Duration::from_secs(120),
+        || {
+            (0..PARTITIONS)
+                .map(|p| end_offset(&source, &output, p))
+                .sum::<i64>()
+                >= FIRST as i64
+        },
+    );
+    let (status, body) = admin_call(
+        &gw.admin(),
+        Method::POST,
+        &format!("/v1/mirrors/{name}/switchover"),
+        None,
+    );
+    assert_eq!(status, 202, "switchover: {body}");
+    wait_stopped(&gw.admin(), name);
+    feeder.join().expect("feeder");
+    let out = streams.join().expect("streams thread");
+    harness::expect_success("StreamsCount.java", &out);
+    let lines = harness::json_lines(&out.stdout);
+    let done = lines
+        .iter()
+        .find(|l| l["done"] == true)
+        .unwrap_or_else(|| panic!("StreamsCount.java printed no summary: {lines:?}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let migrated = stderr
+        .lines()
+        .filter(|l| l.contains("InvalidPidMapping") || l.contains("TaskMigrated"))
+        .count();
+    eprintln!("streams across the switchover: {done}; {migrated} log lines of a task migrated or a producer id unknown to the destination");
+    assert_eq!(
+        done["reached"],
+        true,
+        "the application processed {} of the {} input records\n--- stderr (tail) ---\n{}",
+        done["counted"],
+        FIRST + SECOND,
+        harness::tail_text(&out.stderr, 40)
+    );
+
+    let total = FIRST + SECOND;
+    let seen = read_committed(&destination, &output, total);
+    let times = outputs_per_input(&seen);
+    let duplicated: Vec<_> = times.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        duplicated.is_empty(),
+        "output records duplicated: {duplicated:?}"
+    );
+    let all: BTreeSet<String> = ids("a", FIRST).union(&ids("b", SECOND)).cloned().collect();
+    let missing: Vec<_> = all.iter().filter(|id| !times.contains_key(*id)).collect();
+    assert!(
+        missing.is_empty(),
+        "input records without output: {missing:?}"
+    );
+    for j in 0..KEYS {
+        let key = format!("k{j}");
+        let counts: Vec<usize> = seen
+            .values()
+            .flatten()
+            .filter(|(k, _)| *k == key)
+            .filter_map(|(_, v)| v.rsplit_once(':')?.1.parse().ok())
+            .collect();
+        let want: Vec<usize> = (1..=counts.len()).collect();
+        assert_eq!(counts, want, "key {key}: counts go on across the switch");
+    }
+}
+
+/// Write input record `i` of `round` (idempotent, acks=all) to its partition.
+fn produce_one(bootstrap: &str, topic: &str, round: &str, i: usize) {
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .create()
+        .expect("producer");
+    let (key, id) = input(round, i);
+    let part = ((i % KEYS) as i32) % PARTITIONS;
+    p.send(BaseRecord::to(topic).key(&key).payload(&id).partition(part))
+        .map_err(|(e, _)| e)
+        .expect("send");
+    p.flush(Duration::from_secs(60)).expect("flush the input");
+}
