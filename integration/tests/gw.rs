@@ -73,6 +73,26 @@ fn slice_start() -> u16 {
     })
 }
 
+/// A forward listener on free ports of its own (up to 4 brokers), with a switchover's hold
+/// bound `hold_ms`; and its bootstrap address.
+pub fn forward_listener(hold_ms: u64) -> (mirrorgate::config::ForwardConfig, String) {
+    let port = free_port_range(4);
+    let forward = mirrorgate::config::ForwardConfig {
+        listener: mirrorgate::config::ListenerConfig {
+            bind: "127.0.0.1".into(),
+            advertised_host: None,
+            port_base: port,
+            node_id_base: 1,
+            max_brokers: 4,
+            tls: None,
+            allowed_principals: None,
+        },
+        cluster_id: None,
+        hold_ms,
+    };
+    (forward, format!("127.0.0.1:{port}"))
+}
+
 /// A base port such that `base..base+n` are all free right now, from this process's slice.
 pub fn free_port_range(n: u16) -> u16 {
     let start = slice_start();

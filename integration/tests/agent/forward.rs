@@ -9,21 +9,9 @@ use super::*;
 /// `agent_config` with a forward listener of its own ports on mirror `name`; its bootstrap.
 pub(super) fn forward_config(name: &str, topics: &[&str], source: &str) -> (Config, String) {
     let mut cfg = agent_config(name, topics, source);
-    let port = crate::gw::free_port_range(4);
-    cfg.mirrors[0].forward = Some(mirrorgate::config::ForwardConfig {
-        listener: mirrorgate::config::ListenerConfig {
-            bind: "127.0.0.1".into(),
-            advertised_host: None,
-            port_base: port,
-            node_id_base: 1,
-            max_brokers: 4,
-            tls: None,
-            allowed_principals: None,
-        },
-        cluster_id: None,
-        hold_ms: 10_000,
-    });
-    (cfg, format!("127.0.0.1:{port}"))
+    let (forward, bootstrap) = crate::gw::forward_listener(10_000);
+    cfg.mirrors[0].forward = Some(forward);
+    (cfg, bootstrap)
 }
 
 /// Wait until the agent mirrors every partition of `topic` (the mirror has partitions to switch).
@@ -36,14 +24,7 @@ fn wait_mirroring(gw: &TestGateway, name: &str, topic: &str, partitions: i32) {
 /// Switch mirror `name` over once the agent mirrors its partitions; wait until it is through.
 fn switch_over(gw: &TestGateway, name: &str, topic: &str, partitions: i32) {
     wait_mirroring(gw, name, topic, partitions);
-    let (status, body) = admin_call(
-        &gw.admin(),
-        Method::POST,
-        &format!("/v1/mirrors/{name}/switchover"),
-        None,
-    );
-    assert_eq!(status, 202, "switchover: {body}");
-    wait_stopped(&gw.admin(), name);
+    crate::failover::switchover(&gw.admin(), name);
 }
 
 /// The keys of a partition's data records, in log order.
@@ -150,17 +131,36 @@ fn an_idempotent_producer_through_the_forward_listener_goes_on_across_a_switchov
 
     let source_after: usize = (0..2).map(|p| keys(&source, &topic, p).len()).sum();
     eprintln!("forward: {acked} acknowledged, {at_switch} at the switchover, {source_after} on the source");
-    let mut seen = BTreeMap::new();
+    assert_acknowledged_once_in_order(&destination, &topic, "app", acked);
+    // The session went on: the destination knows the producer under the id and epoch the
+    // source gave it (an epoch bump, or a new id, would show here), and the records after the
+    // switchover are its.
     for p in 0..2 {
-        let ks = keys(&destination, &topic, p);
-        // Per partition, the producer's order: its keys ascend.
-        let numbers: Vec<usize> = ks
+        assert_session_kept(&source, &destination, &topic, p);
+    }
+    assert!(
+        acked > source_after,
+        "records after the switchover went to the destination only ({acked} acknowledged, {source_after} on the source)"
+    );
+}
+
+/// Every record a writer had acknowledged is on the destination once, in its order per
+/// partition (its keys `{prefix}-{n}` ascend).
+pub(super) fn assert_acknowledged_once_in_order(
+    destination: &str,
+    topic: &str,
+    prefix: &str,
+    acked: usize,
+) {
+    let mut seen: BTreeMap<usize, usize> = BTreeMap::new();
+    for p in 0..2 {
+        let numbers: Vec<usize> = keys(destination, topic, p)
             .iter()
-            .map(|k| k.trim_start_matches("app-").parse().expect("app key"))
+            .filter_map(|k| k.strip_prefix(&format!("{prefix}-"))?.parse().ok())
             .collect();
         assert!(
             numbers.windows(2).all(|w| w[0] < w[1]),
-            "partition {p}: records in the producer's order"
+            "partition {p}: {prefix}'s records in its order"
         );
         for n in numbers {
             *seen.entry(n).or_insert(0) += 1;
@@ -174,24 +174,25 @@ fn an_idempotent_producer_through_the_forward_listener_goes_on_across_a_switchov
         .collect();
     assert!(
         missing.is_empty(),
-        "acknowledged records missing on the destination: {missing:?}"
+        "{prefix}: acknowledged records missing on the destination: {missing:?}"
     );
-    assert!(doubled.is_empty(), "records written twice: {doubled:?}");
-    assert_eq!(
-        seen.len(),
-        acked,
-        "the destination holds exactly the acknowledged records"
-    );
-    // The session went on: the destination knows the producer under the id and epoch the
-    // source gave it (an epoch bump, or a new id, would show here), and the records after the
-    // switchover are its.
-    for p in 0..2 {
-        assert_session_kept(&source, &destination, &topic, p);
-    }
     assert!(
-        acked > source_after,
-        "records after the switchover went to the destination only ({acked} acknowledged, {source_after} on the source)"
+        doubled.is_empty(),
+        "{prefix}: records written twice: {doubled:?}"
     );
+}
+
+/// The transactions the failover of mirror `name` aborted, over its partitions.
+fn aborted_by_failover(gw: &TestGateway, name: &str) -> Vec<serde_json::Value> {
+    partitions_json(&gw.admin(), name)
+        .iter()
+        .flat_map(|p| {
+            p["transactions_aborted"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect()
 }
 
 /// A consumer group member polling the forward listener in a thread, committing after every
@@ -723,15 +724,7 @@ fn a_switchover_is_refused_while_a_transaction_is_open_and_goes_through_once_it_
         5,
         "the transaction's records: {committed:?} ({body})"
     );
-    let aborted: Vec<serde_json::Value> = partitions_json(&gw.admin(), "fwdt")
-        .iter()
-        .flat_map(|p| {
-            p["transactions_aborted"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-        })
-        .collect();
+    let aborted = aborted_by_failover(&gw, "fwdt");
     assert!(aborted.is_empty(), "the failover aborted {aborted:?}");
 }
 
@@ -1029,15 +1022,7 @@ fn a_transaction_open_at_the_switchover_commits_on_the_source_and_the_switchover
         (0..5).map(|i| format!("txn-{i}")).collect::<Vec<_>>(),
         "the committed transaction on the destination"
     );
-    let aborted: Vec<serde_json::Value> = partitions_json(&gw.admin(), "fwde")
-        .iter()
-        .flat_map(|p| {
-            p["transactions_aborted"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-        })
-        .collect();
+    let aborted = aborted_by_failover(&gw, "fwde");
     assert!(aborted.is_empty(), "the failover aborted {aborted:?}");
 
     // After the switch: the destination's coordinator does not know the transactional id.
@@ -1155,15 +1140,7 @@ fn a_java_transactional_producer_that_never_pauses_crosses_a_switchover_without_
         visible_aborted.is_empty(),
         "aborted records visible: {visible_aborted:?}"
     );
-    let aborted_by_failover: Vec<serde_json::Value> = partitions_json(&gw.admin(), "fwdj")
-        .iter()
-        .flat_map(|p| {
-            p["transactions_aborted"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-        })
-        .collect();
+    let aborted_by_failover = aborted_by_failover(&gw, "fwdj");
     assert!(
         aborted_by_failover.is_empty(),
         "the failover aborted {aborted_by_failover:?}"

@@ -3,9 +3,7 @@
 //! topic, so nothing another instance forwards reaches the source after the log ends it
 //! mirrors to; the producers of every instance keep their sessions.
 
-use std::collections::BTreeMap;
-
-use super::forward::{forward_config, keys, producer_ids};
+use super::forward::{assert_acknowledged_once_in_order, forward_config, producer_ids};
 use super::owners::{agent_status, instance_configs};
 use super::*;
 use crate::gw::ProcessGateway;
@@ -23,39 +21,6 @@ fn with_forward(
     let (with_listener, bootstrap) = forward_config(name, &[topic], source);
     cfg.mirrors[0].forward = with_listener.mirrors[0].forward.clone();
     (cfg, bootstrap)
-}
-
-/// Every record a writer had acknowledged is on the destination once, in its order per
-/// partition (its keys `{prefix}-{n}` ascend).
-fn assert_acknowledged_once_in_order(destination: &str, topic: &str, prefix: &str, acked: usize) {
-    let mut seen: BTreeMap<usize, usize> = BTreeMap::new();
-    for p in 0..2 {
-        let numbers: Vec<usize> = keys(destination, topic, p)
-            .iter()
-            .filter_map(|k| k.strip_prefix(&format!("{prefix}-"))?.parse().ok())
-            .collect();
-        assert!(
-            numbers.windows(2).all(|w| w[0] < w[1]),
-            "partition {p}: {prefix}'s records in its order"
-        );
-        for n in numbers {
-            *seen.entry(n).or_insert(0) += 1;
-        }
-    }
-    let missing: Vec<usize> = (0..acked).filter(|n| !seen.contains_key(n)).collect();
-    let doubled: Vec<usize> = seen
-        .iter()
-        .filter(|(_, c)| **c > 1)
-        .map(|(n, _)| *n)
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "{prefix}: acknowledged records missing on the destination: {missing:?}"
-    );
-    assert!(
-        doubled.is_empty(),
-        "{prefix}: records written twice: {doubled:?}"
-    );
 }
 
 #[test]

@@ -222,6 +222,19 @@ pub fn failover(admin: &str, name: &str) -> String {
     v["failover_id"].as_str().expect("failover id").to_string()
 }
 
+/// Switch mirror `name` over through the admin API at `admin` (`202` asserted), and wait until
+/// every partition is STOPPED.
+pub fn switchover(admin: &str, name: &str) {
+    let (status, body) = admin_call(
+        admin,
+        Method::POST,
+        &format!("/v1/mirrors/{name}/switchover"),
+        None,
+    );
+    assert_eq!(status, 202, "switchover: {body}");
+    wait_stopped(admin, name);
+}
+
 /// The barrier offset the mirror at `admin` reports for partition 0 of `topic`.
 pub fn reported_barrier(admin: &str, mirror: &str, topic: &str) -> i64 {
     recorded_barrier(admin, mirror, topic)

@@ -37,12 +37,7 @@ fn create_compacted(bootstrap: &str, topic: &str) {
 
 /// `n` records over 20 keys, values `{round}-{i}` (unique), in pauses so the segments roll.
 fn write_keyed(bootstrap: &str, topic: &str, round: &str, n: usize) {
-    let p: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .create()
-        .expect("producer");
+    let p = idempotent_producer(bootstrap);
     for i in 0..n {
         let key = format!("k{}", i % 20);
         let value = format!("{round}-{i}");

@@ -81,15 +81,20 @@ fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
     }
 }
 
-/// Records `{prefix}-{i}` (key and value) to `topic`, round-robin over `partitions`; flushed.
-fn produce(bootstrap: &str, topic: &str, prefix: &str, n: usize, partitions: i32) {
-    let p: BaseProducer = ClientConfig::new()
+/// An idempotent librdkafka producer (acks=all, linger 5 ms) of `bootstrap`.
+fn idempotent_producer(bootstrap: &str) -> BaseProducer {
+    ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("enable.idempotence", "true")
         .set("acks", "all")
         .set("linger.ms", "5")
         .create()
-        .expect("producer");
+        .expect("producer")
+}
+
+/// Records `{prefix}-{i}` (key and value) to `topic`, round-robin over `partitions`; flushed.
+fn produce(bootstrap: &str, topic: &str, prefix: &str, n: usize, partitions: i32) {
+    let p = idempotent_producer(bootstrap);
     for i in 0..n {
         let k = format!("{prefix}-{i}");
         let part = (i as i32) % partitions.max(1);

@@ -70,13 +70,7 @@ fn outputs_through_the_gateway(
 
 /// Write the `n` input records of `round` (idempotent, acks=all), each key to its partition.
 fn produce_input(bootstrap: &str, topic: &str, round: &str, n: usize) {
-    let p: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .set("linger.ms", "5")
-        .create()
-        .expect("producer");
+    let p = idempotent_producer(bootstrap);
     for i in 0..n {
         let (key, id) = input(round, i);
         let part = ((i % KEYS) as i32) % PARTITIONS;
@@ -123,10 +117,7 @@ fn run_app(
     );
     harness::expect_success("StreamsCount.java", &out);
     let lines = harness::json_lines(&out.stdout);
-    let done = lines
-        .iter()
-        .find(|l| l["done"] == true)
-        .unwrap_or_else(|| panic!("StreamsCount.java printed no summary: {lines:?}"));
+    let done = summary(&lines);
     assert_eq!(
         done["reached"], true,
         "StreamsCount.java on {bootstrap} processed {} of the {expected} input records of round {round}\n--- stderr (tail) ---\n{}",
@@ -137,6 +128,14 @@ fn run_app(
         .iter()
         .filter_map(|l| l["id"].as_str().map(str::to_string))
         .collect()
+}
+
+/// The summary line StreamsCount.java printed at its end.
+fn summary(lines: &[serde_json::Value]) -> &serde_json::Value {
+    lines
+        .iter()
+        .find(|l| l["done"] == true)
+        .unwrap_or_else(|| panic!("StreamsCount.java printed no summary: {lines:?}"))
 }
 
 /// Whether every partition of `topics` ends at the same offset on the source and on the
@@ -478,21 +477,8 @@ fn a_kafka_streams_exactly_once_application_on_the_forward_listener_crosses_a_sw
     harness::create_topic(&source, &output, PARTITIONS, None);
     let internal = format!("regex:{app}-.*");
     let mut cfg = groups_config(name, &[&input_topic, &output, &internal], &source);
-    let port = crate::gw::free_port_range(4);
-    cfg.mirrors[0].forward = Some(mirrorgate::config::ForwardConfig {
-        listener: mirrorgate::config::ListenerConfig {
-            bind: "127.0.0.1".into(),
-            advertised_host: None,
-            port_base: port,
-            node_id_base: 1,
-            max_brokers: 4,
-            tls: None,
-            allowed_principals: None,
-        },
-        cluster_id: None,
-        hold_ms: 10_000,
-    });
-    let forward = format!("127.0.0.1:{port}");
+    let (listener, forward) = crate::gw::forward_listener(10_000);
+    cfg.mirrors[0].forward = Some(listener);
     let gw = TestGateway::start(cfg);
 
     produce_input(&forward, &input_topic, "a", FIRST);
@@ -524,8 +510,19 @@ fn a_kafka_streams_exactly_once_application_on_the_forward_listener_crosses_a_sw
     let feeder = {
         let (forward, input_topic) = (forward.clone(), input_topic.clone());
         std::thread::spawn(move || {
+            let p = idempotent_producer(&forward);
             for i in 0..SECOND {
-                produce_one(&forward, &input_topic, "b", i);
+                let (key, id) = input("b", i);
+                let part = ((i % KEYS) as i32) % PARTITIONS;
+                p.send(
+                    BaseRecord::to(&input_topic)
+                        .key(&key)
+                        .payload(&id)
+                        .partition(part),
+                )
+                .map_err(|(e, _)| e)
+                .expect("send");
+                p.flush(Duration::from_secs(60)).expect("flush the input");
                 std::thread::sleep(Duration::from_millis(50));
             }
         })
@@ -540,22 +537,12 @@ fn a_kafka_streams_exactly_once_application_on_the_forward_listener_crosses_a_sw
                 >= FIRST as i64
         },
     );
-    let (status, body) = admin_call(
-        &gw.admin(),
-        Method::POST,
-        &format!("/v1/mirrors/{name}/switchover"),
-        None,
-    );
-    assert_eq!(status, 202, "switchover: {body}");
-    wait_stopped(&gw.admin(), name);
+    crate::failover::switchover(&gw.admin(), name);
     feeder.join().expect("feeder");
     let out = streams.join().expect("streams thread");
     harness::expect_success("StreamsCount.java", &out);
     let lines = harness::json_lines(&out.stdout);
-    let done = lines
-        .iter()
-        .find(|l| l["done"] == true)
-        .unwrap_or_else(|| panic!("StreamsCount.java printed no summary: {lines:?}"));
+    let done = summary(&lines);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let migrated = stderr
         .lines()
@@ -596,20 +583,4 @@ fn a_kafka_streams_exactly_once_application_on_the_forward_listener_crosses_a_sw
         let want: Vec<usize> = (1..=counts.len()).collect();
         assert_eq!(counts, want, "key {key}: counts go on across the switch");
     }
-}
-
-/// Write input record `i` of `round` (idempotent, acks=all) to its partition.
-fn produce_one(bootstrap: &str, topic: &str, round: &str, i: usize) {
-    let p: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .create()
-        .expect("producer");
-    let (key, id) = input(round, i);
-    let part = ((i % KEYS) as i32) % PARTITIONS;
-    p.send(BaseRecord::to(topic).key(&key).payload(&id).partition(part))
-        .map_err(|(e, _)| e)
-        .expect("send");
-    p.flush(Duration::from_secs(60)).expect("flush the input");
 }
