@@ -385,22 +385,17 @@ struct SourceFacts {
     open: Vec<String>,
 }
 
-/// The source's log end and open transactions of every partition, read from its leaders.
+/// The source's log end and open transactions of every partition, read from its leaders: per
+/// leader, one ListOffsets and one DescribeProducers request for all its partitions.
 async fn source_facts(
     source: &ClusterView,
     partitions: &[(String, i32)],
 ) -> Result<SourceFacts, String> {
-    use kafka_protocol::messages::describe_producers_request::TopicRequest;
-    use kafka_protocol::messages::DescribeProducersRequest;
-    use kafka_protocol::protocol::StrBytes;
     source
         .refresh()
         .await
         .map_err(|e| format!("the source's metadata could not be read: {e}"))?;
-    let timeout = Duration::from_secs(5);
-    let mut clients: BTreeMap<String, KafkaClient> = BTreeMap::new();
-    let mut ends = BTreeMap::new();
-    let mut open = Vec::new();
+    let mut by_leader: BTreeMap<String, Vec<(String, i32)>> = BTreeMap::new();
     for (t, p) in partitions {
         let leader = source
             .topic(t)
@@ -410,28 +405,61 @@ async fn source_facts(
         let addr = source
             .broker_addr(leader)
             .ok_or_else(|| format!("source broker {leader} (leader of {t}-{p}) is not known"))?;
-        if !clients.contains_key(&addr) {
-            let c = source
-                .client(&addr, timeout)
-                .await
-                .map_err(|e| format!("cannot reach source broker {addr}: {e}"))?;
-            clients.insert(addr.clone(), c);
-        }
-        let client = clients
-            .get_mut(&addr)
-            .ok_or_else(|| format!("no connection to {addr}"))?;
-        let end = client
-            .list_offset(t, *p, LATEST)
+        by_leader.entry(addr).or_default().push((t.clone(), *p));
+    }
+    let mut facts = SourceFacts {
+        ends: BTreeMap::new(),
+        open: Vec::new(),
+    };
+    for (addr, parts) in by_leader {
+        let mut client = source
+            .client(&addr, Duration::from_secs(5))
             .await
-            .map_err(|e| format!("the log end of {t}-{p} could not be read on the source: {e}"))?;
-        ends.insert((t.clone(), *p), end);
-        let req = DescribeProducersRequest::default().with_topics(vec![TopicRequest::default()
-            .with_name(StrBytes::from_string(t.clone()).into())
-            .with_partition_indexes(vec![*p])]);
-        let resp = client.send(&req, 0).await.map_err(|e| {
-            format!("the producers of {t}-{p} could not be read on the source: {e}")
-        })?;
-        for part in resp.topics.iter().flat_map(|x| x.partitions.iter()) {
+            .map_err(|e| format!("cannot reach source broker {addr}: {e}"))?;
+        let ends = client
+            .list_offsets(&parts, LATEST)
+            .await
+            .map_err(|e| format!("the log ends could not be read on source broker {addr}: {e}"))?;
+        facts.ends.extend(ends);
+        facts
+            .open
+            .extend(open_transactions(&mut client, &addr, &parts).await?);
+    }
+    Ok(facts)
+}
+
+/// The transactions open in `parts` (led by the broker `client` is connected to, at `addr`),
+/// described for a refusal.
+async fn open_transactions(
+    client: &mut KafkaClient,
+    addr: &str,
+    parts: &[(String, i32)],
+) -> Result<Vec<String>, String> {
+    use kafka_protocol::messages::describe_producers_request::TopicRequest;
+    use kafka_protocol::messages::DescribeProducersRequest;
+    use kafka_protocol::protocol::StrBytes;
+    let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for (t, p) in parts {
+        topics.entry(t.as_str()).or_default().push(*p);
+    }
+    let req = DescribeProducersRequest::default().with_topics(
+        topics
+            .iter()
+            .map(|(t, ps)| {
+                TopicRequest::default()
+                    .with_name(StrBytes::from_string(t.to_string()).into())
+                    .with_partition_indexes(ps.clone())
+            })
+            .collect(),
+    );
+    let resp = client
+        .send(&req, 0)
+        .await
+        .map_err(|e| format!("the producers could not be read on source broker {addr}: {e}"))?;
+    let mut open = Vec::new();
+    for topic in &resp.topics {
+        for part in &topic.partitions {
+            let (t, p) = (topic.name.0.as_str(), part.partition_index);
             if part.error_code != 0 {
                 return Err(format!(
                     "the source answered DescribeProducers of {t}-{p} with error {}",
@@ -450,5 +478,5 @@ async fn source_facts(
             }
         }
     }
-    Ok(SourceFacts { ends, open })
+    Ok(open)
 }

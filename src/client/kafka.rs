@@ -336,6 +336,57 @@ impl KafkaClient {
         Ok(p.offset)
     }
 
+    /// The offsets for `timestamp` of many partitions this broker leads, in one request.
+    pub async fn list_offsets(
+        &mut self,
+        partitions: &[(String, i32)],
+        timestamp: i64,
+    ) -> Result<std::collections::BTreeMap<(String, i32), i64>, PartitionRequestError> {
+        use kafka_protocol::messages::list_offsets_request::{
+            ListOffsetsPartition, ListOffsetsTopic,
+        };
+        use kafka_protocol::messages::ListOffsetsRequest;
+        let mut topics: std::collections::BTreeMap<&str, Vec<i32>> = Default::default();
+        for (t, p) in partitions {
+            topics.entry(t.as_str()).or_default().push(*p);
+        }
+        let req = ListOffsetsRequest::default()
+            .with_replica_id((-1).into())
+            .with_topics(
+                topics
+                    .iter()
+                    .map(|(t, ps)| {
+                        ListOffsetsTopic::default()
+                            .with_name(StrBytes::from_string(t.to_string()).into())
+                            .with_partitions(
+                                ps.iter()
+                                    .map(|p| {
+                                        ListOffsetsPartition::default()
+                                            .with_partition_index(*p)
+                                            .with_current_leader_epoch(-1)
+                                            .with_timestamp(timestamp)
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect(),
+            );
+        let resp = self.send(&req, 7).await?;
+        let mut out = std::collections::BTreeMap::new();
+        for (t, p) in partitions {
+            let found = resp
+                .topics
+                .iter()
+                .filter(|x| x.name.0.as_str() == t)
+                .flat_map(|x| x.partitions.iter())
+                .find(|x| x.partition_index == *p);
+            let found =
+                self.partition_result(ApiKey::ListOffsets, t, *p, found, |x| x.error_code)?;
+            out.insert((t.clone(), *p), found.offset);
+        }
+        Ok(out)
+    }
+
     /// Fetch one partition from `offset` (READ_UNCOMMITTED, no waiting), up to `max_bytes`.
     pub async fn fetch_partition(
         &mut self,

@@ -169,13 +169,17 @@ enum Bench {
         #[arg(long)]
         seconds: Option<u64>,
     },
-    /// Producers (Java at half its direct saturation, librdkafka, kafka-python) write through
-    /// a mirror's forward listener while a planned switchover moves them to the destination:
-    /// the produce latency while the listener was held, errors, lost, duplicated, reordered.
+    /// Producers (Java at half its direct saturation, librdkafka, kafka-python) and a Java
+    /// consumer group use a mirror's forward listener while a planned switchover moves them to
+    /// the destination: the produce latency while the listener was held, errors, lost,
+    /// duplicated, reordered, skipped and re-read.
     Switchover {
         /// A short run (100 partitions, 10 s before and after; the full run: 1,000, 30 s).
         #[arg(long)]
         quick: bool,
+        /// Without the consumer group (the producers alone, as runs before 2026-12-06 measured).
+        #[arg(long)]
+        no_group: bool,
     },
     /// A consumer group reads a mirrored topic on the source under load, the source is killed,
     /// the mirror fails over and the group resumes through the gateway: records skipped and
@@ -463,7 +467,7 @@ fn main() -> ExitCode {
             connections,
             seconds,
         } => load::run(quick, connections, seconds),
-        Bench::Switchover { quick } => switchover::run(quick),
+        Bench::Switchover { quick, no_group } => switchover::run(quick, !no_group),
         Bench::ConsumerFailover {
             quick,
             sync_interval_ms,

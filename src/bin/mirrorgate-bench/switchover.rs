@@ -58,7 +58,7 @@ fn round1(x: f64) -> f64 {
     (x * 10.0).round() / 10.0
 }
 
-pub fn run(quick: bool) -> Result<Value, String> {
+pub fn run(quick: bool, group: bool) -> Result<Value, String> {
     let shape = if quick {
         Shape {
             partitions: 100,
@@ -75,7 +75,7 @@ pub fn run(quick: bool) -> Result<Value, String> {
     let stamp = now_ms();
     let work = std::env::temp_dir().join(format!("mirrorgate-bench-sw-{stamp}"));
     std::fs::create_dir_all(&work).map_err(|e| e.to_string())?;
-    let result = run_in(&shape, &work, stamp);
+    let result = run_in(&shape, &work, stamp, group);
     if result.is_ok() {
         let _ = std::fs::remove_dir_all(&work);
     } else {
@@ -96,7 +96,7 @@ fn produce_for(spec: &Spec, d: Duration, work: &Path) -> Result<Vec<Op>, String>
     Ok(clients::with(&history, |h| h.ops().to_vec()))
 }
 
-fn run_in(shape: &Shape, work: &Path, stamp: i64) -> Result<Value, String> {
+fn run_in(shape: &Shape, work: &Path, stamp: i64, group: bool) -> Result<Value, String> {
     let (_clusters, addrs) = Clusters::ensure(&["source", "destination"])?;
     let source = cluster_brokers(&addrs, "source")?.remove(0);
     let destination = cluster_brokers(&addrs, "destination")?;
@@ -148,7 +148,7 @@ fn run_in(shape: &Shape, work: &Path, stamp: i64) -> Result<Value, String> {
         &topic,
         shape,
         rate,
-        work,
+        (work, group),
     );
     rt.block_on(gw.shutdown());
     for cluster in [&source, &destination[0]] {
@@ -215,21 +215,23 @@ fn measure(
     topic: &str,
     shape: &Shape,
     rate: u32,
-    work: &Path,
+    (work, with_group): (&Path, bool),
 ) -> Result<Value, String> {
     rt.block_on(wait_caught_up(admin_addr, shape.partitions))?;
-    let group = format!("bench-sw-group-{}", now_ms());
-    let mut member = Member::start(
-        &MemberArgs {
-            mode: "follow",
-            bootstrap: forward,
-            topic,
-            group: &group,
-            commit_ms: COMMIT_MS,
-            timeout: Duration::from_secs(3600),
-        },
-        &work.join("group.log"),
-    )?;
+    let mut member = match with_group {
+        true => Some(Member::start(
+            &MemberArgs {
+                mode: "follow",
+                bootstrap: forward,
+                topic,
+                group: &format!("bench-sw-group-{}", now_ms()),
+                commit_ms: COMMIT_MS,
+                timeout: Duration::from_secs(3600),
+            },
+            &work.join("group.log"),
+        )?),
+        false => None,
+    };
     let history = clients::Shared::default();
     let specs = [
         (Library::Java, "java", rate),
@@ -281,23 +283,22 @@ fn measure(
         .map(|o| o.key.as_str())
         .collect();
     // Whether the group got everything or not, the figures say what it read.
-    if let Err(e) = member.wait(
-        "the group reading every acknowledged record",
-        READ_ALL,
-        |o| {
+    if let Some(m) = member.as_mut() {
+        let everything = |o: &crate::group_member::Output| {
             let read: std::collections::HashSet<&str> =
                 o.reads.iter().map(|r| r.key.as_str()).collect();
             acked.iter().all(|k| read.contains(k))
-        },
-    ) {
-        eprintln!("switchover: {e}");
+        };
+        if let Err(e) = m.wait(
+            "the group reading every acknowledged record",
+            READ_ALL,
+            everything,
+        ) {
+            eprintln!("switchover: {e}");
+        }
     }
-    let reads: Vec<String> = member
-        .into_output()
-        .reads
-        .into_iter()
-        .map(|r| r.key)
-        .collect();
+    let reads: Option<Vec<String>> =
+        member.map(|m| m.into_output().reads.into_iter().map(|r| r.key).collect());
     let (_, fwd) = rt.block_on(admin(
         admin_addr,
         Method::GET,
@@ -305,10 +306,12 @@ fn measure(
     ))?;
     let log = rt.block_on(destination_log(destination, topic, shape.partitions))?;
     let mut out = figures(&ops, &log, called_ms, released_ms);
-    let (skipped, reread) = group_figures(&ops, &reads);
-    out["skipped"] = json!(skipped);
-    out["reread"] = json!(reread);
-    out["group_reads"] = json!(reads.len());
+    if let Some(reads) = &reads {
+        let (skipped, reread) = group_figures(&ops, reads);
+        out["skipped"] = json!(skipped);
+        out["reread"] = json!(reread);
+        out["group_reads"] = json!(reads.len());
+    }
     out["bench"] = json!("switchover");
     out["partitions"] = json!(shape.partitions);
     out["java_rate_per_s"] = json!(rate);
