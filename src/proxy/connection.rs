@@ -99,6 +99,25 @@ impl ClientConn {
             buf: BytesMut::with_capacity(64 * 1024),
         }
     }
+
+    /// Resolves when the client closes its connection (or it fails) while no upstream serves
+    /// it (a forward connection waiting for a switch). What the client sends meanwhile is kept,
+    /// after what was carried, up to `limit` bytes; beyond that it is not read (the client's
+    /// writes then wait in its socket, as they would for a slow broker).
+    pub async fn closed(&mut self, limit: usize) {
+        use tokio::io::AsyncReadExt;
+        loop {
+            if self.buf.len() >= limit {
+                std::future::pending::<()>().await;
+            }
+            self.buf.reserve(16 * 1024);
+            // Cancel-safe: what one read returns is in the buffer when the read completes.
+            match self.rd.read_buf(&mut self.buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    }
 }
 
 /// Serve one accepted client connection for broker `node_id` until it ends (closed when its

@@ -191,7 +191,17 @@ impl ForwardTarget {
         let mut parked = false;
         loop {
             parked &= self.route.side() == Side::Holding;
-            let Some((ctx, left, _counted)) = self.pick(&shutdown, parked).await else {
+            // While the connection waits for a side, a client that gives up on it (its request
+            // timed out, say) takes what it had sent with it: none of it goes to a broker later,
+            // behind the requests the client sends again on a new connection.
+            let picked = tokio::select! {
+                p = self.pick(&shutdown, parked) => p,
+                _ = client.closed(self.source.limits.max_frame_bytes as usize) => {
+                    tracing::info!(mirror = self.route.mirror(), node, %peer, parked, "the client closed its connection while the forward listener held it; what it had sent is dropped unsent");
+                    return;
+                }
+            };
+            let Some((ctx, left, _counted)) = picked else {
                 return;
             };
             let served = serve_until_switch(

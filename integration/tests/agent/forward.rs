@@ -449,21 +449,141 @@ fn java_librdkafka_and_kafka_python_producers_through_the_forward_listener_see_n
 ) {
     let source = harness::cluster("source");
     let destination = harness::cluster("destination");
-    let python = crate::pid_allocator::python_interpreter();
     let topic = harness::unique_topic("forward-clients");
     harness::create_topic(&source, &topic, 2, None);
     let (cfg, forward) = forward_config("fwdc", &[&topic], &source);
     let gw = TestGateway::start(cfg);
+    let runs = three_producers_across(&forward, &topic, || switch_over(&gw, "fwdc", &topic, 2));
+    assert_crossed_without_error(&runs, &source, &destination, &topic, 2);
+}
+
+/// A switchover that holds the clients longer than their request timeout (its failover held
+/// 7 s after fencing; the Java producer gives up on a request after 5 s, closes its connection
+/// and sends the request again on a new one): the request the gateway had parked on the
+/// connection the client gave up must not reach the destination behind the client's back.
+#[test]
+fn producers_whose_requests_time_out_during_a_long_switchover_see_no_error_and_lose_nothing() {
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("forward-slow");
+    harness::create_topic(&source, &topic, 2, None);
+    let (mut cfg, forward) = forward_config("fwds", &[&topic], &source);
+    cfg.mirrors[0].forward.as_mut().expect("forward").hold_ms = 30_000;
+    let gw =
+        crate::gw::ProcessGateway::start(cfg, &[("MIRRORGATE_TEST_HOLD_AFTER_FENCE_MS", "7000")]);
+    let admin = gw.admin();
+    let runs = three_producers_across(&forward, &topic, || {
+        wait_lag_zero(&admin, "fwds", 2);
+        crate::failover::switchover(&admin, "fwds");
+    });
+    assert_crossed_without_error(&runs, &source, &destination, &topic, 2);
+}
+
+/// Wait until the switchover's dry run of mirror `name` at `admin` shows its `partitions`
+/// partitions all mirrored to the source's end.
+fn wait_lag_zero(admin: &str, name: &str, partitions: usize) {
+    wait_for("every partition mirrored", Duration::from_secs(60), || {
+        let (status, body) = crate::gw::admin_call(
+            admin,
+            hyper::Method::POST,
+            &format!("/v1/mirrors/{name}/switchover?dry_run=true"),
+            None,
+        );
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        status == 200
+            && v["partitions"].as_array().is_some_and(|ps| {
+                ps.len() == partitions && ps.iter().all(|p| p["lag_records"] == 0)
+            })
+    });
+}
+
+/// A client that gives up on a connection the switchover holds (its request timed out, say)
+/// takes what it had sent with it: the gateway does not send it to the destination after the
+/// switch, behind what the client sent again on a new connection meanwhile (red before: it
+/// did).
+#[test]
+fn a_request_whose_client_closed_its_connection_during_the_hold_never_reaches_the_destination() {
+    use crate::psm_differential::{batch, RawConn};
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("forward-gone");
+    harness::create_topic(&source, &topic, 1, None);
+    let (cfg, forward) = forward_config("fwdg", &[&topic], &source);
+    let release = crate::gw::scratch_dir().join("release");
+    let gw = crate::gw::ProcessGateway::start(
+        cfg,
+        &[(
+            "MIRRORGATE_TEST_HOLD_AFTER_FENCE_UNTIL",
+            release.to_str().expect("path"),
+        )],
+    );
+    let admin = gw.admin();
+    let (code, _) = RawConn::connect(&forward).produce(&topic, 0, batch(-1, -1, -1, 2, "before"));
+    assert_eq!(code, 0, "produce through the forward listener");
+    wait_lag_zero(&admin, "fwdg", 1);
+    // The forward listener's port of the destination's leader of the partition.
+    let leader = harness::partition_leaders(&destination, &topic)[&0];
+    let port: u16 = forward
+        .rsplit_once(':')
+        .expect("host:port")
+        .1
+        .parse()
+        .expect("port");
+    let leader_port = format!("127.0.0.1:{}", port + leader as u16 - 1);
+    let (status, body) = crate::gw::admin_call(
+        &admin,
+        hyper::Method::POST,
+        "/v1/mirrors/fwdg/switchover",
+        None,
+    );
+    assert_eq!(status, 202, "switchover: {body}");
+    // Held now (the failover waits after fencing): a client sends a request and gives up.
+    let mut gone = RawConn::connect(&leader_port);
+    gone.produce_acks_0(&topic, 0, batch(-1, -1, -1, 1, "gave-up"));
+    std::thread::sleep(Duration::from_millis(500));
+    drop(gone);
+    std::thread::sleep(Duration::from_millis(500));
+    std::fs::write(&release, b"").expect("release the failover");
+    crate::failover::wait_stopped(&admin, "fwdg");
+    wait_for(
+        "the forward listener on the destination",
+        Duration::from_secs(30),
+        || {
+            let (_, body) =
+                crate::gw::admin_call(&admin, hyper::Method::GET, "/v1/mirrors/fwdg/forward", None);
+            serde_json::from_str::<serde_json::Value>(&body)
+                .is_ok_and(|v| v["side"] == "destination")
+        },
+    );
+    let (code, _) =
+        RawConn::connect(&leader_port).produce(&topic, 0, batch(-1, -1, -1, 1, "after"));
+    assert_eq!(code, 0, "produce on the destination after the switch");
+    let on_destination = keys(&destination, &topic, 0);
+    assert_eq!(
+        on_destination,
+        vec!["before-0", "before-1", "after-0"],
+        "the destination's records"
+    );
+}
+
+/// Java, librdkafka and kafka-python idempotent producers through `forward` at 100 records/s
+/// each: 100 acknowledged each, then `switch`, then 100 more each; their events.
+fn three_producers_across(
+    forward: &str,
+    topic: &str,
+    switch: impl FnOnce(),
+) -> Vec<(String, Vec<serde_json::Value>)> {
+    let python = crate::pid_allocator::python_interpreter();
     let producers: Vec<JsonClient> = ["java", "librdkafka", "kafka-python"]
         .iter()
-        .map(|lib| JsonClient::producer(lib, &python, &forward, &topic))
+        .map(|lib| JsonClient::producer(lib, &python, forward, topic))
         .collect();
     wait_for(
         "every client acknowledged",
         Duration::from_secs(120),
         || producers.iter().all(|p| p.count("ack") >= 100),
     );
-    switch_over(&gw, "fwdc", &topic, 2);
+    switch();
     let at_switch: Vec<usize> = producers.iter().map(|p| p.count("ack")).collect();
     wait_for(
         "every client acknowledged after the switchover",
@@ -475,18 +595,29 @@ fn java_librdkafka_and_kafka_python_producers_through_the_forward_listener_see_n
                 .all(|(p, n)| p.count("ack") >= n + 100)
         },
     );
-    let runs: Vec<(String, Vec<serde_json::Value>)> = producers
+    producers
         .into_iter()
         .map(|p| (p.name.clone(), p.finish()))
-        .collect();
+        .collect()
+}
 
+/// No error reached the producers of `runs`; every record acknowledged to them is on the
+/// destination once, in each producer's order per partition, under the producer ids and epochs
+/// the source gave them.
+fn assert_crossed_without_error(
+    runs: &[(String, Vec<serde_json::Value>)],
+    source: &str,
+    destination: &str,
+    topic: &str,
+    partitions: i32,
+) {
     let mut on_destination: BTreeMap<String, Vec<(i32, usize)>> = BTreeMap::new();
-    for p in 0..2 {
-        for k in keys(&destination, &topic, p) {
+    for p in 0..partitions {
+        for k in keys(destination, topic, p) {
             on_destination.entry(k).or_default().push((p, 0));
         }
     }
-    for (name, events) in &runs {
+    for (name, events) in runs {
         let errors: Vec<&serde_json::Value> = events.iter().filter(|e| e["e"] == "err").collect();
         assert!(
             errors.is_empty(),
@@ -524,9 +655,9 @@ fn java_librdkafka_and_kafka_python_producers_through_the_forward_listener_see_n
         }
     }
     // Each partition holds every producer's records in its send order.
-    for p in 0..2 {
+    for p in 0..partitions {
         let mut last: BTreeMap<String, usize> = BTreeMap::new();
-        for k in keys(&destination, &topic, p) {
+        for k in keys(destination, topic, p) {
             let (name, n) = k.rsplit_once('-').expect("NAME-N");
             let n: usize = n.parse().expect("N");
             if let Some(prev) = last.insert(name.to_string(), n) {
@@ -538,11 +669,11 @@ fn java_librdkafka_and_kafka_python_producers_through_the_forward_listener_see_n
         }
     }
     // No producer had to start a new session: the source's producer ids and epochs go on.
-    for p in 0..2 {
+    for p in 0..partitions {
         let rows = |cluster: &str| -> Vec<(i64, i32)> {
             broker_producers(
-                &mut RawConn::connect(&leader_addr(cluster, &topic, p)),
-                &topic,
+                &mut RawConn::connect(&leader_addr(cluster, topic, p)),
+                topic,
                 p,
             )
             .into_iter()
@@ -550,7 +681,7 @@ fn java_librdkafka_and_kafka_python_producers_through_the_forward_listener_see_n
             .map(|r| (r.0, r.1))
             .collect()
         };
-        let (src, dst) = (rows(&source), rows(&destination));
+        let (src, dst) = (rows(source), rows(destination));
         for id in &src {
             assert!(
                 dst.contains(id),

@@ -413,6 +413,14 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The in-process gateway's logs, when asked for (`RUST_LOG=mirrorgate=info`): on stderr,
+    // so the JSON on stdout's last line stays the verdict.
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     let result = match cli.command {
         Bench::Proxy {
             quick,

@@ -76,10 +76,22 @@ pub fn run(quick: bool, group: bool) -> Result<Value, String> {
     let work = std::env::temp_dir().join(format!("mirrorgate-bench-sw-{stamp}"));
     std::fs::create_dir_all(&work).map_err(|e| e.to_string())?;
     let result = run_in(&shape, &work, stamp, group);
-    if result.is_ok() {
-        let _ = std::fs::remove_dir_all(&work);
-    } else {
+    // The clients' event logs stay when the run failed or missed a target of 0.
+    let missed = result.as_ref().map_or(true, |v| {
+        [
+            "errors_to_application",
+            "lost",
+            "duplicated",
+            "order_violations",
+            "skipped",
+        ]
+        .iter()
+        .any(|k| v[*k].as_u64().unwrap_or(0) > 0)
+    });
+    if missed {
         eprintln!("switchover: logs kept in {}", work.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&work);
     }
     result.map(|mut v| {
         v["quick"] = json!(quick);
