@@ -31,7 +31,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use super::frame::FrameError;
-use super::versions::cap_api_versions;
+use super::versions::{cap_api_versions, cap_to_named_topics};
 
 /// Error code UNSUPPORTED_VERSION.
 pub const UNSUPPORTED_VERSION: i16 = 35;
@@ -174,6 +174,9 @@ pub fn rewrite_response(
             };
             let mut resp = ApiVersionsResponse::decode(&mut body, v).map_err(bad)?;
             cap_api_versions(&mut resp.api_keys);
+            if map.virtual_cluster().is_some() {
+                cap_to_named_topics(&mut resp.api_keys);
+            }
             out.frame = Some(encode_frame(&header, hv, &resp, v, size)?);
         }
         ApiKey::Metadata => {

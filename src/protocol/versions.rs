@@ -97,9 +97,47 @@ pub fn cap_api_versions(entries: &mut Vec<ApiVersion>) -> usize {
     changed
 }
 
+/// The last version of each API that names its topics where later versions carry topic ids
+/// instead (Produce v13, Fetch v13: KIP-516).
+pub const LAST_NAMING_TOPICS: &[(ApiKey, i16)] = &[(ApiKey::Produce, 12), (ApiKey::Fetch, 12)];
+
+/// Cap ApiVersions entries in place to [`LAST_NAMING_TOPICS`]: a forward listener's virtual
+/// cluster stands for two clusters that give the same topic different ids, so its clients get
+/// only versions that name topics, and a request means the same topic before and after a
+/// switch (with ids, every partition's first request after it would be refused with
+/// `UNKNOWN_TOPIC_ID` and a producer's pipelined batches behind it out of sequence). Returns
+/// how many entries changed.
+pub fn cap_to_named_topics(entries: &mut [ApiVersion]) -> usize {
+    let mut changed = 0;
+    for e in entries.iter_mut() {
+        let last = LAST_NAMING_TOPICS
+            .iter()
+            .find(|(k, _)| *k as i16 == e.api_key)
+            .map(|(_, v)| *v);
+        if let Some(last) = last.filter(|v| e.max_version > *v && e.min_version <= *v) {
+            e.max_version = last;
+            changed += 1;
+        }
+    }
+    changed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_virtual_cluster_offers_produce_and_fetch_only_in_versions_that_name_topics() {
+        let mut v = vec![entry(0, 3, 13), entry(1, 4, 18), entry(3, 0, 13)];
+        assert_eq!(cap_to_named_topics(&mut v), 2);
+        assert_eq!((v[0].min_version, v[0].max_version), (3, 12));
+        assert_eq!((v[1].min_version, v[1].max_version), (4, 12));
+        assert_eq!(
+            v[2].max_version, 13,
+            "Metadata names its topics at every version"
+        );
+        assert_eq!(cap_to_named_topics(&mut v), 0, "already capped");
+    }
 
     fn entry(key: i16, min: i16, max: i16) -> ApiVersion {
         ApiVersion::default()

@@ -479,6 +479,36 @@ fn producers_whose_requests_time_out_during_a_long_switchover_see_no_error_and_l
     assert_crossed_without_error(&runs, &source, &destination, &topic, 2);
 }
 
+/// A forward listener stands for two clusters that give a topic different ids: it offers
+/// Produce and Fetch only in the versions that name topics (v12), so that a client's requests
+/// mean the same topic after a switch (red before: Produce v13, and each partition's first
+/// batch after a switchover was refused with UNKNOWN_TOPIC_ID, the batches pipelined behind
+/// it out of sequence). The client listener offers the broker's versions.
+#[test]
+fn the_forward_listener_offers_produce_and_fetch_in_the_versions_that_name_topics() {
+    use crate::psm_differential::RawConn;
+    use kafka_protocol::messages::ApiKey;
+    let source = harness::cluster("source");
+    let topic = harness::unique_topic("forward-versions");
+    harness::create_topic(&source, &topic, 1, None);
+    let (cfg, forward) = forward_config("fwdv", &[&topic], &source);
+    let gw = TestGateway::start(cfg);
+    let max = |addr: &str, key: ApiKey| -> i16 {
+        RawConn::connect(addr)
+            .api_versions()
+            .iter()
+            .find(|e| e.0 == key as i16)
+            .map(|e| e.2)
+            .unwrap_or_else(|| panic!("{addr} offers no {key:?}"))
+    };
+    assert_eq!(max(&forward, ApiKey::Produce), 12);
+    assert_eq!(max(&forward, ApiKey::Fetch), 12);
+    assert!(
+        max(&gw.bootstrap(), ApiKey::Produce) >= 13,
+        "the client listener"
+    );
+}
+
 /// Wait until the switchover's dry run of mirror `name` at `admin` shows its `partitions`
 /// partitions all mirrored to the source's end.
 fn wait_lag_zero(admin: &str, name: &str, partitions: usize) {

@@ -193,6 +193,22 @@ impl RawConn {
         )
     }
 
+    /// The API versions the other end offers: (api key, min, max).
+    pub fn api_versions(&mut self) -> Vec<(i16, i16, i16)> {
+        // v3 names the client; a broker refuses an empty name (INVALID_REQUEST).
+        let req = kafka_protocol::messages::ApiVersionsRequest::default()
+            .with_client_software_name(StrBytes::from_static_str("mirrorgate-tests"))
+            .with_client_software_version(StrBytes::from_static_str("1"));
+        let mut b = self.exchange(ApiKey::ApiVersions, 3, &req);
+        let resp = kafka_protocol::messages::ApiVersionsResponse::decode(&mut b, 3)
+            .expect("api versions response");
+        assert_eq!(resp.error_code, 0, "ApiVersions error");
+        resp.api_keys
+            .iter()
+            .map(|e| (e.api_key, e.min_version, e.max_version))
+            .collect()
+    }
+
     pub fn describe_producers(&mut self, topic: &str, partition: i32) -> DescribeProducersResponse {
         let req = DescribeProducersRequest::default().with_topics(vec![TopicRequest::default()
             .with_name(StrBytes::from_string(topic.to_string()).into())

@@ -2179,3 +2179,26 @@ fn produce_and_fetch_leader_hints_of_a_virtual_cluster_carry_no_leader_epoch() {
         );
     }
 }
+
+#[test]
+fn api_versions_of_a_virtual_cluster_offer_produce_and_fetch_only_where_they_name_topics() {
+    let entries = || {
+        vec![
+            api_version(ApiKey::Produce as i16, 3, 13),
+            api_version(ApiKey::Fetch as i16, 4, 17),
+        ]
+    };
+    for v in versions(ApiKey::ApiVersions) {
+        let frame = frame_of(ApiKey::ApiVersions, v, 1, &api_versions_response(entries()));
+        let r: ApiVersionsResponse = rewrite_forward(ApiKey::ApiVersions, v, &frame);
+        let ranges: Vec<(i16, i16)> = r
+            .api_keys
+            .iter()
+            .map(|e| (e.min_version, e.max_version))
+            .collect();
+        assert_eq!(ranges, vec![(3, 12), (4, 12)], "v{v}");
+        // An ordinary listener offers what the broker does (within what the gateway reads).
+        let keys = rewritten_api_versions(v, entries());
+        assert_eq!((keys[0].max_version, keys[1].max_version), (13, 17), "v{v}");
+    }
+}
