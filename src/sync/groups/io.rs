@@ -139,12 +139,11 @@ pub trait GroupIo: Send + Sync {
         &self,
         group: &str,
     ) -> impl Future<Output = Result<BTreeMap<Tp, i64>, IoError>> + Send;
-    /// The log start offset of a destination partition.
-    fn destination_log_start(
+    /// The log start offsets of destination partitions (one request per leader).
+    fn destination_log_starts(
         &self,
-        topic: &str,
-        partition: i32,
-    ) -> impl Future<Output = Result<i64, IoError>> + Send;
+        partitions: &[Tp],
+    ) -> impl Future<Output = Result<BTreeMap<Tp, i64>, IoError>> + Send;
     /// Every partition of this mirror's topics as the source has them now (topics the agent
     /// or the controller have not learned yet included).
     fn mirror_partitions(&self) -> impl Future<Output = Result<Vec<Tp>, IoError>> + Send;

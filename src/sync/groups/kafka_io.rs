@@ -357,24 +357,39 @@ impl GroupIo for KafkaGroupIo {
         self.offsets(Side::Destination, group).await
     }
 
-    async fn destination_log_start(&self, topic: &str, partition: i32) -> Result<i64, IoError> {
-        let leader = self
-            .cluster
-            .topic(topic)
-            .and_then(|t| t.leaders.get(partition as usize).copied())
-            .and_then(|l| self.cluster.broker_addr(l))
-            .ok_or_else(|| IoError::retriable(format!("no known leader of {topic}-{partition}")))?;
-        let mut c = self
-            .cluster
-            .client(&leader, self.dest_timeout)
-            .await
-            .map_err(|e| IoError::retriable(e.to_string()))?;
-        c.list_offset(topic, partition, EARLIEST)
-            .await
-            .map_err(|e| match &e {
+    async fn destination_log_starts(
+        &self,
+        partitions: &[Tp],
+    ) -> Result<BTreeMap<Tp, i64>, IoError> {
+        let mut by_leader: BTreeMap<String, Vec<Tp>> = BTreeMap::new();
+        for (topic, partition) in partitions {
+            let leader = self
+                .cluster
+                .topic(topic)
+                .and_then(|t| t.leaders.get(*partition as usize).copied())
+                .and_then(|l| self.cluster.broker_addr(l))
+                .ok_or_else(|| {
+                    IoError::retriable(format!("no known leader of {topic}-{partition}"))
+                })?;
+            by_leader
+                .entry(leader)
+                .or_default()
+                .push((topic.clone(), *partition));
+        }
+        let mut out = BTreeMap::new();
+        for (leader, tps) in by_leader {
+            let mut c = self
+                .cluster
+                .client(&leader, self.dest_timeout)
+                .await
+                .map_err(|e| IoError::retriable(e.to_string()))?;
+            let starts = c.list_offsets(&tps, EARLIEST).await.map_err(|e| match &e {
                 PartitionRequestError::Partition(p) => IoError::answer(p.error_code, e.to_string()),
                 _ => IoError::retriable(e.to_string()),
-            })
+            })?;
+            out.extend(starts);
+        }
+        Ok(out)
     }
 
     async fn commit(&self, group: &str, offsets: &[(Tp, i64)]) -> Result<CommitOutcome, IoError> {

@@ -397,20 +397,29 @@ impl<I: GroupIo> Round<'_, I> {
         let mut reports = Vec::with_capacity(parts.len());
         let mut translations = Vec::with_capacity(parts.len());
         let mut to_commit = Vec::new();
+        // The log starts this round has not read yet, read together (one request per leader).
+        let unread: Vec<Tp> = parts
+            .iter()
+            .map(|(tp, _, _)| tp.clone())
+            .filter(|tp| !log_starts.contains_key(tp))
+            .collect();
+        if !unread.is_empty() {
+            match retried(until, "the destination's log starts", || {
+                io.destination_log_starts(&unread)
+            })
+            .await
+            {
+                Ok(starts) => log_starts.extend(starts),
+                Err(e) => return error(reports, format!("destination log start: {e}")),
+            }
+        }
         for (tp, c, tr) in parts {
-            let log_start = match log_starts.get(&tp) {
-                Some(s) => *s,
-                None => match retried(until, "a destination log start", || {
-                    io.destination_log_start(&tp.0, tp.1)
-                })
-                .await
-                {
-                    Ok(s) => {
-                        log_starts.insert(tp.clone(), s);
-                        s
-                    }
-                    Err(e) => return error(reports, format!("destination log start: {e}")),
-                },
+            let Some(&log_start) = log_starts.get(&tp) else {
+                let e = format!(
+                    "the destination did not answer the log start of {}-{}",
+                    tp.0, tp.1
+                );
+                return error(reports, e);
             };
             let target = tr.destination.max(log_start);
             let committed = dest.get(&tp).copied().filter(|o| *o >= 0);

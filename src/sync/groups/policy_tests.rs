@@ -53,6 +53,8 @@ struct Fake {
     mirrored_to: Mutex<HashMap<Tp, i64>>,
     /// How many times the source's log ends were asked for.
     ends_asked: std::sync::atomic::AtomicUsize,
+    /// How many times the destination's log starts were asked for.
+    log_start_requests: std::sync::atomic::AtomicUsize,
 }
 
 impl Fake {
@@ -182,11 +184,15 @@ impl GroupIo for Fake {
             .cloned()
             .unwrap_or_default())
     }
-    async fn destination_log_start(&self, topic: &str, partition: i32) -> Result<i64, IoError> {
-        Ok(*self
-            .log_start
-            .get(&(topic.to_string(), partition))
-            .unwrap_or(&0))
+    async fn destination_log_starts(
+        &self,
+        partitions: &[Tp],
+    ) -> Result<BTreeMap<Tp, i64>, IoError> {
+        self.log_start_requests.fetch_add(1, SeqCst);
+        Ok(partitions
+            .iter()
+            .map(|tp| (tp.clone(), *self.log_start.get(tp).unwrap_or(&0)))
+            .collect())
     }
     async fn commit(&self, group: &str, offsets: &[(Tp, i64)]) -> Result<CommitOutcome, IoError> {
         if self.refuse_as_active {
@@ -289,6 +295,30 @@ async fn an_offset_before_the_destination_log_start_is_raised_to_it() {
     io.log_start.insert(tp(0), 25);
     periodic(&io).await;
     assert_eq!(io.commits()[0].1, vec![(tp(0), 25)]);
+}
+
+#[tokio::test]
+async fn a_round_reads_the_log_starts_of_all_its_partitions_together_once() {
+    let mut io = Fake::aligned(10);
+    for p in 1..50 {
+        let mut map = PartitionMap::starting_at(0, 0);
+        map.record(0, 0, 100);
+        io.maps.insert(tp(p), map);
+        io.mirroring.insert(tp(p));
+        io.log_start.insert(tp(p), 20);
+    }
+    let offsets: BTreeMap<Tp, i64> = (0..50).map(|p| (tp(p), 10)).collect();
+    io.source
+        .get_mut()
+        .unwrap()
+        .insert("g".into(), offsets.clone());
+    io.source.get_mut().unwrap().insert("h".into(), offsets);
+    periodic(&io).await;
+    assert_eq!(io.log_start_requests.load(SeqCst), 1);
+    let commits = io.commits();
+    assert_eq!(commits.len(), 2, "both groups: {commits:?}");
+    assert_eq!(commits[0].1[0], (tp(0), 10));
+    assert_eq!(commits[0].1[1], (tp(1), 20), "raised to the log start");
 }
 
 #[tokio::test]
