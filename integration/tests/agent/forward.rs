@@ -538,7 +538,7 @@ fn a_request_whose_client_closed_its_connection_during_the_hold_never_reaches_th
     let destination = harness::cluster("destination");
     let topic = harness::unique_topic("forward-gone");
     harness::create_topic(&source, &topic, 1, None);
-    let (cfg, forward) = forward_config("fwdg", &[&topic], &source);
+    let (cfg, forward) = forward_config("fwdx", &[&topic], &source);
     let release = crate::gw::scratch_dir().join("release");
     let gw = crate::gw::ProcessGateway::start(
         cfg,
@@ -550,7 +550,7 @@ fn a_request_whose_client_closed_its_connection_during_the_hold_never_reaches_th
     let admin = gw.admin();
     let (code, _) = RawConn::connect(&forward).produce(&topic, 0, batch(-1, -1, -1, 2, "before"));
     assert_eq!(code, 0, "produce through the forward listener");
-    wait_lag_zero(&admin, "fwdg", 1);
+    wait_lag_zero(&admin, "fwdx", 1);
     // The forward listener's port of the destination's leader of the partition.
     let leader = harness::partition_leaders(&destination, &topic)[&0];
     let port: u16 = forward
@@ -563,7 +563,7 @@ fn a_request_whose_client_closed_its_connection_during_the_hold_never_reaches_th
     let (status, body) = crate::gw::admin_call(
         &admin,
         hyper::Method::POST,
-        "/v1/mirrors/fwdg/switchover",
+        "/v1/mirrors/fwdx/switchover",
         None,
     );
     assert_eq!(status, 202, "switchover: {body}");
@@ -574,13 +574,13 @@ fn a_request_whose_client_closed_its_connection_during_the_hold_never_reaches_th
     drop(gone);
     std::thread::sleep(Duration::from_millis(500));
     std::fs::write(&release, b"").expect("release the failover");
-    crate::failover::wait_stopped(&admin, "fwdg");
+    crate::failover::wait_stopped(&admin, "fwdx");
     wait_for(
         "the forward listener on the destination",
         Duration::from_secs(30),
         || {
             let (_, body) =
-                crate::gw::admin_call(&admin, hyper::Method::GET, "/v1/mirrors/fwdg/forward", None);
+                crate::gw::admin_call(&admin, hyper::Method::GET, "/v1/mirrors/fwdx/forward", None);
             serde_json::from_str::<serde_json::Value>(&body)
                 .is_ok_and(|v| v["side"] == "destination")
         },
