@@ -2,7 +2,8 @@
 // source-file mode: `integration/rig java integration/clients/java/FollowGroup.java ARGS`; the rig
 // puts the Kafka client jars on the classpath).
 //
-// Args: MODE BOOTSTRAP TOPIC GROUP COMMIT_MS TIMEOUT_MS
+// Args: MODE BOOTSTRAP TOPIC GROUP COMMIT_MS TIMEOUT_MS [PROTOCOL]
+//   PROTOCOL: the group protocol, `classic` (the default) or `consumer` (KIP-848).
 //   follow  reads TOPIC with consumer group GROUP (from its committed offsets, else the earliest)
 //           and auto-commits every COMMIT_MS, until TIMEOUT_MS passed or it is killed: the
 //           application on the source.
@@ -53,8 +54,8 @@ public class FollowGroup {
     }
 
     public static void main(String[] args) throws Exception {
-        if (args.length != 6 || !(args[0].equals("follow") || args[0].equals("resume"))) {
-            System.err.println("usage: FollowGroup follow|resume BOOTSTRAP TOPIC GROUP COMMIT_MS TIMEOUT_MS");
+        if (args.length < 6 || args.length > 7 || !(args[0].equals("follow") || args[0].equals("resume"))) {
+            System.err.println("usage: FollowGroup follow|resume BOOTSTRAP TOPIC GROUP COMMIT_MS TIMEOUT_MS [classic|consumer]");
             System.exit(2);
         }
         boolean follow = args[0].equals("follow");
@@ -72,6 +73,9 @@ public class FollowGroup {
         p.put("auto.commit.interval.ms", args[4]);
         p.put("key.deserializer", StringDeserializer.class.getName());
         p.put("value.deserializer", StringDeserializer.class.getName());
+        if (args.length == 7) {
+            p.put("group.protocol", args[6]);
+        }
         long n = 0;
         try (KafkaConsumer<String, String> c = new KafkaConsumer<>(p)) {
             if (!follow) {

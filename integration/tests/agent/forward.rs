@@ -279,7 +279,9 @@ fn consumer_groups_through_the_forward_listener_resume_on_the_destination_with_n
     let writer = SourceWriter::start(&forward, &topic, "app", 1_000_000, 200);
     let group = format!("fwd-group-{}", std::process::id());
     let reader = GroupReader::start(&forward, &topic, &group);
-    let mut java = JsonClient::java_follower(&forward, &topic, &format!("{group}-java"));
+    let mut java = JsonClient::java_follower(&forward, &topic, &format!("{group}-java"), "classic");
+    let mut kip848 =
+        JsonClient::java_follower(&forward, &topic, &format!("{group}-kip848"), "consumer");
     wait_for("records produced", Duration::from_secs(60), || {
         writer.acked() >= 300
     });
@@ -294,22 +296,26 @@ fn consumer_groups_through_the_forward_listener_resume_on_the_destination_with_n
     // Give the reader the time to get to the end.
     std::thread::sleep(Duration::from_secs(8));
     let (keys, errors) = reader.finish();
-    assert!(
-        java.running(),
-        "the Java consumer is still running: no exception reached the application"
-    );
-    let java_keys: BTreeSet<String> = java
-        .kill()
-        .iter()
-        .filter_map(|e| e["k"].as_str().map(str::to_string))
-        .collect();
-    let java_skipped: Vec<usize> = (0..acked)
-        .filter(|n| !java_keys.contains(&format!("app-{n}")))
-        .collect();
-    assert!(
-        java_skipped.is_empty(),
-        "records the Java group never read: {java_skipped:?}"
-    );
+    // The Java members, of a classic group and of a KIP-848 one (its assignments come by topic
+    // id from the group coordinator, the destination's after the switch).
+    for (name, member) in [("classic", &mut java), ("KIP-848", &mut kip848)] {
+        assert!(
+            member.running(),
+            "the Java {name} consumer is still running: no exception reached the application"
+        );
+        let keys: BTreeSet<String> = member
+            .take_events()
+            .iter()
+            .filter_map(|e| e["k"].as_str().map(str::to_string))
+            .collect();
+        let skipped: Vec<usize> = (0..acked)
+            .filter(|n| !keys.contains(&format!("app-{n}")))
+            .collect();
+        assert!(
+            skipped.is_empty(),
+            "records the Java {name} group never read: {skipped:?}"
+        );
+    }
     assert_eq!(
         cluster_id(&forward).as_deref(),
         Some(before.as_str()),
@@ -389,13 +395,14 @@ impl JsonClient {
         Self::spawn(library, cmd)
     }
 
-    /// A Java consumer group member (FollowGroup.java `follow`), auto-committing every 500 ms:
-    /// it exits on any exception the client throws to the application.
-    fn java_follower(bootstrap: &str, topic: &str, group: &str) -> Self {
+    /// A Java consumer group member (FollowGroup.java `follow`) of group `protocol` (`classic`
+    /// or KIP-848's `consumer`), auto-committing every 500 ms: it exits on any exception the
+    /// client throws to the application.
+    fn java_follower(bootstrap: &str, topic: &str, group: &str, protocol: &str) -> Self {
         let mut cmd = std::process::Command::new(harness::rig_path());
         cmd.arg("java")
             .arg(harness::repo().join("integration/clients/java/FollowGroup.java"))
-            .args(["follow", bootstrap, topic, group, "500", "600000"]);
+            .args(["follow", bootstrap, topic, group, "500", "600000", protocol]);
         Self::spawn("java consumer", cmd)
     }
 
@@ -426,14 +433,19 @@ impl JsonClient {
         self.kill()
     }
 
-    /// Kill it now and return its events.
-    fn kill(mut self) -> Vec<serde_json::Value> {
+    /// Kill it now and take its events.
+    fn take_events(&mut self) -> Vec<serde_json::Value> {
         let _ = self.child.kill();
         let _ = self.child.wait();
         if let Some(r) = self.reader.take() {
             let _ = r.join();
         }
         std::mem::take(&mut *self.events.lock().unwrap())
+    }
+
+    /// Kill it now and return its events.
+    fn kill(mut self) -> Vec<serde_json::Value> {
+        self.take_events()
     }
 }
 

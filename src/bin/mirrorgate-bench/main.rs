@@ -180,6 +180,10 @@ enum Bench {
         /// Without the consumer group (the producers alone, as runs before 2026-12-06 measured).
         #[arg(long)]
         no_group: bool,
+        /// The Java producer's rate in records/s, instead of half its saturation (no probe):
+        /// for runs side by side at the same load.
+        #[arg(long)]
+        java_rate: Option<u32>,
     },
     /// A consumer group reads a mirrored topic on the source under load, the source is killed,
     /// the mirror fails over and the group resumes through the gateway: records skipped and
@@ -475,7 +479,11 @@ fn main() -> ExitCode {
             connections,
             seconds,
         } => load::run(quick, connections, seconds),
-        Bench::Switchover { quick, no_group } => switchover::run(quick, !no_group),
+        Bench::Switchover {
+            quick,
+            no_group,
+            java_rate,
+        } => switchover::run(quick, !no_group, java_rate),
         Bench::ConsumerFailover {
             quick,
             sync_interval_ms,

@@ -58,7 +58,7 @@ fn round1(x: f64) -> f64 {
     (x * 10.0).round() / 10.0
 }
 
-pub fn run(quick: bool, group: bool) -> Result<Value, String> {
+pub fn run(quick: bool, group: bool, java_rate: Option<u32>) -> Result<Value, String> {
     let shape = if quick {
         Shape {
             partitions: 100,
@@ -75,7 +75,7 @@ pub fn run(quick: bool, group: bool) -> Result<Value, String> {
     let stamp = now_ms();
     let work = std::env::temp_dir().join(format!("mirrorgate-bench-sw-{stamp}"));
     std::fs::create_dir_all(&work).map_err(|e| e.to_string())?;
-    let result = run_in(&shape, &work, stamp, group);
+    let result = run_in(&shape, &work, stamp, group, java_rate);
     // The clients' event logs stay when the run failed or missed a target of 0.
     let missed = result.as_ref().map_or(true, |v| {
         [
@@ -108,7 +108,13 @@ fn produce_for(spec: &Spec, d: Duration, work: &Path) -> Result<Vec<Op>, String>
     Ok(clients::with(&history, |h| h.ops().to_vec()))
 }
 
-fn run_in(shape: &Shape, work: &Path, stamp: i64, group: bool) -> Result<Value, String> {
+fn run_in(
+    shape: &Shape,
+    work: &Path,
+    stamp: i64,
+    group: bool,
+    java_rate: Option<u32>,
+) -> Result<Value, String> {
     let (_clusters, addrs) = Clusters::ensure(&["source", "destination"])?;
     let source = cluster_brokers(&addrs, "source")?.remove(0);
     let destination = cluster_brokers(&addrs, "destination")?;
@@ -122,22 +128,32 @@ fn run_in(shape: &Shape, work: &Path, stamp: i64, group: bool) -> Result<Value, 
         &[(topic.clone(), shape.partitions)],
     ))?;
     // The Java producer's own saturation, directly against the source (its records are
-    // mirrored with the rest; the figures count only the run's own producers).
-    let probe = produce_for(
-        &Spec {
-            library: Library::Java,
-            name: "probe",
-            origin: Origin::Source,
-            bootstrap: &source,
-            topic: &topic,
-            per_second: 1_000_000,
-        },
-        shape.probe,
-        work,
-    )?;
-    let saturation = acked_rate(&probe);
-    let rate = ((saturation / 2.0) as u32).max(100);
-    eprintln!("switchover: the Java producer saturates at {saturation:.0} records/s directly; it runs at {rate}/s");
+    // mirrored with the rest; the figures count only the run's own producers), unless a rate
+    // is given.
+    let (saturation, rate) = match java_rate {
+        Some(rate) => {
+            eprintln!("switchover: the Java producer runs at {rate}/s (given)");
+            (None, rate.max(1))
+        }
+        None => {
+            let probe = produce_for(
+                &Spec {
+                    library: Library::Java,
+                    name: "probe",
+                    origin: Origin::Source,
+                    bootstrap: &source,
+                    topic: &topic,
+                    per_second: 1_000_000,
+                },
+                shape.probe,
+                work,
+            )?;
+            let saturation = acked_rate(&probe);
+            let rate = ((saturation / 2.0) as u32).max(100);
+            eprintln!("switchover: the Java producer saturates at {saturation:.0} records/s directly; it runs at {rate}/s");
+            (Some(saturation.round()), rate)
+        }
+    };
 
     let forward_port = BASE + 30;
     let cfg = crate::bench_config(
@@ -167,7 +183,7 @@ fn run_in(shape: &Shape, work: &Path, stamp: i64, group: bool) -> Result<Value, 
         rt.block_on(crate::topics::delete(cluster, std::slice::from_ref(&topic)));
     }
     result.map(|mut v| {
-        v["java_saturation_records_per_s"] = json!(saturation.round());
+        v["java_saturation_records_per_s"] = json!(saturation);
         v
     })
 }
