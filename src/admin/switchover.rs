@@ -111,7 +111,9 @@ pub(super) async fn switchover(
             v["partitions_not_mirrored_yet"] = json!(missing);
         }
         // The transactions open now, which would refuse the switchover (read as it would).
+        let started = Instant::now();
         let read = tokio::time::timeout(fwd.hold, source_facts(&fwd.source, &partitions)).await;
+        v["expected_pause"] = expected_pause(gw, name, &partitions, started.elapsed(), &v);
         match read {
             Ok(Ok(facts)) => v["transactions_open"] = json!(facts.open),
             Ok(Err(e)) => v["source_read_error"] = json!(e),
@@ -167,6 +169,32 @@ pub(super) async fn switchover(
     }
     tracing::info!(mirror = %name, held_ms, "switchover: the source drained and mirrored to its end; failover started");
     reply
+}
+
+/// What the pause of a switchover now is made of, as far as it can be known before: the
+/// source reads it starts with (timed by the dry run's own read), the agent's catch-up (at most
+/// its largest lag now, in time), and the failover of the mirror's partitions (each gets a
+/// barrier; a previous switch of this listener held its clients `last_switch_ms`).
+fn expected_pause(
+    gw: &dyn AdminBackend,
+    name: &str,
+    partitions: &[(String, i32)],
+    source_read: Duration,
+    route: &serde_json::Value,
+) -> serde_json::Value {
+    let lags: Vec<f64> = partitions
+        .iter()
+        .filter_map(|(t, p)| gw.agent_lag(name, t, *p).map(|l| l.1))
+        .collect();
+    let catch_up = (lags.len() == partitions.len())
+        .then(|| (lags.iter().copied().fold(0.0, f64::max) * 1000.0).round() as u64);
+    json!({
+        "source_read_ms": source_read.as_millis() as u64,
+        "catch_up_ms_at_most": catch_up,
+        "failover_partitions": partitions.len(),
+        "last_switch_ms": route["last_pause_ms"],
+        "bound_ms": route["hold_ms"],
+    })
 }
 
 /// A switchover's hold of the other instances' forward listeners (several instances).

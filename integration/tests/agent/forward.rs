@@ -771,6 +771,14 @@ fn a_switchover_that_cannot_mirror_the_sources_end_in_time_changes_nothing() {
     assert_eq!(dry["side"], "source", "{dry}");
     assert!(dry["forwarded_producers"].as_u64() >= Some(1), "{dry}");
     assert_eq!(dry["transactions_open"], serde_json::json!([]), "{dry}");
+    // What the pause would be made of: the source reads (timed), the agent's catch-up, the
+    // failover of one partition, within the hold's bound.
+    let pause = &dry["expected_pause"];
+    assert!(pause["source_read_ms"].is_u64(), "{pause}");
+    assert!(pause["catch_up_ms_at_most"].is_u64(), "{pause}");
+    assert_eq!(pause["failover_partitions"], 1, "{pause}");
+    assert_eq!(pause["bound_ms"], dry["hold_ms"], "{pause}");
+    assert!(pause["last_switch_ms"].is_null(), "no switch yet: {pause}");
     // A topic the applications write through the listener that the mirror does not cover is
     // named: it would be absent on the destination.
     let other = harness::unique_topic("forward-uncovered");
