@@ -77,17 +77,7 @@ pub fn run(quick: bool, group: bool, java_rate: Option<u32>) -> Result<Value, St
     std::fs::create_dir_all(&work).map_err(|e| e.to_string())?;
     let result = run_in(&shape, &work, stamp, group, java_rate);
     // The clients' event logs stay when the run failed or missed a target of 0.
-    let missed = result.as_ref().map_or(true, |v| {
-        [
-            "errors_to_application",
-            "lost",
-            "duplicated",
-            "order_violations",
-            "skipped",
-        ]
-        .iter()
-        .any(|k| v[*k].as_u64().unwrap_or(0) > 0)
-    });
+    let missed = result.as_ref().map_or(true, missed_target);
     if missed {
         eprintln!("switchover: logs kept in {}", work.display());
     } else {
@@ -97,6 +87,19 @@ pub fn run(quick: bool, group: bool, java_rate: Option<u32>) -> Result<Value, St
         v["quick"] = json!(quick);
         v
     })
+}
+
+/// Whether a run's figures miss a target of 0.
+fn missed_target(v: &Value) -> bool {
+    [
+        "errors_to_application",
+        "lost",
+        "duplicated",
+        "order_violations",
+        "skipped",
+    ]
+    .iter()
+    .any(|k| v[*k].as_u64().unwrap_or(0) > 0)
 }
 
 /// Runs `spec`'s producer for `d`; the history of what it sent.
@@ -179,8 +182,13 @@ fn run_in(
         (work, group),
     );
     rt.block_on(gw.shutdown());
-    for cluster in [&source, &destination[0]] {
-        rt.block_on(crate::topics::delete(cluster, std::slice::from_ref(&topic)));
+    // A run that missed a target keeps its topic on both clusters, to be read.
+    if result.as_ref().is_ok_and(missed_target) {
+        eprintln!("switchover: topic {topic} kept on both clusters");
+    } else {
+        for cluster in [&source, &destination[0]] {
+            rt.block_on(crate::topics::delete(cluster, std::slice::from_ref(&topic)));
+        }
     }
     result.map(|mut v| {
         v["java_saturation_records_per_s"] = json!(saturation);
@@ -389,6 +397,8 @@ fn figures(ops: &[Op], log: &[(i32, i64, String)], called_ms: i64, released_ms: 
     let mut acked = 0;
     let (mut held, mut steady) = (Vec::new(), Vec::new());
     let mut held_per: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+    // Per producer, the errors its application got, by reason.
+    let mut failed_per: BTreeMap<&str, BTreeMap<String, usize>> = BTreeMap::new();
     // Per producer and partition: the destination offsets of its records in send order.
     let mut order: BTreeMap<(&str, i32), Vec<(u64, i64)>> = BTreeMap::new();
     for op in ops {
@@ -413,8 +423,26 @@ fn figures(ops: &[Op], log: &[(i32, i64, String)], called_ms: i64, released_ms: 
                     steady.push(latency);
                 }
             }
-            Outcome::Failed { .. } => errors += 1,
+            Outcome::Failed { reason } => {
+                errors += 1;
+                *failed_per
+                    .entry(op.client.as_str())
+                    .or_default()
+                    .entry(reason.chars().take(120).collect())
+                    .or_default() += 1;
+            }
             Outcome::Unknown => unknown += 1,
+        }
+    }
+    // Which producer's records are twice in the log, and where (the first few).
+    let mut doubled_per: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut doubled_examples = Vec::new();
+    for op in ops {
+        if let Some(c) = copies.get(op.key.as_str()).filter(|c| c.len() > 1) {
+            *doubled_per.entry(op.client.as_str()).or_default() += 1;
+            if doubled_examples.len() < 5 {
+                doubled_examples.push(json!({"key": op.key, "at": c, "sent_ms": op.sent_ms}));
+            }
         }
     }
     let out_of_order: usize = order
@@ -448,6 +476,9 @@ fn figures(ops: &[Op], log: &[(i32, i64, String)], called_ms: i64, released_ms: 
         "unknown": unknown,
         "lost": lost,
         "duplicated": duplicated,
+        "duplicated_per_producer": doubled_per,
+        "duplicated_examples": doubled_examples,
+        "errors_per_producer": failed_per,
         "order_violations": out_of_order,
         "sent_while_held": held.len(),
         "pause_ms_p50": percentile(&held, 0.50),
@@ -457,6 +488,8 @@ fn figures(ops: &[Op], log: &[(i32, i64, String)], called_ms: i64, released_ms: 
         "steady_ms_p50": percentile(&steady, 0.50),
         "steady_ms_p99": percentile(&steady, 0.99),
         "held_ms": round1((released_ms - called_ms) as f64),
+        "called_at_ms": called_ms,
+        "released_at_ms": released_ms,
     })
 }
 
