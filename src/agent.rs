@@ -165,7 +165,7 @@ pub fn start(
         .mirrors
         .iter()
         .enumerate()
-        .filter(|(_, m)| m.source.is_some())
+        .filter(|(_, m)| m.agent_source().is_some())
         .collect();
     if with_source.is_empty() {
         return Ok(None);

@@ -94,6 +94,7 @@ pub struct MirrorController {
     peers: std::sync::OnceLock<Arc<crate::instances::PeerLink>>,
 }
 
+mod forward_screen;
 mod gauges;
 mod pause;
 mod peer_adopt;
@@ -174,7 +175,7 @@ impl MirrorController {
             with_source: config
                 .mirrors
                 .iter()
-                .filter(|m| m.source.is_some())
+                .filter(|m| m.agent_source().is_some())
                 .map(|m| m.name.clone())
                 .collect(),
             router: config.topic_router(),

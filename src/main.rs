@@ -461,9 +461,9 @@ async fn run(cfg: Config, banner: Option<String>) -> ExitCode {
 
 /// The demo's source topic: the first exact topic of the first mirror with a source.
 fn demo_target(cfg: &Config) -> Option<(String, String)> {
-    let m = cfg.mirrors.iter().find(|m| m.source.is_some())?;
+    let m = cfg.mirrors.iter().find(|m| m.agent_source().is_some())?;
     let topic = m.topics.iter().find(|t| !t.starts_with("regex:"))?.clone();
-    Some((m.source.as_ref()?.bootstrap.first()?.clone(), topic))
+    Some((m.agent_source()?.bootstrap.first()?.clone(), topic))
 }
 
 fn rig(args: &[&str]) -> Result<String, String> {

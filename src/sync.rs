@@ -217,7 +217,9 @@ pub fn start(
     let router = config.topic_router();
     let mut mirrors = Vec::new();
     for (idx, m) in config.mirrors.iter().enumerate() {
-        let Some(source) = &m.source else { continue };
+        let Some(source) = m.agent_source() else {
+            continue;
+        };
         let selector =
             AclSelector::compile(&m.acls).map_err(|e| format!("mirror {:?}: acls: {e}", m.name))?;
         let io = SyncIo {

@@ -350,6 +350,7 @@ fn disruptive_after_a_failover_overlapping_ten_thousand_mirrored_ids_new_produce
         groups: Default::default(),
         recovery: Default::default(),
         forward: None,
+        mirroring: Default::default(),
     });
     let gw = TestGateway::start(cfg);
     wait_mirroring(&gw.admin(), "f15base", 2);

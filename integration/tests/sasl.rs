@@ -435,6 +435,7 @@ fn mirror_from(source: &str, topic: &str, sasl: Option<SaslConfig>) -> MirrorCon
         groups: Default::default(),
         recovery: Default::default(),
         forward: None,
+        mirroring: Default::default(),
     }
 }
 
@@ -640,6 +641,7 @@ fn as_mirror_user(sasl: &str, name: &str, topics: &[&str]) -> (TestGateway, Vec<
         groups: Default::default(),
         recovery: Default::default(),
         forward: None,
+        mirroring: Default::default(),
     }];
     let gw = TestGateway::start(cfg);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);

@@ -15,8 +15,10 @@
 //! 3. **mirror to the end**: every partition of the topics the mirror covers on the source is
 //!    one of the mirror's (the agent is asked to discover those it does not have yet); the
 //!    source's log end of every partition of the mirror is read, and
-//!    the built-in agent mirrors up to it, and no transaction stays open in them (the failover
-//!    would abort it behind its producer's back: refused instead). With several instances
+//!    the built-in agent mirrors up to it (with another mirroring tool, `mirroring: external`:
+//!    the destination's last records are the source's, [`tail`]), and no transaction stays
+//!    open in them (the failover would abort it behind its producer's back: refused instead).
+//!    With several instances
 //!    that catch-up is recorded too: the others' forwarded producers keep their sessions after
 //!    the switch as this instance's do;
 //! 4. **fail over** as `POST /v1/mirrors/NAME/failover` does (barriers, final group offset sync);
@@ -44,6 +46,8 @@ use crate::cluster::ClusterView;
 use crate::controller::MirrorController;
 use crate::instances::agent_owner::AgentTurn;
 use crate::instances::{HoldStep, PeerLink};
+
+mod tail;
 
 use super::failover_call::{refresh_destination, start_failover};
 use super::{error_reply, json_reply, preflight, AdminBackend, ForwardHandle};
@@ -99,7 +103,13 @@ pub(super) async fn switchover(
         let mut v = fwd.route.status();
         v["hold_ms"] = json!(fwd.hold.as_millis() as u64);
         v["partitions"] = json!(lag);
-        v["agent_runs_here"] = json!(matches!(ctl.agent_turn(name), AgentTurn::Run { .. }));
+        v["mirroring"] = json!(if fwd.route.owns_state() {
+            "agent"
+        } else {
+            "external"
+        });
+        v["agent_runs_here"] =
+            json!(fwd.route.owns_state() && matches!(ctl.agent_turn(name), AgentTurn::Run { .. }));
         // Partitions of the mirror's topics on the source that it does not mirror yet (the
         // switchover waits for the agent to discover them).
         if let Ok(Ok(topics)) = tokio::time::timeout(fwd.hold, source_topics(&fwd.source)).await {
@@ -121,7 +131,11 @@ pub(super) async fn switchover(
         }
         return json_reply(StatusCode::OK, &v);
     }
-    if let AgentTurn::Claim { .. } | AgentTurn::Standby(_) = ctl.agent_turn(name) {
+    let agent_elsewhere = matches!(
+        ctl.agent_turn(name),
+        AgentTurn::Claim { .. } | AgentTurn::Standby(_)
+    );
+    if agent_elsewhere && fwd.route.owns_state() {
         let why = "the built-in agent of this mirror does not run on this instance (GET /v1/instances says which one runs it): call the switchover there";
         note.reason = Some(why.into());
         return error_reply(StatusCode::CONFLICT, &format!("mirror {name}: {why}"));
@@ -306,6 +320,12 @@ async fn mirror_to_the_end(
         }
         tokio::time::sleep(POLL * 10).await;
     };
+    if !fwd.route.owns_state() {
+        // Another tool mirrors: the destination's last records are compared with the source's.
+        return tail::wait_copied(&fwd.source, gw.cluster(), &facts.ends, deadline)
+            .await
+            .map_err(|e| format!("{e} within {hold:?}"));
+    }
     loop {
         let behind: Vec<String> = facts
             .ends

@@ -17,7 +17,7 @@ use crate::config::Config;
 use crate::controller::MirrorController;
 use crate::instances::PeerLink;
 use crate::metrics::{ListenerKind, Metrics};
-use crate::proxy::forward::{ForwardRoute, Side};
+use crate::proxy::forward::{all_stopped, ForwardRoute, Side};
 use crate::proxy::listener::{ForwardTarget, Target};
 use crate::proxy::{BoundPorts, ConnContext, ListenerAddressMap};
 use crate::state::StateStore;
@@ -74,7 +74,8 @@ pub(super) fn start(
         let acks = agent
             .and_then(|a| a.forwarded_acks(&m.name))
             .unwrap_or_default();
-        let route = ForwardRoute::new(&m.name, &f.cluster_id_for(&m.name), acks);
+        let owns_state = m.mirroring == crate::config::Mirroring::Agent;
+        let route = ForwardRoute::new(&m.name, &f.cluster_id_for(&m.name), acks, owns_state);
         let store = StateStore::open(&config.state_dir)?;
         restore_producers(&route, &store);
         let side = |cluster: Arc<ClusterView>, enforced: bool| {
@@ -233,7 +234,13 @@ async fn follow(
         if let Some(link) = controller.peer_link() {
             follow_peers(&route, link, &mut acknowledged).await;
         }
-        route.follow(&controller.recorded_states(route.mirror()));
+        let states = controller.recorded_states(route.mirror());
+        if !route.owns_state() && route.side() != Side::Destination && all_stopped(&states) {
+            // Another tool mirrors: the forwarded ids are screened before any of their batches
+            // can reach the destination.
+            controller.screen_forwarded(route.mirror(), &route.screen_entries());
+        }
+        route.follow(&states);
         gauges.show(&route);
         if round % PRUNE_EVERY_ROUNDS == 0 {
             persist_producers(&route, &store);

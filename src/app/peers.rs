@@ -44,7 +44,7 @@ pub(super) fn start(
         config
             .mirrors
             .iter()
-            .filter(|m| m.source.is_some())
+            .filter(|m| m.agent_source().is_some())
             .map(|m| m.name.clone())
             .collect(),
     );

@@ -370,9 +370,13 @@ pub struct MirrorConfig {
     pub name: String,
     /// Topic names; an entry starting with `regex:` is a regular expression over the whole name.
     pub topics: Vec<String>,
-    /// Source cluster, used by the built-in mirror agent.
+    /// Source cluster, used by the built-in mirror agent (and by the forward listener).
     #[serde(default)]
     pub source: Option<ClusterConfig>,
+    /// What copies the source into the destination: the built-in agent (default, with a
+    /// `source`) or another tool writing through the mirror listener (docs/forward-mode.md).
+    #[serde(default, skip_serializing_if = "Mirroring::is_agent")]
+    pub mirroring: Mirroring,
     /// How the built-in agent mirrors transactional data.
     #[serde(default)]
     pub transactions: MirrorTransactionsConfig,
@@ -392,6 +396,36 @@ pub struct MirrorConfig {
     /// source until the mirror fails over, the destination after (docs/forward-mode.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forward: Option<ForwardConfig>,
+}
+
+/// `mirrors[].mirroring`: what copies a mirror's source into the destination.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mirroring {
+    /// The built-in agent, when the mirror has a `source`: batches copied as they are, producer
+    /// ids, epochs and sequences kept.
+    #[default]
+    Agent,
+    /// Another tool (MirrorMaker 2, say) writes through the mirror listener under its own
+    /// producer ids; the `source` serves the forward listener and its switchover only.
+    External,
+}
+
+impl Mirroring {
+    fn is_agent(&self) -> bool {
+        *self == Mirroring::Agent
+    }
+}
+
+impl MirrorConfig {
+    /// The source the built-in agent mirrors from: none for a mirror without a `source` or
+    /// with `mirroring: external`.
+    pub fn agent_source(&self) -> Option<&ClusterConfig> {
+        match self.mirroring {
+            Mirroring::Agent => self.source.as_ref(),
+            Mirroring::External => None,
+        }
+    }
 }
 
 /// `mirrors[].forward`: one virtual cluster for the applications of a mirror's topics.

@@ -290,10 +290,10 @@ pub fn check(mpath: &str, m: &MirrorConfig) -> Vec<(String, String)> {
         ));
     }
     let a = &m.acls;
-    if a.enabled && m.source.is_none() {
+    if a.enabled && m.agent_source().is_none() {
         out.push((
             format!("{mpath}.acls.enabled"),
-            "ACL sync needs the mirror's `source:` (the built-in agent reads the source's ACLs)"
+            "ACL sync needs the built-in agent (the mirror's `source:`, not `mirroring: external`): it reads the source's ACLs"
                 .into(),
         ));
     }

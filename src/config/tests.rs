@@ -1084,3 +1084,22 @@ fn a_forward_listener_needs_the_mirrors_source_and_a_hold_of_at_least_100_ms() {
     assert!(paths.contains(&"mirrors[2].forward"), "{issues:#?}");
     assert!(paths.contains(&"mirrors[2].forward.hold_ms"), "{issues:#?}");
 }
+
+#[test]
+fn a_mirror_mirrored_by_another_tool_keeps_its_source_for_the_forward_listener_alone() {
+    let text = with_forward(9292, "    mirroring: external\n");
+    let cfg = load_str(&text, "t.yaml").unwrap();
+    let m = &cfg.mirrors[2];
+    assert_eq!(m.mirroring, super::Mirroring::External);
+    assert!(m.source.is_some(), "the forward listener's upstream");
+    assert!(m.agent_source().is_none(), "no built-in agent");
+    let agent = load_str(&with_forward(9292, ""), "t.yaml").unwrap();
+    assert!(agent.mirrors[2].agent_source().is_some());
+}
+
+#[test]
+fn an_unknown_mirroring_tool_is_refused() {
+    let text = with_forward(9292, "    mirroring: replicator\n");
+    let err = load_str(&text, "t.yaml").unwrap_err().to_string();
+    assert!(err.contains("mirroring"), "{err}");
+}

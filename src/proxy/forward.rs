@@ -76,6 +76,8 @@ pub struct RouteError {
 /// The route of one mirror's forward listener.
 pub struct ForwardRoute {
     mirror: String,
+    /// See [`ForwardRoute::owns_state`].
+    owns_state: bool,
     cluster_id: String,
     side: watch::Sender<Side>,
     /// Producer ids the source handed out through this listener (persisted by the caller).
@@ -115,6 +117,12 @@ struct PeerHold {
     caught_up: bool,
 }
 
+/// Whether a mirror whose partitions are in `states` has failed over: every partition STOPPED
+/// (the route then moves to the destination).
+pub fn all_stopped(states: &[PartitionState]) -> bool {
+    !states.is_empty() && states.iter().all(|s| *s == PartitionState::Stopped)
+}
+
 /// Counts one source connection while it lives.
 pub struct SourceConnection(Arc<ForwardRoute>);
 
@@ -125,10 +133,17 @@ impl Drop for SourceConnection {
 }
 
 impl ForwardRoute {
-    /// The route of mirror `mirror`'s listener, noting the source's acknowledgements in `acks`.
-    pub fn new(mirror: &str, cluster_id: &str, acks: Arc<ForwardedAcks>) -> Arc<ForwardRoute> {
+    /// The route of mirror `mirror`'s listener, noting the source's acknowledgements in `acks`;
+    /// `owns_state`: the built-in agent mirrors it (see [`Self::owns_state`]).
+    pub fn new(
+        mirror: &str,
+        cluster_id: &str,
+        acks: Arc<ForwardedAcks>,
+        owns_state: bool,
+    ) -> Arc<ForwardRoute> {
         Arc::new(ForwardRoute {
             mirror: mirror.to_string(),
+            owns_state,
             cluster_id: cluster_id.to_string(),
             side: watch::channel(Side::Source).0,
             forwarded: Mutex::new(ForwardedIds::default()),
@@ -214,8 +229,7 @@ impl ForwardRoute {
     /// Apply what the mirror's partitions say: a failover holds the listener, a finished one
     /// (every partition STOPPED) switches it to the destination. Returns the side after.
     pub fn follow(&self, states: &[PartitionState]) -> Side {
-        let all_stopped =
-            !states.is_empty() && states.iter().all(|s| *s == PartitionState::Stopped);
+        let all_stopped = all_stopped(states);
         let failing_over = states
             .iter()
             .any(|s| matches!(s, PartitionState::Stopping | PartitionState::Failed));
@@ -331,9 +345,28 @@ impl ForwardRoute {
         })
     }
 
-    /// A producer id the source handed out through this listener.
-    pub fn note_producer(&self, producer_id: i64) {
-        self.ids().note(producer_id, now_ms());
+    /// A producer id the source handed out through this listener, at `epoch`.
+    pub fn note_producer(&self, producer_id: i64, epoch: i16) {
+        self.ids().note(producer_id, epoch, now_ms());
+    }
+
+    /// A batch of a forwarded producer at `epoch` passed to the source.
+    pub fn note_epoch(&self, producer_id: i64, epoch: i16) {
+        self.ids().note_epoch(producer_id, epoch);
+    }
+
+    /// Whether forwarded producers own their state on the destination: the built-in agent
+    /// copies their batches as they are. Not with another mirroring tool (it writes under its
+    /// own producer ids): they are screened at the switch instead ([`Self::screen_entries`]).
+    pub fn owns_state(&self) -> bool {
+        self.owns_state
+    }
+
+    /// The forwarded producer ids, each with the highest epoch seen of it: with another
+    /// mirroring tool these are screened before the route moves to the destination, so their
+    /// producers bump their epoch there (and the destination never hands the ids out).
+    pub fn screen_entries(&self) -> Vec<(i64, i16)> {
+        self.ids().with_epochs()
     }
 
     fn ids(&self) -> std::sync::MutexGuard<'_, ForwardedIds> {
@@ -371,7 +404,7 @@ impl ForwardRoute {
             let ids = self.ids();
             (ids.contains(producer_id), ids.noted_here(producer_id))
         };
-        if !came {
+        if !came || !self.owns_state {
             return false;
         }
         // After an unplanned failover only an id this process noted: the ledger (in memory)
@@ -529,7 +562,7 @@ mod tests {
     use PartitionState::*;
 
     fn route() -> Arc<ForwardRoute> {
-        ForwardRoute::new("dr", "mirrorgate-forward-dr", Arc::default())
+        ForwardRoute::new("dr", "mirrorgate-forward-dr", Arc::default(), true)
     }
 
     #[test]
@@ -590,8 +623,8 @@ mod tests {
     #[test]
     fn producer_ids_handed_out_through_the_listener_own_their_state_only_after_a_catch_up() {
         let r = route();
-        r.note_producer(7);
-        r.note_producer(-1);
+        r.note_producer(7, 0);
+        r.note_producer(-1, 0);
         assert!(r.came_through(7));
         assert!(!r.is_forwarded(7, "t", 0), "no switchover caught up yet");
         r.hold().expect("hold");
@@ -602,9 +635,25 @@ mod tests {
     }
 
     #[test]
+    fn with_another_mirroring_tool_forwarded_producers_never_own_state_and_are_screened_at_their_epoch(
+    ) {
+        let r = ForwardRoute::new("dr", "c", Arc::default(), false);
+        r.note_producer(7, 0);
+        r.note_epoch(7, 2);
+        r.hold().expect("hold");
+        r.mark_caught_up();
+        assert_eq!(r.follow(&[Stopped]), Side::Destination);
+        assert!(
+            !r.is_forwarded(7, "t", 0),
+            "MirrorMaker wrote under its own ids"
+        );
+        assert_eq!(r.screen_entries(), vec![(7, 2)]);
+    }
+
+    #[test]
     fn a_released_switchover_forgets_its_catch_up() {
         let r = route();
-        r.note_producer(7);
+        r.note_producer(7, 0);
         r.hold().expect("hold");
         r.mark_caught_up();
         r.release().expect("release");
@@ -615,7 +664,7 @@ mod tests {
     fn after_a_failover_that_was_not_a_switchover_a_forwarded_producer_goes_on_where_nothing_of_it_is_lacking(
     ) {
         let r = route();
-        r.note_producer(7);
+        r.note_producer(7, 0);
         let batch = |first_offset| crate::mirror::forwarded_acks::AckedBatch {
             producer_id: 7,
             producer_epoch: 0,
@@ -638,7 +687,7 @@ mod tests {
     #[test]
     fn an_inexact_ledger_leaves_every_producer_to_the_refusal_after_a_failover() {
         let r = route();
-        r.note_producer(7);
+        r.note_producer(7, 0);
         r.acks().note_unnamed();
         r.follow(&[Stopped]);
         assert!(!r.is_forwarded(7, "t", 0));
@@ -682,7 +731,7 @@ mod tests {
     #[test]
     fn producers_forwarded_here_go_on_after_another_instances_switchover_only_once_it_caught_up() {
         let r = route();
-        r.note_producer(7);
+        r.note_producer(7, 0);
         r.follow_peer_hold(Some(("h1", false)));
         r.follow(&[Stopping]);
         r.follow_peer_hold(Some(("h1", true)));
@@ -692,7 +741,7 @@ mod tests {
         assert!(r.is_forwarded(7, "t", 0));
 
         let other = route();
-        other.note_producer(7);
+        other.note_producer(7, 0);
         other.follow_peer_hold(Some(("h1", false)));
         other.follow(&[Stopped]);
         assert!(

@@ -26,6 +26,8 @@ pub struct ForwardedIds {
     ids: HashMap<i64, i64>,
     /// The ids noted by this process.
     here: HashSet<i64>,
+    /// The highest epoch seen of each id, in memory (its InitProducerId answer, its batches).
+    epochs: HashMap<i64, i16>,
     /// Changed since the last [`ForwardedIds::take_changed`].
     changed: bool,
 }
@@ -44,14 +46,36 @@ struct Persisted {
 pub struct DecodeError(String);
 
 impl ForwardedIds {
-    /// `producer_id` was handed out through the listener at `now_ms`.
-    pub fn note(&mut self, producer_id: i64, now_ms: i64) {
+    /// `producer_id` was handed out through the listener at `now_ms`, at `epoch`.
+    pub fn note(&mut self, producer_id: i64, epoch: i16, now_ms: i64) {
         if producer_id < 0 {
             return;
         }
         self.ids.insert(producer_id, now_ms);
         self.here.insert(producer_id);
+        self.note_epoch(producer_id, epoch);
         self.changed = true;
+    }
+
+    /// A batch of `producer_id` at `epoch` passed the listener (an id it does not hold is left
+    /// alone).
+    pub fn note_epoch(&mut self, producer_id: i64, epoch: i16) {
+        if self.ids.contains_key(&producer_id) {
+            let e = self.epochs.entry(producer_id).or_insert(epoch);
+            *e = (*e).max(epoch);
+        }
+    }
+
+    /// Every id with the highest epoch seen of it (0 when none was seen: restored, not used
+    /// since).
+    pub fn with_epochs(&self) -> Vec<(i64, i16)> {
+        let mut out: Vec<(i64, i16)> = self
+            .ids
+            .keys()
+            .map(|id| (*id, self.epochs.get(id).copied().unwrap_or(0)))
+            .collect();
+        out.sort_unstable();
+        out
     }
 
     /// Whether the source handed `producer_id` out through the listener (this process or one
@@ -95,9 +119,9 @@ impl ForwardedIds {
             return None;
         }
         self.ids.retain(|_, at| now_ms - *at < FORWARDED_ID_TTL_MS);
-        let here = &mut self.here;
         let ids = &self.ids;
-        here.retain(|id| ids.contains_key(id));
+        self.here.retain(|id| ids.contains_key(id));
+        self.epochs.retain(|id, _| ids.contains_key(id));
         let mut producers: Vec<(i64, i64)> = self.ids.iter().map(|(k, v)| (*k, *v)).collect();
         producers.sort_unstable();
         serde_json::to_vec(&Persisted {
@@ -115,29 +139,47 @@ mod tests {
     #[test]
     fn noted_ids_are_persisted_once_and_restored_as_not_noted_here() {
         let mut a = ForwardedIds::default();
-        a.note(7, 1_000);
-        a.note(-1, 1_000);
+        a.note(7, 0, 1_000);
+        a.note(-1, 0, 1_000);
         let bytes = a.take_changed(2_000).expect("changed");
         assert!(a.take_changed(2_000).is_none(), "nothing changed since");
         let mut b = ForwardedIds::default();
         assert_eq!(b.restore(&bytes, 3_000).expect("readable"), 1);
         assert!(b.contains(7));
         assert!(!b.noted_here(7), "restored, not noted by this process");
-        b.note(7, 4_000);
+        b.note(7, 0, 4_000);
         assert!(b.noted_here(7));
     }
 
     #[test]
     fn an_id_not_noted_for_a_week_is_dropped() {
         let mut a = ForwardedIds::default();
-        a.note(7, 0);
-        a.note(8, FORWARDED_ID_TTL_MS);
+        a.note(7, 0, 0);
+        a.note(8, 0, FORWARDED_ID_TTL_MS);
         let bytes = a.take_changed(FORWARDED_ID_TTL_MS + 1).expect("changed");
         assert!(!a.contains(7));
         let mut b = ForwardedIds::default();
         b.restore(&bytes, FORWARDED_ID_TTL_MS + 2)
             .expect("readable");
         assert!(b.contains(8) && !b.contains(7));
+    }
+
+    #[test]
+    fn each_id_keeps_the_highest_epoch_its_batches_used_and_unknown_ids_none() {
+        let mut a = ForwardedIds::default();
+        a.note(7, 0, 1_000);
+        a.note_epoch(7, 3);
+        a.note_epoch(7, 1);
+        a.note_epoch(9, 5);
+        let bytes = a.take_changed(2_000).expect("changed");
+        assert_eq!(a.with_epochs(), vec![(7, 3)]);
+        let mut b = ForwardedIds::default();
+        b.restore(&bytes, 3_000).expect("readable");
+        assert_eq!(
+            b.with_epochs(),
+            vec![(7, 0)],
+            "restored: epoch not known, 0"
+        );
     }
 
     #[test]

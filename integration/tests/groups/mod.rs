@@ -68,6 +68,7 @@ fn groups_config_to(name: &str, topics: &[&str], source: &str, destination: &str
             ..GroupSyncConfig::default()
         },
         forward: None,
+        mirroring: Default::default(),
     }];
     cfg.psm.snapshot_interval_ms = 200;
     cfg

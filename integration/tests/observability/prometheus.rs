@@ -326,6 +326,7 @@ fn a_real_prometheus_evaluates_every_dashboard_query_and_alert_rule() {
         groups: Default::default(),
         recovery: Default::default(),
         forward: None,
+        mirroring: Default::default(),
     });
     // A fourth, `obs-rec`, mirrored by the agent and failed over, whose un-mirrored tail is
     // listed and recovered (the recovery's series).

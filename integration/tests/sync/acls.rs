@@ -167,6 +167,7 @@ fn gateway(topic: &str, include: &[String]) -> TestGateway {
             ..Default::default()
         },
         forward: None,
+        mirroring: Default::default(),
     }];
     cfg.psm.snapshot_interval_ms = 200;
     let gw = TestGateway::start(cfg);

@@ -30,6 +30,7 @@ fn gateway(topic: &str, configs: ConfigSyncConfig) -> (TestGateway, String, Stri
         configs,
         acls: Default::default(),
         forward: None,
+        mirroring: Default::default(),
     }];
     cfg.psm.snapshot_interval_ms = 200;
     let gw = TestGateway::start(cfg);

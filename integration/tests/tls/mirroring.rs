@@ -35,6 +35,7 @@ fn the_agent_mirrors_from_a_tls_source_through_a_tls_mirror_listener() {
         groups: Default::default(),
         recovery: Default::default(),
         forward: None,
+        mirroring: Default::default(),
     }];
     cfg.psm.snapshot_interval_ms = 200;
     let gw = TestGateway::start(cfg);
@@ -167,6 +168,7 @@ fn agent_gateway(topic: &str, tls: ListenerTlsConfig) -> TestGateway {
         groups: Default::default(),
         recovery: Default::default(),
         forward: None,
+        mirroring: Default::default(),
     }];
     TestGateway::start(cfg)
 }

@@ -131,6 +131,19 @@ impl Pending {
         }
     }
 
+    /// Note the epoch of each producer that wrote a batch of the request (one look per run of
+    /// batches of the same producer).
+    fn note_epochs(&self, route: &crate::proxy::forward::ForwardRoute) {
+        let mut last = None;
+        for (_, _, h) in self.batches.iter().filter(|(_, _, h)| h.has_producer_id()) {
+            let now = (h.producer_id, h.producer_epoch);
+            if last != Some(now) {
+                route.note_epoch(now.0, now.1);
+                last = Some(now);
+            }
+        }
+    }
+
     /// Finish with the source's answer: the acknowledgements noted, the leader hints rewritten.
     pub fn finish(
         self,
@@ -142,7 +155,12 @@ impl Pending {
         let mut resp = Edited::<ProduceResponse>::new(frame, hv, version);
         let d = resp.get().map_err(ExchangeError::Rewrite)?;
         if let Some(route) = &ctx.forward {
-            self.note(route.acks(), &d.body);
+            // The ledger follows the agent's positions: with another mirroring tool there are
+            // none, and the producers are screened at the switch, at their highest epoch.
+            if route.owns_state() {
+                self.note(route.acks(), &d.body);
+            }
+            self.note_epochs(route);
         }
         super::produce::rewrite_hints(ctx, version, &mut resp)?;
         resp.into_frame().map_err(ExchangeError::Rewrite)

@@ -41,8 +41,8 @@ impl Pending {
         frame: Bytes,
     ) -> Result<Bytes, ExchangeError> {
         if let Some(route) = ctx.forward_to_source() {
-            if let Some(id) = handed_out(version, &frame) {
-                route.note_producer(id);
+            if let Some((id, epoch)) = handed_out(version, &frame) {
+                route.note_producer(id, epoch);
             }
             return Ok(frame);
         }
@@ -65,9 +65,9 @@ impl Pending {
     }
 }
 
-/// The producer id an InitProducerId answer (`frame`, length prefix included) hands out, when
+/// The producer id and epoch an InitProducerId answer (`frame`, length prefix included) hands out, when
 /// it succeeded.
-fn handed_out(version: i16, frame: &Bytes) -> Option<i64> {
+fn handed_out(version: i16, frame: &Bytes) -> Option<(i64, i16)> {
     use kafka_protocol::messages::{ApiKey, InitProducerIdResponse, ResponseHeader};
     use kafka_protocol::protocol::Decodable;
     let mut body = frame.slice(4..);
@@ -77,5 +77,5 @@ fn handed_out(version: i16, frame: &Bytes) -> Option<i64> {
     )
     .ok()?;
     let resp = InitProducerIdResponse::decode(&mut body, version).ok()?;
-    (resp.error_code == 0).then_some(resp.producer_id.0)
+    (resp.error_code == 0).then_some((resp.producer_id.0, resp.producer_epoch))
 }

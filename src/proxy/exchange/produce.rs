@@ -240,9 +240,17 @@ fn decide(
         let header = records.and_then(BatchHeader::parse);
         if !forwarded_producer(forward, header.as_ref(), name, partition) {
             pending.guard_check = true;
-            if let Some(r) =
+            if let Some(mut r) =
                 refuse_mirrored_producer_id(ctl, name, partition, header, transactional_id)
             {
+                if let (Some(route), Some(h)) = (forward, header) {
+                    if !route.owns_state() && route.came_through(h.producer_id) {
+                        r.message = format!(
+                            "mirrorgate: producer id {} epoch {} went on from the source through the forward listener, but another tool mirrored {name}-{partition} under its own producer ids, so the destination does not know this producer's session; bump the epoch or re-initialize the producer and resend",
+                            h.producer_id, h.producer_epoch
+                        );
+                    }
+                }
                 return Some(r);
             }
         }

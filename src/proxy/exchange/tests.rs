@@ -366,7 +366,7 @@ fn forward_source(f: &Fixture, route: Arc<crate::proxy::forward::ForwardRoute>) 
 #[test]
 fn a_forwarded_produce_notes_each_acknowledged_batch_walking_and_decoding_once() {
     let f = fixture();
-    let route = crate::proxy::forward::ForwardRoute::new("first", "c", Arc::default());
+    let route = crate::proxy::forward::ForwardRoute::new("first", "c", Arc::default(), true);
     let ctx = forward_source(&f, route.clone());
     assert_eq!(counted(&ctx, "plain", false), [1, 0, 0, 1, 0]);
     let loss = route.acks().missing(&|_, _| Some(0));
@@ -382,7 +382,7 @@ fn a_forwarded_produce_notes_each_acknowledged_batch_walking_and_decoding_once()
 #[test]
 fn a_partition_the_source_refused_is_not_noted_as_acknowledged() {
     let f = fixture();
-    let route = crate::proxy::forward::ForwardRoute::new("first", "c", Arc::default());
+    let route = crate::proxy::forward::ForwardRoute::new("first", "c", Arc::default(), true);
     let ctx = forward_source(&f, route.clone());
     let (request, _) = produce("plain", false);
     let parts = (0..3)
@@ -406,7 +406,7 @@ fn a_partition_the_source_refused_is_not_noted_as_acknowledged() {
 #[test]
 fn a_forwarded_produce_answered_in_another_order_notes_every_partition() {
     let f = fixture();
-    let route = crate::proxy::forward::ForwardRoute::new("first", "c", Arc::default());
+    let route = crate::proxy::forward::ForwardRoute::new("first", "c", Arc::default(), true);
     let ctx = forward_source(&f, route.clone());
     let (request, _) = produce("plain", false);
     let parts = (0..3)
@@ -438,7 +438,7 @@ fn a_transaction_through_the_forward_listener_is_open_from_its_first_request_unt
         AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, EndTxnRequest, EndTxnResponse, ProducerId,
     };
     let f = fixture();
-    let route = crate::proxy::forward::ForwardRoute::new("first", "c", Arc::default());
+    let route = crate::proxy::forward::ForwardRoute::new("first", "c", Arc::default(), true);
     let ctx = forward_source(&f, route.clone());
     let add = AddOffsetsToTxnRequest::default().with_producer_id(ProducerId(77));
     let out = handle(
