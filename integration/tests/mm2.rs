@@ -5,17 +5,32 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use hyper::Method;
+use mirrorgate::config::{ClusterConfig, Config, MirrorConfig, Mirroring};
+
 use crate::failover::{failover, mirror_config, read_log, wait_stopped, LogRecord};
-use crate::gw::TestGateway;
+use crate::gw::{admin_call, test_config, TestGateway};
 use crate::harness;
 use crate::psm_differential::{batch, broker_producers, gateway_producers, RawConn};
 
-/// MirrorMaker 2, stopped when dropped.
-struct Mm2(Child);
+/// MirrorMaker 2, stopped when dropped (the end of its log printed when a test failed).
+struct Mm2 {
+    child: Child,
+    log: std::path::PathBuf,
+}
 impl Drop for Mm2 {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            eprintln!(
+                "MirrorMaker 2's log ({}), its last 200 lines:\n{}",
+                self.log.display(),
+                lines[lines.len().saturating_sub(200)..].join("\n")
+            );
+        }
     }
 }
 
@@ -37,6 +52,19 @@ fn count_records(bootstrap: &str, topic: &str, partitions: i32) -> usize {
 /// Start MirrorMaker 2 copying `topic` from `from` to `to` (identity names, idempotent
 /// producer), logging to `dir/mm2.log`.
 fn start_mm2(dir: &std::path::Path, from: &str, to: &str, topic: &str) -> Mm2 {
+    start_mm2_tuned(dir, from, to, topic, &[])
+}
+
+/// [`start_mm2`] with client settings of its own: `consumer.X = V` for its consumer of `from`,
+/// `producer.X = V` for its producer to `to` (MM2's `<alias>.consumer.X` and
+/// `<alias>.producer.X`).
+fn start_mm2_tuned(
+    dir: &std::path::Path,
+    from: &str,
+    to: &str,
+    topic: &str,
+    tuning: &[&str],
+) -> Mm2 {
     // Cluster aliases of this MirrorMaker alone: its Connect group (`<src>-mm2`) and internal
     // topics are named after them, and two MirrorMakers sharing them (tests running side by
     // side against one destination) would join one group and run each other's tasks.
@@ -44,6 +72,14 @@ fn start_mm2(dir: &std::path::Path, from: &str, to: &str, topic: &str) -> Mm2 {
     let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tag = format!("{}x{n}", std::process::id());
     let (src, dst) = (format!("src{tag}"), format!("dst{tag}"));
+    let tuned: String = tuning
+        .iter()
+        .map(|line| match line.split_once('.') {
+            Some(("consumer", _)) => format!("{src}.{line}\n"),
+            Some(("producer", _)) => format!("{dst}.{line}\n"),
+            _ => panic!("MirrorMaker 2 tuning {line:?}: consumer.X = V or producer.X = V"),
+        })
+        .collect();
     let props = dir.join("mm2.properties");
     std::fs::write(
         &props,
@@ -67,12 +103,13 @@ fn start_mm2(dir: &std::path::Path, from: &str, to: &str, topic: &str) -> Mm2 {
              emit.checkpoints.enabled = false\n\
              sync.group.offsets.enabled = false\n\
              refresh.topics.interval.seconds = 5\n\
-             {dst}.producer.enable.idempotence = true\n"
+             {dst}.producer.enable.idempotence = true\n{tuned}"
         ),
     )
     .expect("write mm2.properties");
-    let log = std::fs::File::create(dir.join("mm2.log")).expect("log");
-    Mm2(Command::new(harness::repo().join("integration/rig"))
+    let log_path = dir.join("mm2.log");
+    let log = std::fs::File::create(&log_path).expect("log");
+    let child = Command::new(harness::repo().join("integration/rig"))
         .args(["java", "org.apache.kafka.connect.mirror.MirrorMaker"])
         .arg(&props)
         .args(["--clusters", dst.as_str()])
@@ -80,7 +117,11 @@ fn start_mm2(dir: &std::path::Path, from: &str, to: &str, topic: &str) -> Mm2 {
         .stderr(log)
         .stdin(Stdio::null())
         .spawn()
-        .expect("start MirrorMaker 2"))
+        .expect("start MirrorMaker 2");
+    Mm2 {
+        child,
+        log: log_path,
+    }
 }
 
 #[test]
@@ -279,5 +320,266 @@ fn a_chained_mirrormaker_2_reading_the_destinations_brokers_never_copies_the_bar
     assert_eq!(
         distinct, expected,
         "the next cluster holds the destination's records, in order, and nothing else"
+    );
+}
+
+/// Wait until `cond` holds, at most `timeout` (then fail, saying `what`).
+fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < deadline, "not within {timeout:?}: {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A gateway config whose mirror `name` of `topics` is copied by another tool through the
+/// mirror listener (`mirroring: external`), with `source` behind a forward listener of its own
+/// ports; and that listener's bootstrap.
+fn external_forward_config(name: &str, topics: &[&str], source: &str) -> (Config, String) {
+    let mut cfg = test_config(&harness::cluster("destination"));
+    let (forward, bootstrap) = crate::gw::forward_listener(10_000);
+    cfg.mirrors = vec![MirrorConfig {
+        name: name.into(),
+        topics: topics.iter().map(|t| t.to_string()).collect(),
+        source: Some(ClusterConfig {
+            bootstrap: source.split(',').map(|s| s.trim().to_string()).collect(),
+            connect_timeout_ms: 3000,
+            metadata_refresh_ms: 30_000,
+            tls: None,
+            sasl: None,
+        }),
+        mirroring: Mirroring::External,
+        transactions: Default::default(),
+        configs: Default::default(),
+        acls: Default::default(),
+        groups: Default::default(),
+        recovery: Default::default(),
+        forward: Some(forward),
+    }];
+    cfg.psm.snapshot_interval_ms = 200;
+    (cfg, bootstrap)
+}
+
+/// Forward mode with MirrorMaker 2 as the mirroring tool (`mirroring: external`): a Java
+/// idempotent producer (acks=all) knows only the forward listener; MM2 copies the source into
+/// the destination through the mirror listener; a switchover moves the producer to the
+/// destination. MM2 rewrote the producer's batches under its own producer ids, so the session
+/// cannot go on: the gateway refuses the old (producer id, epoch) with a retriable error, the
+/// client bumps its epoch, and the application sees no error and loses nothing. MM2 copies at
+/// least once, so records from before the switch may be on the destination twice.
+#[test]
+fn a_switchover_with_mirrormaker_2_moves_forward_producers_with_an_epoch_bump_and_loses_nothing() {
+    use crate::agent::forward::JsonClient;
+    use std::collections::{BTreeMap, BTreeSet};
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("mm2switch");
+    harness::create_topic(&source, &topic, 2, None);
+    harness::create_topic(&destination, &topic, 2, Some(&[1, 2]));
+    let name = "mm2sw";
+    let (cfg, forward) = external_forward_config(name, &[&topic], &source);
+    let gw = TestGateway::start(cfg);
+    let admin = gw.admin();
+    crate::failover::wait_mirroring(&admin, name, 2);
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Copy fast: MM2's lag is what the switchover's hold waits for.
+    let _mm2 = start_mm2_tuned(
+        dir.path(),
+        &source,
+        &gw.mirror_bootstrap(),
+        &topic,
+        &["consumer.fetch.max.wait.ms = 100", "producer.linger.ms = 0"],
+    );
+    // The application knows only the forward listener: 100 records a second, `java-N`.
+    let producer = JsonClient::producer("java", "", &forward, &topic);
+    wait_until(
+        "300 records acknowledged through the forward listener",
+        Duration::from_secs(120),
+        || producer.count("ack") >= 300,
+    );
+    wait_until(
+        "MirrorMaker 2 copying into the destination through the mirror listener",
+        Duration::from_secs(150),
+        || count_records(&destination, &topic, 2) >= 300,
+    );
+
+    // The dry run (a JSON body) changes nothing and says the route is on the source.
+    let path = format!("/v1/mirrors/{name}/switchover");
+    let (status, body) =
+        crate::gw::admin_call_body(&admin, Method::POST, &path, None, r#"{"dry_run": true}"#);
+    assert_eq!(status, 200, "switchover dry run: {body}");
+    eprintln!("mm2 switchover: dry run {body}");
+    let dry: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(dry["side"], "source", "the dry run changed nothing: {body}");
+
+    // The switchover: hold, drain, wait until MM2 copied the source's tails, fail over.
+    crate::failover::switchover(&admin, name);
+    let route = format!("/v1/mirrors/{name}/forward");
+    wait_until(
+        "the forward route on the destination",
+        Duration::from_secs(30),
+        || {
+            let (status, body) = admin_call(&admin, Method::GET, &route, None);
+            status == 200
+                && serde_json::from_str::<serde_json::Value>(&body)
+                    .is_ok_and(|v| v["side"] == "destination")
+        },
+    );
+    let at_switch = producer.count("ack");
+    wait_until(
+        "300 more records acknowledged after the switchover",
+        Duration::from_secs(120),
+        || producer.count("ack") >= at_switch + 300,
+    );
+    let events = producer.finish();
+
+    // A record written to the source now is copied by MM2 and fenced: never after a barrier.
+    harness::produce_keyed(&source, &topic, 50, &[]);
+    wait_until(
+        "MirrorMaker's writes after the switchover fenced",
+        Duration::from_secs(60),
+        || gw.metric(r#"mirrorgate_produce_rejected_total{reason="mirror_fenced"}"#) >= 1.0,
+    );
+
+    // No error reached the application.
+    let errors: Vec<&serde_json::Value> = events.iter().filter(|e| e["e"] == "err").collect();
+    assert!(
+        errors.is_empty(),
+        "errors reached the application: {errors:?}"
+    );
+    let acks: Vec<(String, i32, i64)> = events
+        .iter()
+        .filter(|e| e["e"] == "ack")
+        .filter_map(|e| {
+            Some((
+                e["k"].as_str()?.to_string(),
+                e["p"].as_i64()? as i32,
+                e["o"].as_i64()?,
+            ))
+        })
+        .collect();
+    assert!(acks.len() >= at_switch + 300, "{} acknowledged", acks.len());
+
+    let mut on_destination: BTreeMap<String, usize> = BTreeMap::new();
+    let mut to_destination = 0;
+    for p in 0..2 {
+        let at_source = read_log(&source, &topic, p);
+        let at_destination = read_log(&destination, &topic, p);
+        assert_eq!(
+            at_destination.barriers.len(),
+            1,
+            "partition {p}: one barrier: {:?}",
+            at_destination.barriers
+        );
+        let barrier = at_destination.barriers[0].0;
+        let data: Vec<&LogRecord> = at_destination
+            .records
+            .iter()
+            .filter(|r| !r.control && r.key.as_deref() != Some("__mirrorgate_barrier"))
+            .collect();
+        for r in &data {
+            *on_destination
+                .entry(r.key.clone().unwrap_or_default())
+                .or_default() += 1;
+        }
+        // The producer's (id, epoch) on the source, and MM2's on the destination before the
+        // barrier (it wrote every record there).
+        let app_before: BTreeSet<(i64, i16)> = at_source
+            .records
+            .iter()
+            .filter(|r| !r.control && r.key.as_deref().is_some_and(|k| k.starts_with("java-")))
+            .map(|r| (r.producer_id, r.producer_epoch))
+            .collect();
+        let mm2: BTreeSet<(i64, i16)> = data
+            .iter()
+            .filter(|r| r.offset < barrier)
+            .map(|r| (r.producer_id, r.producer_epoch))
+            .collect();
+        let after: Vec<&&LogRecord> = data.iter().filter(|r| r.offset > barrier).collect();
+        let app_after: BTreeSet<(i64, i16)> = after
+            .iter()
+            .map(|r| (r.producer_id, r.producer_epoch))
+            .collect();
+        eprintln!(
+            "mm2 switchover: partition {p}: the producer wrote the source as {app_before:?}, \
+             MM2 the destination as {mm2:?}, the producer after the barrier (offset {barrier}) \
+             as {app_after:?}: {} records before it, {} after",
+            data.len() - after.len(),
+            after.len()
+        );
+        assert!(
+            !after.is_empty(),
+            "partition {p}: the producer wrote the destination after the switch"
+        );
+        // After the barrier: the producer's own records, once each and in its order, under a
+        // session of its own (epoch bumped), nothing of MM2's.
+        let numbers: Vec<usize> = after
+            .iter()
+            .map(|r| {
+                let key = r.key.as_deref().unwrap_or_default();
+                key.strip_prefix("java-")
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or_else(|| {
+                        panic!("partition {p}: {key:?} after the barrier is not the producer's")
+                    })
+            })
+            .collect();
+        assert!(
+            numbers.windows(2).all(|w| w[0] < w[1]),
+            "partition {p}: after the barrier, the producer's records once each and in order: \
+             {numbers:?}"
+        );
+        for id in &app_after {
+            assert!(
+                !app_before.contains(id),
+                "partition {p}: after the switch the producer writes under {id:?}, a session it \
+                 had on the source ({app_before:?}): no epoch bump"
+            );
+            assert!(
+                !mm2.contains(id),
+                "partition {p}: a record of MirrorMaker's {id:?} after the barrier"
+            );
+        }
+        // Each acknowledgement is real: the record is at the acknowledged offset, on the source
+        // or (after the barrier) on the destination.
+        let key_at = |records: &[LogRecord], o: i64| {
+            records
+                .iter()
+                .find(|r| r.offset == o)
+                .and_then(|r| r.key.clone())
+        };
+        for (k, _, o) in acks.iter().filter(|a| a.1 == p) {
+            let on_source = key_at(&at_source.records, *o).as_deref() == Some(k.as_str());
+            let on_dest =
+                *o > barrier && key_at(&at_destination.records, *o).as_deref() == Some(k.as_str());
+            assert!(
+                on_source || on_dest,
+                "partition {p}: {k} acknowledged at offset {o} is there neither on the source \
+                 nor after the barrier (offset {barrier}) on the destination"
+            );
+            to_destination += usize::from(on_dest && !on_source);
+        }
+    }
+    // Nothing acknowledged is missing on the destination (MM2 may have doubled some).
+    let missing: Vec<&str> = acks
+        .iter()
+        .map(|a| a.0.as_str())
+        .filter(|k| !on_destination.contains_key(*k))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "acknowledged records missing on the destination: {missing:?}"
+    );
+    let doubled = on_destination.values().filter(|c| **c > 1).count();
+    eprintln!(
+        "mm2 switchover: {} acknowledged ({at_switch} at the switch, {to_destination} by the \
+         destination), {doubled} on the destination twice or more",
+        acks.len()
+    );
+    assert!(to_destination > 0, "the destination acknowledged records");
+    // The records written to the source after the switchover never reached the destination.
+    assert!(
+        on_destination.keys().all(|k| !k.starts_with("key-")),
+        "a record MirrorMaker 2 copied after the switchover is on the destination"
     );
 }

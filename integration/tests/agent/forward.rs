@@ -339,7 +339,7 @@ fn consumer_groups_through_the_forward_listener_resume_on_the_destination_with_n
 }
 
 /// A client process printing one JSON line per event (`integration/clients`); killed on drop.
-struct JsonClient {
+pub(crate) struct JsonClient {
     name: String,
     child: std::process::Child,
     events: Arc<Mutex<Vec<serde_json::Value>>>,
@@ -379,7 +379,7 @@ impl JsonClient {
 
     /// A producer of the chaos run's clients (Java, librdkafka or kafka-python), idempotent with
     /// acks=all, sending `NAME-N` at 100 records a second until told to stop.
-    fn producer(library: &str, python: &str, bootstrap: &str, topic: &str) -> Self {
+    pub(crate) fn producer(library: &str, python: &str, bootstrap: &str, topic: &str) -> Self {
         let mut cmd = if library == "java" {
             let mut c = std::process::Command::new(harness::rig_path());
             c.arg("java")
@@ -406,7 +406,7 @@ impl JsonClient {
         Self::spawn("java consumer", cmd)
     }
 
-    fn count(&self, event: &str) -> usize {
+    pub(crate) fn count(&self, event: &str) -> usize {
         self.events
             .lock()
             .unwrap()
@@ -416,12 +416,12 @@ impl JsonClient {
     }
 
     /// Whether the process is still running.
-    fn running(&mut self) -> bool {
+    pub(crate) fn running(&mut self) -> bool {
         self.child.try_wait().ok().flatten().is_none()
     }
 
     /// Stop (a line "stop"; killed after 60 s), and return its events.
-    fn finish(mut self) -> Vec<serde_json::Value> {
+    pub(crate) fn finish(mut self) -> Vec<serde_json::Value> {
         use std::io::Write;
         if let Some(mut stdin) = self.child.stdin.take() {
             let _ = stdin.write_all(b"stop\n");

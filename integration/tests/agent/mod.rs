@@ -32,7 +32,7 @@ mod basics;
 mod compacted;
 mod divergence;
 mod faults;
-mod forward;
+pub(crate) mod forward;
 mod forward_instances;
 mod owners;
 mod preflight;
@@ -263,6 +263,7 @@ fn agent_config(name: &str, topics: &[&str], source: &str) -> Config {
         groups: Default::default(),
         recovery: Default::default(),
         forward: None,
+        mirroring: Default::default(),
     }];
     cfg.psm.snapshot_interval_ms = 200;
     cfg

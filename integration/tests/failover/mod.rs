@@ -31,6 +31,7 @@ mod restart;
 pub struct LogRecord {
     pub offset: i64,
     pub producer_id: i64,
+    pub producer_epoch: i16,
     pub key: Option<String>,
     pub value: Option<String>,
     pub control: bool,
@@ -123,6 +124,7 @@ pub fn read_log(bootstrap: &str, topic: &str, partition: i32) -> PartitionLog {
                     out.records.push(LogRecord {
                         offset: r.offset,
                         producer_id: r.producer_id,
+                        producer_epoch: r.producer_epoch,
                         key: r.key.map(|k| String::from_utf8_lossy(&k).into_owned()),
                         value: r.value.map(|v| String::from_utf8_lossy(&v).into_owned()),
                         control: r.control,
@@ -165,6 +167,7 @@ pub fn mirror_config(name: &str, topics: &[&str]) -> Config {
         groups: Default::default(),
         recovery: Default::default(),
         forward: None,
+        mirroring: Default::default(),
     }];
     cfg.psm.snapshot_interval_ms = 200;
     cfg
