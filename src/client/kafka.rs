@@ -312,18 +312,7 @@ impl KafkaClient {
         partition: i32,
         timestamp: i64,
     ) -> Result<i64, PartitionRequestError> {
-        use kafka_protocol::messages::list_offsets_request::{
-            ListOffsetsPartition, ListOffsetsTopic,
-        };
-        use kafka_protocol::messages::ListOffsetsRequest;
-        let req = ListOffsetsRequest::default()
-            .with_replica_id((-1).into())
-            .with_topics(vec![ListOffsetsTopic::default()
-                .with_name(StrBytes::from_string(topic.to_string()).into())
-                .with_partitions(vec![ListOffsetsPartition::default()
-                    .with_partition_index(partition)
-                    .with_current_leader_epoch(-1)
-                    .with_timestamp(timestamp)])]);
+        let req = list_offsets_request([(topic, partition)], timestamp, 0);
         let resp = self.send(&req, 7).await?;
         let p = resp
             .topics
@@ -342,35 +331,11 @@ impl KafkaClient {
         partitions: &[(String, i32)],
         timestamp: i64,
     ) -> Result<std::collections::BTreeMap<(String, i32), i64>, PartitionRequestError> {
-        use kafka_protocol::messages::list_offsets_request::{
-            ListOffsetsPartition, ListOffsetsTopic,
-        };
-        use kafka_protocol::messages::ListOffsetsRequest;
-        let mut topics: std::collections::BTreeMap<&str, Vec<i32>> = Default::default();
-        for (t, p) in partitions {
-            topics.entry(t.as_str()).or_default().push(*p);
-        }
-        let req = ListOffsetsRequest::default()
-            .with_replica_id((-1).into())
-            .with_topics(
-                topics
-                    .iter()
-                    .map(|(t, ps)| {
-                        ListOffsetsTopic::default()
-                            .with_name(StrBytes::from_string(t.to_string()).into())
-                            .with_partitions(
-                                ps.iter()
-                                    .map(|p| {
-                                        ListOffsetsPartition::default()
-                                            .with_partition_index(*p)
-                                            .with_current_leader_epoch(-1)
-                                            .with_timestamp(timestamp)
-                                    })
-                                    .collect(),
-                            )
-                    })
-                    .collect(),
-            );
+        let req = list_offsets_request(
+            partitions.iter().map(|(t, p)| (t.as_str(), *p)),
+            timestamp,
+            0,
+        );
         let resp = self.send(&req, 7).await?;
         let mut out = std::collections::BTreeMap::new();
         for (t, p) in partitions {
@@ -446,6 +411,38 @@ impl KafkaClient {
     }
 }
 
+/// A ListOffsets request (as a consumer, no leader epoch) for `timestamp` ([`EARLIEST`],
+/// [`LATEST`] or a time) of `partitions`, each topic named once in the order first seen, at
+/// `isolation_level` (0 READ_UNCOMMITTED: the log end; 1 READ_COMMITTED: the last stable
+/// offset).
+pub fn list_offsets_request<'a>(
+    partitions: impl IntoIterator<Item = (&'a str, i32)>,
+    timestamp: i64,
+    isolation_level: i8,
+) -> kafka_protocol::messages::ListOffsetsRequest {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    let mut topics: Vec<ListOffsetsTopic> = Vec::new();
+    let mut at: std::collections::HashMap<&str, usize> = Default::default();
+    for (t, p) in partitions {
+        let i = *at.entry(t).or_insert_with(|| {
+            topics.push(
+                ListOffsetsTopic::default().with_name(StrBytes::from_string(t.to_string()).into()),
+            );
+            topics.len() - 1
+        });
+        topics[i].partitions.push(
+            ListOffsetsPartition::default()
+                .with_partition_index(p)
+                .with_current_leader_epoch(-1)
+                .with_timestamp(timestamp),
+        );
+    }
+    kafka_protocol::messages::ListOffsetsRequest::default()
+        .with_replica_id((-1).into())
+        .with_isolation_level(isolation_level)
+        .with_topics(topics)
+}
+
 /// A Fetch (version 12 and below: by topic name) of one partition from `offset` that answers at
 /// once (no wait), as a replica-less consumer at `isolation_level` (0 READ_UNCOMMITTED,
 /// 1 READ_COMMITTED).
@@ -474,4 +471,29 @@ pub fn single_partition_fetch(
                 .with_last_fetched_epoch(-1)
                 .with_log_start_offset(-1)
                 .with_partition_max_bytes(max_bytes)])])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_offsets_request_names_each_topic_once_in_first_seen_order_at_its_isolation() {
+        let req = list_offsets_request([("b", 1), ("a", 0), ("b", 0)], LATEST, 1);
+        let shown: Vec<(&str, Vec<i32>)> = req
+            .topics
+            .iter()
+            .map(|t| {
+                (
+                    t.name.0.as_str(),
+                    t.partitions.iter().map(|p| p.partition_index).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(shown, vec![("b", vec![1, 0]), ("a", vec![0])]);
+        assert_eq!(req.isolation_level, 1);
+        assert_eq!(req.replica_id.0, -1);
+        let p = &req.topics[0].partitions[0];
+        assert_eq!((p.timestamp, p.current_leader_epoch), (LATEST, -1));
+    }
 }

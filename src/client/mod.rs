@@ -18,6 +18,6 @@ pub mod scram;
 
 pub use connector::{ConnectError, Connector, SetupError};
 pub use kafka::{
-    single_partition_fetch, ClientError, FetchedPartition, KafkaClient, PartitionError,
-    PartitionRequestError, RequestError, EARLIEST, LATEST,
+    list_offsets_request, single_partition_fetch, ClientError, FetchedPartition, KafkaClient,
+    PartitionError, PartitionRequestError, RequestError, EARLIEST, LATEST,
 };

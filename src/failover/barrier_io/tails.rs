@@ -18,8 +18,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::{FetchRequest, ListOffsetsRequest};
+use kafka_protocol::messages::FetchRequest;
 use kafka_protocol::protocol::StrBytes;
 
 use crate::client::KafkaClient;
@@ -59,28 +58,11 @@ pub(crate) async fn log_offsets(
     parts: &[PartitionKey],
     timestamp: i64,
 ) -> PerPartition<i64> {
-    let keyed: Vec<(PartitionKey, ())> = parts.iter().map(|k| (k.clone(), ())).collect();
-    let req = ListOffsetsRequest::default()
-        .with_replica_id((-1).into())
-        .with_topics(
-            by_topic(&keyed)
-                .into_iter()
-                .map(|(t, ps)| {
-                    ListOffsetsTopic::default()
-                        .with_name(StrBytes::from_string(t).into())
-                        .with_partitions(
-                            ps.into_iter()
-                                .map(|(p, ())| {
-                                    ListOffsetsPartition::default()
-                                        .with_partition_index(p)
-                                        .with_current_leader_epoch(-1)
-                                        .with_timestamp(timestamp)
-                                })
-                                .collect(),
-                        )
-                })
-                .collect(),
-        );
+    let req = crate::client::list_offsets_request(
+        parts.iter().map(|(t, p)| (t.as_str(), *p)),
+        timestamp,
+        0,
+    );
     let mut out: PerPartition<i64> = HashMap::new();
     match c.send(&req, 7).await {
         Ok(resp) => {

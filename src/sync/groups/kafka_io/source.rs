@@ -8,8 +8,6 @@
 
 use std::collections::BTreeMap;
 
-use kafka_protocol::protocol::StrBytes;
-
 use crate::client::mirror_ops;
 use crate::client::single_partition_fetch;
 use crate::protocol::batch::BatchWalker;
@@ -173,53 +171,27 @@ impl KafkaGroupIo {
         &self,
         partitions: &[Tp],
     ) -> Result<BTreeMap<Tp, (i64, i64)>, IoError> {
-        use kafka_protocol::messages::list_offsets_request::{
-            ListOffsetsPartition, ListOffsetsTopic,
-        };
-        use kafka_protocol::messages::ListOffsetsRequest;
         let mut topics: Vec<String> = partitions.iter().map(|(t, _)| t.clone()).collect();
         topics.sort();
         topics.dedup();
         let meta = self.source_meta(Some(&topics)).await?;
-        let mut by_leader: BTreeMap<String, BTreeMap<String, Vec<i32>>> = BTreeMap::new();
+        let mut by_leader: BTreeMap<String, Vec<(&str, i32)>> = BTreeMap::new();
         for (t, p) in partitions {
             let addr = meta
                 .leader_addr(t, *p)
                 .ok_or_else(|| IoError::retriable(format!("no source leader known for {t}-{p}")))?;
-            by_leader
-                .entry(addr)
-                .or_default()
-                .entry(t.clone())
-                .or_default()
-                .push(*p);
+            by_leader.entry(addr).or_default().push((t.as_str(), *p));
         }
         let mut out = BTreeMap::new();
-        for (addr, topics) in by_leader {
+        for (addr, parts) in by_leader {
             let mut answers = Vec::with_capacity(2);
             // 0: READ_UNCOMMITTED (the log end), 1: READ_COMMITTED (the last stable offset).
             for isolation in [0i8, 1] {
-                let req = ListOffsetsRequest::default()
-                    .with_replica_id((-1).into())
-                    .with_isolation_level(isolation)
-                    .with_topics(
-                        topics
-                            .iter()
-                            .map(|(t, ps)| {
-                                ListOffsetsTopic::default()
-                                    .with_name(StrBytes::from_string(t.clone()).into())
-                                    .with_partitions(
-                                        ps.iter()
-                                            .map(|p| {
-                                                ListOffsetsPartition::default()
-                                                    .with_partition_index(*p)
-                                                    .with_current_leader_epoch(-1)
-                                                    .with_timestamp(crate::client::LATEST)
-                                            })
-                                            .collect(),
-                                    )
-                            })
-                            .collect(),
-                    );
+                let req = crate::client::list_offsets_request(
+                    parts.iter().copied(),
+                    crate::client::LATEST,
+                    isolation,
+                );
                 answers.push(self.send(Side::Source, &addr, &req, 7).await?);
             }
             let read = |i: usize| -> Result<BTreeMap<Tp, i64>, IoError> {
