@@ -924,6 +924,21 @@ impl PeerGate for PeerLink {
     fn failed_over_by(&self, mirror: &str) -> Option<(String, String)> {
         PeerLink::failed_over_by(self, mirror)
     }
+
+    fn forward_source_refusal(&self, mirror: &str, held_here: bool) -> Option<String> {
+        if let Some(r) = PeerLink::failover_refusal(self, mirror) {
+            return Some(r.message().to_string());
+        }
+        if held_here {
+            return None;
+        }
+        self.forward_hold(mirror).map(|o| {
+            format!(
+                "the switchover through instance {} holds the forward listener of {mirror} (hold {})",
+                o.by, o.hold_id
+            )
+        })
+    }
 }
 
 #[cfg(test)]

@@ -76,6 +76,9 @@ pub(super) fn start(
             .unwrap_or_default();
         let owns_state = m.mirroring == crate::config::Mirroring::Agent;
         let route = ForwardRoute::new(&m.name, &f.cluster_id_for(&m.name), acks, owns_state);
+        if let Some(link) = ctl.peer_link() {
+            route.set_peers(link.clone());
+        }
         let store = StateStore::open(&config.state_dir)?;
         restore_producers(&route, &store);
         let side = |cluster: Arc<ClusterView>, enforced: bool| {

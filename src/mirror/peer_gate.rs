@@ -40,4 +40,11 @@ pub trait PeerGate: Send + Sync {
     fn failover_refusal(&self, mirror: &str) -> Option<PeerRefusal>;
     /// The instance and failover id that failed `mirror` over, when another instance did.
     fn failed_over_by(&self, mirror: &str) -> Option<(String, String)>;
+    /// Why this instance's forward listener of `mirror` may not send the source a request now
+    /// (`None`: it may, as far as the peers go): it holds no lease on the state topic (it was
+    /// paused, is cut off, or has just started: a failover or a switchover's hold recorded
+    /// there through another instance would not be known here), a failover of the mirror is
+    /// announced there, or, unless `held_here` (the listener knows of its hold already), a
+    /// switchover through another instance holds the listener.
+    fn forward_source_refusal(&self, mirror: &str, held_here: bool) -> Option<String>;
 }

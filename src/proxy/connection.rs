@@ -295,10 +295,7 @@ async fn run(
                 if let Some(route) = ctx.forward_to_source() {
                     let after_header = frame.slice(4 + h.header_len..);
                     if !route.admits_to_source(h.api_key, h.api_version, &after_header) {
-                        let mut back = BytesMut::with_capacity(frame.len() + buf.len());
-                        back.extend_from_slice(&frame);
-                        back.extend_from_slice(buf);
-                        *buf = back;
+                        super::forward::put_back(buf, &frame);
                         return Ok(End::Switched);
                     }
                 }
@@ -357,6 +354,11 @@ async fn run(
                         pending_exchange.release_unsent();
                         return Ok(End::AdmissionLapsed(why));
                     }
+                    if let Some(f) = forward.as_ref().filter(|_| ctx.source_refused()) {
+                        pending_exchange.release_unsent();
+                        super::forward::put_back(buf, f);
+                        return Ok(End::Switched);
+                    }
                     pending.fetch_add(1, Ordering::AcqRel);
                     slot.send(InFlight {
                         correlation_id: h.correlation_id,
@@ -367,6 +369,10 @@ async fn run(
                     });
                 }
                 if let Some(frame) = forward {
+                    if !expects_response && ctx.source_refused() {
+                        super::forward::put_back(buf, &frame);
+                        return Ok(End::Switched);
+                    }
                     // Flush: a TLS stream may hold written bytes until flushed.
                     let send = async {
                         match up_wr.write_all(&frame).await {

@@ -90,4 +90,14 @@ impl ConnContext {
     pub fn forward_to_source(&self) -> Option<&Arc<super::forward::ForwardRoute>> {
         self.forward.as_ref().filter(|_| self.mirrors.is_none())
     }
+
+    /// Whether a forward connection to the source may not send now (several instances: see
+    /// [`super::forward::ForwardRoute::source_refusal`]); the request waits as for a hold.
+    pub fn source_refused(&self) -> bool {
+        let Some(why) = self.forward_to_source().and_then(|r| r.source_refusal()) else {
+            return false;
+        };
+        tracing::info!(reason = %why, "a request for the source waits: the state topic's view refuses it now");
+        true
+    }
 }

@@ -76,6 +76,8 @@ pub struct RouteError {
 /// The route of one mirror's forward listener.
 pub struct ForwardRoute {
     mirror: String,
+    /// The other instances, when there are (see [`ForwardRoute::source_refusal`]).
+    peers: std::sync::OnceLock<Arc<dyn crate::mirror::peer_gate::PeerGate>>,
     /// See [`ForwardRoute::owns_state`].
     owns_state: bool,
     cluster_id: String,
@@ -123,6 +125,15 @@ pub fn all_stopped(states: &[PartitionState]) -> bool {
     !states.is_empty() && states.iter().all(|s| *s == PartitionState::Stopped)
 }
 
+/// Put request `frame` back in front of what the client sent after it (`buf`): a connection
+/// that leaves its side reads it first when it goes on, on whichever side the route is then.
+pub fn put_back(buf: &mut bytes::BytesMut, frame: &[u8]) {
+    let mut back = bytes::BytesMut::with_capacity(frame.len() + buf.len());
+    back.extend_from_slice(frame);
+    back.extend_from_slice(buf);
+    *buf = back;
+}
+
 /// Counts one source connection while it lives.
 pub struct SourceConnection(Arc<ForwardRoute>);
 
@@ -143,6 +154,7 @@ impl ForwardRoute {
     ) -> Arc<ForwardRoute> {
         Arc::new(ForwardRoute {
             mirror: mirror.to_string(),
+            peers: std::sync::OnceLock::new(),
             owns_state,
             cluster_id: cluster_id.to_string(),
             side: watch::channel(Side::Source).0,
@@ -353,6 +365,28 @@ impl ForwardRoute {
     /// A batch of a forwarded producer at `epoch` passed to the source.
     pub fn note_epoch(&self, producer_id: i64, epoch: i16) {
         self.ids().note_epoch(producer_id, epoch);
+    }
+
+    /// With several instances: the other instances' view, which
+    /// [`ForwardRoute::source_refusal`] asks.
+    pub fn set_peers(&self, peers: Arc<dyn crate::mirror::peer_gate::PeerGate>) {
+        let _ = self.peers.set(peers);
+    }
+
+    /// Why a connection may not send the source a request now, although the route serves the
+    /// source (`None`: it may). With several instances the route learns of a failover or of
+    /// another instance's switchover hold only when it next follows the state topic's view
+    /// (a tenth of a second later at most), and an instance that was paused, or has just started,
+    /// has not read the state topic yet: a request it read before could reach the source after
+    /// the switchover read the source's log ends, and never be mirrored (correctness F5). So
+    /// before each send the state topic's view is asked directly: no lease, a failover
+    /// announced, or a hold the route does not know of yet refuse. One instance: never.
+    pub fn source_refusal(&self) -> Option<String> {
+        let peers = self.peers.get()?;
+        match self.side() {
+            Side::Destination => None,
+            side => peers.forward_source_refusal(&self.mirror, side == Side::Holding),
+        }
     }
 
     /// Whether forwarded producers own their state on the destination: the built-in agent
@@ -648,6 +682,62 @@ mod tests {
             "MirrorMaker wrote under its own ids"
         );
         assert_eq!(r.screen_entries(), vec![(7, 2)]);
+    }
+
+    /// The other instances' view, as a fake: what `forward_source_refusal` answers, and what it
+    /// was asked.
+    #[derive(Default)]
+    struct Peers {
+        refusal: Mutex<Option<String>>,
+        asked_held_here: Mutex<Vec<bool>>,
+    }
+
+    impl crate::mirror::peer_gate::PeerGate for Peers {
+        fn lease_remaining(&self) -> Option<Duration> {
+            None
+        }
+        fn lease_problem(&self) -> Option<String> {
+            None
+        }
+        fn mirror_write_refusal(&self, _: &str) -> Option<crate::mirror::peer_gate::PeerRefusal> {
+            None
+        }
+        fn failover_refusal(&self, _: &str) -> Option<crate::mirror::peer_gate::PeerRefusal> {
+            None
+        }
+        fn failed_over_by(&self, _: &str) -> Option<(String, String)> {
+            None
+        }
+        fn forward_source_refusal(&self, _: &str, held_here: bool) -> Option<String> {
+            self.asked_held_here.lock().unwrap().push(held_here);
+            self.refusal.lock().unwrap().clone()
+        }
+    }
+
+    #[test]
+    fn one_instance_never_refuses_the_source() {
+        assert_eq!(route().source_refusal(), None);
+    }
+
+    #[test]
+    fn with_several_instances_the_state_topics_view_refuses_the_source_before_each_send() {
+        let r = route();
+        let peers = Arc::new(Peers::default());
+        r.set_peers(peers.clone());
+        assert_eq!(r.source_refusal(), None);
+        *peers.refusal.lock().unwrap() = Some("no lease".into());
+        assert_eq!(r.source_refusal().as_deref(), Some("no lease"));
+        // Held here: the hold is known (only a lease or a failover can refuse then).
+        r.hold().expect("hold");
+        r.source_refusal();
+        assert_eq!(
+            *peers.asked_held_here.lock().unwrap(),
+            vec![false, false, true]
+        );
+        // On the destination nothing goes to the source: nothing to ask.
+        r.follow(&[Stopped]);
+        assert_eq!(r.source_refusal(), None);
+        assert_eq!(peers.asked_held_here.lock().unwrap().len(), 3);
     }
 
     #[test]

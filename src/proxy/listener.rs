@@ -121,14 +121,29 @@ impl ForwardTarget {
         let side = loop {
             let side = *sides.borrow_and_update();
             let open = *finishing.borrow_and_update();
-            match side {
-                Side::Holding if open && !parked => break Side::Source,
-                Side::Holding => {}
-                other => break other,
+            let picked = match side {
+                Side::Holding if open && !parked => Some(Side::Source),
+                Side::Holding => None,
+                other => Some(other),
+            };
+            // Several instances: the source waits too while the state topic's view refuses it
+            // (no lease, a failover or another instance's hold not followed yet), which no
+            // signal announces: looked at again every few milliseconds.
+            let refused = picked == Some(Side::Source) && self.route.source_refusal().is_some();
+            match picked {
+                Some(side) if !refused => break side,
+                _ => {}
             }
+            let recheck = async {
+                match refused {
+                    true => tokio::time::sleep(SOURCE_RECHECK).await,
+                    false => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 r = sides.changed() => if r.is_err() { return None },
                 r = finishing.changed() => if r.is_err() { return None },
+                _ = recheck => {}
                 _ = &mut held => {
                     tracing::warn!(mirror = self.route.mirror(), "closing: the forward listener stayed held past {:?}", self.hold_wait);
                     return None;
@@ -245,6 +260,9 @@ impl ForwardTarget {
         }
     }
 }
+
+/// How often a forward connection whose source the state topic's view refuses looks again.
+const SOURCE_RECHECK: Duration = Duration::from_millis(20);
 
 /// How long a forward connection waits before trying an unreachable broker again.
 const UNREACHABLE_RETRY: Duration = Duration::from_millis(500);

@@ -523,7 +523,7 @@ fn the_forward_listener_offers_produce_and_fetch_in_the_versions_that_name_topic
 
 /// Wait until the switchover's dry run of mirror `name` at `admin` shows its `partitions`
 /// partitions all mirrored to the source's end.
-fn wait_lag_zero(admin: &str, name: &str, partitions: usize) {
+pub(super) fn wait_lag_zero(admin: &str, name: &str, partitions: usize) {
     wait_for("every partition mirrored", Duration::from_secs(60), || {
         let (status, body) = crate::gw::admin_call(
             admin,

@@ -3,7 +3,9 @@
 //! topic, so nothing another instance forwards reaches the source after the log ends it
 //! mirrors to; the producers of every instance keep their sessions.
 
-use super::forward::{assert_acknowledged_once_in_order, forward_config, producer_ids};
+use super::forward::{
+    assert_acknowledged_once_in_order, forward_config, keys, producer_ids, wait_lag_zero,
+};
 use super::owners::{agent_status, instance_configs};
 use super::*;
 use crate::gw::ProcessGateway;
@@ -103,4 +105,109 @@ fn a_switchover_through_one_instance_holds_the_forward_listener_of_another_whose
         }
     }
     drop(a);
+}
+
+/// Correctness F5: an instance paused past its session timeout through another instance's
+/// switchover. When it resumed, it sent the source what its client had written during the
+/// pause before it read the state topic: the source acknowledged it after the switchover had
+/// read the source's log ends, so it was never mirrored. An instance now sends the source
+/// nothing while it holds no lease on the state topic, nor once the state topic announces the
+/// mirror's failover: the request waits, and goes to the destination after the switch.
+#[test]
+fn a_request_to_an_instance_paused_through_a_switchover_reaches_the_destination_not_the_source() {
+    use crate::psm_differential::{batch, RawConn};
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("forward-paused");
+    harness::create_topic(&source, &topic, 1, None);
+    // What b forwarded settles for 1 s after its session ends; the hold outlasts both.
+    let configs = instance_configs("fwdp", &[&topic], &source, |cfg| {
+        cfg.limits.unknown_outcome_settle_ms = 1000;
+    });
+    let (mut cfg_a, _) = with_forward(&configs, "a", "fwdp", &topic, &source);
+    let (cfg_b, forward_b) = with_forward(&configs, "b", "fwdp", &topic, &source);
+    if let Some(f) = cfg_a.mirrors[0].forward.as_mut() {
+        f.hold_ms = 15_000;
+    }
+    let a = ProcessGateway::start(cfg_a, &[]);
+    wait_for("a runs the agent", Duration::from_secs(30), || {
+        agent_status(&a.admin(), "fwdp")["runs_here"] == true
+    });
+    let b = ProcessGateway::start(cfg_b, &[]);
+    wait_for("b sees a run the agent", Duration::from_secs(30), || {
+        agent_status(&b.admin(), "fwdp")["owner"] == "a"
+    });
+    // A client of b's forward listener, on the port of the source's leader of the partition.
+    let leader = harness::partition_leaders(&source, &topic)[&0];
+    let port: u16 = forward_b
+        .rsplit_once(':')
+        .expect("host:port")
+        .1
+        .parse()
+        .expect("port");
+    let mut client = RawConn::connect(&format!("127.0.0.1:{}", port + leader as u16 - 1));
+    let (code, _) = client.produce(&topic, 0, batch(-1, -1, -1, 2, "before"));
+    assert_eq!(code, 0, "produce through b's forward listener");
+    wait_lag_zero(&a.admin(), "fwdp", 1);
+
+    // b pauses; its client writes (the kernel keeps the request for b); a switches over once
+    // b's session has ended and what it forwarded has settled.
+    let pid = b.pid().expect("b runs") as libc::pid_t;
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0, "SIGSTOP b");
+    let resume = scopeguard(pid);
+    wait_for("b stopped", Duration::from_secs(10), || stopped(pid));
+    let corr = client.send_produce(&topic, 0, batch(-1, -1, -1, 1, "paused"));
+    std::thread::sleep(Duration::from_millis(4500));
+    let (status, body) = a.call(Method::POST, "/v1/mirrors/fwdp/switchover");
+    assert_eq!(status, 202, "switchover through a with b paused: {body}");
+    wait_stopped(&a.admin(), "fwdp");
+    drop(resume);
+
+    let (code, _) = client.produce_answer(corr);
+    if code == NOT_LEADER_OR_FOLLOWER {
+        // The same node id on the destination does not lead the partition: a retriable error,
+        // which a client answers by sending again to the leader its metadata names.
+        let leader = harness::partition_leaders(&destination, &topic)[&0];
+        let mut again = RawConn::connect(&format!("127.0.0.1:{}", port + leader as u16 - 1));
+        let (code, _) = again.produce(&topic, 0, batch(-1, -1, -1, 1, "paused"));
+        assert_eq!(code, 0, "the request written during b's pause, sent again");
+    } else {
+        assert_eq!(code, 0, "the request written during b's pause");
+    }
+    assert_eq!(
+        keys(&source, &topic, 0),
+        vec!["before-0", "before-1"],
+        "the source after the switchover"
+    );
+    let on_destination = keys(&destination, &topic, 0);
+    assert!(
+        on_destination.iter().any(|k| k == "paused-0"),
+        "the request written during b's pause is on the destination: {on_destination:?}"
+    );
+}
+
+/// Kafka's error code for a broker that does not lead the partition (retriable).
+const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+
+/// Whether process `pid` is stopped (its state in `/proc/PID/stat` is `T`): every thread of it
+/// has taken the SIGSTOP.
+fn stopped(pid: libc::pid_t) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with('T'))
+        })
+        .unwrap_or(false)
+}
+
+/// Sends SIGCONT to `pid` when dropped (the test's end, or its failure).
+fn scopeguard(pid: libc::pid_t) -> impl Drop {
+    struct Cont(libc::pid_t);
+    impl Drop for Cont {
+        fn drop(&mut self) {
+            unsafe { libc::kill(self.0, libc::SIGCONT) };
+        }
+    }
+    Cont(pid)
 }

@@ -139,22 +139,29 @@ impl RawConn {
     ) -> Vec<(i16, i64)> {
         let sent: Vec<i32> = batches
             .into_iter()
-            .map(|b| {
-                self.send(
-                    ApiKey::Produce,
-                    9,
-                    &Self::produce_request(topic, partition, b),
-                )
-            })
+            .map(|b| self.send_produce(topic, partition, b))
             .collect();
         sent.into_iter()
-            .map(|corr| {
-                let mut b = self.receive(ApiKey::Produce, 9, corr);
-                let resp = ProduceResponse::decode(&mut b, 9).expect("produce response");
-                let p = &resp.responses[0].partition_responses[0];
-                (p.error_code, p.base_offset)
-            })
+            .map(|corr| self.produce_answer(corr))
             .collect()
+    }
+
+    /// Send one Produce request (acks=all) without waiting for its answer; its correlation id.
+    pub fn send_produce(&mut self, topic: &str, partition: i32, records: Bytes) -> i32 {
+        self.send(
+            ApiKey::Produce,
+            9,
+            &Self::produce_request(topic, partition, records),
+        )
+    }
+
+    /// Read the answer to Produce request `corr` (the next one on the connection): (error
+    /// code, base offset).
+    pub fn produce_answer(&mut self, corr: i32) -> (i16, i64) {
+        let mut b = self.receive(ApiKey::Produce, 9, corr);
+        let resp = ProduceResponse::decode(&mut b, 9).expect("produce response");
+        let p = &resp.responses[0].partition_responses[0];
+        (p.error_code, p.base_offset)
     }
 
     /// Produce one batch with acks=0: the broker sends no answer.
