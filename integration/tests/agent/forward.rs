@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use super::*;
 
 /// `agent_config` with a forward listener of its own ports on mirror `name`; its bootstrap.
-pub(super) fn forward_config(name: &str, topics: &[&str], source: &str) -> (Config, String) {
+pub(crate) fn forward_config(name: &str, topics: &[&str], source: &str) -> (Config, String) {
     let mut cfg = agent_config(name, topics, source);
     let (forward, bootstrap) = crate::gw::forward_listener(10_000);
     cfg.mirrors[0].forward = Some(forward);
@@ -523,7 +523,7 @@ fn the_forward_listener_offers_produce_and_fetch_in_the_versions_that_name_topic
 
 /// Wait until the switchover's dry run of mirror `name` at `admin` shows its `partitions`
 /// partitions all mirrored to the source's end.
-pub(super) fn wait_lag_zero(admin: &str, name: &str, partitions: usize) {
+pub(crate) fn wait_lag_zero(admin: &str, name: &str, partitions: usize) {
     wait_for("every partition mirrored", Duration::from_secs(60), || {
         let (status, body) = crate::gw::admin_call(
             admin,

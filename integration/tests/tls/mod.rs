@@ -23,6 +23,7 @@ use crate::harness;
 
 mod clients;
 mod destination;
+mod forward;
 mod listener;
 mod mirroring;
 
