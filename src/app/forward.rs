@@ -55,7 +55,7 @@ pub(super) fn start(
     };
     let mut out = Vec::new();
     let gauges = RouteGauges::register(&client.metrics)?;
-    for m in &config.mirrors {
+    for (idx, m) in config.mirrors.iter().enumerate() {
         let (Some(f), Some(source_cfg), Some(ctl)) = (&m.forward, &m.source, controller) else {
             continue;
         };
@@ -113,10 +113,16 @@ pub(super) fn start(
             shutdown.clone(),
             drain.clone(),
         ));
+        // Without the agent (another mirroring tool), the ledger is pruned here: see
+        // [`prune_without_agent`].
+        let pruner = match owns_state {
+            true => Pruner::Agent(agent.cloned()),
+            false => Pruner::Topics(config.topic_router(), idx),
+        };
         tokio::spawn(follow(
             route.clone(),
             ctl.clone(),
-            agent.cloned(),
+            pruner,
             store,
             gauges.clone(),
             shutdown.clone(),
@@ -217,7 +223,7 @@ impl RouteGauges {
 async fn follow(
     route: Arc<ForwardRoute>,
     controller: Arc<MirrorController>,
-    agent: Option<Arc<Agent>>,
+    pruner: Pruner,
     store: StateStore,
     gauges: RouteGauges,
     mut shutdown: watch::Receiver<bool>,
@@ -228,11 +234,12 @@ async fn follow(
         // Pruned before every look while held: the switch to the destination finds the ledger
         // at the agent's final position (what forwarded producers lack decides their refusal).
         let held = route.side() == Side::Holding;
-        if let Some(a) = agent
-            .as_ref()
-            .filter(|_| held || round % PRUNE_EVERY_ROUNDS == 0)
-        {
-            a.prune_forwarded(route.mirror());
+        if held || round % PRUNE_EVERY_ROUNDS == 0 {
+            match &pruner {
+                Pruner::Agent(Some(a)) => a.prune_forwarded(route.mirror()),
+                Pruner::Agent(None) => {}
+                Pruner::Topics(router, idx) => prune_without_agent(&route, router, *idx),
+            }
         }
         if let Some(link) = controller.peer_link() {
             follow_peers(&route, link, &mut acknowledged).await;
@@ -251,6 +258,29 @@ async fn follow(
         tokio::select! {
             _ = tokio::time::sleep(FOLLOW_EVERY) => {}
             _ = shutdown.changed() => return,
+        }
+    }
+}
+
+/// Who prunes a route's ledger of acknowledgements.
+enum Pruner {
+    /// The built-in agent, to its offset maps' positions (none on this instance: not pruned).
+    Agent(Option<Arc<Agent>>),
+    /// Another mirroring tool mirrors the mirror at index `.1` of the config: see
+    /// [`prune_without_agent`].
+    Topics(crate::config::TopicRouter, usize),
+}
+
+/// With another mirroring tool no position says what is mirrored: the ledger keeps only the
+/// names of the topics written through the listener that the mirror does not cover (the
+/// switchover's dry run lists them), and drops every batch.
+fn prune_without_agent(route: &ForwardRoute, router: &crate::config::TopicRouter, idx: usize) {
+    let acks = route.acks();
+    for (topic, partition) in acks.partitions() {
+        if router.mirror_index(&topic) == Some(idx) {
+            acks.mirrored_to(&topic, partition, i64::MAX);
+        } else {
+            acks.uncovered(&topic);
         }
     }
 }
@@ -282,5 +312,33 @@ async fn follow_peers(route: &ForwardRoute, link: &PeerLink, acknowledged: &mut 
         Err(e) => {
             tracing::warn!(mirror = route.mirror(), hold_id, error = %e, "forward hold not acknowledged (tried again)")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mirror::forwarded_acks::AckedBatch;
+
+    #[test]
+    fn without_the_agent_the_ledger_keeps_only_the_names_of_topics_the_mirror_does_not_cover() {
+        let cfg = crate::config::load_str(
+            "destination: {bootstrap: [\"127.0.0.1:29092\"]}\nlisteners:\n  client: {port_base: 9092}\n  mirror: {port_base: 9192}\nmirrors:\n  - name: dr\n    topics: [orders]\n",
+            "t.yaml",
+        )
+        .expect("config");
+        let route = ForwardRoute::new("dr", "c", Arc::default(), false);
+        let batch = AckedBatch {
+            producer_id: 7,
+            producer_epoch: 0,
+            first_sequence: 0,
+            first_offset: 0,
+            records: 1,
+        };
+        route.acks().note("orders", 0, batch);
+        route.acks().note("other", 0, batch);
+        prune_without_agent(&route, &cfg.topic_router(), 0);
+        assert!(route.acks().is_empty(), "no batch kept without a position");
+        assert_eq!(route.acks().uncovered_topics(), vec!["other".to_string()]);
     }
 }

@@ -155,11 +155,9 @@ impl Pending {
         let mut resp = Edited::<ProduceResponse>::new(frame, hv, version);
         let d = resp.get().map_err(ExchangeError::Rewrite)?;
         if let Some(route) = &ctx.forward {
-            // The ledger follows the agent's positions: with another mirroring tool there are
-            // none, and the producers are screened at the switch, at their highest epoch.
-            if route.owns_state() {
-                self.note(route.acks(), &d.body);
-            }
+            self.note(route.acks(), &d.body);
+            // With another mirroring tool the producers are screened at the switch, at their
+            // highest epoch.
             self.note_epochs(route);
         }
         super::produce::rewrite_hints(ctx, version, &mut resp)?;
