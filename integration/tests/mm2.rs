@@ -6,10 +6,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use hyper::Method;
-use mirrorgate::config::{ClusterConfig, Config, MirrorConfig, Mirroring};
+use mirrorgate::config::{Config, Mirroring};
 
 use crate::failover::{failover, mirror_config, read_log, wait_stopped, LogRecord};
-use crate::gw::{admin_call, test_config, TestGateway};
+use crate::gw::{admin_call, TestGateway};
 use crate::harness;
 use crate::psm_differential::{batch, broker_producers, gateway_producers, RawConn};
 
@@ -336,27 +336,8 @@ fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
 /// mirror listener (`mirroring: external`), with `source` behind a forward listener of its own
 /// ports; and that listener's bootstrap.
 fn external_forward_config(name: &str, topics: &[&str], source: &str) -> (Config, String) {
-    let mut cfg = test_config(&harness::cluster("destination"));
-    let (forward, bootstrap) = crate::gw::forward_listener(10_000);
-    cfg.mirrors = vec![MirrorConfig {
-        name: name.into(),
-        topics: topics.iter().map(|t| t.to_string()).collect(),
-        source: Some(ClusterConfig {
-            bootstrap: source.split(',').map(|s| s.trim().to_string()).collect(),
-            connect_timeout_ms: 3000,
-            metadata_refresh_ms: 30_000,
-            tls: None,
-            sasl: None,
-        }),
-        mirroring: Mirroring::External,
-        transactions: Default::default(),
-        configs: Default::default(),
-        acls: Default::default(),
-        groups: Default::default(),
-        recovery: Default::default(),
-        forward: Some(forward),
-    }];
-    cfg.psm.snapshot_interval_ms = 200;
+    let (mut cfg, bootstrap) = crate::agent::forward::forward_config(name, topics, source);
+    cfg.mirrors[0].mirroring = Mirroring::External;
     (cfg, bootstrap)
 }
 

@@ -399,16 +399,10 @@ async fn every_partition(
             return Ok(all);
         }
         if Instant::now() >= deadline {
-            let shown: Vec<String> = missing
-                .iter()
-                .take(10)
-                .map(|(t, p)| format!("{t}-{p}"))
-                .collect();
             return Err(format!(
-                "{} partitions of topics the mirror covers are on the source but not mirrored yet ({}{}); the agent discovers them, switch over again then",
+                "{} partitions of topics the mirror covers are on the source but not mirrored yet ({}); the agent discovers them, switch over again then",
                 missing.len(),
-                shown.join(", "),
-                if missing.len() > shown.len() { ", …" } else { "" }
+                some_partitions(missing.iter())
             ));
         }
         // Ask once, then look at the destination again every half second: its partitions
@@ -423,6 +417,17 @@ async fn every_partition(
         }
         tokio::time::sleep(POLL * 5).await;
     }
+}
+
+/// The first ten of `partitions` as `topic-partition`, then `…` if there are more.
+fn some_partitions<'a>(partitions: impl ExactSizeIterator<Item = &'a (String, i32)>) -> String {
+    let total = partitions.len();
+    let shown: Vec<String> = partitions
+        .take(10)
+        .map(|(t, p)| format!("{t}-{p}"))
+        .collect();
+    let more = if total > shown.len() { ", …" } else { "" };
+    format!("{}{more}", shown.join(", "))
 }
 
 /// What a switchover reads of the source under its hold.

@@ -44,12 +44,7 @@ fn java_clients_over_tls_on_a_forward_listener_write_the_source_then_the_destina
     // After: the destination, through the same listener over TLS; every acknowledged record
     // is there at its offset with its value.
     let dir = tempfile::tempdir().expect("tempdir");
-    let producer_props = dir.path().join("producer.properties");
-    std::fs::write(
-        &producer_props,
-        format!("{props}enable.idempotence=true\nacks=all\nretries=2147483647\nlinger.ms=5\n"),
-    )
-    .expect("write props");
+    let producer_props = idempotent_producer_props(dir.path(), &props);
     let (after, out) = harness::verifiable_produce(&bootstrap, &topic, N, &producer_props);
     harness::expect_success("VerifiableProducer after the switch", &out);
     assert_eq!(after.len(), N, "acknowledged after the switch");

@@ -313,12 +313,7 @@ type Records = BTreeMap<(i32, i64), String>;
 /// `props`; returns what was acknowledged and what was consumed, (partition, offset) → value.
 fn java_round_trip(bootstrap: &str, topic: &str, props: &str) -> (Records, Records) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let producer_props = dir.path().join("producer.properties");
-    std::fs::write(
-        &producer_props,
-        format!("{props}enable.idempotence=true\nacks=all\nretries=2147483647\nlinger.ms=5\n"),
-    )
-    .expect("write props");
+    let producer_props = idempotent_producer_props(dir.path(), props);
     let consumer_props = dir.path().join("consumer.properties");
     std::fs::write(&consumer_props, props).expect("write props");
     let (acked, out) = harness::verifiable_produce(bootstrap, topic, N, &producer_props);
@@ -328,6 +323,18 @@ fn java_round_trip(bootstrap: &str, topic: &str, props: &str) -> (Records, Recor
     }
     let consumed = harness::verifiable_consume(bootstrap, topic, N, &consumer_props);
     (acked, consumed)
+}
+
+/// An idempotent producer's properties (acks=all, retried for ever) with client `props`, in a
+/// file of `dir`.
+fn idempotent_producer_props(dir: &Path, props: &str) -> PathBuf {
+    let path = dir.join("producer.properties");
+    std::fs::write(
+        &path,
+        format!("{props}enable.idempotence=true\nacks=all\nretries=2147483647\nlinger.ms=5\n"),
+    )
+    .expect("write props");
+    path
 }
 
 /// The round trip is exact: N distinct values acknowledged, and the consumer read each

@@ -227,16 +227,10 @@ pub async fn wait_copied(
             return Ok(());
         }
         if Instant::now() + POLL >= deadline {
-            let shown: Vec<String> = wanted
-                .keys()
-                .take(10)
-                .map(|(t, p)| format!("{t}-{p}"))
-                .collect();
             return Err(format!(
-                "the mirroring tool had not copied the source's last records of {} partitions ({}{})",
+                "the mirroring tool had not copied the source's last records of {} partitions ({})",
                 wanted.len(),
-                shown.join(", "),
-                if wanted.len() > shown.len() { ", …" } else { "" }
+                super::some_partitions(wanted.keys())
             ));
         }
         tokio::time::sleep(POLL).await;
