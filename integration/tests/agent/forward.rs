@@ -199,6 +199,8 @@ fn aborted_by_failover(gw: &TestGateway, name: &str) -> Vec<serde_json::Value> {
 /// batch it polled, until stopped: the keys it got (re-reads included) and the errors it saw.
 struct GroupReader {
     stop: Arc<AtomicBool>,
+    /// The distinct keys read so far.
+    distinct: Arc<std::sync::Mutex<BTreeSet<String>>>,
     thread: Option<std::thread::JoinHandle<(Vec<String>, Vec<String>)>>,
 }
 
@@ -215,15 +217,16 @@ impl GroupReader {
             .expect("consumer");
         consumer.subscribe(&[topic]).expect("subscribe");
         let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
+        let distinct = Arc::new(std::sync::Mutex::new(BTreeSet::new()));
+        let (s, d) = (stop.clone(), distinct.clone());
         let thread = std::thread::spawn(move || {
             let (mut keys, mut errors) = (Vec::new(), Vec::new());
             while !s.load(Ordering::SeqCst) {
                 match consumer.poll(Duration::from_millis(100)) {
                     Some(Ok(m)) => {
-                        keys.push(
-                            String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
-                        );
+                        let key = String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned();
+                        d.lock().expect("keys").insert(key.clone());
+                        keys.push(key);
                         // Commit what was read; a failed commit only means more re-reading.
                         let _ = consumer.commit_message(&m, CommitMode::Sync);
                     }
@@ -235,8 +238,14 @@ impl GroupReader {
         });
         GroupReader {
             stop,
+            distinct,
             thread: Some(thread),
         }
+    }
+
+    /// How many distinct keys it has read so far.
+    fn read(&self) -> usize {
+        self.distinct.lock().expect("keys").len()
     }
 
     fn finish(mut self) -> (Vec<String>, Vec<String>) {
@@ -293,8 +302,14 @@ fn consumer_groups_through_the_forward_listener_resume_on_the_destination_with_n
         || writer.acked() >= at_switch + 200,
     );
     let acked = writer.finish(true);
-    // Give the reader the time to get to the end.
-    std::thread::sleep(Duration::from_secs(8));
+    // Give the readers the time to get to the end (what one lacks after a minute, the
+    // assertions below name).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline
+        && (reader.read() < acked || [&java, &kip848].iter().any(|m| m.distinct_keys() < acked))
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let (keys, errors) = reader.finish();
     // The Java members, of a classic group and of a KIP-848 one (its assignments come by topic
     // id from the group coordinator, the destination's after the switch).
@@ -404,6 +419,17 @@ impl JsonClient {
             .arg(harness::repo().join("integration/clients/java/FollowGroup.java"))
             .args(["follow", bootstrap, topic, group, "500", "600000", protocol]);
         Self::spawn("java consumer", cmd)
+    }
+
+    /// How many distinct record keys (`k`) its events carry.
+    fn distinct_keys(&self) -> usize {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|e| e["k"].as_str())
+            .collect::<BTreeSet<&str>>()
+            .len()
     }
 
     pub(crate) fn count(&self, event: &str) -> usize {
