@@ -1273,7 +1273,12 @@ fn a_java_transactional_producer_that_never_pauses_crosses_a_switchover_without_
     let destination = harness::cluster("destination");
     let topic = harness::unique_topic("forward-txn-java");
     harness::create_topic(&source, &topic, 2, None);
-    let (cfg, forward) = forward_config("fwdj", &[&topic], &source);
+    let (mut cfg, forward) = forward_config("fwdj", &[&topic], &source);
+    // The transactions finish and the agent catches up within the hold even on a loaded
+    // machine (the default 5 s was outrun there once).
+    if let Some(f) = cfg.mirrors[0].forward.as_mut() {
+        f.hold_ms = 15_000;
+    }
     let gw = TestGateway::start(cfg);
     let mut cmd = std::process::Command::new(harness::rig_path());
     cmd.arg("java")
