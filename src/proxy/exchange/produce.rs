@@ -240,17 +240,18 @@ fn decide(
         let header = records.and_then(BatchHeader::parse);
         if !forwarded_producer(forward, header.as_ref(), name, partition) {
             pending.guard_check = true;
-            if let Some(mut r) =
-                refuse_mirrored_producer_id(ctl, name, partition, header, transactional_id)
-            {
-                if let (Some(route), Some(h)) = (forward, header) {
-                    if !route.owns_state() && route.came_through(h.producer_id) {
-                        r.message = format!(
-                            "mirrorgate: producer id {} epoch {} went on from the source through the forward listener, but another tool mirrored {name}-{partition} under its own producer ids, so the destination does not know this producer's session; bump the epoch or re-initialize the producer and resend",
-                            h.producer_id, h.producer_epoch
-                        );
-                    }
-                }
+            // With another mirroring tool, a forwarded producer's own id is screened at the
+            // switch (`crate::proxy::forward`): refused the same way, said differently.
+            let session_not_mirrored = header.is_some_and(|h| {
+                forward.is_some_and(|r| !r.owns_state() && r.came_through(h.producer_id))
+            });
+            if let Some(r) = refuse_mirrored_producer_id(
+                ctl,
+                (name, partition),
+                header,
+                transactional_id,
+                session_not_mirrored,
+            ) {
                 return Some(r);
             }
         }
@@ -313,12 +314,16 @@ const REFUSAL_LOG_START_OFFSET: i64 = -2;
 /// the transactional id another producer id (`proxy::exchange::screen`). UNKNOWN_PRODUCER_ID would not
 /// do: a Java client with transactions v2 bumps its epoch with EndTxn, without InitProducerId,
 /// and would be refused again and again.
+///
+/// `session_not_mirrored`: the id is a forward listener's producer's own, screened at the
+/// switch because another tool mirrored its records (`crate::proxy::forward`); refused the
+/// same way, and said so.
 fn refuse_mirrored_producer_id(
     ctl: &dyn MirrorPolicy,
-    topic: &str,
-    partition: i32,
+    (topic, partition): (&str, i32),
     header: Option<BatchHeader>,
     transactional_id: Option<&str>,
+    session_not_mirrored: bool,
 ) -> Option<Rejection> {
     let header = header?;
     if !header.has_producer_id() || header.is_control() {
@@ -340,6 +345,20 @@ fn refuse_mirrored_producer_id(
             mirrored.coordinator_epoch,
             local,
         ));
+    }
+    if session_not_mirrored {
+        tracing::info!(
+            topic, partition, producer_id = header.producer_id, epoch = header.producer_epoch,
+            "a forwarded producer's batch on the destination refused with UNKNOWN_PRODUCER_ID: another tool mirrored its records, so it bumps its epoch"
+        );
+        return Some(Rejection {
+            error_code: UNKNOWN_PRODUCER_ID,
+            message: format!(
+                "mirrorgate: producer id {} epoch {} went on from the source through the forward listener, but another tool mirrored {topic}-{partition} under its own producer ids, so the destination does not know this producer's session; bump the epoch or re-initialize the producer and resend",
+                header.producer_id, header.producer_epoch
+            ),
+            log_start_offset: REFUSAL_LOG_START_OFFSET,
+        });
     }
     tracing::warn!(
         topic, partition, producer_id = header.producer_id, epoch = header.producer_epoch,
