@@ -384,14 +384,42 @@ fn a_switchover_with_mirrormaker_2_moves_forward_producers_with_an_epoch_bump_an
         || count_records(&destination, &topic, 2) >= 300,
     );
 
+    // A topic the mirror does not cover, written through the forward listener: the dry run
+    // names it (it would stay behind on the source).
+    let other = format!("{topic}-other");
+    harness::create_topic(&source, &other, 1, None);
+    let (code, _) = crate::psm_differential::RawConn::connect(&forward).produce(
+        &other,
+        0,
+        crate::psm_differential::batch(-1, -1, -1, 1, "other"),
+    );
+    assert_eq!(
+        code, 0,
+        "a write to an uncovered topic through the forward listener"
+    );
+
     // The dry run (a JSON body) changes nothing and says the route is on the source.
     let path = format!("/v1/mirrors/{name}/switchover");
-    let (status, body) =
-        crate::gw::admin_call_body(&admin, Method::POST, &path, None, r#"{"dry_run": true}"#);
-    assert_eq!(status, 200, "switchover dry run: {body}");
-    eprintln!("mm2 switchover: dry run {body}");
-    let dry: serde_json::Value = serde_json::from_str(&body).expect("json");
-    assert_eq!(dry["side"], "source", "the dry run changed nothing: {body}");
+    let dry_run = || {
+        let (status, body) =
+            crate::gw::admin_call_body(&admin, Method::POST, &path, None, r#"{"dry_run": true}"#);
+        assert_eq!(status, 200, "switchover dry run: {body}");
+        serde_json::from_str::<serde_json::Value>(&body).expect("json")
+    };
+    wait_until(
+        "the dry run naming the uncovered topic",
+        Duration::from_secs(10),
+        || {
+            dry_run()["uncovered_topics"]
+                .as_array()
+                .is_some_and(|t| t.iter().any(|t| t == other.as_str()))
+        },
+    );
+    let dry = dry_run();
+    eprintln!("mm2 switchover: dry run {dry}");
+    assert_eq!(dry["side"], "source", "the dry run changed nothing: {dry}");
+    assert_eq!(dry["mirroring"], "external", "{dry}");
+    assert_eq!(dry["agent_runs_here"], false, "{dry}");
 
     // The switchover: hold, drain, wait until MM2 copied the source's tails, fail over.
     crate::failover::switchover(&admin, name);
