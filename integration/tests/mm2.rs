@@ -592,3 +592,60 @@ fn a_switchover_with_mirrormaker_2_moves_forward_producers_with_an_epoch_bump_an
         "a record MirrorMaker 2 copied after the switchover is on the destination"
     );
 }
+
+/// With another mirroring tool, a switchover whose tool has not copied the source's last
+/// records within the hold (here nothing copies at all) is refused, changing nothing: the
+/// forward listener goes back to the source and its clients go on there.
+#[test]
+fn a_switchover_behind_a_mirroring_tool_that_has_not_copied_the_sources_end_is_refused_and_changes_nothing(
+) {
+    use crate::psm_differential::{batch, RawConn};
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("mm2behind");
+    harness::create_topic(&source, &topic, 1, None);
+    harness::create_topic(&destination, &topic, 1, Some(&[1]));
+    let name = "mm2behind";
+    let (mut cfg, forward) = external_forward_config(name, &[&topic], &source);
+    if let Some(f) = cfg.mirrors[0].forward.as_mut() {
+        f.hold_ms = 1_000;
+    }
+    let gw = TestGateway::start(cfg);
+    let admin = gw.admin();
+    crate::failover::wait_mirroring(&admin, name, 1);
+    let mut client = RawConn::connect(&forward);
+    let (code, _) = client.produce(&topic, 0, batch(-1, -1, -1, 3, "not-copied"));
+    assert_eq!(code, 0, "produce through the forward listener");
+
+    let path = format!("/v1/mirrors/{name}/switchover");
+    let (status, body) = admin_call(&admin, Method::POST, &path, None);
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body.contains(
+            "the mirroring tool had not copied the source's last records of 1 partitions"
+        ),
+        "{body}"
+    );
+    let (_, body) = admin_call(
+        &admin,
+        Method::GET,
+        &format!("/v1/mirrors/{name}/forward"),
+        None,
+    );
+    let route: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(route["side"], "source", "{body}");
+    let (_, body) = admin_call(&admin, Method::GET, &format!("/v1/mirrors/{name}"), None);
+    let mirror: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let counts = mirror
+        .as_object()
+        .and_then(|m| m.values().find(|v| v.get("STOPPED").is_some()))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        (counts["STOPPED"].as_u64(), counts["STOPPING"].as_u64()),
+        (Some(0), Some(0)),
+        "nothing failed over: {body}"
+    );
+    let (code, _) = client.produce(&topic, 0, batch(-1, -1, -1, 1, "after"));
+    assert_eq!(code, 0, "the client goes on with the source");
+}

@@ -324,7 +324,7 @@ async fn mirror_to_the_end(
         // Another tool mirrors: the destination's last records are compared with the source's.
         return tail::wait_copied(&fwd.source, gw.cluster(), &facts.ends, deadline)
             .await
-            .map_err(|e| format!("{e} within {hold:?}"));
+            .map_err(|e| format!("within {hold:?}, {e}"));
     }
     loop {
         let behind: Vec<String> = facts

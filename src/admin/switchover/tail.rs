@@ -27,6 +27,8 @@ pub const TAIL_RECORDS: usize = 8;
 const MAX_STEPS: usize = 16;
 /// Bytes asked for per fetch (a broker answers at least one whole batch).
 const FETCH_BYTES: i32 = 1024 * 1024;
+/// Kafka's error for an offset outside the log.
+const OFFSET_OUT_OF_RANGE: i16 = 1;
 /// How often the destination's ends are read again while a partition is behind.
 const POLL: Duration = Duration::from_millis(100);
 
@@ -91,7 +93,11 @@ async fn tail(
         {
             Ok(f) => f,
             // Below the log start (retention): nothing older to read.
-            Err(crate::client::PartitionRequestError::Partition(_)) => break,
+            Err(crate::client::PartitionRequestError::Partition(e))
+                if e.error_code == OFFSET_OUT_OF_RANGE =>
+            {
+                break
+            }
             Err(e) => return Err(format!("{topic}-{partition}: {e}")),
         };
         let mut first_base = None;
@@ -199,27 +205,38 @@ pub async fn wait_copied(
     }
     // The destination's end at which each partition was last found behind.
     let mut looked: HashMap<(String, i32), i64> = HashMap::new();
+    // The destination may move leaders meanwhile: a read that fails is tried again at the
+    // next look, and named if the bound passes.
+    let mut last_error: Option<String> = None;
     loop {
-        destination
-            .refresh()
-            .await
-            .map_err(|e| format!("the destination's metadata could not be read: {e}"))?;
+        if let Err(e) = destination.refresh().await {
+            last_error = Some(format!("the destination's metadata could not be read: {e}"));
+        }
         let mut dst = Leaders::new(destination);
         let mut behind = Vec::new();
         for ((t, p), want) in &wanted {
             let key = (t.clone(), *p);
-            let end = dst.end(t, *p).await?;
-            if looked.get(&key) == Some(&end) {
-                behind.push(key);
-                continue;
-            }
-            let c = dst.client(t, *p).await?;
-            let have = tail(c, t, *p, end, want.len())
-                .await
-                .map_err(|e| format!("the destination's tail of {e}"))?;
-            if !ends_with(&have, want) {
-                looked.insert(key.clone(), end);
-                behind.push(key);
+            let have = async {
+                let end = dst.end(t, *p).await?;
+                if looked.get(&key) == Some(&end) {
+                    return Ok((end, None));
+                }
+                let c = dst.client(t, *p).await?;
+                let have = tail(c, t, *p, end, want.len())
+                    .await
+                    .map_err(|e| format!("the destination's tail of {e}"))?;
+                Ok::<_, String>((end, Some(have)))
+            };
+            match have.await {
+                Ok((_, Some(have))) if ends_with(&have, want) => {}
+                Ok((end, _)) => {
+                    looked.insert(key.clone(), end);
+                    behind.push(key);
+                }
+                Err(e) => {
+                    last_error = Some(e);
+                    behind.push(key);
+                }
             }
         }
         wanted.retain(|k, _| behind.contains(k));
@@ -227,8 +244,9 @@ pub async fn wait_copied(
             return Ok(());
         }
         if Instant::now() + POLL >= deadline {
+            let why = last_error.map_or(String::new(), |e| format!("; last error: {e}"));
             return Err(format!(
-                "the mirroring tool had not copied the source's last records of {} partitions ({})",
+                "the mirroring tool had not copied the source's last records of {} partitions ({}){why}",
                 wanted.len(),
                 super::some_partitions(wanted.keys())
             ));
