@@ -173,6 +173,12 @@ pub(super) async fn switchover(
         );
     }
     fwd.route.mark_caught_up();
+    if !fwd.route.owns_state() {
+        // Another tool mirrors: the forwarded ids are screened before the failover, so that
+        // its producer-id allocator step counts them too (the route screens them again when
+        // it switches, as after an unplanned failover).
+        ctl.screen_forwarded(name, &fwd.route.screen_entries());
+    }
     refresh_destination(gw, name).await;
     let reply = start_failover(gw, ctl, name, caller, options, note);
     let held_ms = held.elapsed().as_millis() as u64;
