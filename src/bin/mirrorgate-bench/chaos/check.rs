@@ -20,7 +20,10 @@
 //! - **acknowledged means present once**: every acknowledged local record is in the log exactly
 //!   once, at the offset acknowledged, after `B`; every acknowledged source record is in the
 //!   source's log at its offset, and on the destination unless it is part of the RPO; a record
-//!   whose outcome is unknown or failed is present at most once;
+//!   whose outcome is unknown or failed is present at most once. Except a client's resend under
+//!   a bumped epoch (two copies of one producer id, the second at a higher epoch and the one
+//!   acknowledged): the client never learnt of the first, and Kafka cannot tell them apart
+//!   across epochs. It is counted apart (`client_resends`), not a breach;
 //! - **order**: each producer's records of a partition appear in the order it sent them;
 //! - **read_committed**: what a `read_committed` consumer sees of the mirrored part is what it
 //!   sees of the source (`committed.rs`);
@@ -178,6 +181,10 @@ pub struct Verdict {
     pub committed_mismatch: usize,
     /// Records committed on the source whose commit an unplanned failover could not mirror.
     pub committed_unmirrored: usize,
+    /// Records a client sent again under a bumped epoch after the first copy's answer never
+    /// reached it (see `client_resend`): on the destination twice, counted apart, not a breach.
+    pub client_resends: usize,
+    pub resends: Vec<String>,
     pub violations: Vec<String>,
 }
 
@@ -203,11 +210,35 @@ impl Verdict {
     }
 }
 
-/// Where a key sits in the destination's log.
+/// Where a key sits in the destination's log, and who wrote it there.
 #[derive(Debug, Clone, Copy)]
 struct Placed {
     partition: usize,
     offset: i64,
+    producer: (i64, i16),
+}
+
+/// Whether the copies `at` (in log order) of a record whose client learnt `outcome` are its
+/// client's resend under a bumped epoch: two copies of one producer id, the second at a higher
+/// epoch, and the acknowledgement (if any) the second's. An idempotent client whose request's
+/// answer never came (its connection dropped with the broker that had written it) may bump its
+/// epoch and send the record again (librdkafka does); the brokers cannot tell the copies apart
+/// across epochs, with or without a gateway in front of them. Had the client been told of the
+/// first copy, a second one would be a duplicate of the system's making.
+fn client_resend(at: &[Placed], outcome: Option<&Outcome>) -> bool {
+    let [first, second] = at else {
+        return false;
+    };
+    let acked_second = match outcome {
+        Some(Outcome::Acked { partition, offset }) => {
+            *partition as usize == second.partition && *offset == second.offset
+        }
+        _ => true,
+    };
+    first.producer.0 >= 0
+        && first.producer.0 == second.producer.0
+        && first.producer.1 < second.producer.1
+        && acked_second
 }
 
 /// Checks a run (see the module's rules).
@@ -223,16 +254,32 @@ pub fn check(i: &Inputs) -> Verdict {
     let mut placed: HashMap<&str, Vec<Placed>> = HashMap::new();
     for (p, log) in i.destination.iter().enumerate() {
         for e in log {
-            if let Entry::Data { offset, key, .. } = e {
+            if let Entry::Data {
+                offset,
+                key,
+                producer_id,
+                producer_epoch,
+                ..
+            } = e
+            {
                 placed.entry(key.as_str()).or_default().push(Placed {
                     partition: p,
                     offset: *offset,
+                    producer: (*producer_id, *producer_epoch),
                 });
             }
         }
     }
     for (key, at) in &placed {
-        if at.len() > 1 {
+        if client_resend(at, ops.get(key).map(|o| &o.outcome)) {
+            v.client_resends += 1;
+            if v.resends.len() < 20 {
+                v.resends.push(format!(
+                    "{key}: written under producer id {} at epoch {} and again at epoch {}: {at:?}",
+                    at[0].producer.0, at[0].producer.1, at[1].producer.1
+                ));
+            }
+        } else if at.len() > 1 {
             v.duplicated += at.len() - 1;
             v.breach(format!(
                 "{key} is on the destination {} times: {at:?}",

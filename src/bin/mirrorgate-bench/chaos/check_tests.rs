@@ -525,3 +525,42 @@ fn an_unplanned_failover_may_not_abort_a_transaction_committed_before_records_it
         "{v:?}"
     );
 }
+
+/// A copy of `key` at `offset` written by `producer_id` at `epoch`.
+fn data_at_epoch(offset: i64, producer_id: i64, epoch: i16, key: &str) -> Entry {
+    Entry::Data {
+        offset,
+        producer_id,
+        producer_epoch: epoch,
+        key: key.into(),
+        transactional: false,
+    }
+}
+
+#[test]
+fn a_record_sent_again_under_a_bumped_epoch_whose_second_copy_was_acknowledged_is_a_client_resend()
+{
+    let mut r = Run::clean();
+    r.destination[0].push(data_at_epoch(4, LOCAL_PID, 1, "l-0"));
+    r.ops[2] = op("l", Origin::Local, 0, acked(0, 4));
+    let v = r.check();
+    assert_eq!((v.duplicated, v.client_resends), (0, 1), "{v:?}");
+    assert!(v.ok(), "{v:?}");
+}
+
+#[test]
+fn a_second_copy_under_a_bumped_epoch_after_the_first_was_acknowledged_is_a_duplicate() {
+    let mut r = Run::clean();
+    r.destination[0].push(data_at_epoch(4, LOCAL_PID, 1, "l-0"));
+    let v = r.check();
+    assert_eq!((v.duplicated, v.client_resends), (1, 0), "{v:?}");
+    assert!(!v.ok());
+}
+
+#[test]
+fn copies_of_two_producer_ids_are_a_duplicate_whatever_their_epochs() {
+    let mut r = Run::clean();
+    r.destination[0].push(data_at_epoch(4, LOCAL_PID + 1, 1, "l-0"));
+    r.ops[2] = op("l", Origin::Local, 0, acked(0, 4));
+    assert_eq!(r.check().duplicated, 1);
+}

@@ -21,12 +21,13 @@ pub fn summary(
     caught_up: Option<Option<f64>>,
 ) {
     eprintln!(
-        "chaos: seed {}: {} operations, {} acknowledged; lost {}, duplicated {}, out of order {}, after the barrier {}, before it {}, barriers missing {}, RPO mismatches {}, divergent {}; group: skipped {}, unread {}, reread {}; read_committed mismatches {} (unmirrored commits {}); RPO {} records ({} acknowledged); converged {converged}; panics {}{}",
+        "chaos: seed {}: {} operations, {} acknowledged; lost {}, duplicated {} (client resends under a bumped epoch {}), out of order {}, after the barrier {}, before it {}, barriers missing {}, RPO mismatches {}, divergent {}; group: skipped {}, unread {}, reread {}; read_committed mismatches {} (unmirrored commits {}); RPO {} records ({} acknowledged); converged {converged}; panics {}{}",
         s.seed,
         v.operations,
         v.acked,
         v.lost,
         v.duplicated,
+        v.client_resends,
         v.order_violations,
         v.after_barrier,
         v.before_barrier,
@@ -49,6 +50,9 @@ pub fn summary(
     );
     for w in &v.violations {
         eprintln!("chaos:   {w}");
+    }
+    for r in &v.resends {
+        eprintln!("chaos:   client resend (not a breach): {r}");
     }
     for p in panics.iter().take(5) {
         eprintln!("chaos:   panic: {p}");
@@ -77,6 +81,7 @@ pub fn verdict_json(
         "acked": v.acked,
         "lost": v.lost,
         "duplicated": v.duplicated,
+        "client_resends": v.client_resends,
         "order_violations": v.order_violations,
         "after_barrier": v.after_barrier,
         "before_barrier": v.before_barrier,
