@@ -286,7 +286,13 @@ fn forwarded_producer(
     let (Some(route), Some(h)) = (forward, header) else {
         return false;
     };
-    h.has_producer_id() && route.is_forwarded(h.producer_id, topic, partition)
+    // A transactional batch never: its transactional id's session is the source coordinator's,
+    // which the destination's does not know (the producer initializes again there). Passed,
+    // it would open a transaction the destination's coordinator never ends, or wait for ever
+    // on the destination's verification of it.
+    h.has_producer_id()
+        && !h.is_transactional()
+        && route.is_forwarded(h.producer_id, topic, partition)
 }
 
 /// The `log_start_offset` sent with [`refuse_mirrored_producer_id`]'s UNKNOWN_PRODUCER_ID: not
