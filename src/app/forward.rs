@@ -161,12 +161,11 @@ fn restore_producers(route: &ForwardRoute, store: &StateStore) {
     }
 }
 
-/// Persist the route's forwarded producer ids when they changed.
+/// Persist the route's forwarded producer ids when they changed (a failed write is tried again
+/// at the next call).
 fn persist_producers(route: &ForwardRoute, store: &StateStore) {
-    if let Some(bytes) = route.producers_to_persist() {
-        if let Err(e) = store.write(FORWARD_AREA, route.mirror(), &bytes) {
-            tracing::warn!(mirror = route.mirror(), error = %e, "forwarded producer ids not persisted");
-        }
+    if let Err(e) = route.persist_producers(|b| store.write(FORWARD_AREA, route.mirror(), b)) {
+        tracing::warn!(mirror = route.mirror(), error = %e, "forwarded producer ids not persisted: tried again in a moment");
     }
 }
 

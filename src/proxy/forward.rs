@@ -413,9 +413,13 @@ impl ForwardRoute {
         self.ids().restore(bytes, now_ms())
     }
 
-    /// The forwarded producer ids to persist, when they changed since the last call.
-    pub fn producers_to_persist(&self) -> Option<Vec<u8>> {
-        self.ids().take_changed(now_ms())
+    /// Hands the forwarded producer ids to `write` when they changed since its last success
+    /// (see [`ForwardedIds::persist`]).
+    pub fn persist_producers<E>(
+        &self,
+        write: impl FnOnce(&[u8]) -> Result<(), E>,
+    ) -> Result<bool, E> {
+        self.ids().persist(now_ms(), write)
     }
 
     /// A held listener's source connections are closed and the agent mirrored the source's log

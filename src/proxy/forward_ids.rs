@@ -113,8 +113,23 @@ impl ForwardedIds {
         Ok(self.ids.len() - before)
     }
 
+    /// Hands the set to `write` when it changed since the last write that succeeded (expired
+    /// ids dropped): `Ok(true)` written, `Ok(false)` nothing to write. A write that fails
+    /// leaves the set to write at the next call.
+    pub fn persist<E>(
+        &mut self,
+        now_ms: i64,
+        write: impl FnOnce(&[u8]) -> Result<(), E>,
+    ) -> Result<bool, E> {
+        let Some(bytes) = self.take_changed(now_ms) else {
+            return Ok(false);
+        };
+        write(&bytes).inspect_err(|_| self.changed = true)?;
+        Ok(true)
+    }
+
     /// The bytes to persist when the set changed since the last call (expired ids dropped).
-    pub fn take_changed(&mut self, now_ms: i64) -> Option<Vec<u8>> {
+    fn take_changed(&mut self, now_ms: i64) -> Option<Vec<u8>> {
         if !std::mem::take(&mut self.changed) {
             return None;
         }
@@ -180,6 +195,24 @@ mod tests {
             vec![(7, 0)],
             "restored: epoch not known, 0"
         );
+    }
+
+    #[test]
+    fn a_set_whose_write_failed_is_written_at_the_next_call() {
+        let mut a = ForwardedIds::default();
+        a.note(7, 0, 1_000);
+        let failed: Result<bool, &str> = a.persist(2_000, |_| Err("disk full"));
+        assert_eq!(failed, Err("disk full"));
+        let mut written = Vec::new();
+        let again: Result<bool, &str> = a.persist(3_000, |b| {
+            written = b.to_vec();
+            Ok(())
+        });
+        assert_eq!(again, Ok(true), "the failed write is tried again");
+        let mut b = ForwardedIds::default();
+        b.restore(&written, 4_000).expect("readable");
+        assert!(b.contains(7));
+        assert_eq!(a.persist(5_000, |_| Ok::<(), &str>(())), Ok(false));
     }
 
     #[test]
