@@ -5,7 +5,10 @@
 //! The cluster under test, all on this machine: an isolated rig (run directory
 //! `target/chaos/rig`, ports +1500) with a source (one broker) and a destination (three
 //! brokers), and three gateway instances sharing a state topic, each configured with the
-//! mirror's built-in agent (one runs it at a time). The workload: idempotent producers on the
+//! mirror's built-in agent (one runs it at a time); or, with `--profile mm2`, configured
+//! `mirroring: external` behind MirrorMaker 2, which copies through the three mirror listeners
+//! and syncs the group's offsets, and runs on after the failover (its writes must be refused
+//! then). The workload: idempotent producers on the
 //! source (the Java client, librdkafka, kafka-python), a transactional Java producer, the moved
 //! producer and, after the failover call, local producers through every instance and the late
 //! mirror writer (`probes.rs`); the application's consumer group, on the source until it stops
@@ -50,7 +53,7 @@ use serde_json::{json, Value};
 
 use crate::fleet::admin;
 use crate::{cluster_brokers, repo, Clusters, Rig};
-use check::{check, GroupReads, Inputs, Origin};
+use check::{check, GroupReads, Inputs, Origin, Tool};
 use clients::{Library, Shared};
 use gateways::{admin_addr, client_addr, mirror_addr, Instance, Topology, MIRROR};
 use lock::RunLock;
@@ -76,6 +79,8 @@ pub struct Options {
     pub minutes: Option<f64>,
     pub sabotage: Option<String>,
     pub replay: bool,
+    /// `agent` or `mm2`.
+    pub profile: String,
 }
 
 fn now_ms() -> i64 {
@@ -93,6 +98,11 @@ pub fn run(o: Options) -> Result<Value, String> {
             ));
         }
     }
+    let tool = match o.profile.as_str() {
+        "agent" => Tool::Agent,
+        "mm2" => Tool::MirrorMaker2,
+        other => return Err(format!("--profile {other}: unknown; one of agent, mm2")),
+    };
     if o.replay && o.seed.is_none() {
         return Err("--replay needs --seed S (the run whose schedule.json to replay)".into());
     }
@@ -109,9 +119,13 @@ pub fn run(o: Options) -> Result<Value, String> {
     let mut runs = Vec::new();
     let mut failed = Vec::new();
     for seed in first..first + o.seeds.max(1) {
+        let profile = match tool {
+            Tool::Agent => "",
+            Tool::MirrorMaker2 => "-mm2",
+        };
         let dir = repo().join("target/chaos").join(match &o.sabotage {
-            Some(s) => format!("seed-{seed}-sabotage-{s}"),
-            None => format!("seed-{seed}"),
+            Some(s) => format!("seed-{seed}{profile}-sabotage-{s}"),
+            None => format!("seed-{seed}{profile}"),
         });
         let schedule = if o.replay {
             let text = std::fs::read_to_string(dir.join("schedule.json"))
@@ -127,7 +141,7 @@ pub fn run(o: Options) -> Result<Value, String> {
             .enable_all()
             .build()
             .map_err(|e| e.to_string())?;
-        let v = match rt.block_on(run_one(&bin, &dir, &schedule, o.sabotage.as_deref())) {
+        let v = match rt.block_on(run_one(&bin, &dir, &schedule, tool, o.sabotage.as_deref())) {
             Ok(v) => v,
             Err(e) => {
                 rt.shutdown_timeout(Duration::from_secs(5));
@@ -154,6 +168,7 @@ pub fn run(o: Options) -> Result<Value, String> {
             "first_seed": first,
             "minutes": minutes,
             "sabotage": o.sabotage,
+            "profile": tool,
             "unexpected": failed,
             "runs": runs,
             "verdict": if failed.is_empty() { "pass" } else { "fail" },
@@ -172,6 +187,31 @@ pub fn run(o: Options) -> Result<Value, String> {
             ),
         })
     }
+}
+
+/// Starts MirrorMaker 2 copying the topic from the source into the destination through the
+/// three instances' mirror listeners (identity names, an idempotent producer, `read_uncommitted`
+/// as it comes), syncing the application group's offsets every second. Its Connect topics live
+/// on the destination, replicated three times so that a killed broker takes none offline. Its
+/// one Connect worker takes its tasks back at once when it rejoins its group (by default
+/// Connect waits up to five minutes for a worker it lost; seed 5 of the first runs lost its
+/// membership while an instance was paused and copied nothing for the rest of the run).
+fn start_mm2(dir: &Path, source: &str) -> Result<crate::mirror::Mm2, String> {
+    let target: Vec<String> = (0..INSTANCES).map(mirror_addr).collect();
+    let extra = "checkpoints.topic.replication.factor = 3\n\
+         heartbeats.topic.replication.factor = 3\n\
+         offset.storage.replication.factor = 3\n\
+         status.storage.replication.factor = 3\n\
+         config.storage.replication.factor = 3\n\
+         emit.checkpoints.enabled = true\n\
+         emit.checkpoints.interval.seconds = 1\n\
+         sync.group.offsets.enabled = true\n\
+         sync.group.offsets.interval.seconds = 1\n\
+         groups = chaos-app\n\
+         offset.lag.max = 10\n\
+         dst.producer.enable.idempotence = true\n\
+         scheduled.rebalance.max.delay.ms = 0\n";
+    crate::mirror::Mm2::start(&dir.join("mm2"), source, &target.join(","), TOPIC, extra)
 }
 
 /// Calls the failover (after a dry run) through instance `driver`, or the next instances while
@@ -214,6 +254,7 @@ async fn run_one(
     bin: &Path,
     dir: &Path,
     schedule: &Schedule,
+    tool: Tool,
     sabotage: Option<&str>,
 ) -> Result<Value, String> {
     disk::unmount_under(dir);
@@ -222,8 +263,9 @@ async fn run_one(
     let text = serde_json::to_string_pretty(schedule).map_err(|e| e.to_string())?;
     std::fs::write(dir.join("schedule.json"), text).map_err(|e| e.to_string())?;
     eprintln!(
-        "chaos: seed {} ({:?} failover through instance {}, {} faults, operations {:?}){}",
+        "chaos: seed {} ({:?}, {:?} failover through instance {}, {} faults, operations {:?}){}",
         schedule.seed,
+        tool,
         schedule.mode,
         schedule.driver,
         schedule.fault_count(),
@@ -265,6 +307,7 @@ async fn run_one(
         destination: destination.clone(),
         topic: TOPIC.to_string(),
         session_ms: SESSION_MS,
+        tool,
     };
     let mut instances = Vec::new();
     for i in 0..INSTANCES {
@@ -278,7 +321,7 @@ async fn run_one(
         instances: Mutex::new(instances),
         crashes: Mutex::default(),
     };
-    let result = drive(&world, dir, schedule, &source, &destination, sabotage).await;
+    let result = drive(&world, dir, schedule, &source, &destination, tool, sabotage).await;
     world.with(|v| v.clear());
     drop(clusters);
     result
@@ -290,12 +333,19 @@ async fn drive(
     schedule: &Schedule,
     source: &str,
     destination: &[String],
+    tool: Tool,
     sabotage: Option<&str>,
 ) -> Result<Value, String> {
     for i in 0..INSTANCES {
         gateways::wait_ready(i, Duration::from_secs(120)).await?;
         gateways::wait_state(i, "MIRRORING", PARTITIONS as i64, Duration::from_secs(120)).await?;
     }
+    // Behind MirrorMaker 2, it copies through every instance's mirror listener until the end of
+    // the run (its writes after the barrier must all be refused); it syncs the group's offsets.
+    let _mm2 = match tool {
+        Tool::Agent => None,
+        Tool::MirrorMaker2 => Some(start_mm2(dir, source)?),
+    };
     let history: Shared = Arc::default();
 
     // Before the failover: the source under load, mirrored by the agent, under the nemesis.
@@ -379,7 +429,7 @@ async fn drive(
     match schedule.mode {
         Mode::Planned => {
             clients::stop_producers(source_producers).await;
-            caught_up = Some(logs::wait_caught_up(source, &destination[0]).await);
+            caught_up = Some(logs::wait_caught_up(tool, source, &destination[0]).await);
         }
         Mode::Unplanned => {
             world.rig(&["kill-node", "source", "1"]).await?;
@@ -393,9 +443,11 @@ async fn drive(
     }
     world.all_up()?;
     // Planned: nothing is written any more, so the agent's PSM must be what the leaders keep.
-    let psm_diff = match schedule.mode {
-        Mode::Planned => Some(psm::quiet(&destination[0]).await),
-        Mode::Unplanned => None,
+    // Behind another tool no instance sees every mirror write (each follows its own listener's):
+    // there is no PSM that must equal the leaders'.
+    let psm_diff = match (schedule.mode, tool) {
+        (Mode::Planned, Tool::Agent) => Some(psm::quiet(&destination[0]).await),
+        _ => None,
     };
     let source_reads = source_group
         .await
@@ -554,6 +606,7 @@ async fn drive(
     group::write_reads(dir, &source_reads, &destination_reads)?;
     let verdict = check(&Inputs {
         mode: schedule.mode,
+        tool,
         ops: &ops,
         source: &source_records,
         source_log: &source_raw,
@@ -583,6 +636,8 @@ async fn drive(
         .filter_map(|o| o.answered_ms)
         .min();
     let mut v = verdict_json(schedule, &verdict, &rpo, converged, &panics, sabotage, ok);
+    v["profile"] = json!(tool);
+    v["tool_copies"] = json!(verdict.tool_copies);
     v["rto_seconds"] = json!(report.rto_seconds);
     v["psm_mismatch"] = json!(psm_diff.as_ref().map(Vec::len));
     if let Some(d) = psm_diff.filter(|d| !d.is_empty()) {

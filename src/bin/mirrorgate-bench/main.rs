@@ -219,6 +219,10 @@ enum Bench {
         /// Carry out target/chaos/seed-S/schedule.json again instead of drawing the schedule.
         #[arg(long)]
         replay: bool,
+        /// What mirrors: `agent` (the built-in agent) or `mm2` (MirrorMaker 2 through the mirror
+        /// listeners, the instances configured `mirroring: external`).
+        #[arg(long, default_value = "agent")]
+        profile: String,
     },
 }
 
@@ -498,6 +502,7 @@ fn main() -> ExitCode {
             minutes,
             sabotage,
             replay,
+            profile,
         } => chaos::run(chaos::Options {
             seed,
             seeds,
@@ -505,6 +510,7 @@ fn main() -> ExitCode {
             minutes,
             sabotage,
             replay,
+            profile,
         }),
     };
     match result {

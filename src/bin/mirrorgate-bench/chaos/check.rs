@@ -33,6 +33,14 @@
 //!   offsets were moved beyond it), *unread* when the group never got that far by the end (it
 //!   did not catch up). Records read twice are counted (`reread`), not a breach.
 //!
+//! With MirrorMaker 2 as the mirroring tool ([`Tool::MirrorMaker2`]) three rules change, for
+//! what that tool does and mirrorgate does not promise otherwise: it copies at least once, so
+//! further copies of a source record before `B` are counted (`tool_copies`), not duplicates,
+//! and the prefix rule takes each record's first copy; its offsets are its own, so the report
+//! has no RPO figure to compare (a planned failover must still leave no source record behind);
+//! and it reads the source `read_uncommitted` and re-produces without transactions, so the
+//! `read_committed` rule does not apply.
+//!
 //! Owns: those rules and the verdict's figures. Must not touch: how the history and the logs are
 //! gathered (`clients.rs`, `logs.rs`).
 
@@ -44,6 +52,18 @@ use super::plan::Mode;
 use crate::group_member::Read;
 
 mod committed;
+
+/// What copies the source to the destination through the gateways' mirror listeners.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tool {
+    /// The built-in agent: batches as they are, offsets kept, exactly once.
+    Agent,
+    /// MirrorMaker 2 (`mirroring: external`): re-produced under its own producer ids, at least
+    /// once, offsets of the destination's own, transactions not kept.
+    #[serde(rename = "mm2")]
+    MirrorMaker2,
+}
 
 /// Where a client wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -126,6 +146,7 @@ pub struct Barrier {
 /// What the checker reads.
 pub struct Inputs<'a> {
     pub mode: Mode,
+    pub tool: Tool,
     pub ops: &'a [Op],
     /// Per partition, the source's log (data records).
     pub source: &'a [Vec<SourceRecord>],
@@ -181,6 +202,9 @@ pub struct Verdict {
     pub committed_mismatch: usize,
     /// Records committed on the source whose commit an unplanned failover could not mirror.
     pub committed_unmirrored: usize,
+    /// Further copies of source records the mirroring tool made before the barrier (MirrorMaker
+    /// 2 copies at least once; always 0 with the agent, whose copies are duplicates).
+    pub tool_copies: usize,
     /// Records a client sent again under a bumped epoch after the first copy's answer never
     /// reached it (see `client_resend`): on the destination twice, counted apart, not a breach.
     pub client_resends: usize,
@@ -241,6 +265,19 @@ fn client_resend(at: &[Placed], outcome: Option<&Outcome>) -> bool {
         && acked_second
 }
 
+/// Whether every copy `at` lies before its partition's reported barrier (or no barrier is
+/// reported: the barrier's own rule fails the run then). A mirroring tool's at-least-once copies
+/// of a source record are such copies; one after the barrier is the barrier rule's business.
+fn before_barriers(i: &Inputs, at: &[Placed]) -> bool {
+    at.iter().all(|x| {
+        let barrier = i
+            .barriers
+            .get(x.partition)
+            .and_then(|b| b.first().copied().flatten());
+        barrier.is_none_or(|b| x.offset < b.offset)
+    })
+}
+
 /// Checks a run (see the module's rules).
 pub fn check(i: &Inputs) -> Verdict {
     let mut v = Verdict {
@@ -279,6 +316,12 @@ pub fn check(i: &Inputs) -> Verdict {
                     at[0].producer.0, at[0].producer.1, at[1].producer.1
                 ));
             }
+        } else if at.len() > 1
+            && i.tool == Tool::MirrorMaker2
+            && origin(key) == Some(Origin::Source)
+            && before_barriers(i, at)
+        {
+            v.tool_copies += at.len() - 1;
         } else if at.len() > 1 {
             v.duplicated += at.len() - 1;
             v.breach(format!(
@@ -325,6 +368,7 @@ pub fn check(i: &Inputs) -> Verdict {
         let at = b.filter(|_| found).map(|b| b.offset);
         barrier_at.push(at);
         let before = |o: i64| at.is_none_or(|b| o < b);
+        let mut first_copy = std::collections::HashSet::new();
         let mirrored: Vec<&str> = log
             .iter()
             .filter_map(|e| match e {
@@ -337,7 +381,8 @@ pub fn check(i: &Inputs) -> Verdict {
                 } if before(*offset) && origin(key) == Some(Origin::Source) => {
                     let e = mirrored_pids.entry(*producer_id).or_insert(*producer_epoch);
                     *e = (*e).max(*producer_epoch);
-                    Some(key.as_str())
+                    // A tool's further copy stands where its first one is.
+                    first_copy.insert(key.as_str()).then_some(key.as_str())
                 }
                 _ => None,
             })
@@ -364,7 +409,12 @@ pub fn check(i: &Inputs) -> Verdict {
         }
         let left = source.len().saturating_sub(mirrored.len()) as i64;
         v.rpo_records += left;
-        match (i.mode, i.rpo.get(p).copied().flatten()) {
+        // Another tool's offsets are its own: the report has no figure of the records left.
+        let reported = match i.tool {
+            Tool::Agent => i.rpo.get(p).copied().flatten(),
+            Tool::MirrorMaker2 => Some(left),
+        };
+        match (i.mode, reported) {
             (Mode::Planned, _) if left > 0 => {
                 v.rpo_mismatch += 1;
                 v.breach(format!(
@@ -518,6 +568,9 @@ pub fn check(i: &Inputs) -> Verdict {
         .map(|o| o.key.as_str())
         .collect();
     for (p, log) in i.destination.iter().enumerate() {
+        if i.tool == Tool::MirrorMaker2 {
+            break;
+        }
         let source = i.source_log.get(p).map(Vec::as_slice).unwrap_or(&[]);
         committed::check_partition(&mut v, i.mode, p, source, log, barrier_at[p], &from_source);
     }

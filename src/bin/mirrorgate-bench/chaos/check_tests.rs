@@ -61,6 +61,7 @@ fn src(offset: i64, key: &str) -> SourceRecord {
 /// One partition: source s-0, s-1 mirrored at 0, 1; the control barrier at 2; local l-0 at 3.
 struct Run {
     mode: Mode,
+    tool: Tool,
     ops: Vec<Op>,
     source: Vec<Vec<SourceRecord>>,
     destination: Vec<Vec<Entry>>,
@@ -89,6 +90,7 @@ impl Run {
         });
         Run {
             mode: Mode::Unplanned,
+            tool: Tool::Agent,
             ops: vec![
                 op("s", Origin::Source, 0, acked(0, 0)),
                 op("s", Origin::Source, 1, acked(0, 1)),
@@ -133,6 +135,7 @@ impl Run {
         check(&Inputs {
             source_log: self.source_log.as_ref().unwrap_or(&plain),
             mode: self.mode,
+            tool: self.tool,
             ops: &self.ops,
             source: &self.source,
             destination: &self.destination,
@@ -401,6 +404,7 @@ fn with_transactions() -> Run {
     destination.push(data(7, LOCAL_PID, "l-0"));
     Run {
         mode: Mode::Planned,
+        tool: Tool::Agent,
         ops: vec![
             op("t", Origin::Source, 0, acked(0, 0)),
             op("t", Origin::Source, 1, acked(0, 1)),
@@ -484,6 +488,7 @@ fn unplanned_with_commit_at(commit_at: i64) -> Run {
     ];
     Run {
         mode: Mode::Unplanned,
+        tool: Tool::Agent,
         ops: vec![
             op("t", Origin::Source, 0, acked(0, 0)),
             op("t", Origin::Source, 1, acked(0, 1)),
@@ -563,4 +568,75 @@ fn copies_of_two_producer_ids_are_a_duplicate_whatever_their_epochs() {
     r.destination[0].push(data_at_epoch(4, LOCAL_PID + 1, 1, "l-0"));
     r.ops[2] = op("l", Origin::Local, 0, acked(0, 4));
     assert_eq!(r.check().duplicated, 1);
+}
+
+/// MirrorMaker 2's copy of the clean run: its own producer id and offsets (s-0 copied twice, as
+/// a restarted task does), the barrier after them, a local record after it.
+fn copied_by_mirrormaker() -> Run {
+    const MM2_PID: i64 = 3;
+    let barrier = Some(Barrier {
+        offset: 3,
+        producer_id: Some(BARRIER_PID),
+    });
+    Run {
+        tool: Tool::MirrorMaker2,
+        mode: Mode::Planned,
+        ops: vec![
+            op("s", Origin::Source, 0, acked(0, 0)),
+            op("s", Origin::Source, 1, acked(0, 1)),
+            op("l", Origin::Local, 0, acked(0, 4)),
+        ],
+        destination: vec![vec![
+            data(0, MM2_PID, "s-0"),
+            data(1, MM2_PID, "s-0"),
+            data(2, MM2_PID, "s-1"),
+            marker(3, BARRIER_PID, false),
+            data(4, LOCAL_PID, "l-0"),
+        ]],
+        barriers: vec![vec![barrier; 3]],
+        rpo: vec![None],
+        ..Run::clean()
+    }
+}
+
+#[test]
+fn mirrormakers_further_copies_before_the_barrier_are_its_own_not_duplicates() {
+    let v = copied_by_mirrormaker().check();
+    assert!(v.ok(), "{v:?}");
+    assert_eq!((v.tool_copies, v.duplicated), (1, 0));
+
+    let mut agent = copied_by_mirrormaker();
+    agent.tool = Tool::Agent;
+    agent.rpo = vec![Some(0)];
+    assert_eq!(
+        agent.check().duplicated,
+        1,
+        "the agent copies exactly once: a second copy is a duplicate"
+    );
+}
+
+#[test]
+fn a_mirrormaker_copy_after_the_barrier_is_a_mirror_write_after_it() {
+    let mut r = copied_by_mirrormaker();
+    r.destination[0].push(data(5, 3, "s-1"));
+    let v = r.check();
+    assert_eq!((v.after_barrier, v.duplicated), (1, 1), "{v:?}");
+}
+
+#[test]
+fn behind_mirrormaker_a_planned_failover_still_leaves_no_source_record_behind() {
+    let mut r = copied_by_mirrormaker();
+    r.source[0].push(src(2, "s-2"));
+    r.ops.push(op("s", Origin::Source, 2, acked(0, 2)));
+    let v = r.check();
+    assert_eq!(v.rpo_mismatch, 1, "{v:?}");
+}
+
+#[test]
+fn behind_mirrormaker_records_copied_out_of_the_sources_order_diverge() {
+    let mut r = copied_by_mirrormaker();
+    r.destination[0][0] = data(0, 3, "s-1");
+    r.destination[0][2] = data(2, 3, "s-0");
+    let v = r.check();
+    assert_eq!(v.mirror_divergence, 1, "{v:?}");
 }

@@ -1,5 +1,6 @@
 //! The chaos run's gateway instances: three processes of the gateway binary sharing a state
-//! topic, each configured with the mirror and its built-in agent (one runs it at a time), each
+//! topic, each configured with the mirror and its built-in agent (one runs it at a time; or,
+//! behind MirrorMaker 2, `mirroring: external` and no agent), each
 //! with its own state directory that outlives a kill. Instance `i` listens from port
 //! `BASE + 100 i` (client), `+ 10` (mirror) and `+ 20` (admin).
 //!
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 use hyper::Method;
 use serde_json::Value;
 
-use super::check::Barrier;
+use super::check::{Barrier, Tool};
 use super::disk::Disk;
 use crate::fleet::admin;
 use crate::process::{die_with_parent, readyz};
@@ -63,12 +64,19 @@ pub struct Topology {
     pub destination: Vec<String>,
     pub topic: String,
     pub session_ms: u64,
+    /// What mirrors: the built-in agent, or MirrorMaker 2 (`mirroring: external`).
+    pub tool: Tool,
 }
 
 fn yaml(i: usize, t: &Topology, state: &Path) -> String {
     let (client, mirror, admin) = ports(i);
     let (source, destination, topic, session_ms) =
         (&t.source, &t.destination, &t.topic, t.session_ms);
+    // The agent syncs the groups; behind another tool, that tool does (and no agent runs).
+    let mirroring = match t.tool {
+        Tool::Agent => format!("groups: {{ sync_interval_ms: {GROUP_SYNC_MS} }}"),
+        Tool::MirrorMaker2 => "mirroring: external".to_string(),
+    };
     format!(
         "destination: {{ bootstrap: [{}] }}\n\
          listeners:\n  client: {{ bind: 127.0.0.1, port_base: {client}, max_brokers: 4 }}\n  mirror: {{ bind: 127.0.0.1, port_base: {mirror}, max_brokers: 4 }}\n\
@@ -76,7 +84,7 @@ fn yaml(i: usize, t: &Topology, state: &Path) -> String {
          state_dir: {}\n\
          logging: {{ level: warn }}\n\
          instances:\n  id: gw-{i}\n  state_topic: {STATE_TOPIC}\n  session_timeout_ms: {session_ms}\n\
-         mirrors:\n  - name: {MIRROR}\n    topics: [\"{topic}\"]\n    source: {{ bootstrap: [\"{source}\"] }}\n    groups: {{ sync_interval_ms: {GROUP_SYNC_MS} }}\n",
+         mirrors:\n  - name: {MIRROR}\n    topics: [\"{topic}\"]\n    source: {{ bootstrap: [\"{source}\"] }}\n    {mirroring}\n",
         crate::process::yaml_list(destination),
         state.display()
     )

@@ -1,11 +1,12 @@
 //! Reading a topic's whole log straight from a cluster's partition leaders, for the checker:
 //! every record up to the high watermark (`read_uncommitted`), with its offset, producer id and
 //! key; control batches as their marker; mirrorgate's data barrier as itself. Also the two
-//! waits on those readings: until the agent has caught up, and until a log has settled.
+//! waits on those readings: until the mirroring tool has caught up, and until a log has settled.
 //!
 //! Owns: the Fetch requests of the checker's reading. Must not touch: the gateways (it never
 //! reads through one), the rules (`check.rs`).
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -17,7 +18,7 @@ use mirrorgate::client::{single_partition_fetch, KafkaClient};
 use mirrorgate::protocol::barrier::BARRIER_KEY;
 use mirrorgate::protocol::batch::BatchWalker;
 
-use super::check::{Entry, SourceRecord};
+use super::check::{Entry, SourceRecord, Tool};
 use super::{PARTITIONS, TOPIC};
 
 const FETCH_BYTES: i32 = 8 << 20;
@@ -187,15 +188,34 @@ pub fn dump(log: &[Vec<Entry>]) -> String {
     out
 }
 
-/// Waits until the destination holds as many records per partition as the source (the agent
-/// caught up): the seconds it took, or `None` after a minute.
-pub async fn wait_caught_up(source: &str, destination: &str) -> Option<f64> {
+/// Whether the destination holds the source's records: as many per partition (the agent copies
+/// exactly once), or every source key of each partition (MirrorMaker 2 copies at least once).
+fn caught_up(tool: Tool, source: &[Vec<Entry>], destination: &[Vec<Entry>]) -> bool {
+    match tool {
+        Tool::Agent => data_counts(source) == data_counts(destination),
+        Tool::MirrorMaker2 => source.iter().zip(destination).all(|(s, d)| {
+            let keys: HashSet<&str> = d.iter().filter_map(data_key).collect();
+            s.iter().filter_map(data_key).all(|k| keys.contains(k))
+        }),
+    }
+}
+
+fn data_key(e: &Entry) -> Option<&str> {
+    match e {
+        Entry::Data { key, .. } => Some(key.as_str()),
+        _ => None,
+    }
+}
+
+/// Waits until the destination holds the source's records (the mirroring tool caught up): the
+/// seconds it took, or `None` after a minute.
+pub async fn wait_caught_up(tool: Tool, source: &str, destination: &str) -> Option<f64> {
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(60) {
         let s = read_topic(source, TOPIC, PARTITIONS).await;
         let d = read_topic(destination, TOPIC, PARTITIONS).await;
         if let (Ok(s), Ok(d)) = (s, d) {
-            if data_counts(&s) == data_counts(&d) {
+            if caught_up(tool, &s, &d) {
                 return Some(started.elapsed().as_secs_f64());
             }
         }

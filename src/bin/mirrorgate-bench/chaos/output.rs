@@ -21,13 +21,14 @@ pub fn summary(
     caught_up: Option<Option<f64>>,
 ) {
     eprintln!(
-        "chaos: seed {}: {} operations, {} acknowledged; lost {}, duplicated {} (client resends under a bumped epoch {}), out of order {}, after the barrier {}, before it {}, barriers missing {}, RPO mismatches {}, divergent {}; group: skipped {}, unread {}, reread {}; read_committed mismatches {} (unmirrored commits {}); RPO {} records ({} acknowledged); converged {converged}; panics {}{}",
+        "chaos: seed {}: {} operations, {} acknowledged; lost {}, duplicated {} (client resends under a bumped epoch {}; the tool's further copies {}), out of order {}, after the barrier {}, before it {}, barriers missing {}, RPO mismatches {}, divergent {}; group: skipped {}, unread {}, reread {}; read_committed mismatches {} (unmirrored commits {}); RPO {} records ({} acknowledged); converged {converged}; panics {}{}",
         s.seed,
         v.operations,
         v.acked,
         v.lost,
         v.duplicated,
         v.client_resends,
+        v.tool_copies,
         v.order_violations,
         v.after_barrier,
         v.before_barrier,
@@ -43,8 +44,8 @@ pub fn summary(
         v.unmirrored_acked,
         panics.len(),
         match caught_up {
-            Some(Some(t)) => format!("; the agent caught up {t:.1} s after the source producers stopped"),
-            Some(None) => "; the agent did not catch up within 60 s".into(),
+            Some(Some(t)) => format!("; the mirroring tool caught up {t:.1} s after the source producers stopped"),
+            Some(None) => "; the mirroring tool did not catch up within 60 s".into(),
             None => String::new(),
         }
     );
