@@ -446,6 +446,18 @@ impl Admission {
                         ),
                         reason: "peer_fenced",
                     })
+                } else if state == PartitionState::Paused {
+                    // A pause holds the mirroring tool until the resume: a retriable error, so
+                    // that it retries instead of failing (MirrorMaker 2's task would die on a
+                    // non-retriable one and not copy again after the resume).
+                    self.rejected.with_label_values(&["mirror_paused"]).inc();
+                    Err(Refusal {
+                        error_code: RETRY_LATER_ERROR_CODE,
+                        message: format!(
+                            "mirrorgate: mirror produce to {topic}-{partition} waits: mirror {mirror} is PAUSED until it is resumed"
+                        ),
+                        reason: "mirror_paused",
+                    })
                 } else {
                     self.rejected.with_label_values(&["mirror_fenced"]).inc();
                     let by = self.failed_over_through(mirror);

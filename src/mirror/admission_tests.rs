@@ -190,3 +190,39 @@ fn a_mirror_whose_state_cannot_be_read_takes_no_change_on_either_listener() {
         );
     }
 }
+
+#[test]
+fn a_paused_mirror_holds_mirror_writes_with_a_retriable_error_and_a_failed_over_one_fences_them() {
+    let (a, mm) = admission();
+    let mut paused = mirroring("other", "pay", 1);
+    paused.partitions[0].pause(2).unwrap();
+    a.refresh([(&failed_over(), None), (&paused, None)].into_iter());
+    let held = a
+        .admit(ListenerKind::Mirror, "pay", 0)
+        .err()
+        .expect("a paused mirror takes no mirror write");
+    assert_eq!(
+        (held.error_code, held.reason),
+        (RETRY_LATER_ERROR_CODE, "mirror_paused"),
+        "{}",
+        held.message
+    );
+    assert!(
+        held.message.contains("PAUSED until it is resumed"),
+        "{}",
+        held.message
+    );
+    let fenced = a
+        .admit(ListenerKind::Mirror, "orders", 0)
+        .err()
+        .expect("a failed-over partition takes no mirror write");
+    assert_eq!(
+        (fenced.error_code, fenced.reason),
+        (REJECT_ERROR_CODE, "mirror_fenced")
+    );
+    assert_eq!(
+        mm.rejected.with_label_values(&["mirror_paused"]).get(),
+        1,
+        "counted as held, not fenced"
+    );
+}

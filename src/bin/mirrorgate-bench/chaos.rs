@@ -412,6 +412,11 @@ async fn drive(
         Duration::from_millis(1_500),
         history.clone(),
     ));
+    // MirrorMaker 2 takes a while to start copying (a JVM, a Connect group, its tasks): the
+    // schedule's clock starts once it copies, so that its faults meet the copying.
+    if tool == Tool::MirrorMaker2 {
+        logs::wait_copying(&destination[0], Duration::from_secs(120)).await?;
+    }
     let t0 = Instant::now();
     let (faults, operations) = tokio::join!(
         world.faults(t0, &schedule.before),

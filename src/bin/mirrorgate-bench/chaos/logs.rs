@@ -224,6 +224,24 @@ pub async fn wait_caught_up(tool: Tool, source: &str, destination: &str) -> Opti
     None
 }
 
+/// Waits until every partition of the topic on `destination` holds a data record (the
+/// mirroring tool copies).
+pub async fn wait_copying(destination: &str, limit: Duration) -> Result<(), String> {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        if let Ok(d) = read_topic(destination, TOPIC, PARTITIONS).await {
+            if data_counts(&d).iter().all(|n| *n > 0) {
+                return Ok(());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Err(format!(
+        "the mirroring tool copied nothing to {destination} within {} s",
+        limit.as_secs()
+    ))
+}
+
 /// The whole topic on `bootstrap`, once two readings agree (60 s at most).
 pub async fn read_settled(bootstrap: &str) -> Result<Vec<Vec<Entry>>, String> {
     let deadline = Instant::now() + Duration::from_secs(60);
