@@ -19,8 +19,10 @@ fn err(e: impl std::fmt::Display) -> String {
 }
 
 /// `target/release/mirrorgate` next to this executable, rebuilt when cargo is at hand (a
-/// `cargo run --bin mirrorgate-bench` does not build the gateway binary). Set
-/// `MIRRORGATE_BENCH_NO_BUILD=1` to use the binary as it is.
+/// `cargo run --bin mirrorgate-bench` does not build the gateway binary), into the target
+/// directory this executable lives in (so that a bench run straight from another target
+/// directory does not build one binary and start another). Set `MIRRORGATE_BENCH_NO_BUILD=1`
+/// to use the binary as it is.
 pub fn gateway_binary() -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(err)?;
     let dir = exe.parent().ok_or("no executable directory")?;
@@ -33,6 +35,9 @@ pub fn gateway_binary() -> Result<PathBuf, String> {
             .args(["build", "--bin", "mirrorgate"]);
         if profile == "release" {
             cmd.arg("--release");
+        }
+        if let Some(target) = dir.parent().filter(|_| matches!(profile, "release" | "debug")) {
+            cmd.arg("--target-dir").arg(target);
         }
         match cmd.status() {
             Ok(s) if s.success() => {}
