@@ -43,6 +43,26 @@ fn mirrored_records(bootstrap: &str, topic: &str, partition: i32) -> Vec<LogReco
         .collect()
 }
 
+/// Each partition of `topic` on `destination` holds the source partition's records once each, in
+/// order: same keys, same values.
+fn assert_copied_in_order(source: &str, destination: &str, topic: &str, partitions: i32) {
+    for p in 0..partitions {
+        let at_source: Vec<_> = read_log(source, topic, p)
+            .records
+            .into_iter()
+            .map(|r| (r.key, r.value))
+            .collect();
+        let mirrored: Vec<_> = mirrored_records(destination, topic, p)
+            .into_iter()
+            .map(|r| (r.key, r.value))
+            .collect();
+        assert_eq!(
+            mirrored, at_source,
+            "partition {p}: the destination (left) holds the source's records (right)"
+        );
+    }
+}
+
 fn count_records(bootstrap: &str, topic: &str, partitions: i32) -> usize {
     (0..partitions)
         .map(|p| mirrored_records(bootstrap, topic, p).len())
@@ -156,22 +176,7 @@ fn mirrormaker_2_through_the_mirror_listener_is_tracked_read_only_and_fenced() {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
-    // Each partition holds the source partition's records, in order: same keys, same values.
-    for p in 0..2 {
-        let at_source: Vec<_> = read_log(&source, &topic, p)
-            .records
-            .into_iter()
-            .map(|r| (r.key, r.value))
-            .collect();
-        let mirrored: Vec<_> = mirrored_records(&destination, &topic, p)
-            .into_iter()
-            .map(|r| (r.key, r.value))
-            .collect();
-        assert_eq!(
-            mirrored, at_source,
-            "partition {p}: the destination (left) holds the source's records (right)"
-        );
-    }
+    assert_copied_in_order(&source, &destination, &topic, 2);
     // The PSM tracks MirrorMaker's idempotent producer, exactly as the broker does.
     for p in 0..2 {
         let writers: std::collections::BTreeSet<i64> = mirrored_records(&destination, &topic, p)
@@ -276,22 +281,7 @@ fn a_paused_mirror_holds_mirrormaker_2_and_a_resume_lets_it_go_on() {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
-    // Each partition holds the source's records once each, in order.
-    for p in 0..2 {
-        let at_source: Vec<_> = read_log(&source, &topic, p)
-            .records
-            .into_iter()
-            .map(|r| (r.key, r.value))
-            .collect();
-        let mirrored: Vec<_> = mirrored_records(&destination, &topic, p)
-            .into_iter()
-            .map(|r| (r.key, r.value))
-            .collect();
-        assert_eq!(
-            mirrored, at_source,
-            "partition {p}: the destination (left) holds the source's records (right)"
-        );
-    }
+    assert_copied_in_order(&source, &destination, &topic, 2);
     assert_eq!(
         gw.metric(r#"mirrorgate_produce_rejected_total{reason="mirror_fenced"}"#),
         0.0,

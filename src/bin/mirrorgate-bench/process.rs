@@ -36,7 +36,10 @@ pub fn gateway_binary() -> Result<PathBuf, String> {
         if profile == "release" {
             cmd.arg("--release");
         }
-        if let Some(target) = dir.parent().filter(|_| matches!(profile, "release" | "debug")) {
+        if let Some(target) = dir
+            .parent()
+            .filter(|_| matches!(profile, "release" | "debug"))
+        {
             cmd.arg("--target-dir").arg(target);
         }
         match cmd.status() {
