@@ -1,5 +1,6 @@
 //! Why the gateway closes a client connection on its own ([`Refused`]), and the metric label
-//! of each reason.
+//! of each reason. The upstream broker is the destination's, or on a forward listener the side
+//! the route is on (the source before a switchover).
 //!
 //! Owns: those reasons. Must not touch: the connection (which decides to close), sockets.
 
@@ -19,20 +20,20 @@ pub(super) enum Refused {
     Frame(#[from] FrameError),
     #[error("{api:?} v{version} is not supported by the gateway")]
     UnsupportedVersion { api: ApiKey, version: i16 },
-    #[error("destination broker {addr} failed: {source}")]
+    #[error("upstream broker {addr} failed: {source}")]
     Upstream {
         addr: String,
         source: std::io::Error,
     },
-    #[error("destination broker {0} closed the connection")]
+    #[error("upstream broker {0} closed the connection")]
     UpstreamClosed(String),
-    #[error("destination broker {addr} did not answer {api:?} within {after:?}")]
+    #[error("upstream broker {addr} did not answer {api:?} within {after:?}")]
     UpstreamTimeout {
         addr: String,
         api: ApiKey,
         after: Duration,
     },
-    #[error("destination broker sent correlation id {got}, expected {want}")]
+    #[error("upstream broker sent correlation id {got}, expected {want}")]
     Correlation { got: i32, want: i32 },
     #[error("client went away: {0}")]
     ClientGone(std::io::Error),
