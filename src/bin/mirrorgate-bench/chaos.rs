@@ -194,8 +194,10 @@ pub fn run(o: Options) -> Result<Value, String> {
 /// as it comes), syncing the application group's offsets every second. Its Connect topics live
 /// on the destination, replicated three times so that a killed broker takes none offline. Its
 /// one Connect worker takes its tasks back at once when it rejoins its group (by default
-/// Connect waits up to five minutes for a worker it lost; seed 5 of the first runs lost its
-/// membership while an instance was paused and copied nothing for the rest of the run).
+/// Connect waits up to five minutes for a worker it lost; seed 101 of the first campaign lost
+/// its membership while instances restarted and copied nothing for five minutes). A worker
+/// setting is MirrorMaker 2's only under the flow's prefix (`src->dst.`): at the top level it
+/// is ignored.
 fn start_mm2(dir: &Path, source: &str) -> Result<crate::mirror::Mm2, String> {
     let target: Vec<String> = (0..INSTANCES).map(mirror_addr).collect();
     let extra = "checkpoints.topic.replication.factor = 3\n\
@@ -210,7 +212,7 @@ fn start_mm2(dir: &Path, source: &str) -> Result<crate::mirror::Mm2, String> {
          groups = chaos-app\n\
          offset.lag.max = 10\n\
          dst.producer.enable.idempotence = true\n\
-         scheduled.rebalance.max.delay.ms = 0\n";
+         src->dst.scheduled.rebalance.max.delay.ms = 0\n";
     crate::mirror::Mm2::start(&dir.join("mm2"), source, &target.join(","), TOPIC, extra)
 }
 
