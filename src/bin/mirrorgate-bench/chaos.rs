@@ -37,6 +37,7 @@ mod gateways;
 mod group;
 mod lock;
 mod logs;
+mod mm2;
 mod output;
 mod plan;
 mod probes;
@@ -48,14 +49,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hyper::Method;
 use serde_json::{json, Value};
 
-use crate::fleet::admin;
 use crate::{cluster_brokers, repo, Clusters, Rig};
 use check::{check, GroupReads, Inputs, Origin, Tool};
 use clients::{Library, Shared};
-use gateways::{admin_addr, client_addr, mirror_addr, Instance, Topology, MIRROR};
+use gateways::{client_addr, mirror_addr, Instance, Topology};
 use lock::RunLock;
 use output::{summary, verdict_json};
 use plan::{AtFailover, Fault, Mode, Schedule, INSTANCES};
@@ -189,69 +188,6 @@ pub fn run(o: Options) -> Result<Value, String> {
     }
 }
 
-/// Starts MirrorMaker 2 copying the topic from the source into the destination through the
-/// three instances' mirror listeners (identity names, an idempotent producer, `read_uncommitted`
-/// as it comes), syncing the application group's offsets every second. Its Connect topics live
-/// on the destination, replicated three times so that a killed broker takes none offline. Its
-/// one Connect worker takes its tasks back at once when it rejoins its group (by default
-/// Connect waits up to five minutes for a worker it lost; seed 101 of the first campaign lost
-/// its membership while instances restarted and copied nothing for five minutes). A worker
-/// setting is MirrorMaker 2's only under the flow's prefix (`src->dst.`): at the top level it
-/// is ignored.
-fn start_mm2(dir: &Path, source: &str) -> Result<crate::mirror::Mm2, String> {
-    let target: Vec<String> = (0..INSTANCES).map(mirror_addr).collect();
-    let extra = "checkpoints.topic.replication.factor = 3\n\
-         heartbeats.topic.replication.factor = 3\n\
-         offset.storage.replication.factor = 3\n\
-         status.storage.replication.factor = 3\n\
-         config.storage.replication.factor = 3\n\
-         emit.checkpoints.enabled = true\n\
-         emit.checkpoints.interval.seconds = 1\n\
-         sync.group.offsets.enabled = true\n\
-         sync.group.offsets.interval.seconds = 1\n\
-         groups = chaos-app\n\
-         offset.lag.max = 10\n\
-         dst.producer.enable.idempotence = true\n\
-         src->dst.scheduled.rebalance.max.delay.ms = 0\n";
-    crate::mirror::Mm2::start(&dir.join("mm2"), source, &target.join(","), TOPIC, extra)
-}
-
-/// Calls the failover (after a dry run) through instance `driver`, or the next instances while
-/// it cannot answer: the failover id.
-async fn call_failover(driver: usize) -> Result<(String, usize), String> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut last = String::new();
-    let mut i = driver;
-    while Instant::now() < deadline {
-        let base = format!("/v1/mirrors/{MIRROR}/failover");
-        let dry = admin(
-            &admin_addr(i),
-            Method::POST,
-            &format!("{base}?dry_run=true"),
-        )
-        .await;
-        match dry {
-            Ok((200, _)) => {}
-            other => {
-                last = format!("dry run through instance {i}: {other:?}");
-                i = (i + 1) % INSTANCES;
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                continue;
-            }
-        }
-        match admin(&admin_addr(i), Method::POST, &base).await {
-            Ok((202, v)) => {
-                let id = v["failover_id"].as_str().unwrap_or_default().to_string();
-                return Ok((id, i));
-            }
-            other => last = format!("failover through instance {i}: {other:?}"),
-        }
-        i = (i + 1) % INSTANCES;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    Err(format!("no instance took the failover call: {last}"))
-}
-
 async fn run_one(
     bin: &Path,
     dir: &Path,
@@ -346,7 +282,7 @@ async fn drive(
     // the run (its writes after the barrier must all be refused); it syncs the group's offsets.
     let _mm2 = match tool {
         Tool::Agent => None,
-        Tool::MirrorMaker2 => Some(start_mm2(dir, source)?),
+        Tool::MirrorMaker2 => Some(mm2::start(dir, source)?),
     };
     let history: Shared = Arc::default();
 
@@ -497,7 +433,7 @@ async fn drive(
     }
     let called = Instant::now();
     let called_ms = now_ms();
-    let (failover_id, driver) = call_failover(schedule.driver).await?;
+    let (failover_id, driver) = gateways::call_failover(schedule.driver).await?;
     eprintln!("chaos: failover {failover_id} through instance {driver}");
     let at_failover = async {
         match schedule.at_failover {

@@ -52,6 +52,7 @@ use super::plan::Mode;
 use crate::group_member::Read;
 
 mod committed;
+mod groups;
 
 /// What copies the source to the destination through the gateways' mirror listeners.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -559,7 +560,7 @@ pub fn check(i: &Inputs) -> Verdict {
         }
     }
     if let Some(g) = i.group {
-        check_group(&mut v, i.destination, g);
+        groups::check(&mut v, i.destination, g);
     }
     let from_source: std::collections::HashSet<&str> = i
         .ops
@@ -575,56 +576,6 @@ pub fn check(i: &Inputs) -> Verdict {
         committed::check_partition(&mut v, i.mode, p, source, log, barrier_at[p], &from_source);
     }
     v
-}
-
-/// Groups never skip (see the module's rules).
-fn check_group(v: &mut Verdict, destination: &[Vec<Entry>], g: GroupReads) {
-    let mut times: HashMap<&str, usize> = HashMap::new();
-    for r in g.source.iter().chain(g.destination) {
-        *times.entry(r.key.as_str()).or_default() += 1;
-    }
-    // How far the group read each partition on the destination.
-    let mut reached: HashMap<i32, i64> = HashMap::new();
-    for r in g.destination {
-        let e = reached.entry(r.partition).or_insert(r.offset);
-        *e = (*e).max(r.offset);
-    }
-    let (mut skipped, mut unread) = (0, 0);
-    for (p, log) in destination.iter().enumerate() {
-        let past = reached.get(&(p as i32)).copied();
-        let (mut first_skipped, mut skipped_here) = (None, 0);
-        let mut first_unread = None;
-        for e in log {
-            let Entry::Data { offset, key, .. } = e else {
-                continue;
-            };
-            if times.contains_key(key.as_str()) {
-                continue;
-            }
-            if past.is_some_and(|r| r > *offset) {
-                skipped_here += 1;
-                first_skipped.get_or_insert((key.as_str(), *offset));
-            } else {
-                unread += 1;
-                first_unread.get_or_insert(*offset);
-            }
-        }
-        skipped += skipped_here;
-        if let Some((key, offset)) = first_skipped {
-            v.breach(format!(
-                "partition {p}: the group skipped {skipped_here} records, the first {key} at {offset}: read on neither side, while it read up to {} on the destination",
-                past.unwrap_or_default()
-            ));
-        }
-        if let Some(o) = first_unread {
-            v.breach(format!(
-                "partition {p}: the group never read the destination from offset {o} on (it read up to {past:?})"
-            ));
-        }
-    }
-    v.skipped = Some(skipped);
-    v.unread = Some(unread);
-    v.reread = Some(times.values().map(|n| n - 1).sum());
 }
 
 #[cfg(test)]

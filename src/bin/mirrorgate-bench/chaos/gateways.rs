@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use super::check::{Barrier, Tool};
 use super::disk::Disk;
+use super::plan::INSTANCES;
 use crate::fleet::admin;
 use crate::process::{die_with_parent, readyz};
 
@@ -331,4 +332,40 @@ pub async fn report(i: usize, id: &str, partitions: i32) -> Result<Report, Strin
         rpo,
         rto_seconds: v["rto_seconds"].as_f64(),
     })
+}
+
+/// Calls the failover (after a dry run) through instance `driver`, or the next instances while
+/// it cannot answer: the failover id.
+pub async fn call_failover(driver: usize) -> Result<(String, usize), String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = String::new();
+    let mut i = driver;
+    while Instant::now() < deadline {
+        let base = format!("/v1/mirrors/{MIRROR}/failover");
+        let dry = admin(
+            &admin_addr(i),
+            Method::POST,
+            &format!("{base}?dry_run=true"),
+        )
+        .await;
+        match dry {
+            Ok((200, _)) => {}
+            other => {
+                last = format!("dry run through instance {i}: {other:?}");
+                i = (i + 1) % INSTANCES;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        }
+        match admin(&admin_addr(i), Method::POST, &base).await {
+            Ok((202, v)) => {
+                let id = v["failover_id"].as_str().unwrap_or_default().to_string();
+                return Ok((id, i));
+            }
+            other => last = format!("failover through instance {i}: {other:?}"),
+        }
+        i = (i + 1) % INSTANCES;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Err(format!("no instance took the failover call: {last}"))
 }
