@@ -245,7 +245,11 @@ fn disruptive_local_produce_is_refused_in_every_state_but_stopped() {
     expect_refused(&mut local, &topic, "PAUSED", "p");
     let mut mirror = RawConn::connect(&gw.mirror_bootstrap());
     let (code, _, msg) = mirror.produce_msg(&topic, 0, batch(-1, -1, -1, 1, "mp"));
-    assert_eq!(code, 44, "mirror produce while PAUSED: {msg}");
+    assert_eq!(
+        code, 19,
+        "mirror produce while PAUSED: held with a retriable error: {msg}"
+    );
+    assert!(msg.contains("PAUSED until it is resumed"), "{msg}");
     assert_eq!(gw.call(Method::POST, "/v1/mirrors/states/resume").0, 200);
     failover(&admin, "states");
     let deadline = Instant::now() + Duration::from_secs(30);
