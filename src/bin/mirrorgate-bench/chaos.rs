@@ -102,6 +102,11 @@ pub fn run(o: Options) -> Result<Value, String> {
         "mm2" => Tool::MirrorMaker2,
         other => return Err(format!("--profile {other}: unknown; one of agent, mm2")),
     };
+    if tool == Tool::MirrorMaker2 && o.sabotage.as_deref() == Some("groups") {
+        return Err(
+            "--sabotage groups switches off the agent's group sync: behind MirrorMaker 2 it syncs the groups itself; use --profile agent".into(),
+        );
+    }
     if o.replay && o.seed.is_none() {
         return Err("--replay needs --seed S (the run whose schedule.json to replay)".into());
     }
