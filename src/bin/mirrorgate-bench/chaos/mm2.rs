@@ -16,8 +16,9 @@ use super::TOPIC;
 /// one Connect worker takes its tasks back at once when it rejoins its group (by default
 /// Connect waits up to five minutes for a worker it lost; seed 101 of the first campaign lost
 /// its membership while instances restarted and copied nothing for five minutes). A worker
-/// setting is MirrorMaker 2's only under the flow's prefix (`src->dst.`): at the top level it
-/// is ignored.
+/// setting is MirrorMaker 2's under the target cluster's alias (`dst.`): at the top level, and
+/// under the flow's prefix (`src->dst.`, the connectors' settings), it is ignored (Kafka's
+/// `MirrorMakerConfig::workerConfig` starts from the target cluster's properties).
 pub fn start(dir: &Path, source: &str) -> Result<crate::mirror::Mm2, String> {
     let target: Vec<String> = (0..INSTANCES).map(mirror_addr).collect();
     let extra = "checkpoints.topic.replication.factor = 3\n\
@@ -32,6 +33,6 @@ pub fn start(dir: &Path, source: &str) -> Result<crate::mirror::Mm2, String> {
          groups = chaos-app\n\
          offset.lag.max = 10\n\
          dst.producer.enable.idempotence = true\n\
-         src->dst.scheduled.rebalance.max.delay.ms = 0\n";
+         dst.scheduled.rebalance.max.delay.ms = 0\n";
     crate::mirror::Mm2::start(&dir.join("mm2"), source, &target.join(","), TOPIC, extra)
 }
