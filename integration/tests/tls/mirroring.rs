@@ -205,12 +205,24 @@ fn the_agent_presents_the_listener_certificate_to_a_mirror_listener_with_client_
             "the mirror listener served a client without a certificate"
         );
     });
-    let refusals_before =
-        gw.metric(r#"mirrorgate_request_errors_total{kind="tls_handshake",listener="mirror"}"#);
+    // The gateway counts that refusal when its side of the handshake ends, which may be after
+    // the client gave up: the count is taken once it shows, so that it cannot land later and be
+    // taken for the agent's.
+    let handshake_refusals =
+        || gw.metric(r#"mirrorgate_request_errors_total{kind="tls_handshake",listener="mirror"}"#);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while handshake_refusals() < 1.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the refused client's handshake was not counted within 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let refusals_before = handshake_refusals();
     write_source(&harness::cluster("source"), &topic, 0, 20, "mtls");
     wait_mirrored(&gw, &topic, 0, "the agent on a client_ca mirror listener");
     assert_eq!(
-        gw.metric(r#"mirrorgate_request_errors_total{kind="tls_handshake",listener="mirror"}"#),
+        handshake_refusals(),
         refusals_before,
         "the agent's handshakes with the mirror listener failed"
     );
