@@ -88,15 +88,18 @@ async fn each_batch<I: RecoveryIo>(
 }
 
 /// The tail of `topic`/`partition` after source offset `from` (the failover's last mirrored
-/// offset + 1), classified. Read-only.
+/// offset + 1), with the transactions the failover aborted on the destination (`aborted`:
+/// producer id and first source offset), classified. Read-only.
 pub async fn scan<I: RecoveryIo>(
     io: &I,
     topic: &str,
     partition: i32,
     from: i64,
+    aborted: &[(i64, i64)],
 ) -> Result<Tail, RecoveryError> {
     let (log_start, log_end) = io.source_bounds(topic, partition).await?;
-    let mut s = TailScan::new(topic, partition, from, log_start, log_end);
+    let mut s = TailScan::new(topic, partition, from, log_start, log_end)
+        .reaching_back(aborted.iter().copied());
     let start = s.start();
     each_batch(io, false, topic, partition, start, log_end, |h, b| {
         s.push(h, b).map_err(|e| RecoveryError::Malformed {
@@ -219,7 +222,7 @@ async fn walk<I: RecoveryIo>(
     };
     let mut sequence = 0i32;
     let mut pending: Vec<(BatchHeader, Bytes)> = Vec::new();
-    let start = s.from_offset.max(s.log_start_offset);
+    let start = job.tail.start();
     // Batches are collected, then copied in order after the walk (the walk's closure is not
     // async); at most a fetch's worth at a time.
     let mut offset = start;
@@ -248,7 +251,10 @@ async fn walk<I: RecoveryIo>(
             next = h.last_offset() + 1;
         }
         for (h, b) in &pending {
-            if h.is_control() || job.tail.excluded.contains(&h.base_offset) {
+            if h.is_control()
+                || job.tail.excluded.contains(&h.base_offset)
+                || !job.tail.holds(h.base_offset, h.last_offset())
+            {
                 continue;
             }
             let recs = records::decode(b).map_err(|e| RecoveryError::Malformed {
@@ -265,7 +271,10 @@ async fn walk<I: RecoveryIo>(
             };
             let mut chunk: Vec<StoredRecord> = Vec::new();
             let mut size = 0usize;
-            for r in recs.iter().filter(|r| r.offset >= s.from_offset) {
+            for r in recs
+                .iter()
+                .filter(|r| job.tail.holds(h.base_offset, r.offset))
+            {
                 out.source.add(r);
                 if r.offset <= resume_after {
                     continue;

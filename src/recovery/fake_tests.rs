@@ -334,6 +334,72 @@ fn a_tail_is_copied_once_without_its_aborted_and_open_transactions_and_verified(
     assert_eq!(fake.quarantined(0).len(), 9);
 }
 
+/// Partition 0: 5 plain records, a transaction of producer 6 (3 records, then 2 more) the
+/// agent mirrored without its marker, 2 plain records mirrored; then the tail: 2 plain
+/// records and producer 6's marker (`commit` or not).
+fn source_with_a_transaction_mirrored_without_its_marker(commit: bool) -> HashMap<i32, Vec<Bytes>> {
+    let p0 = vec![
+        data(0, 5, 1, false),
+        data(5, 3, 6, true),
+        data(8, 2, 1, false),
+        data(10, 2, 6, true),
+        data(12, 2, 1, false),
+        marker(14, 6, commit),
+    ];
+    HashMap::from([(0, p0)])
+}
+
+/// Like [`report`] for one partition, with the failover having aborted producer 6's
+/// transaction on the destination, whose offsets run `shift` ahead of the source's.
+fn report_with_aborted(last: i64, shift: i64) -> FailoverReport {
+    let mut r = report(&[Some(last)]);
+    let p = &mut r.partitions[0];
+    p.last_mirrored_destination_offset = Some(last + shift);
+    p.transactions_aborted = vec![crate::mirror::state::AbortedTransaction {
+        producer_id: 6,
+        producer_epoch: 0,
+        first_offset: 5 + shift,
+    }];
+    r
+}
+
+#[test]
+fn a_transaction_the_source_committed_and_the_failover_aborted_is_recovered_before_the_tail() {
+    let fake = Fake {
+        source: Mutex::new(source_with_a_transaction_mirrored_without_its_marker(true)),
+        source_id: Mutex::new(Some("old".into())),
+        ..Fake::default()
+    };
+    let rec = recoverer();
+    let out =
+        block_on(rec.recover_over(&fake, &report_with_aborted(11, 100), false)).expect("recovered");
+    assert_eq!((out.copied, out.recoverable_records), (7, 7));
+    assert!(out.verified, "{out:?}");
+    let offsets: Vec<i64> = fake.quarantined(0).into_iter().map(|(_, o)| o).collect();
+    assert_eq!(
+        offsets,
+        vec![5, 6, 7, 10, 11, 12, 13],
+        "the transaction's records in the source's order, the plain ones mirrored left out"
+    );
+    let again =
+        block_on(rec.recover_over(&fake, &report_with_aborted(11, 100), false)).expect("again");
+    assert_eq!((again.copied, again.recovered_records), (0, 7));
+}
+
+#[test]
+fn a_transaction_the_source_aborted_too_is_not_recovered() {
+    let fake = Fake {
+        source: Mutex::new(source_with_a_transaction_mirrored_without_its_marker(false)),
+        source_id: Mutex::new(Some("old".into())),
+        ..Fake::default()
+    };
+    let out = block_on(recoverer().recover_over(&fake, &report_with_aborted(11, 0), false))
+        .expect("recovered");
+    assert_eq!((out.copied, out.recoverable_records), (2, 2));
+    let offsets: Vec<i64> = fake.quarantined(0).into_iter().map(|(_, o)| o).collect();
+    assert_eq!(offsets, vec![12, 13]);
+}
+
 #[test]
 fn a_dry_run_lists_the_plan_and_writes_nothing() {
     let fake = Fake {

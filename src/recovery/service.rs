@@ -21,7 +21,9 @@ use super::{RecoveryError, RecoveryIo};
 use crate::client::Connector;
 use crate::config::{MirrorConfig, TopicMatcher};
 use crate::metrics::Metrics;
-use crate::mirror::report::{set_recoverable, FailoverReport, RecoveryRecord, ReportStore};
+use crate::mirror::report::{
+    set_recoverable, FailoverReport, PartitionReport, RecoveryRecord, ReportStore,
+};
 use crate::mirror::screening::now_ms;
 
 mod realign;
@@ -267,7 +269,7 @@ impl Recoverer {
                 Some(o) => o + 1,
                 None => io.source_bounds(&p.topic, p.partition).await?.0,
             };
-            let tail = copy::scan(io, &p.topic, p.partition, from).await?;
+            let tail = copy::scan(io, &p.topic, p.partition, from, &aborted_at_source(p)).await?;
             let q = m.recovery.quarantine_for(&p.topic);
             let done = copy::recovered(
                 io,
@@ -463,6 +465,23 @@ impl Recoverer {
         }
         Ok(out)
     }
+}
+
+/// The transactions the failover aborted on the destination, as producer id and first source
+/// offset. The agent copies batches as they are, so a destination offset of the mirrored part
+/// is the source's shifted by the same amount as the last mirrored record's (none without the
+/// agent's offset map: then nothing reaches back).
+fn aborted_at_source(p: &PartitionReport) -> Vec<(i64, i64)> {
+    let (Some(src), Some(dst)) = (
+        p.last_mirrored_source_offset,
+        p.last_mirrored_destination_offset,
+    ) else {
+        return Vec::new();
+    };
+    p.transactions_aborted
+        .iter()
+        .map(|t| (t.producer_id, t.first_offset - (dst - src)))
+        .collect()
 }
 
 #[cfg(test)]

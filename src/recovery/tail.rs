@@ -1,7 +1,9 @@
 //! The un-mirrored tail of one source partition, read batch by batch: what it holds (records,
 //! bytes, producers, time range) and the transactional status of each record — committed,
 //! aborted, or open (no marker up to the log end) —, so that only what the source acknowledged
-//! for good is ever copied.
+//! for good is ever copied. The tail also reaches back before its first offset for the
+//! transactions the failover aborted on the destination: their records were mirrored, their
+//! marker was not, and where the source committed them they are owed like the rest.
 //!
 //! Owns: the classification ([`TailScan`], pure) and the provenance of a copied record: the
 //! headers it carries in the quarantine topic, and the checksum both sides are compared by.
@@ -34,6 +36,12 @@ pub struct TailSummary {
     pub partition: i32,
     /// The first source offset the failover did not mirror.
     pub from_offset: i64,
+    /// The first offset of the records before `from_offset` that belong to the tail: those of
+    /// a transaction the failover aborted on the destination (mirrored without its marker),
+    /// which the source committed, aborted or left open like any other (`None`: no such
+    /// record).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reach_back_offset: Option<i64>,
     /// The source's log start and end (high watermark) when it was read.
     pub log_start_offset: i64,
     pub log_end_offset: i64,
@@ -65,13 +73,35 @@ pub struct TailScan {
     /// Base offsets of transactional batches aborted or still open: never copied.
     excluded: HashSet<i64>,
     producers: BTreeSet<i64>,
+    /// Producer id → first source offset of its transaction the failover aborted on the
+    /// destination.
+    reach_back: HashMap<i64, i64>,
+    /// Base offsets of the batches before the tail's first offset that belong to it.
+    reached: HashSet<i64>,
 }
 
-/// What a finished scan gives the copy: the summary and the batches not to copy.
+/// What a finished scan gives the copy: the summary, the batches not to copy, and the batches
+/// before `from_offset` to copy.
 #[derive(Debug, Clone, Default)]
 pub struct Tail {
     pub summary: TailSummary,
     pub excluded: HashSet<i64>,
+    pub reached: HashSet<i64>,
+}
+
+impl Tail {
+    /// Where reading the tail starts: its first record that can still be read.
+    pub fn start(&self) -> i64 {
+        let s = &self.summary;
+        s.reach_back_offset
+            .map_or(s.from_offset, |r| r.min(s.from_offset))
+            .max(s.log_start_offset)
+    }
+
+    /// Whether the record at `offset` of the batch at `base` belongs to the tail.
+    pub fn holds(&self, base: i64, offset: i64) -> bool {
+        offset >= self.summary.from_offset || self.reached.contains(&base)
+    }
 }
 
 impl TailScan {
@@ -89,19 +119,48 @@ impl TailScan {
             pending: HashMap::new(),
             excluded: HashSet::new(),
             producers: BTreeSet::new(),
+            reach_back: HashMap::new(),
+            reached: HashSet::new(),
         }
+    }
+
+    /// The transactions the failover aborted on the destination, as producer id and first
+    /// source offset: their batches from that offset on count from before the tail's first
+    /// offset. (The mirrored part of the destination is the source's up to `from`, so no
+    /// marker of those transactions lies before `from`.)
+    pub fn reaching_back(mut self, aborted: impl IntoIterator<Item = (i64, i64)>) -> Self {
+        let from = self.summary.from_offset;
+        self.reach_back = aborted.into_iter().filter(|(_, f)| *f < from).collect();
+        self
     }
 
     /// Where reading continues: the first offset of the tail that can still be read.
     pub fn start(&self) -> i64 {
-        self.summary.from_offset.max(self.summary.log_start_offset)
+        let first = self.reach_back.values().copied().min();
+        let s = &self.summary;
+        first
+            .map_or(s.from_offset, |r| r.min(s.from_offset))
+            .max(s.log_start_offset)
+    }
+
+    /// Whether a batch wholly before the tail's first offset belongs to it.
+    fn reaches_back(&self, header: &BatchHeader) -> bool {
+        header.is_transactional()
+            && !header.is_control()
+            && self
+                .reach_back
+                .get(&header.producer_id)
+                .is_some_and(|first| header.base_offset >= *first)
     }
 
     /// One batch of the source (`batch`: its whole bytes). A batch that starts before the
     /// tail (compacted sources) counts only its records from the tail's first offset on.
     pub fn push(&mut self, header: &BatchHeader, batch: &Bytes) -> Result<(), RecordsError> {
         let from = self.summary.from_offset;
-        if header.last_offset() < from || header.base_offset >= self.summary.log_end_offset {
+        let before = header.last_offset() < from;
+        if (before && !self.reaches_back(header))
+            || header.base_offset >= self.summary.log_end_offset
+        {
             return Ok(());
         }
         if header.is_control() {
@@ -120,7 +179,15 @@ impl TailScan {
             }
             return Ok(());
         }
-        let n = if header.base_offset < from {
+        let n = if before {
+            self.reached.insert(header.base_offset);
+            let s = &mut self.summary;
+            s.reach_back_offset = Some(
+                s.reach_back_offset
+                    .map_or(header.base_offset, |r| r.min(header.base_offset)),
+            );
+            i64::from(header.record_count.max(0))
+        } else if header.base_offset < from {
             records::decode(batch)?
                 .iter()
                 .filter(|r| r.offset >= from)
@@ -167,6 +234,7 @@ impl TailScan {
         Tail {
             summary: self.summary,
             excluded: self.excluded,
+            reached: self.reached,
         }
     }
 }

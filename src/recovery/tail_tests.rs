@@ -49,12 +49,7 @@ pub(crate) fn marker(offset: i64, pid: i64, commit: bool) -> Bytes {
 }
 
 fn scan(from: i64, end: i64, batches: &[Bytes]) -> Tail {
-    let mut s = TailScan::new("t", 0, from, 0, end);
-    for b in batches {
-        let h = BatchHeader::parse(b).expect("header");
-        s.push(&h, b).expect("readable");
-    }
-    s.finish()
+    scan_reaching_back(from, end, &[], batches)
 }
 
 #[test]
@@ -109,6 +104,64 @@ fn a_marker_for_a_transaction_begun_before_the_tail_changes_nothing() {
     let t = scan(2, 3, &[marker(2, 7, false)]);
     assert_eq!((t.summary.records, t.summary.aborted), (0, 0));
     assert!(t.excluded.is_empty());
+}
+
+fn scan_reaching_back(from: i64, end: i64, aborted: &[(i64, i64)], batches: &[Bytes]) -> Tail {
+    let mut s = TailScan::new("t", 0, from, 0, end).reaching_back(aborted.iter().copied());
+    for b in batches {
+        let h = BatchHeader::parse(b).expect("header");
+        s.push(&h, b).expect("readable");
+    }
+    s.finish()
+}
+
+#[test]
+fn a_transaction_the_failover_aborted_reaches_back_before_the_tail() {
+    let batches = [
+        data(0, 2, -1, false),
+        data(2, 3, 7, true),
+        data(5, 2, 8, true),
+        data(7, 2, -1, false),
+        marker(9, 7, true),
+    ];
+    let t = scan_reaching_back(7, 10, &[(7, 2)], &batches);
+    let s = &t.summary;
+    assert_eq!(
+        (
+            s.records,
+            s.committed,
+            s.non_transactional,
+            s.recoverable_records
+        ),
+        (5, 3, 2, 5),
+        "producer 7's 3 records and the 2 plain ones; not producer 8's, nor the plain ones before"
+    );
+    assert_eq!(s.reach_back_offset, Some(2));
+    assert_eq!(t.reached, [2].into_iter().collect());
+    assert_eq!(t.start(), 2);
+    assert!(t.holds(2, 3) && !t.holds(5, 5) && t.holds(7, 7));
+}
+
+#[test]
+fn a_reached_back_transaction_the_source_aborted_or_left_open_is_not_recoverable() {
+    let aborted = scan_reaching_back(5, 6, &[(7, 2)], &[data(2, 3, 7, true), marker(5, 7, false)]);
+    assert_eq!(
+        (aborted.summary.aborted, aborted.summary.recoverable_records),
+        (3, 0)
+    );
+    assert!(aborted.excluded.contains(&2));
+    let open = scan_reaching_back(5, 5, &[(7, 2)], &[data(2, 3, 7, true)]);
+    assert_eq!(
+        (open.summary.open, open.summary.recoverable_records),
+        (3, 0)
+    );
+}
+
+#[test]
+fn without_an_aborted_transaction_nothing_reaches_back() {
+    let t = scan_reaching_back(5, 6, &[(7, 5)], &[data(2, 3, 7, true), marker(5, 7, true)]);
+    assert_eq!((t.summary.records, t.summary.reach_back_offset), (0, None));
+    assert_eq!(t.start(), 5);
 }
 
 #[test]

@@ -101,6 +101,28 @@ fn get_json(gw: &ProcessGateway, path: &str) -> serde_json::Value {
     serde_json::from_str(&body).expect("json")
 }
 
+/// The source (`third`) SIGKILLed, the failover of `mirror` called and waited for until its
+/// report is complete, then `while_down` with its id; the source is started again before the
+/// id is returned.
+fn failover_with_the_source_down(
+    gw: &ProcessGateway,
+    mirror: &str,
+    while_down: impl FnOnce(&str),
+) -> String {
+    let _source_down = harness::StoppedNode::kill("third", "1");
+    let (status, body) = gw.call(Method::POST, &format!("/v1/mirrors/{mirror}/failover"));
+    assert_eq!(status, 202, "{body}");
+    let fid = serde_json::from_str::<serde_json::Value>(&body).unwrap()["failover_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_for("the failover report", Duration::from_secs(60), || {
+        get_json(gw, &format!("/v1/mirrors/{mirror}/failovers/{fid}"))["status"] == "complete"
+    });
+    while_down(&fid);
+    fid
+}
+
 /// The source's records after the failover point (data only), per partition: what the listing
 /// must find, computed from the source's log and the destination's.
 struct Expected {
@@ -205,18 +227,7 @@ fn disruptive_the_unmirrored_tail_is_listed_exactly_and_recovered_once_across_a_
     let want: Vec<Expected> = (0..2)
         .map(|p| expected(&source, &destination, &topic, p))
         .collect();
-    let fid = {
-        let _source_down = harness::StoppedNode::kill("third", "1");
-        let (status, body) = gw.call(Method::POST, "/v1/mirrors/rec/failover");
-        assert_eq!(status, 202, "{body}");
-        let fid = serde_json::from_str::<serde_json::Value>(&body).unwrap()["failover_id"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        wait_for("the failover report", Duration::from_secs(60), || {
-            let v = get_json(&gw, &format!("/v1/mirrors/rec/failovers/{fid}"));
-            v["status"] == "complete"
-        });
+    let fid = failover_with_the_source_down(&gw, "rec", |fid| {
         // Local writes on the destination since the failover.
         assert_eq!(
             harness::produce_keyed(&gw.bootstrap(), &topic, 40, &[]).len(),
@@ -228,8 +239,7 @@ fn disruptive_the_unmirrored_tail_is_listed_exactly_and_recovered_once_across_a_
             &format!("/v1/mirrors/rec/failovers/{fid}/unmirrored"),
         );
         assert_eq!(status, 503, "{body}");
-        fid
-    };
+    });
     // The source is back.
     let path = format!("/v1/mirrors/rec/failovers/{fid}/unmirrored");
     let mut listing = serde_json::Value::Null;
@@ -419,4 +429,103 @@ fn disruptive_the_unmirrored_tail_is_listed_exactly_and_recovered_once_across_a_
         out["verified"],
         report["recovery"]
     );
+}
+
+/// A transaction whose records the agent mirrored, but not its COMMIT, when the source died:
+/// the failover aborts it on the destination (its records invisible to `read_committed` there)
+/// while the source committed it, so its producer was told it is written. Those records are
+/// owed to the quarantine topic like the un-mirrored tail's, in the source's order before it,
+/// each once. Found by the chaos run's recovery rule (docs/correctness.md, R1).
+#[test]
+fn disruptive_a_transaction_committed_after_its_records_were_mirrored_is_recovered() {
+    let source = harness::cluster("third");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("recover-txn");
+    let quarantine = format!("{topic}.unmirrored");
+    harness::create_topic(&source, &topic, 1, None);
+    SourceWriter::start(&source, &topic, "pre", 20, 5000).finish(false);
+    let gw = ProcessGateway::start(agent_config("rectx", &[&topic], &source), &[]);
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &source)
+        .set("transactional.id", format!("{topic}-tx"))
+        .set("linger.ms", "0")
+        .create()
+        .expect("transactional producer");
+    producer
+        .init_transactions(Duration::from_secs(30))
+        .expect("init transactions");
+    producer.begin_transaction().expect("begin");
+    for i in 0..5 {
+        let v = format!("t{i}");
+        producer
+            .send(BaseRecord::to(&topic).partition(0).key(&v).payload(&v))
+            .map_err(|(e, _)| e)
+            .expect("send");
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+    wait_for(
+        "the transaction's records mirrored (not its marker: it is not written yet)",
+        Duration::from_secs(90),
+        || read_log(&destination, &topic, 0).records.len() == 25,
+    );
+    let (status, body) = gw.call(Method::POST, "/v1/mirrors/rectx/pause");
+    assert_eq!(status, 200, "{body}");
+    producer
+        .commit_transaction(Duration::from_secs(30))
+        .expect("the source commits the transaction");
+    wait_for(
+        "the COMMIT marker on the source",
+        Duration::from_secs(30),
+        || {
+            raw_log(&source, &topic, 0)
+                .records
+                .iter()
+                .any(|r| r.control)
+        },
+    );
+    drop(producer);
+    // And records after it that were never mirrored: the tail as it always was.
+    SourceWriter::start(&source, &topic, "late", 10, 5000).finish(false);
+    let fid = failover_with_the_source_down(&gw, "rectx", |_| {});
+    let report = get_json(&gw, &format!("/v1/mirrors/rectx/failovers/{fid}"));
+    assert_eq!(
+        report["partitions"][0]["transactions_aborted"]
+            .as_array()
+            .map(Vec::len),
+        Some(1),
+        "the failover aborted the open transaction on the destination: {report}"
+    );
+    let path = format!("/v1/mirrors/rectx/failovers/{fid}/unmirrored");
+    let mut listing = serde_json::Value::Null;
+    wait_for("the old source listed", Duration::from_secs(90), || {
+        let (status, body) = gw.call(Method::GET, &path);
+        listing = serde_json::from_str(&body).unwrap_or_default();
+        status == 200
+    });
+    let l = &listing["partitions"][0];
+    assert_eq!(
+        (&l["committed"], &l["recoverable_records"]),
+        (&serde_json::json!(5), &serde_json::json!(15)),
+        "the transaction's 5 records and the 10 after it: {l}"
+    );
+    let (status, body) = gw.call(Method::POST, &format!("{path}/recover"));
+    assert_eq!(status, 200, "{body}");
+    let out: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(out["verified"], true, "{out}");
+    let got: Vec<Option<String>> = quarantined(&destination, &quarantine, 0)
+        .into_iter()
+        .map(|q| q.value)
+        .collect();
+    let want: Vec<Option<String>> = (0..5)
+        .map(|i| Some(format!("t{i}")))
+        .chain(
+            read_log(&source, &topic, 0)
+                .records
+                .iter()
+                .filter(|r| r.2.as_deref().is_some_and(|v| v.starts_with("value-late")))
+                .map(|r| r.2.clone()),
+        )
+        .collect();
+    assert_eq!(want.len(), 15);
+    assert_eq!(got, want, "each owed record once, in the source's order");
 }
