@@ -18,8 +18,9 @@
 //! (`disk.rs`), a planned failover or one with the source killed, through a random instance
 //! after a dry run, and a pause of another instance or a kill of the driver while it runs. At a
 //! planned failover's quiet point the agent's PSM is compared with the leaders' producer state
-//! (`psm.rs`). When everything is quiet again the checker (`check.rs`) reads both logs and
-//! decides.
+//! (`psm.rs`). If the seed draws a failback (the agent's profile), the old source is realigned
+//! and mirrored back into by a fourth gateway under faults of its own (`failback.rs`). When
+//! everything is quiet again the checker (`check.rs`) reads both logs and decides.
 //!
 //! Output: `target/chaos/seed-S/` holds `schedule.json` (`--replay` reads it back),
 //! `history.jsonl` (one operation a line), `verdict.json`, the instances' and clients' logs; a
@@ -33,6 +34,7 @@
 pub(crate) mod check;
 pub(crate) mod clients;
 mod disk;
+mod failback;
 mod gateways;
 mod group;
 mod lock;
@@ -53,7 +55,7 @@ use serde_json::{json, Value};
 
 use crate::{cluster_brokers, repo, Clusters, Rig};
 use check::{check, GroupReads, Inputs, Origin, Tool};
-use clients::{Library, Shared};
+use clients::Shared;
 use gateways::{client_addr, mirror_addr, Instance, Topology};
 use lock::RunLock;
 use output::{summary, verdict_json};
@@ -292,31 +294,7 @@ async fn drive(
     let history: Shared = Arc::default();
 
     // Before the failover: the source under load, mirrored by the agent, under the nemesis.
-    let source_specs = [
-        (Library::Java, "sj", Origin::Source, source.to_string(), 30),
-        (
-            Library::Librdkafka,
-            "sr",
-            Origin::Source,
-            source.to_string(),
-            30,
-        ),
-        (
-            Library::KafkaPython,
-            "sp",
-            Origin::Source,
-            source.to_string(),
-            15,
-        ),
-        (
-            Library::JavaTransactional,
-            "tx",
-            Origin::Source,
-            source.to_string(),
-            20,
-        ),
-    ];
-    let source_producers = clients::start_producers(&source_specs, &history, dir)?;
+    let source_producers = clients::start_producers(&clients::source_specs(source), &history, dir)?;
     // The application's group reads the source until it stops, some time before the failover
     // (at 70 % of the time before it): what it had not read by then it must read on the
     // destination, from the offsets the agent synced.
@@ -401,30 +379,11 @@ async fn drive(
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
-    let local_specs = [
-        (
-            Library::Java,
-            "lj",
-            Origin::Local,
-            client_addr((schedule.driver + 1) % INSTANCES),
-            20,
-        ),
-        (
-            Library::Librdkafka,
-            "lr",
-            Origin::Local,
-            client_addr((schedule.driver + 2) % INSTANCES),
-            20,
-        ),
-        (
-            Library::KafkaPython,
-            "lp",
-            Origin::Local,
-            client_addr(schedule.driver),
-            10,
-        ),
-    ];
-    let local_producers = clients::start_producers(&local_specs, &history, dir)?;
+    let local_producers = clients::start_producers(
+        &clients::local_specs(schedule.driver, client_addr),
+        &history,
+        dir,
+    )?;
     let late_task = tokio::spawn(probes::late_mirror_writer(
         (0..INSTANCES).map(mirror_addr).collect(),
         TOPIC.to_string(),
@@ -490,13 +449,29 @@ async fn drive(
     b?;
     let destination_member = member?;
     tokio::time::sleep_until((t1 + Duration::from_millis(schedule.after_ms)).into()).await;
+    // The failback, if drawn (the agent's profile): the old source read as the failover left it,
+    // realigned, and mirrored back into while the local producers go on.
+    let back = match (&schedule.failback, tool) {
+        (Some(plan), Tool::Agent) => Some(
+            failback::start(
+                world,
+                dir,
+                plan,
+                schedule.mode,
+                (source, destination),
+                (&failover_id, driver),
+            )
+            .await?,
+        ),
+        _ => None,
+    };
 
     // Quiet: clients stop, every process runs, the source is back to be read.
     clients::stop_producers(local_producers).await;
     stop_probes.store(true, Ordering::Relaxed);
     let _ = tokio::join!(moved_task, late_task);
     world.all_up()?;
-    if schedule.mode == Mode::Unplanned {
+    if schedule.mode == Mode::Unplanned && back.is_none() {
         world.rig(&["start-node", "source", "1"]).await?;
     }
     let mut converged = true;
@@ -527,7 +502,10 @@ async fn drive(
     }
     let report = report.ok_or("no instance has the failover's report")?;
     let rpo = report.rpo;
-    let source_raw = logs::read_settled(source).await?;
+    let source_raw = match &back {
+        Some(b) => b.source_before.clone(),
+        None => logs::read_settled(source).await?,
+    };
     let destination_log = logs::read_settled(&destination[0]).await?;
     std::fs::write(dir.join("source.tsv"), logs::dump(&source_raw)).map_err(|e| e.to_string())?;
     std::fs::write(dir.join("destination.tsv"), logs::dump(&destination_log))
@@ -571,8 +549,13 @@ async fn drive(
     if let Ok(c) = world.crashes.lock() {
         panics.extend(c.iter().cloned());
     }
+    let back = match &back {
+        Some(b) => Some(failback::check(b, source, (&destination[0], &destination_log)).await),
+        None => None,
+    };
     let psm_ok = psm_diff.as_ref().is_none_or(Vec::is_empty);
-    let ok = verdict.ok() && converged && panics.is_empty() && psm_ok;
+    let back_ok = back.as_ref().is_none_or(|b| b.ok);
+    let ok = verdict.ok() && converged && panics.is_empty() && psm_ok && back_ok;
     summary(schedule, &verdict, converged, &panics, caught_up);
     for d in psm_diff.iter().flatten().take(10) {
         eprintln!("chaos:   PSM: {d}");
@@ -591,6 +574,12 @@ async fn drive(
     if let Some(d) = psm_diff.filter(|d| !d.is_empty()) {
         if let Some(list) = v["violations"].as_array_mut() {
             list.extend(d.into_iter().take(10).map(|x| json!(format!("PSM: {x}"))));
+        }
+    }
+    if let Some(b) = back {
+        v["failback"] = b.json;
+        if let Some(list) = v["violations"].as_array_mut() {
+            list.extend(b.violations.into_iter().map(Value::from));
         }
     }
     v["first_local_ack_s"] =

@@ -51,7 +51,7 @@ use serde::Serialize;
 use super::plan::Mode;
 use crate::group_member::Read;
 
-mod committed;
+pub(super) mod committed;
 mod groups;
 
 /// What copies the source to the destination through the gateways' mirror listeners.

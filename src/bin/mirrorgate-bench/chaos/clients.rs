@@ -280,3 +280,48 @@ pub async fn stop_producers(ps: Vec<Producer>) {
         let _ = h.await;
     }
 }
+
+/// What [`start_producers`] starts: library, name, where it writes, its bootstrap, records per
+/// second.
+pub type Specs = Vec<(Library, &'static str, Origin, String, u32)>;
+
+/// The producers on the source until the failover: one of each library, and the transactional
+/// one.
+pub fn source_specs(source: &str) -> Specs {
+    let s = || source.to_string();
+    vec![
+        (Library::Java, "sj", Origin::Source, s(), 30),
+        (Library::Librdkafka, "sr", Origin::Source, s(), 30),
+        (Library::KafkaPython, "sp", Origin::Source, s(), 15),
+        (Library::JavaTransactional, "tx", Origin::Source, s(), 20),
+    ]
+}
+
+/// The local producers after the failover call, one of each library, each through another
+/// instance (`client` gives an instance's client listener; `driver` takes the failover).
+pub fn local_specs(driver: usize, client: impl Fn(usize) -> String) -> Specs {
+    let n = super::plan::INSTANCES;
+    vec![
+        (
+            Library::Java,
+            "lj",
+            Origin::Local,
+            client((driver + 1) % n),
+            20,
+        ),
+        (
+            Library::Librdkafka,
+            "lr",
+            Origin::Local,
+            client((driver + 2) % n),
+            20,
+        ),
+        (
+            Library::KafkaPython,
+            "lp",
+            Origin::Local,
+            client(driver),
+            10,
+        ),
+    ]
+}

@@ -1,8 +1,9 @@
 //! The chaos run's gateway instances: three processes of the gateway binary sharing a state
 //! topic, each configured with the mirror and its built-in agent (one runs it at a time; or,
 //! behind MirrorMaker 2, `mirroring: external` and no agent), each
-//! with its own state directory that outlives a kill. Instance `i` listens from port
-//! `BASE + 100 i` (client), `+ 10` (mirror) and `+ 20` (admin).
+//! with its own state directory that outlives a kill; and the failback gateway (index
+//! [`FAILBACK`]), alone in front of the old source with the mirror back from the destination.
+//! Instance `i` listens from port `BASE + 100 i` (client), `+ 10` (mirror) and `+ 20` (admin).
 //!
 //! Owns: the instances' configuration, processes and signals (SIGKILL, SIGTERM, SIGSTOP, SIGCONT), and the
 //! admin calls of the run. Must not touch: the clusters (the rig), the clients, the rules.
@@ -17,13 +18,15 @@ use serde_json::Value;
 
 use super::check::{Barrier, Tool};
 use super::disk::Disk;
-use super::plan::INSTANCES;
+use super::plan::{FAILBACK, INSTANCES};
 use crate::fleet::admin;
 use crate::process::{die_with_parent, readyz};
 
 /// Instance 0's client listener port.
 const BASE: u16 = 18192;
 pub const MIRROR: &str = "chaos";
+/// The failback gateway's mirror: from the destination back to the old source.
+pub const MIRROR_BACK: &str = "chaos-back";
 pub const STATE_TOPIC: &str = "chaos-state";
 /// How often the agent's owner syncs the application group's offsets: often, so that rounds
 /// meet the faults.
@@ -69,8 +72,33 @@ pub struct Topology {
     pub tool: Tool,
 }
 
+/// The mirror instance `i` serves.
+pub fn mirror_of(i: usize) -> &'static str {
+    if i == FAILBACK {
+        MIRROR_BACK
+    } else {
+        MIRROR
+    }
+}
+
 fn yaml(i: usize, t: &Topology, state: &Path) -> String {
     let (client, mirror, admin) = ports(i);
+    if i == FAILBACK {
+        // In front of the old source, alone (no state topic), with the built-in agent copying
+        // the destination back.
+        return format!(
+            "destination: {{ bootstrap: [\"{}\"] }}\n\
+             listeners:\n  client: {{ bind: 127.0.0.1, port_base: {client}, max_brokers: 4 }}\n  mirror: {{ bind: 127.0.0.1, port_base: {mirror}, max_brokers: 4 }}\n\
+             admin: {{ bind: \"127.0.0.1:{admin}\" }}\n\
+             state_dir: {}\n\
+             logging: {{ level: warn }}\n\
+             mirrors:\n  - name: {MIRROR_BACK}\n    topics: [\"{}\"]\n    source: {{ bootstrap: [{}] }}\n",
+            t.source,
+            state.display(),
+            t.topic,
+            crate::process::yaml_list(&t.destination),
+        );
+    }
     let (source, destination, topic, session_ms) =
         (&t.source, &t.destination, &t.topic, t.session_ms);
     // The agent syncs the groups; behind another tool, that tool does (and no agent runs).
@@ -251,7 +279,7 @@ pub async fn states(i: usize) -> Result<Value, String> {
     let (_, m) = admin(
         &admin_addr(i),
         Method::GET,
-        &format!("/v1/mirrors/{MIRROR}"),
+        &format!("/v1/mirrors/{}", mirror_of(i)),
     )
     .await?;
     Ok(m["states"].clone())
@@ -332,6 +360,32 @@ pub async fn report(i: usize, id: &str, partitions: i32) -> Result<Report, Strin
         rpo,
         rto_seconds: v["rto_seconds"].as_f64(),
     })
+}
+
+/// POSTs `path` through instance `first`, or the next instances while one cannot answer 200
+/// (down, paused, refusing), each call bounded by `per_call`, for `limit` at most: the answer.
+pub async fn post_through(
+    first: usize,
+    path: &str,
+    per_call: Duration,
+    limit: Duration,
+) -> Result<Value, String> {
+    let deadline = Instant::now() + limit;
+    let mut last = String::new();
+    for i in (0..).map(|n| (first + n) % INSTANCES) {
+        let addr = admin_addr(i);
+        match tokio::time::timeout(per_call, admin(&addr, Method::POST, path)).await {
+            Ok(Ok((200, v))) => return Ok(v),
+            Ok(Ok((status, v))) => last = format!("instance {i}: {status} {v}"),
+            Ok(Err(e)) => last = format!("instance {i}: {e}"),
+            Err(_) => last = format!("instance {i}: no answer within {per_call:?}"),
+        }
+        if Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Err(format!("POST {path} within {limit:?}: {last}"))
 }
 
 /// Calls the failover (after a dry run) through instance `driver`, or the next instances while

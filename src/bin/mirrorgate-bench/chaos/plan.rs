@@ -1,6 +1,7 @@
 //! The schedule of one chaos run, drawn from its seed: how the failover happens (planned or with
-//! the source killed), through which instance, the faults before, at and after it, and the
-//! operator's operations before it (a rolling restart, a pause of the mirror). The same
+//! the source killed), through which instance, the faults before, at and after it, the
+//! operator's operations before it (a rolling restart, a pause of the mirror) and whether the
+//! old source is failed back to afterwards, with the faults of that phase. The same
 //! seed draws the same schedule; it is written next to the run's history (`schedule.json`) and
 //! `--replay` reads it back instead of drawing it.
 //!
@@ -11,6 +12,8 @@ use serde::{Deserialize, Serialize};
 
 /// Gateway instances of a run.
 pub const INSTANCES: usize = 3;
+/// The index of the failback gateway (in front of the old source), after the instances.
+pub const FAILBACK: usize = INSTANCES;
 
 /// A deterministic random source (SplitMix64): the same seed, the same draws.
 pub struct Rng(u64);
@@ -151,6 +154,20 @@ pub struct Schedule {
     /// before operations existed have none).
     #[serde(default)]
     pub operations: Vec<Operation>,
+    /// The failback after the failover, if the seed drew one (schedules written before
+    /// failbacks existed have none).
+    #[serde(default)]
+    pub failback: Option<Failback>,
+}
+
+/// A failback: once the failover is complete the old source is realigned (after an unplanned
+/// failover) and a gateway in front of it mirrors the destination back for `ms` while the local
+/// producers go on, under `faults` (of the failback gateway and the destination's brokers, from
+/// the phase's start).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failback {
+    pub ms: u64,
+    pub faults: Vec<Timed>,
 }
 
 impl Schedule {
@@ -181,6 +198,7 @@ impl Schedule {
         };
         let after = faults(&mut rng, after_ms, session_ms);
         let operations = operations(seed, before_ms);
+        let failback = failback(seed, after_ms);
         Schedule {
             seed,
             mode,
@@ -191,12 +209,16 @@ impl Schedule {
             at_failover,
             after,
             operations,
+            failback,
         }
     }
 
     /// Every fault of the schedule.
     pub fn fault_count(&self) -> usize {
-        self.before.len() + self.after.len() + usize::from(self.at_failover != AtFailover::Nothing)
+        self.before.len()
+            + self.after.len()
+            + usize::from(self.at_failover != AtFailover::Nothing)
+            + self.failback.as_ref().map_or(0, |f| f.faults.len())
     }
 }
 
@@ -223,6 +245,43 @@ fn operations(seed: u64, before_ms: u64) -> Vec<Operation> {
     }
     ops.sort_by_key(Operation::at_ms);
     ops
+}
+
+/// The failback of a run, drawn from a stream of its own (the seed's other draws are the ones
+/// it drew before failbacks existed): with odds of 3 in 4, a phase of a quarter to half of the
+/// phase after the failover (15 s at least), with faults one after the other (one to three,
+/// and one more per 40 s of the phase), each ending within it: the failback gateway killed
+/// (1–5 s) or paused (1–4 s), or a destination broker (its source's) killed (2–8 s).
+fn failback(seed: u64, after_ms: u64) -> Option<Failback> {
+    let mut rng = Rng::new(seed ^ 0x6661_696C_6261_636B);
+    if !rng.chance(75) {
+        return None;
+    }
+    let ms = rng.range(after_ms / 4, after_ms / 2).max(15_000);
+    let mut faults = Vec::new();
+    let mut at = rng.range(1_000, 4_000);
+    for _ in 0..rng.range(1, 3 + ms / 40_000) {
+        let fault = match rng.range(0, 3) {
+            0 | 1 => Fault::KillGateway {
+                instance: FAILBACK,
+                ms: rng.range(1_000, 5_000),
+            },
+            2 => Fault::PauseGateway {
+                instance: FAILBACK,
+                ms: rng.range(1_000, 4_000),
+            },
+            _ => Fault::KillBroker {
+                node: 2 + rng.range(0, 1) as u32,
+                ms: rng.range(2_000, 8_000),
+            },
+        };
+        if at + fault.ms() + 1_000 > ms {
+            break;
+        }
+        faults.push(Timed { at_ms: at, fault });
+        at += fault.ms() + rng.range(1_000, 3_000);
+    }
+    Some(Failback { ms, faults })
 }
 
 /// A pause: short (1–3 s) or past the session timeout (by 2–5 s).
@@ -349,6 +408,41 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn seeds_draw_failbacks_whose_faults_hit_the_failback_gateway_or_a_broker_within_the_phase() {
+        let all: Vec<Schedule> = (0..64)
+            .map(|s| Schedule::draw(s, 30_000, 20_000, 6_000))
+            .collect();
+        assert!(all.iter().any(|s| s.failback.is_none()));
+        let backs: Vec<&Failback> = all.iter().filter_map(|s| s.failback.as_ref()).collect();
+        assert!(backs.len() > 32, "{} of 64", backs.len());
+        let faults: Vec<Timed> = backs.iter().flat_map(|f| f.faults.clone()).collect();
+        for kind in 0..3 {
+            assert!(faults.iter().any(|t| match (kind, t.fault) {
+                (0, Fault::KillGateway { instance, .. }) => instance == FAILBACK,
+                (1, Fault::PauseGateway { instance, .. }) => instance == FAILBACK,
+                (2, Fault::KillBroker { .. }) => true,
+                _ => false,
+            }));
+        }
+        for f in &backs {
+            assert!(f.ms >= 15_000);
+            for t in &f.faults {
+                assert!(t.at_ms + t.fault.ms() < f.ms, "{t:?} in {} ms", f.ms);
+                assert!(!matches!(t.fault, Fault::FullDisk { .. }));
+            }
+        }
+    }
+
+    #[test]
+    fn a_schedule_written_before_failbacks_reads_without_one() {
+        let mut s = Schedule::draw(3, 72_000, 48_000, 6_000);
+        let mut v = serde_json::to_value(&s).expect("json");
+        v.as_object_mut().expect("object").remove("failback");
+        s.failback = None;
+        assert_eq!(serde_json::from_value::<Schedule>(v).expect("read"), s);
     }
 
     #[test]

@@ -10,9 +10,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use hyper::Method;
-
-use super::gateways::{admin_addr, wait_ready, Instance, MIRROR};
+use super::gateways::{post_through, wait_ready, Instance, MIRROR};
 use super::plan::{Fault, Operation, Timed, INSTANCES};
 use crate::Rig;
 
@@ -134,25 +132,15 @@ impl World {
     async fn pause_mirror(&self, first: usize, pause: bool) -> Result<(), String> {
         let action = if pause { "pause" } else { "resume" };
         let path = format!("/v1/mirrors/{MIRROR}/{action}");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let mut last = String::new();
-        for i in (0..).map(|n| (first + n) % INSTANCES) {
-            let addr = admin_addr(i);
-            let call = crate::fleet::admin(&addr, Method::POST, &path);
-            match tokio::time::timeout(Duration::from_secs(5), call).await {
-                Ok(Ok((200, _))) => return Ok(()),
-                Ok(Ok((status, body))) => last = format!("instance {i}: {status} {body}"),
-                Ok(Err(e)) => last = format!("instance {i}: {e}"),
-                Err(_) => last = format!("instance {i}: no answer within 5 s"),
-            }
-            if Instant::now() > deadline {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-        Err(format!(
-            "the mirror could not be {action}d within 60 s: {last}"
-        ))
+        post_through(
+            first,
+            &path,
+            Duration::from_secs(5),
+            Duration::from_secs(60),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("the mirror could not be {action}d: {e}"))
     }
 
     /// Every instance running and not paused.
