@@ -265,6 +265,7 @@ async fn run_one(
         rig,
         instances: Mutex::new(instances),
         crashes: Mutex::default(),
+        env,
     };
     let result = drive(&world, dir, schedule, &source, &destination, tool, sabotage).await;
     world.with(|v| v.clear());
@@ -550,7 +551,7 @@ async fn drive(
         panics.extend(c.iter().cloned());
     }
     let back = match &back {
-        Some(b) => Some(failback::check(b, source, (&destination[0], &destination_log)).await),
+        Some(b) => Some(failback::check(b, dir, source, (&destination[0], &destination_log)).await),
         None => None,
     };
     let psm_ok = psm_diff.as_ref().is_none_or(Vec::is_empty);

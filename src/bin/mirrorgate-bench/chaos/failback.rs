@@ -4,31 +4,46 @@
 //! recovered into the destination's quarantine topic, then its topic realigned, each through
 //! the admin API of an instance that answers), and the failback gateway, alone in front of it,
 //! mirrors the destination back with its built-in agent while the local producers go on writing
-//! through the instances, under the phase's faults. Its rule, once everything is quiet: the old
-//! source's log is the destination's entry for entry (offsets, producer ids and epochs, keys,
-//! markers, the barrier), and every partition of the failback mirror is MIRRORING.
+//! through the instances, under the phase's faults. Once everything is quiet and the old source
+//! holds the destination's log, the failback mirror is failed over (planned, after a dry run):
+//! local producers write to the old source through the failback gateway, and a late mirroring
+//! tool into its mirror listener. The rules are in `rules.rs`.
 //!
-//! Owns: the failback's steps and its rule. Must not touch: the failover's rules (`check.rs`),
-//! the schedule's drawing (`plan.rs`), the clients.
+//! Owns: the failback's steps. Must not touch: the rules (`rules.rs`, `check.rs`), the
+//! schedule's drawing (`plan.rs`), the clients' processes (`clients.rs`).
 
-use std::collections::HashSet;
+mod rules;
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::check::committed::view;
-use super::check::{Entry, Tool};
-use super::gateways::{self, post_through, Instance, Topology, MIRROR};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use hyper::Method;
+
+use super::check::{Entry, Origin, Tool};
+use super::clients::{self, Library, Shared};
+use super::gateways::{
+    self, admin_addr, client_addr, mirror_addr, post_through, Instance, Topology,
+};
+use super::gateways::{MIRROR, MIRROR_BACK};
 use super::logs;
 use super::plan::{Failback, Mode, FAILBACK, INSTANCES};
+use super::probes;
 use super::world::World;
 use super::{PARTITIONS, SESSION_MS, TOPIC};
+use crate::fleet::admin;
+use rules::{back_over_breaches, differences, recovery_breaches};
 
 /// How long one admin call of the failback may take (a recovery copies), and the calls through
 /// every instance together.
 const CALL: Duration = Duration::from_secs(30);
 const LIMIT: Duration = Duration::from_secs(120);
+/// How long the local producers write to the old source once it is writable again.
+const BACK_OVER_MS: u64 = 10_000;
 
 /// What the failback's start leaves for the checkers.
 pub struct Started {
@@ -97,7 +112,7 @@ pub async fn start(
         session_ms: SESSION_MS,
         tool: Tool::Agent,
     };
-    let mut back = Instance::configure(&world.bin, FAILBACK, dir, &topology, Vec::new())?;
+    let mut back = Instance::configure(&world.bin, FAILBACK, dir, &topology, world.env.clone())?;
     back.start(&world.bin)?;
     world.with(|v| v.push(back));
     gateways::wait_ready(FAILBACK, Duration::from_secs(60)).await?;
@@ -113,103 +128,11 @@ pub async fn start(
     })
 }
 
-/// The first difference between the old source's log and the destination's, per partition.
-pub fn differences(source: &[Vec<Entry>], destination: &[Vec<Entry>]) -> Vec<String> {
-    let mut out = Vec::new();
-    for (p, (s, d)) in source.iter().zip(destination).enumerate() {
-        if s == d {
-            continue;
-        }
-        let at = s.iter().zip(d).position(|(a, b)| a != b);
-        out.push(match at {
-            Some(k) => format!(
-                "failback: partition {p}: entry {k} differs: old source {:?}, destination {:?}",
-                s[k], d[k]
-            ),
-            None => format!(
-                "failback: partition {p}: the old source holds {} entries, the destination {}",
-                s.len(),
-                d.len()
-            ),
-        });
-    }
-    out
-}
-
-/// The recovery's rule, per partition, after an unplanned failover: the quarantine topic holds
-/// exactly what a `read_committed` reader of the old source saw and a `read_committed` reader of
-/// the destination does not (the acknowledged records the failover left behind: those never
-/// mirrored, and those of a transaction the source committed but the failover aborted), each
-/// once, in the source's order. What it breaks, described.
-pub fn recovery_breaches(
-    source: &[Vec<Entry>],
-    destination: &[Vec<Entry>],
-    quarantine: &[Vec<Entry>],
-) -> Vec<String> {
-    let mut out = Vec::new();
-    for (p, src) in source.iter().enumerate() {
-        let seen: HashSet<&str> = destination
-            .get(p)
-            .map(|d| view(d, None).into_iter().map(|r| r.1).collect())
-            .unwrap_or_default();
-        let want: Vec<(i64, &str)> = view(src, None)
-            .into_iter()
-            .filter(|r| !seen.contains(r.1))
-            .map(|r| (r.0, r.1))
-            .collect();
-        let got: Vec<&str> = quarantine
-            .get(p)
-            .into_iter()
-            .flatten()
-            .filter_map(|e| match e {
-                Entry::Data { key, .. } => Some(key.as_str()),
-                _ => None,
-            })
-            .collect();
-        let wanted: HashSet<&str> = want.iter().map(|w| w.1).collect();
-        let in_got: HashSet<&str> = got.iter().copied().collect();
-        let missing: Vec<&(i64, &str)> = want.iter().filter(|w| !in_got.contains(w.1)).collect();
-        if let Some((offset, key)) = missing.first() {
-            out.push(format!(
-                "recovery: partition {p}: {} records the failover left behind are not in the quarantine topic, the first {key} (source offset {offset})",
-                missing.len()
-            ));
-        }
-        let mut once = HashSet::new();
-        let extra: Vec<&&str> = got
-            .iter()
-            .filter(|k| !wanted.contains(**k) || !once.insert(**k))
-            .collect();
-        if let Some(key) = extra.first() {
-            out.push(format!(
-                "recovery: partition {p}: {} records of the quarantine topic are not owed to it or are there twice, the first {key}",
-                extra.len()
-            ));
-        }
-        let order: Vec<&str> = want
-            .iter()
-            .map(|w| w.1)
-            .filter(|k| in_got.contains(k))
-            .collect();
-        let mut seen_got = HashSet::new();
-        let got_once: Vec<&str> = got
-            .iter()
-            .copied()
-            .filter(|k| wanted.contains(k) && seen_got.insert(*k))
-            .collect();
-        if order != got_once {
-            out.push(format!(
-                "recovery: partition {p}: the quarantine topic holds the records out of the source's order"
-            ));
-        }
-    }
-    out
-}
-
 /// Waits (two minutes at most) until the old source's log is the destination's, then reads the
 /// failback mirror's states.
 pub async fn check(
     started: &Started,
+    dir: &Path,
     source: &str,
     (destination_addr, destination): (&str, &[Vec<Entry>]),
 ) -> Outcome {
@@ -253,12 +176,28 @@ pub async fn check(
             None => "no".into(),
         }
     );
+    // The failover back onto the old source, once it holds everything.
+    let back = if diff.is_empty() && mirroring {
+        match back_over(dir, source, destination).await {
+            Ok((breaches, v)) => {
+                violations.extend(breaches);
+                v
+            }
+            Err(e) => {
+                violations.push(format!("back over: could not be carried out: {e}"));
+                Value::Null
+            }
+        }
+    } else {
+        Value::Null
+    };
     for w in &violations {
         eprintln!("chaos:   {w}");
     }
     Outcome {
         ok: violations.is_empty(),
         json: json!({
+            "back_over": back,
             "recovered_records": started.recovered,
             "quarantined": quarantined,
             "entries": entries,
@@ -270,132 +209,100 @@ pub async fn check(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn data(offset: i64, key: &str) -> Entry {
-        Entry::Data {
-            offset,
-            producer_id: 7,
-            producer_epoch: 0,
-            key: key.into(),
-            transactional: false,
+/// Fails the failback mirror over (a dry run first), with local producers writing to the old
+/// source through the failback gateway from the call on and a late mirroring tool writing into
+/// its mirror listener; `BACK_OVER_MS` after every partition is STOPPED they stop, and the old
+/// source's log is read: the rule's breaches and the figures.
+async fn back_over(
+    dir: &Path,
+    source: &str,
+    destination: &[Vec<Entry>],
+) -> Result<(Vec<String>, Value), String> {
+    let base = format!("/v1/mirrors/{MIRROR_BACK}/failover");
+    let addr = admin_addr(FAILBACK);
+    match admin(&addr, Method::POST, &format!("{base}?dry_run=true")).await? {
+        (200, _) => {}
+        (status, v) => return Err(format!("dry run: {status} {v}")),
+    }
+    let history: Shared = Arc::default();
+    let specs = [
+        (
+            Library::Java,
+            "bj",
+            Origin::Local,
+            client_addr(FAILBACK),
+            20,
+        ),
+        (
+            Library::Librdkafka,
+            "br",
+            Origin::Local,
+            client_addr(FAILBACK),
+            20,
+        ),
+    ];
+    let producers = clients::start_producers(&specs, &history, dir)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let late = tokio::spawn(probes::late_mirror_writer(
+        vec![mirror_addr(FAILBACK)],
+        TOPIC.to_string(),
+        PARTITIONS,
+        stop.clone(),
+        Duration::from_millis(300),
+        history.clone(),
+    ));
+    let called = Instant::now();
+    let answer = admin(&addr, Method::POST, &base).await;
+    let id = match &answer {
+        Ok((202, v)) => v["failover_id"].as_str().unwrap_or_default().to_string(),
+        other => {
+            stop.store(true, Ordering::Relaxed);
+            clients::stop_producers(producers).await;
+            let _ = late.await;
+            return Err(format!("failover: {other:?}"));
         }
+    };
+    let stopped = gateways::wait_state(
+        FAILBACK,
+        "STOPPED",
+        PARTITIONS as i64,
+        Duration::from_secs(60),
+    )
+    .await;
+    let stopped_s = called.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_millis(BACK_OVER_MS)).await;
+    clients::stop_producers(producers).await;
+    stop.store(true, Ordering::Relaxed);
+    let _ = late.await;
+    stopped?;
+    let barriers: Vec<Option<_>> = gateways::barriers(FAILBACK, PARTITIONS).await?;
+    let report = gateways::report(FAILBACK, &id, PARTITIONS).await?;
+    let log = logs::read_settled(source).await?;
+    let ops = clients::with(&history, |h| h.ops().to_vec());
+    let mut breaches = back_over_breaches(destination, &log, &barriers, &ops);
+    if report.rpo.iter().any(|r| *r != Some(0)) {
+        breaches.push(format!(
+            "back over: the planned failover reports an RPO of {:?} records (0 due)",
+            report.rpo
+        ));
     }
-
-    fn txn(offset: i64, pid: i64, key: &str) -> Entry {
-        Entry::Data {
-            offset,
-            producer_id: pid,
-            producer_epoch: 0,
-            key: key.into(),
-            transactional: true,
-        }
-    }
-
-    fn marker(offset: i64, pid: i64, commit: bool) -> Entry {
-        Entry::Control {
-            offset,
-            producer_id: pid,
-            commit,
-        }
-    }
-
-    #[test]
-    fn a_quarantine_holding_the_unmirrored_tail_once_in_order_breaks_nothing() {
-        let source = vec![vec![data(0, "a"), data(1, "b"), data(2, "c")]];
-        let destination = vec![vec![data(0, "a"), Entry::DataBarrier { offset: 1 }]];
-        let quarantine = vec![vec![data(0, "b"), data(1, "c")]];
-        assert!(recovery_breaches(&source, &destination, &quarantine).is_empty());
-    }
-
-    #[test]
-    fn a_record_left_behind_and_not_recovered_is_a_breach() {
-        let source = vec![vec![data(0, "a"), data(1, "b"), data(2, "c")]];
-        let destination = vec![vec![data(0, "a")]];
-        let quarantine = vec![vec![data(0, "b")]];
-        let b = recovery_breaches(&source, &destination, &quarantine);
-        assert!(
-            b.len() == 1 && b[0].contains("1 records") && b[0].contains("c (source offset 2)"),
-            "{b:?}"
-        );
-    }
-
-    #[test]
-    fn a_transaction_committed_on_the_source_and_aborted_on_the_destination_is_owed() {
-        // The agent mirrored the records, not the COMMIT; the failover aborted the transaction.
-        let source = vec![vec![txn(0, 9, "t1"), txn(1, 9, "t2"), marker(2, 9, true)]];
-        let destination = vec![vec![txn(0, 9, "t1"), txn(1, 9, "t2"), marker(2, 9, false)]];
-        let b = recovery_breaches(&source, &destination, &[vec![]]);
-        assert!(
-            b.len() == 1 && b[0].contains("2 records") && b[0].contains("t1"),
-            "{b:?}"
-        );
-        let recovered = vec![vec![data(0, "t1"), data(1, "t2")]];
-        assert!(recovery_breaches(&source, &destination, &recovered).is_empty());
-    }
-
-    #[test]
-    fn aborted_and_open_transactions_are_not_owed() {
-        let source = vec![vec![
-            txn(0, 9, "x"),
-            marker(1, 9, false),
-            txn(2, 8, "open"),
-            data(3, "d"),
-        ]];
-        let destination = vec![vec![]];
-        let b = recovery_breaches(&source, &destination, &[vec![data(0, "x"), data(1, "d")]]);
-        assert!(
-            b.len() == 1 && b[0].contains("not owed") && b[0].contains("x"),
-            "{b:?}"
-        );
-        assert!(recovery_breaches(&source, &destination, &[vec![data(0, "d")]]).is_empty());
-    }
-
-    #[test]
-    fn a_record_recovered_twice_or_out_of_order_is_a_breach() {
-        let source = vec![vec![data(0, "a"), data(1, "b")]];
-        let twice = recovery_breaches(
-            &source,
-            &[vec![]],
-            &[vec![data(0, "a"), data(1, "a"), data(2, "b")]],
-        );
-        assert!(twice.iter().any(|b| b.contains("twice")), "{twice:?}");
-        let swapped = recovery_breaches(&source, &[vec![]], &[vec![data(0, "b"), data(1, "a")]]);
-        assert!(
-            swapped
-                .iter()
-                .any(|b| b.contains("out of the source's order")),
-            "{swapped:?}"
-        );
-    }
-
-    #[test]
-    fn equal_logs_have_no_difference() {
-        let log = vec![vec![data(0, "a"), Entry::DataBarrier { offset: 1 }], vec![]];
-        assert!(differences(&log, &log).is_empty());
-    }
-
-    #[test]
-    fn a_record_the_old_source_lacks_is_named_with_its_partition() {
-        let dest = vec![vec![data(0, "a")], vec![data(0, "b"), data(1, "c")]];
-        let src = vec![vec![data(0, "a")], vec![data(0, "b")]];
-        let d = differences(&src, &dest);
-        assert_eq!(d.len(), 1, "{d:?}");
-        assert!(
-            d[0].contains("partition 1") && d[0].contains("holds 1 entries, the destination 2")
-        );
-    }
-
-    #[test]
-    fn another_record_at_an_offset_is_named_with_both() {
-        let dest = vec![vec![data(0, "a"), data(1, "b")]];
-        let src = vec![vec![data(0, "a"), data(1, "x")]];
-        let d = differences(&src, &dest);
-        assert!(
-            d[0].contains("entry 1 differs") && d[0].contains("\"x\""),
-            "{d:?}"
-        );
-    }
+    let acked = ops
+        .iter()
+        .filter(|o| o.origin == Origin::Local)
+        .filter(|o| matches!(o.outcome, super::check::Outcome::Acked { .. }))
+        .count();
+    eprintln!(
+        "chaos: failback: failed over onto the old source ({id}), every partition STOPPED {stopped_s:.1} s after the call; {acked} local records acknowledged there, {} breaches",
+        breaches.len()
+    );
+    Ok((
+        breaches,
+        json!({
+            "failover_id": id,
+            "stopped_s": (stopped_s * 10.0).round() / 10.0,
+            "rto_seconds": report.rto_seconds,
+            "operations": ops.len(),
+            "acked": acked,
+        }),
+    ))
 }

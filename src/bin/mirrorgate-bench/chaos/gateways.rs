@@ -307,7 +307,7 @@ pub async fn barriers(i: usize, partitions: i32) -> Result<Vec<Option<Barrier>>,
     let (_, v) = admin(
         &admin_addr(i),
         Method::GET,
-        &format!("/v1/mirrors/{MIRROR}/partitions"),
+        &format!("/v1/mirrors/{}/partitions", mirror_of(i)),
     )
     .await?;
     let list = v["partitions"]
@@ -338,7 +338,7 @@ pub async fn report(i: usize, id: &str, partitions: i32) -> Result<Report, Strin
     let (status, v) = admin(
         &admin_addr(i),
         Method::GET,
-        &format!("/v1/mirrors/{MIRROR}/failovers/{id}"),
+        &format!("/v1/mirrors/{}/failovers/{id}", mirror_of(i)),
     )
     .await?;
     if status != 200 {

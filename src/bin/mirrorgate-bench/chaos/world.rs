@@ -21,6 +21,8 @@ pub struct World {
     pub instances: Mutex<Vec<Instance>>,
     /// Instances that ended on their own (not killed by the nemesis): how.
     pub crashes: Mutex<Vec<String>>,
+    /// The gateways' extra environment (the sabotage), for a gateway started later.
+    pub env: Vec<(String, String)>,
 }
 
 impl World {
