@@ -144,6 +144,24 @@ pub struct Barrier {
     pub producer_id: Option<i64>,
 }
 
+impl Barrier {
+    /// Whether `log` holds this barrier: its marker (or the data barrier) at its offset.
+    pub fn lies_in(&self, log: &[Entry]) -> bool {
+        log.iter().any(|e| match (e, self.producer_id) {
+            (
+                Entry::Control {
+                    offset,
+                    producer_id,
+                    ..
+                },
+                Some(pid),
+            ) => *offset == self.offset && *producer_id == pid,
+            (Entry::DataBarrier { offset }, None) => *offset == self.offset,
+            _ => false,
+        })
+    }
+}
+
 /// What the checker reads.
 pub struct Inputs<'a> {
     pub mode: Mode,
@@ -346,20 +364,7 @@ pub fn check(i: &Inputs) -> Verdict {
                 "partition {p}: the instances report different barriers: {reported:?}"
             ));
         }
-        let found = b.is_some_and(|b| {
-            log.iter().any(|e| match (e, b.producer_id) {
-                (
-                    Entry::Control {
-                        offset,
-                        producer_id,
-                        ..
-                    },
-                    Some(pid),
-                ) => *offset == b.offset && *producer_id == pid,
-                (Entry::DataBarrier { offset }, None) => *offset == b.offset,
-                _ => false,
-            })
-        });
+        let found = b.is_some_and(|b| b.lies_in(log));
         if !found {
             v.barrier_missing += 1;
             v.breach(format!(

@@ -129,19 +129,7 @@ pub fn back_over_breaches(
             ));
             continue;
         };
-        let at_barrier = log.iter().any(|e| match (e, b.producer_id) {
-            (
-                Entry::Control {
-                    offset,
-                    producer_id,
-                    ..
-                },
-                Some(pid),
-            ) => *offset == b.offset && *producer_id == pid,
-            (Entry::DataBarrier { offset }, None) => *offset == b.offset,
-            _ => false,
-        });
-        if !at_barrier {
+        if !b.lies_in(log) {
             out.push(format!(
                 "back over: partition {p}: no barrier in the old source's log at offset {}",
                 b.offset
