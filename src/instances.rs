@@ -787,7 +787,9 @@ impl PeerLink {
         let last = gone.iter().map(|(_, seen)| *seen + session).max()?;
         let ago = now.saturating_duration_since(last).as_millis() as i64;
         let ahead = last.saturating_duration_since(now).as_millis() as i64;
-        tracing::warn!(target: "mirrorgate::peers", mirror, failover_id = fid, instances = ?gone.iter().map(|(i, _)| i).collect::<Vec<_>>(),
+        // One name once, however many reasons put it in the list.
+        let names: std::collections::BTreeSet<&String> = gone.iter().map(|(i, _)| i).collect();
+        tracing::warn!(target: "mirrorgate::peers", mirror, failover_id = fid, instances = ?names,
             "instances were waited out, not fenced: mirror writes they sent before their lease ended may still land; the barrier is checked for them");
         Some(now_ms() - ago + ahead)
     }
