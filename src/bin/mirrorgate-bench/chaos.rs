@@ -104,10 +104,14 @@ pub fn run(o: Options) -> Result<Value, String> {
         "mm2" => Tool::MirrorMaker2,
         other => return Err(format!("--profile {other}: unknown; one of agent, mm2")),
     };
-    if tool == Tool::MirrorMaker2 && o.sabotage.as_deref() == Some("groups") {
-        return Err(
+    match (tool, o.sabotage.as_deref()) {
+        (Tool::MirrorMaker2, Some("groups")) => return Err(
             "--sabotage groups switches off the agent's group sync: behind MirrorMaker 2 it syncs the groups itself; use --profile agent".into(),
-        );
+        ),
+        (Tool::MirrorMaker2, Some("screening")) => return Err(
+            "--sabotage screening shows nothing behind MirrorMaker 2: its producer ids come from the destination's own allocator, which hands none of them to a local producer, and the run's producers collide with them only by chance; use --profile agent".into(),
+        ),
+        _ => {}
     }
     if o.replay && o.seed.is_none() {
         return Err("--replay needs --seed S (the run whose schedule.json to replay)".into());
