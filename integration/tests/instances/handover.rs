@@ -126,7 +126,22 @@ fn a_partition_written_locally_through_a_driver_that_dies_before_its_handover_ke
             .commit_transaction(Duration::from_secs(30))
             .expect("the local transaction commits through b");
     }
-    let log = read_log(&harness::cluster("destination"), &topic, 0);
+    // The coordinator writes the markers after it answered the commit: the log is read once
+    // the transaction's marker is in it (30 s at most).
+    let marker_written = |log: &crate::failover::PartitionLog| {
+        let pid = log
+            .records
+            .iter()
+            .rfind(|r| r.key.as_deref().is_some_and(|k| k.starts_with("tx-")))
+            .map(|r| r.producer_id);
+        pid.is_some_and(|pid| log.control_batches.iter().any(|c| c.producer_id == pid))
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut log = read_log(&harness::cluster("destination"), &topic, 0);
+    while !marker_written(&log) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        log = read_log(&harness::cluster("destination"), &topic, 0);
+    }
     let barriers: Vec<i64> = log.barriers.iter().map(|b| b.0).collect();
     assert_eq!(
         barriers.len(),
