@@ -570,7 +570,8 @@ fn a_kafka_streams_exactly_once_application_on_the_forward_listener_crosses_a_sw
     let missing: Vec<_> = all.iter().filter(|id| !times.contains_key(*id)).collect();
     assert!(
         missing.is_empty(),
-        "input records without output: {missing:?}"
+        "input records without output: {missing:?}\n--- the output topic's logs (offset, producer id, epoch, control, key, value) ---\n{}",
+        output_logs(&[("source", &source), ("destination", &destination)], &output)
     );
     for j in 0..KEYS {
         let key = format!("k{j}");
@@ -583,4 +584,28 @@ fn a_kafka_streams_exactly_once_application_on_the_forward_listener_crosses_a_sw
         let want: Vec<usize> = (1..=counts.len()).collect();
         assert_eq!(counts, want, "key {key}: counts go on across the switch");
     }
+}
+
+/// Every record of `topic` on each cluster, markers included, one a line: what a failure of
+/// the test above needs to be read (a record without its marker, a marker where none is due).
+fn output_logs(clusters: &[(&str, &str)], topic: &str) -> String {
+    let mut out = String::new();
+    for (name, bootstrap) in clusters {
+        for p in 0..PARTITIONS {
+            let log = crate::failover::read_log(bootstrap, topic, p);
+            for r in &log.records {
+                out.push_str(&format!(
+                    "{name} {p} {} {} {} {} {:?} {:?}\n",
+                    r.offset, r.producer_id, r.producer_epoch, r.control, r.key, r.value
+                ));
+            }
+            for c in &log.control_batches {
+                out.push_str(&format!(
+                    "{name} {p} {} {} {} control-batch attributes {:#x}\n",
+                    c.offset, c.producer_id, c.producer_epoch, c.attributes
+                ));
+            }
+        }
+    }
+    out
 }
