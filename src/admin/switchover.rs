@@ -32,7 +32,6 @@
 //! Owns: those steps and their bound. Must not touch: the failover itself (the controller), the
 //! connections (the route tells them).
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use http_body_util::Full;
@@ -41,13 +40,15 @@ use hyper::{Response, StatusCode};
 use serde_json::json;
 
 use crate::audit::AuditNote;
-use crate::client::{KafkaClient, LATEST};
 use crate::cluster::ClusterView;
 use crate::controller::MirrorController;
 use crate::instances::agent_owner::AgentTurn;
 use crate::instances::{HoldStep, PeerLink};
 
+mod source;
 mod tail;
+
+use source::source_facts;
 
 use super::failover_call::{refresh_destination, start_failover};
 use super::{error_reply, json_reply, preflight, AdminBackend, ForwardHandle};
@@ -434,108 +435,4 @@ fn some_partitions<'a>(partitions: impl ExactSizeIterator<Item = &'a (String, i3
         .collect();
     let more = if total > shown.len() { ", …" } else { "" };
     format!("{}{more}", shown.join(", "))
-}
-
-/// What a switchover reads of the source under its hold.
-struct SourceFacts {
-    /// The log end of every partition.
-    ends: BTreeMap<(String, i32), i64>,
-    /// The transactions open in them, described for the refusal.
-    open: Vec<String>,
-}
-
-/// The source's log end and open transactions of every partition, read from its leaders: per
-/// leader, one ListOffsets and one DescribeProducers request for all its partitions.
-async fn source_facts(
-    source: &ClusterView,
-    partitions: &[(String, i32)],
-) -> Result<SourceFacts, String> {
-    source
-        .refresh()
-        .await
-        .map_err(|e| format!("the source's metadata could not be read: {e}"))?;
-    let mut by_leader: BTreeMap<String, Vec<(String, i32)>> = BTreeMap::new();
-    for (t, p) in partitions {
-        let leader = source
-            .topic(t)
-            .and_then(|i| i.leaders.get(*p as usize).copied())
-            .filter(|l| *l >= 0)
-            .ok_or_else(|| format!("{t}-{p} has no leader on the source"))?;
-        let addr = source
-            .broker_addr(leader)
-            .ok_or_else(|| format!("source broker {leader} (leader of {t}-{p}) is not known"))?;
-        by_leader.entry(addr).or_default().push((t.clone(), *p));
-    }
-    let mut facts = SourceFacts {
-        ends: BTreeMap::new(),
-        open: Vec::new(),
-    };
-    for (addr, parts) in by_leader {
-        let mut client = source
-            .client(&addr, Duration::from_secs(5))
-            .await
-            .map_err(|e| format!("cannot reach source broker {addr}: {e}"))?;
-        let ends = client
-            .list_offsets(&parts, LATEST)
-            .await
-            .map_err(|e| format!("the log ends could not be read on source broker {addr}: {e}"))?;
-        facts.ends.extend(ends);
-        facts
-            .open
-            .extend(open_transactions(&mut client, &addr, &parts).await?);
-    }
-    Ok(facts)
-}
-
-/// The transactions open in `parts` (led by the broker `client` is connected to, at `addr`),
-/// described for a refusal.
-async fn open_transactions(
-    client: &mut KafkaClient,
-    addr: &str,
-    parts: &[(String, i32)],
-) -> Result<Vec<String>, String> {
-    use kafka_protocol::messages::describe_producers_request::TopicRequest;
-    use kafka_protocol::messages::DescribeProducersRequest;
-    use kafka_protocol::protocol::StrBytes;
-    let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
-    for (t, p) in parts {
-        topics.entry(t.as_str()).or_default().push(*p);
-    }
-    let req = DescribeProducersRequest::default().with_topics(
-        topics
-            .iter()
-            .map(|(t, ps)| {
-                TopicRequest::default()
-                    .with_name(StrBytes::from_string(t.to_string()).into())
-                    .with_partition_indexes(ps.clone())
-            })
-            .collect(),
-    );
-    let resp = client
-        .send(&req, 0)
-        .await
-        .map_err(|e| format!("the producers could not be read on source broker {addr}: {e}"))?;
-    let mut open = Vec::new();
-    for topic in &resp.topics {
-        for part in &topic.partitions {
-            let (t, p) = (topic.name.0.as_str(), part.partition_index);
-            if part.error_code != 0 {
-                return Err(format!(
-                    "the source answered DescribeProducers of {t}-{p} with error {}",
-                    part.error_code
-                ));
-            }
-            for a in part
-                .active_producers
-                .iter()
-                .filter(|a| a.current_txn_start_offset >= 0)
-            {
-                open.push(format!(
-                    "{t}-{p} (producer id {}, from offset {})",
-                    a.producer_id.0, a.current_txn_start_offset
-                ));
-            }
-        }
-    }
-    Ok(open)
 }

@@ -447,11 +447,28 @@ impl Task {
             }
             SourceBatch::Control => {
                 self.note_transactional();
+                self.hold_markers_while_the_test_says_so().await?;
                 self.mirror_marker(h, b).await
             }
             SourceBatch::Gapped => self.mirror_gapped(h, b).await,
             SourceBatch::Empty => self.mirror_empty(h),
         }
+    }
+
+    /// `MIRRORGATE_TEST_HOLD_AGENT_MARKERS_WHILE=PATH`: while PATH exists, a transaction marker
+    /// fetched from the source waits before it is mirrored, as behind a slow destination (a
+    /// stop still ends the wait). Unset in production: a marker never waits.
+    async fn hold_markers_while_the_test_says_so(&mut self) -> Step<()> {
+        static HOLD: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+        let hold = HOLD.get_or_init(|| {
+            std::env::var_os("MIRRORGATE_TEST_HOLD_AGENT_MARKERS_WHILE").map(Into::into)
+        });
+        if let Some(path) = hold {
+            while path.exists() {
+                self.sleep(Duration::from_millis(50)).await?;
+            }
+        }
+        Ok(())
     }
 
     /// The destination refused an idempotent batch as out of sequence. Either an earlier batch

@@ -7,6 +7,8 @@
 //! the environment (the agent's own hooks are read where they act:
 //! `MIRRORGATE_TEST_LOSE_AGENT_APPEND_ANSWERS` by `agent.rs`,
 //! `MIRRORGATE_TEST_HOLD_AGENT_DISCOVERY_WHILE` by `agent/discovery.rs`,
+//! `MIRRORGATE_TEST_HOLD_AGENT_MARKERS_WHILE` by `agent/partition.rs`,
+//! `MIRRORGATE_TEST_HOLD_BETWEEN_SOURCE_READS_WHILE` by `admin/switchover/source.rs`,
 //! `MIRRORGATE_TEST_HOLD_AGENT_CLAIM_WHILE` by `instances/agents.rs`,
 //! `MIRRORGATE_TEST_HOLD_HEARTBEATS_WHILE` by `instances.rs`), the failover's
 //! rules.

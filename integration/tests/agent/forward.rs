@@ -183,8 +183,8 @@ pub(super) fn assert_acknowledged_once_in_order(
 }
 
 /// The transactions the failover of mirror `name` aborted, over its partitions.
-fn aborted_by_failover(gw: &TestGateway, name: &str) -> Vec<serde_json::Value> {
-    partitions_json(&gw.admin(), name)
+fn aborted_by_failover(admin: &str, name: &str) -> Vec<serde_json::Value> {
+    partitions_json(admin, name)
         .iter()
         .flat_map(|p| {
             p["transactions_aborted"]
@@ -651,7 +651,17 @@ fn three_producers_across(
         Duration::from_secs(120),
         || producers.iter().all(|p| p.count("ack") >= 100),
     );
+    let epoch_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis())
+    };
+    let began = epoch_ms();
     switch();
+    eprintln!(
+        "forward clients: the switchover ran from {began} to {} (ms)",
+        epoch_ms()
+    );
     let at_switch: Vec<usize> = producers.iter().map(|p| p.count("ack")).collect();
     wait_for(
         "every client acknowledged after the switchover",
@@ -685,12 +695,25 @@ fn assert_crossed_without_error(
             on_destination.entry(k).or_default().push((p, 0));
         }
     }
+    // Every client's errors are printed before any assertion: a failure names them all, first
+    // lines first (a long panic message is cut in CI's excerpt).
     for (name, events) in runs {
-        let errors: Vec<&serde_json::Value> = events.iter().filter(|e| e["e"] == "err").collect();
-        assert!(
-            errors.is_empty(),
-            "{name}: errors reached the application: {errors:?}"
-        );
+        let errors: Vec<String> = events
+            .iter()
+            .filter(|e| e["e"] == "err")
+            .map(|e| format!("{} at {}: {}", e["k"], e["t"], e["r"]))
+            .collect();
+        if !errors.is_empty() {
+            eprintln!(
+                "forward clients: {name}: {} error(s) reached the application, first: {:?}",
+                errors.len(),
+                &errors[..errors.len().min(3)]
+            );
+        }
+    }
+    for (name, events) in runs {
+        let errors = events.iter().filter(|e| e["e"] == "err").count();
+        assert_eq!(errors, 0, "{name}: errors reached the application (above)");
         let sent: BTreeMap<&str, i64> = events
             .iter()
             .filter(|e| e["e"] == "send")
@@ -931,7 +954,7 @@ fn a_switchover_is_refused_while_a_transaction_is_open_and_goes_through_once_it_
         5,
         "the transaction's records: {committed:?} ({body})"
     );
-    let aborted = aborted_by_failover(&gw, "fwdt");
+    let aborted = aborted_by_failover(&gw.admin(), "fwdt");
     assert!(aborted.is_empty(), "the failover aborted {aborted:?}");
 }
 
@@ -1229,7 +1252,7 @@ fn a_transaction_open_at_the_switchover_commits_on_the_source_and_the_switchover
         (0..5).map(|i| format!("txn-{i}")).collect::<Vec<_>>(),
         "the committed transaction on the destination"
     );
-    let aborted = aborted_by_failover(&gw, "fwde");
+    let aborted = aborted_by_failover(&gw.admin(), "fwde");
     assert!(aborted.is_empty(), "the failover aborted {aborted:?}");
 
     // After the switch: the destination's coordinator does not know the transactional id.
@@ -1258,6 +1281,122 @@ fn a_transaction_open_at_the_switchover_commits_on_the_source_and_the_switchover
             "{k} once on the destination: {after:?}"
         );
     }
+}
+
+/// A transaction of the source commits while the switchover reads the source's log ends and
+/// open transactions (a test hook holds the switchover between the two reads of the leader
+/// until the commit is done): the coordinator's COMMIT marker lands between them, and the agent
+/// is slow to mirror it (another hook holds markers for 3 s). The switchover waits until the
+/// marker is mirrored and the transaction is committed on the destination; the failover aborts
+/// nothing. Red before: the ends were read first, then the producers, so the marker lay above
+/// the end mirrored to and the transaction was out of the open list; the failover stopped the
+/// agent before the marker and aborted on the destination the transaction the source had
+/// committed (unit test
+/// `a_commit_marker_written_between_the_two_reads_is_below_the_end_or_the_transaction_is_open`).
+#[test]
+fn a_transaction_committing_while_the_switchover_reads_the_source_is_committed_on_the_destination()
+{
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("forward-txn-reads");
+    harness::create_topic(&source, &topic, 1, None);
+    let (cfg, _forward) = forward_config("fwdm", &[&topic], &source);
+    let scratch = std::env::temp_dir().join(format!(
+        "mirrorgate-test-reads-{}-{}",
+        std::process::id(),
+        harness::unique_topic("h")
+    ));
+    let reached = scratch.with_extension("reached");
+    let markers = scratch.with_extension("markers");
+    std::fs::write(&markers, b"").expect("marker hold file");
+    let (hold, hold_markers) = (
+        scratch.to_string_lossy().to_string(),
+        markers.to_string_lossy().to_string(),
+    );
+    let gw = crate::gw::ProcessGateway::start(
+        cfg,
+        &[
+            (
+                "MIRRORGATE_TEST_HOLD_BETWEEN_SOURCE_READS_WHILE",
+                hold.as_str(),
+            ),
+            (
+                "MIRRORGATE_TEST_HOLD_AGENT_MARKERS_WHILE",
+                hold_markers.as_str(),
+            ),
+        ],
+    );
+    let admin = gw.admin();
+    // A producer of the source itself: its commit does not pass the forward listener's hold.
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &source)
+        .set(
+            "transactional.id",
+            format!("fwd-reads-{}", std::process::id()),
+        )
+        .create()
+        .expect("transactional producer");
+    harness::init_transactions(&producer);
+    producer.begin_transaction().expect("begin");
+    for i in 0..5 {
+        let key = format!("txn-{i}");
+        producer
+            .send(BaseRecord::to(&topic).key(&key).payload("v"))
+            .map_err(|(e, _)| e)
+            .expect("send");
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+    wait_lag_zero(&admin, "fwdm", 1);
+    // Set now: the dry runs above read the source too.
+    std::fs::write(&scratch, b"").expect("hold file");
+
+    let call_admin = admin.clone();
+    let call = std::thread::spawn(move || {
+        admin_call(
+            &call_admin,
+            Method::POST,
+            "/v1/mirrors/fwdm/switchover",
+            None,
+        )
+    });
+    wait_for(
+        "the switchover between its reads of the source",
+        Duration::from_secs(30),
+        || reached.exists(),
+    );
+    producer
+        .commit_transaction(Duration::from_secs(30))
+        .expect("commit on the source");
+    std::fs::remove_file(&scratch).expect("release the hold");
+    std::thread::sleep(Duration::from_secs(3));
+    std::fs::remove_file(&markers).expect("release the markers");
+    let (status, body) = call.join().expect("switchover call");
+    let _ = std::fs::remove_file(&reached);
+    assert_eq!(status, 202, "switchover: {body}");
+    crate::failover::wait_stopped(&admin, "fwdm");
+    assert_eq!(
+        keys(&destination, &topic, 0),
+        (0..5).map(|i| format!("txn-{i}")).collect::<Vec<_>>(),
+        "the records of the transaction the source committed, on the destination"
+    );
+    // The source's COMMIT marker is the destination's, and no ABORT of that producer is there.
+    let commit = crate::failover::read_log(&source, &topic, 0)
+        .control_batches
+        .into_iter()
+        .find(|c| !c.abort)
+        .expect("the source's COMMIT marker");
+    let markers: Vec<_> = crate::failover::read_log(&destination, &topic, 0)
+        .control_batches
+        .into_iter()
+        .filter(|c| c.producer_id == commit.producer_id)
+        .collect();
+    assert!(
+        markers.len() == 1 && !markers[0].abort,
+        "the destination's markers of producer {}: {markers:?}",
+        commit.producer_id
+    );
+    let aborted = aborted_by_failover(&admin, "fwdm");
+    assert!(aborted.is_empty(), "the failover aborted {aborted:?}");
 }
 
 /// A Java transactional producer that never pauses (ChaosTxnProducer.java: transactions of 4
@@ -1352,7 +1491,7 @@ fn a_java_transactional_producer_that_never_pauses_crosses_a_switchover_without_
         visible_aborted.is_empty(),
         "aborted records visible: {visible_aborted:?}"
     );
-    let aborted_by_failover = aborted_by_failover(&gw, "fwdj");
+    let aborted_by_failover = aborted_by_failover(&gw.admin(), "fwdj");
     assert!(
         aborted_by_failover.is_empty(),
         "the failover aborted {aborted_by_failover:?}"
