@@ -872,6 +872,30 @@ fn a_switchover_that_cannot_mirror_the_sources_end_in_time_changes_nothing() {
     assert_eq!(status, 404);
 }
 
+/// A transactional producer of `bootstrap` (transactional id `PREFIX-PID`) with a transaction
+/// open: `txn-0` to `txn-4` written to `topic`, not committed.
+fn open_transaction(bootstrap: &str, prefix: &str, topic: &str) -> BaseProducer {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set(
+            "transactional.id",
+            format!("{prefix}-{}", std::process::id()),
+        )
+        .create()
+        .expect("transactional producer");
+    harness::init_transactions(&producer);
+    producer.begin_transaction().expect("begin");
+    for i in 0..5 {
+        let key = format!("txn-{i}");
+        producer
+            .send(BaseRecord::to(topic).key(&key).payload("v"))
+            .map_err(|(e, _)| e)
+            .expect("send");
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+    producer
+}
+
 #[test]
 fn a_switchover_is_refused_while_a_transaction_is_open_and_goes_through_once_it_is_committed() {
     let source = harness::cluster("source");
@@ -883,24 +907,7 @@ fn a_switchover_is_refused_while_a_transaction_is_open_and_goes_through_once_it_
         f.hold_ms = 1500;
     }
     let gw = TestGateway::start(cfg);
-    let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", &forward)
-        .set(
-            "transactional.id",
-            format!("fwd-txn-{}", std::process::id()),
-        )
-        .create()
-        .expect("transactional producer");
-    harness::init_transactions(&producer);
-    producer.begin_transaction().expect("begin");
-    for i in 0..5 {
-        let key = format!("txn-{i}");
-        producer
-            .send(BaseRecord::to(&topic).key(&key).payload("v"))
-            .map_err(|(e, _)| e)
-            .expect("send");
-    }
-    producer.flush(Duration::from_secs(30)).expect("flush");
+    let producer = open_transaction(&forward, "fwd-txn", &topic);
     wait_mirroring(&gw, "fwdt", &topic, 1);
     // The dry run names the open transaction (the preflight of a switchover).
     let dry = dry_run(&gw, "fwdt");
@@ -1328,24 +1335,7 @@ fn a_transaction_committing_while_the_switchover_reads_the_source_is_committed_o
     );
     let admin = gw.admin();
     // A producer of the source itself: its commit does not pass the forward listener's hold.
-    let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", &source)
-        .set(
-            "transactional.id",
-            format!("fwd-reads-{}", std::process::id()),
-        )
-        .create()
-        .expect("transactional producer");
-    harness::init_transactions(&producer);
-    producer.begin_transaction().expect("begin");
-    for i in 0..5 {
-        let key = format!("txn-{i}");
-        producer
-            .send(BaseRecord::to(&topic).key(&key).payload("v"))
-            .map_err(|(e, _)| e)
-            .expect("send");
-    }
-    producer.flush(Duration::from_secs(30)).expect("flush");
+    let producer = open_transaction(&source, "fwd-reads", &topic);
     wait_lag_zero(&admin, "fwdm", 1);
     // Set now: the dry runs above read the source too.
     std::fs::write(&scratch, b"").expect("hold file");
