@@ -25,11 +25,14 @@ use tokio::sync::Mutex;
 
 use super::{ProduceAnswer, RecoveryError, RecoveryIo, SourceTopicShape};
 use crate::client::mirror_ops::{self, metadata_of, write_marker};
+use crate::client::retry::is_retriable;
 use crate::client::{Connector, KafkaClient, PartitionRequestError, EARLIEST, LATEST};
 use crate::protocol::txn_marker::MarkerSpec;
 
 /// Most bytes one fetch asks for.
 const FETCH_BYTES: i32 = 4 * 1024 * 1024;
+/// How long a fence marker answered with a retriable error is asked again.
+const FENCE_RETRIES_FOR: Duration = Duration::from_secs(30);
 
 /// One cluster: how to connect, where to start, the connections kept.
 struct Side {
@@ -378,6 +381,9 @@ impl RecoveryIo for KafkaRecoveryIo {
         )))
     }
 
+    /// Retriable answers (the quarantine topic created a moment ago and its leader not knowing
+    /// it yet: UNKNOWN_TOPIC_OR_PARTITION; a leader moving) and lost connections are asked
+    /// again, the leader looked up anew, for [`FENCE_RETRIES_FOR`] at most.
     async fn fence(
         &self,
         topic: &str,
@@ -385,29 +391,40 @@ impl RecoveryIo for KafkaRecoveryIo {
         producer: (i64, i16),
     ) -> Result<(), RecoveryError> {
         let d = &self.destination;
-        let addr = d.leader(topic, partition).await?;
-        let mut c = d.client(&addr).await?;
         let spec = MarkerSpec::barrier(producer.0, producer.1);
-        match write_marker(&mut c, topic, partition, spec).await {
-            Ok(0) => {
-                d.keep(c).await;
-                Ok(())
+        let deadline = tokio::time::Instant::now() + FENCE_RETRIES_FOR;
+        loop {
+            let addr = d.leader(topic, partition).await?;
+            let mut c = d.client(&addr).await?;
+            let failure = match write_marker(&mut c, topic, partition, spec).await {
+                Ok(0) => {
+                    d.keep(c).await;
+                    return Ok(());
+                }
+                // INVALID_PRODUCER_EPOCH, PRODUCER_FENCED: a later copier fenced this one first.
+                Ok(47 | 90) => {
+                    return Err(RecoveryError::Fenced {
+                        topic: topic.to_string(),
+                        partition,
+                    })
+                }
+                Ok(code) if is_retriable(code) => format!("error code {code}"),
+                Ok(code) => {
+                    d.forget(topic, partition).await;
+                    return Err(d.io(format!(
+                        "the fence marker in {topic}-{partition}: error code {code}"
+                    )));
+                }
+                Err(e) => e.to_string(),
+            };
+            d.forget(topic, partition).await;
+            if tokio::time::Instant::now() >= deadline {
+                return Err(d.io(format!(
+                    "the fence marker in {topic}-{partition}: {failure} (asked again for {FENCE_RETRIES_FOR:?})"
+                )));
             }
-            // INVALID_PRODUCER_EPOCH, PRODUCER_FENCED: a later copier fenced this one first.
-            Ok(47 | 90) => Err(RecoveryError::Fenced {
-                topic: topic.to_string(),
-                partition,
-            }),
-            Ok(code) => {
-                d.forget(topic, partition).await;
-                Err(d.io(format!(
-                    "the fence marker in {topic}-{partition}: error code {code}"
-                )))
-            }
-            Err(e) => {
-                d.forget(topic, partition).await;
-                Err(d.io(format!("the fence marker in {topic}-{partition}: {e}")))
-            }
+            tracing::debug!(%topic, partition, %failure, "recovery: the fence marker asked again");
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 
