@@ -9,19 +9,32 @@
 // created with replication factor 1 (the test clusters' source has one broker); commits every
 // 100 ms. It runs until it has processed EXPECTED distinct input ids (when ID_PREFIX is given,
 // only the ids starting with it count; it processes the others too) or TIMEOUT_MS passed, then
-// closes cleanly (which commits the open transaction) and prints one JSON line per processed
-// record {"id":I,"key":K,"count":C} and at the end
-// {"done":true,"distinct":D,"counted":N,"records":R,"reached":true|false,"closed":true|false}.
+// waits (within TIMEOUT_MS too) until a read_committed reader of OUTPUT has an output of every id
+// that counted: a transaction that failed after its records were processed (the first one after a
+// switchover, whose transactional id the destination's coordinator does not know) is processed
+// again by Streams before its outputs exist, and an application that stopped at once would leave
+// them unwritten. Then it closes cleanly (which commits the open transaction) and prints one JSON
+// line per processed record {"id":I,"key":K,"count":C} and at the end
+// {"done":true,"distinct":D,"counted":N,"records":R,"reached":true|false,"committed":true|false,
+// "closed":true|false}.
 // Exit status: 0 after a clean close, 1 when a stream thread died of an exception (printed on
 // stderr and as {"error":...}), 3 when the close did not finish within 60 s.
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.List;
 import java.util.Properties;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.common.PartitionInfo;
+import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
@@ -87,6 +100,41 @@ public class StreamsCount {
         }
     }
 
+    /** Whether a read_committed reader of OUTPUT has an output ("ID:COUNT") of every id in
+     * COUNTED before DEADLINE_MS. */
+    static boolean outputsCommitted(String bootstrap, String output, long deadlineMs) {
+        Properties c = new Properties();
+        c.put("bootstrap.servers", bootstrap);
+        c.put("isolation.level", "read_committed");
+        c.put("enable.auto.commit", "false");
+        c.put("key.deserializer", StringDeserializer.class.getName());
+        c.put("value.deserializer", StringDeserializer.class.getName());
+        Set<String> seen = new HashSet<>();
+        try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(c)) {
+            List<TopicPartition> parts = new ArrayList<>();
+            for (PartitionInfo pi : consumer.partitionsFor(output, Duration.ofSeconds(30))) {
+                parts.add(new TopicPartition(output, pi.partition()));
+            }
+            consumer.assign(parts);
+            consumer.seekToBeginning(parts);
+            while (System.currentTimeMillis() < deadlineMs) {
+                for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis(200))) {
+                    String v = r.value();
+                    int colon = v == null ? -1 : v.lastIndexOf(':');
+                    if (colon > 0) {
+                        seen.add(v.substring(0, colon));
+                    }
+                }
+                if (seen.containsAll(COUNTED)) {
+                    return true;
+                }
+            }
+        } catch (RuntimeException e) {
+            System.err.println("reading the committed output: " + e);
+        }
+        return false;
+    }
+
     public static void main(String[] args) throws Exception {
         if (args.length != 7 && args.length != 8) {
             System.err.println("usage: StreamsCount BOOTSTRAP APPLICATION_ID INPUT OUTPUT STATE_DIR EXPECTED TIMEOUT_MS [ID_PREFIX]");
@@ -130,6 +178,8 @@ public class StreamsCount {
             Thread.sleep(50);
         }
         boolean reached = COUNTED.size() >= expected;
+        boolean committed = reached && failure.get() == null
+            && outputsCommitted(args[0], output, deadline);
         boolean closed = streams.close(Duration.ofSeconds(60));
         Throwable f = failure.get();
         synchronized (System.out) {
@@ -138,7 +188,8 @@ public class StreamsCount {
             }
             System.out.println("{\"done\":true,\"distinct\":" + DISTINCT.size() + ",\"counted\":" + COUNTED.size()
                 + ",\"records\":" + RECORDS.get()
-                + ",\"reached\":" + reached + ",\"closed\":" + closed + "}");
+                + ",\"reached\":" + reached + ",\"committed\":" + committed
+                + ",\"closed\":" + closed + "}");
             System.out.flush();
         }
         if (f != null) {

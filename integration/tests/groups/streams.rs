@@ -558,6 +558,11 @@ fn a_kafka_streams_exactly_once_application_on_the_forward_listener_crosses_a_sw
         harness::tail_text(&out.stderr, 40)
     );
 
+    assert_eq!(
+        done["committed"], true,
+        "the application's outputs of every input it processed, committed, before it closed"
+    );
+
     let total = FIRST + SECOND;
     let seen = read_committed(&destination, &output, total);
     let times = outputs_per_input(&seen);
