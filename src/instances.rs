@@ -332,10 +332,13 @@ impl PeerLink {
     /// The state topic is another incarnation (review G6): forget everything read from the old
     /// one — owners, claims, failovers, fences, handovers, reports, this instance's lease — and
     /// read the new one from its start. Until then this instance holds no lease: it admits no
-    /// mirror write, runs no agent and writes no barrier.
+    /// mirror write, runs no agent and writes no barrier; and its first lease on the new one
+    /// waits until any lease read from the old one has ended ([`PeerView::started_over`]).
     fn start_over(&self, why: &str) {
+        let settle =
+            Duration::from_millis(self.settle_ms.load(std::sync::atomic::Ordering::Relaxed));
         let mut v = self.view();
-        let fresh = PeerView::with_incarnation(v.me(), v.session(), v.incarnation());
+        let fresh = v.started_over(settle);
         *v = fresh;
         v.io_failed(format!(
             "the state topic is read again from its start: {why}"

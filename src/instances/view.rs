@@ -104,8 +104,11 @@ pub struct PeerView {
     /// another incarnation read a twin (a previous process's can come after a read that
     /// seemed to reach the end, e.g. from a partition leader whose high watermark lags).
     own_heartbeat_read: bool,
-    /// The grace before the first lease ([`grace`] of the session).
+    /// The grace before the first lease ([`grace`] of the session; longer in a view started
+    /// over after the state topic was replaced, see [`PeerView::started_over`]).
     grace: Duration,
+    /// This view started over after the state topic was replaced (review G6).
+    after_reset: bool,
     /// A heartbeat of this instance's id written by another process was read: the first lease
     /// waits a whole session plus the margin (a process with the id paused now may hold one
     /// until then).
@@ -183,6 +186,7 @@ impl PeerView {
             first_acked: None,
             own_heartbeat_read: false,
             grace: grace(session),
+            after_reset: false,
             other_process_read: false,
             seen: HashMap::new(),
             incarnations: HashMap::new(),

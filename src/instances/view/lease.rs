@@ -40,6 +40,23 @@ impl PeerView {
         self.grace = grace;
     }
 
+    /// The view this process starts over with when the state topic was replaced — deleted and
+    /// created again, or truncated (review G6): it knows nothing of the old log, and its first
+    /// lease waits a session, the margin and `settle` after its first heartbeat instead of the
+    /// grace. An instance the new log does not show yet (cut off from the state topic when it
+    /// was replaced) may hold a lease read from the old log until a session after its last
+    /// read of it, which came before this process saw the replacement, and its mirror writes
+    /// may land up to the settle after that; no failover may reach its barrier without waiting
+    /// for them, and no agent be claimed beside it, so this process holds no lease until then
+    /// (found by the simulation, seed 445).
+    pub fn started_over(&self, settle: Duration) -> PeerView {
+        let mut v = PeerView::with_incarnation(&self.me, self.session, &self.incarnation);
+        v.yield_jitter = self.yield_jitter;
+        v.grace = self.grace.max(self.session + MARGIN + settle);
+        v.after_reset = true;
+        v
+    }
+
     /// This process's incarnation, written into its heartbeats.
     pub fn incarnation(&self) -> &str {
         &self.incarnation
@@ -79,6 +96,11 @@ impl PeerView {
         acked: Instant,
         broker_ms: Option<i64>,
     ) -> Option<Duration> {
+        #[cfg(test)]
+        if super::sim_sabotage::broker_clock_ignored() {
+            self.heartbeat_acked(sent, acked);
+            return None;
+        }
         let Some(unseen) = self.broker_clock.check(sent, acked, broker_ms) else {
             self.heartbeat_acked(sent, acked);
             return None;
@@ -232,6 +254,12 @@ impl PeerView {
         }
         if let (Some(first), Some(read)) = (self.first_acked, self.caught_up) {
             let grace = self.first_lease_grace();
+            if read < first + grace && self.after_reset {
+                return Some(format!(
+                    "the state topic was replaced: waiting {:.1} s after the first heartbeat written to it, until every lease read from the old one has ended",
+                    grace.as_secs_f64()
+                ));
+            }
             if read < first + grace {
                 return Some(format!(
                     "starting: checking for {:.1} s that no other process runs with instance id {:?}",
@@ -299,6 +327,30 @@ mod tests {
         v.caught_up(t);
         assert_eq!(v.lease_problem(t), None);
         (v, t)
+    }
+
+    #[test]
+    fn a_view_started_over_after_the_state_topic_was_replaced_takes_its_first_lease_after_a_session_the_margin_and_the_settle(
+    ) {
+        // Review G6, simulation seed 445: an instance cut off from the state topic when it was
+        // replaced may hold a lease read from the old log for a session after its last read of
+        // it; the new log does not show it, so no failover would wait for its writes.
+        let t0 = Instant::now();
+        let (old, _) = leased("a", t0);
+        let settle = Duration::from_secs(5);
+        let mut v = old.started_over(settle);
+        assert_eq!(v.incarnation(), "p1");
+        let t1 = t0 + T;
+        v.caught_up(t1);
+        v.heartbeat_acked(t1, t1);
+        let later = t1 + grace(T) + Duration::from_millis(1);
+        v.caught_up(later);
+        let p = v.lease_problem(later).expect("no lease within the grace");
+        assert!(p.contains("the state topic was replaced"), "{p}");
+        let after = t1 + T + MARGIN + settle;
+        v.heartbeat_acked(after, after);
+        v.caught_up(after);
+        assert_eq!(v.lease_problem(after), None);
     }
 
     #[test]

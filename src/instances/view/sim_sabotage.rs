@@ -10,6 +10,17 @@ thread_local! {
     static HEARTBEAT_UNREAD: Cell<bool> = const { Cell::new(false) };
     static OWNERSHIP_ACROSS_LAPSES: Cell<bool> = const { Cell::new(false) };
     static TWIN_IGNORED: Cell<bool> = const { Cell::new(false) };
+    static BROKER_CLOCK_IGNORED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Before G13: a heartbeat's broker append time is not compared with the local clock, so a
+/// process stopped with its clock (a VM) resumes holding its lease.
+pub fn set_broker_clock_ignored(on: bool) {
+    BROKER_CLOCK_IGNORED.with(|c| c.set(on));
+}
+
+pub(super) fn broker_clock_ignored() -> bool {
+    BROKER_CLOCK_IGNORED.with(Cell::get)
 }
 
 /// Before G12: a heartbeat of this instance's id written by another process is ignored.
