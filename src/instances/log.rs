@@ -62,6 +62,25 @@ pub struct ReadResult {
     pub reset: Option<String>,
 }
 
+/// Test hook (environment, read once): while the file named by
+/// `MIRRORGATE_TEST_CUT_OFF_STATE_TOPIC_WHILE` exists, every read and append of the state topic
+/// fails as if the network to its leader were cut, so a test can replace the topic while this
+/// process still holds a lease read from the old one. Unset in production: never cut.
+fn cut_off() -> Result<(), String> {
+    static CUT: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    let cut = CUT
+        .get_or_init(|| {
+            std::env::var_os("MIRRORGATE_TEST_CUT_OFF_STATE_TOPIC_WHILE").map(Into::into)
+        })
+        .as_ref()
+        .is_some_and(|p| p.exists());
+    if cut {
+        Err("the state topic cannot be reached (test hook: cut off)".into())
+    } else {
+        Ok(())
+    }
+}
+
 /// The state topic on the destination cluster.
 pub struct KafkaStateLog {
     view: Arc<ClusterView>,
@@ -160,6 +179,7 @@ impl KafkaStateLog {
     /// Append one batch; the broker's append time of it (-1 unless the topic keeps
     /// `LogAppendTime`).
     async fn produce(&self, batch: bytes::Bytes) -> Result<i64, String> {
+        cut_off()?;
         let topic = self.topic.clone();
         self.with_client(move |c| {
             Box::pin(async move {
@@ -311,6 +331,7 @@ impl StateLog for KafkaStateLog {
 
     fn read(&self, from: i64) -> BoxFuture<'_, Result<ReadResult, String>> {
         Box::pin(async move {
+            cut_off()?;
             let Some(now_id) = self.current_id(false).await else {
                 return Err(self.why_absent().await);
             };

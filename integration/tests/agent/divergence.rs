@@ -32,7 +32,7 @@ fn admin_opts() -> rdkafka::admin::AdminOptions {
 }
 
 /// DeleteTopics sent to the destination brokers directly (not through the gateway).
-pub(super) fn delete_topic_directly(bootstrap: &str, topic: &str) {
+pub(crate) fn delete_topic_directly(bootstrap: &str, topic: &str) {
     let r = on_runtime(direct_admin(bootstrap).delete_topics(&[topic], &admin_opts()))
         .expect("DeleteTopics");
     for x in r {

@@ -30,7 +30,7 @@ use crate::psm_differential::{broker_producers, gateway_producers, RawConn};
 
 mod basics;
 mod compacted;
-mod divergence;
+pub(crate) mod divergence;
 mod faults;
 pub(crate) mod forward;
 mod forward_instances;

@@ -351,3 +351,126 @@ fn a_process_started_while_another_with_its_id_is_paused_takes_no_lease_beside_i
     assert_eq!(status, 503, "the second process is ready: {body}");
     assert!(body.contains("another process"), "{body}");
 }
+
+/// Review G6, found by the simulation (seed 445, S5): the state topic is deleted and created
+/// again while instance x is cut off from it, holding a lease read from the old one and
+/// admitting mirror writes. The new log does not show x, so a failover through a, once a holds
+/// a lease on the new log, would wait for nobody. a's first lease on a replaced state topic
+/// waits until every lease read from the old one has ended (a session, the margin and the
+/// settle after its first heartbeat): no mirror write of x lands after the barrier.
+#[test]
+fn a_failover_after_the_state_topic_was_replaced_waits_out_an_instance_cut_off_from_it() {
+    let topic = mirror_topic("peers-replaced");
+    let state_topic = harness::unique_topic("peers-replaced-state");
+    // A session long enough that x's lease outlives a's first lease on the new log under the
+    // grace of a fresh start (a quarter session and the margin after a's first heartbeat), as
+    // it did before the fix; a short settle keeps the wait after the fix short.
+    let cfg = |id: &str| {
+        let mut c = instance_config("replaced", &topic, id, &state_topic);
+        if let Some(i) = c.instances.as_mut() {
+            i.session_timeout_ms = 20_000;
+        }
+        c.limits.unknown_outcome_settle_ms = 1_000;
+        c
+    };
+    init_state_topic(&cfg("a"));
+    let cut = std::env::temp_dir().join(format!(
+        "mirrorgate-test-cut-{}-{}",
+        std::process::id(),
+        harness::unique_topic("x")
+    ));
+    let cut_env = cut.to_string_lossy().to_string();
+    let a = ProcessGateway::start(cfg("a"), &[]);
+    let x = ProcessGateway::start(
+        cfg("x"),
+        &[(
+            "MIRRORGATE_TEST_CUT_OFF_STATE_TOPIC_WHILE",
+            cut_env.as_str(),
+        )],
+    );
+    wait_others_alive(&a.admin(), 1);
+    wait_others_alive(&x.admin(), 1);
+    let stop = Arc::new(AtomicBool::new(false));
+    let pid = 8_400_000 + (std::process::id() as i64 % 1000) * 10;
+    // One mirror write every half second: a write landing after the barrier's own settle
+    // re-read is not seen by it (a steady stream would keep landing within it, and the barrier
+    // would be written again after it until x's lease had ended).
+    let writer = write_mirror_batches_every(
+        x.mirror_bootstrap(),
+        topic.clone(),
+        pid,
+        stop.clone(),
+        Duration::from_millis(500),
+    );
+    std::thread::sleep(Duration::from_millis(2_000));
+    // x is cut off from the state topic, which is then replaced.
+    std::fs::write(&cut, b"").expect("cut file");
+    let cut_at = Instant::now();
+    let destination = harness::cluster("destination");
+    crate::agent::divergence::delete_topic_directly(&destination, &state_topic);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while harness::try_partition_leaders(&destination, &state_topic).is_ok() {
+        assert!(Instant::now() < deadline, "the state topic never went");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    init_state_topic(&cfg("a"));
+    let replaced = Instant::now();
+    // a reads the new log, which does not show x.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while instances(&a.admin())["others_alive"]
+        .as_array()
+        .is_none_or(|o| !o.is_empty())
+    {
+        assert!(Instant::now() < deadline, "a never forgot x");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The failover through a, once a holds a lease on the new log.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while instances(&a.admin())["lease"] != "held" {
+        assert!(
+            Instant::now() < deadline,
+            "a never held a lease on the new log"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let accepted = loop {
+        let (status, body) = admin_call(
+            &a.admin(),
+            hyper::Method::POST,
+            "/v1/mirrors/replaced/failover",
+            None,
+        );
+        if status == 202 {
+            break replaced.elapsed();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the failover was never taken: {status} {body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    wait_stopped(&[a.admin()], "replaced");
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::SeqCst);
+    let (acked, refused) = writer.join().expect("writer");
+    let _ = std::fs::remove_file(&cut);
+    let barrier = reported_barrier(&a.admin(), "replaced", &topic);
+    println!(
+        "state topic created again {:.1} s after x was cut off; failover taken {:.1} s after that; {} mirror writes acknowledged through x, {} refused (first: {:?}); barrier at {barrier}",
+        (replaced - cut_at).as_secs_f64(),
+        accepted.as_secs_f64(),
+        acked.len(),
+        refused.len(),
+        refused.first()
+    );
+    assert!(
+        !acked.is_empty(),
+        "mirror writes through x before the failover"
+    );
+    let late = data_after(&topic, barrier);
+    let acked_after: Vec<&i64> = acked.iter().filter(|o| **o >= barrier).collect();
+    assert!(
+        late.is_empty() && acked_after.is_empty(),
+        "mirror writes of x landed after the barrier at {barrier}: offsets {late:?} (acknowledged to the writer: {acked_after:?})"
+    );
+}

@@ -206,6 +206,18 @@ fn write_mirror_batches(
     pid: i64,
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<(Vec<i64>, Vec<String>)> {
+    write_mirror_batches_every(mirror_addr, topic, pid, stop, Duration::ZERO)
+}
+
+/// [`write_mirror_batches`] with a pause of `every` after each write (20 ms at least after a
+/// refusal).
+fn write_mirror_batches_every(
+    mirror_addr: String,
+    topic: String,
+    pid: i64,
+    stop: Arc<AtomicBool>,
+    every: Duration,
+) -> std::thread::JoinHandle<(Vec<i64>, Vec<String>)> {
     std::thread::spawn(move || {
         let (mut acked, mut refused) = (Vec::new(), Vec::new());
         let mut conn = RawConn::connect(&mirror_addr);
@@ -216,9 +228,10 @@ fn write_mirror_batches(
             if code == 0 {
                 acked.push(offset);
                 seq += 1;
+                std::thread::sleep(every);
             } else {
                 refused.push(format!("{code}: {msg}"));
-                std::thread::sleep(Duration::from_millis(20));
+                std::thread::sleep(every.max(Duration::from_millis(20)));
             }
         }
         (acked, refused)
