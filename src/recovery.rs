@@ -5,6 +5,8 @@
 //! `<topic>.unmirrored` by default), partition for partition, each record with headers naming
 //! where it came from, exactly once whoever copies and however often a copy is cut short.
 //!
+//! - [`start`]: where a tail starts: after the last source offset the destination holds, the
+//!   report's offset map matched further to the destination's log when it fell short (R2);
 //! - [`tail`]: what a tail holds, record statuses (committed, aborted, open), provenance
 //!   headers and the checksum both sides are compared by (pure);
 //! - [`copy`]: reading a tail and copying it exactly once, over [`RecoveryIo`];
@@ -27,6 +29,7 @@ pub use crate::mirror::report::SourceTopicShape;
 pub mod copy;
 pub mod kafka_io;
 pub mod service;
+pub mod start;
 pub mod tail;
 
 /// The answer to one produce of a copier.
@@ -46,6 +49,14 @@ pub trait RecoveryIo: Send + Sync {
     ) -> impl Future<Output = Result<(i64, i64), RecoveryError>> + Send;
     /// Whole batches of the source partition from `offset` (the first may start before it).
     fn source_batches(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> impl Future<Output = Result<Bytes, RecoveryError>> + Send;
+    /// Whole batches of the mirror partition `topic`-`partition` of the destination from
+    /// `offset` (the first may start before it).
+    fn destination_batches(
         &self,
         topic: &str,
         partition: i32,

@@ -46,6 +46,8 @@ impl QPart {
 #[derive(Default)]
 struct Fake {
     source: Mutex<HashMap<i32, Vec<Bytes>>>,
+    /// The destination's mirror partitions (only what a test matches the report against).
+    destination: Mutex<HashMap<i32, Vec<Bytes>>>,
     /// The source topic's id (`None`: the topic does not exist); recreated: a new one.
     source_id: Mutex<Option<String>>,
     recreated: Mutex<u32>,
@@ -84,6 +86,25 @@ impl RecoveryIo for Fake {
     async fn source_batches(&self, _t: &str, p: i32, offset: i64) -> Result<Bytes, RecoveryError> {
         let v: Vec<Bytes> = self.source.lock().unwrap()[&p]
             .iter()
+            .filter(|b| BatchHeader::parse(b).unwrap().last_offset() >= offset)
+            .take(2)
+            .cloned()
+            .collect();
+        Ok(concat(&v))
+    }
+    async fn destination_batches(
+        &self,
+        _t: &str,
+        p: i32,
+        offset: i64,
+    ) -> Result<Bytes, RecoveryError> {
+        let v: Vec<Bytes> = self
+            .destination
+            .lock()
+            .unwrap()
+            .get(&p)
+            .into_iter()
+            .flatten()
             .filter(|b| BatchHeader::parse(b).unwrap().last_offset() >= offset)
             .take(2)
             .cloned()
@@ -606,4 +627,80 @@ fn a_realignment_cut_short_resumes_with_the_recorded_topics_and_a_recovery_after
         block_on(rec.recover_over(&fake, &r, false)),
         Err(RecoveryError::Realigned(1))
     ));
+}
+
+/// The source batch `b` as the agent copies it onto the destination: the same bytes at an
+/// offset `shift` further (the CRC does not cover the base offset).
+fn copied_at(b: &Bytes, shift: i64) -> Bytes {
+    let base = BatchHeader::parse(b).unwrap().base_offset + shift;
+    let mut m = BytesMut::from(&b[..]);
+    m[..8].copy_from_slice(&base.to_be_bytes());
+    m.freeze()
+}
+
+/// A report whose offset map ends at source offset 9 (destination 109), while the destination's
+/// data reaches destination offset `log_last` (finding R2: the map was published before the
+/// agent's owner copied more, and not matched at completion).
+fn report_short_of_the_destination(log_last: i64) -> FailoverReport {
+    let mut r = report(&[Some(9)]);
+    let p = &mut r.partitions[0];
+    p.last_mirrored_destination_offset = Some(109);
+    p.last_mirrored_offset = Some(log_last);
+    r
+}
+
+#[test]
+fn a_tail_starts_after_what_the_destination_holds_beyond_the_reports_offset_map() {
+    let src = source();
+    let destination = vec![copied_at(&src[&0][0], 100), copied_at(&src[&0][1], 100)];
+    let fake = Fake {
+        source: Mutex::new(src),
+        destination: Mutex::new(HashMap::from([(0, destination)])),
+        source_id: Mutex::new(Some("old".into())),
+        ..Fake::default()
+    };
+    let rec = recoverer();
+    let report = report_short_of_the_destination(112);
+    let plan = block_on(rec.recover_over(&fake, &report, true)).expect("listed");
+    let warnings = plan.plan.expect("a dry run's plan").warnings;
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("source offsets up to 12, beyond the report's 9")),
+        "{warnings:?}"
+    );
+    let out = block_on(rec.recover_over(&fake, &report, false)).expect("recovered");
+    assert!(out.verified, "{out:?}");
+    let offsets: Vec<i64> = fake.quarantined(0).into_iter().map(|(_, o)| o).collect();
+    assert_eq!(
+        offsets,
+        vec![13, 14, 19, 20, 21, 22],
+        "offsets 10-12 are on the destination already"
+    );
+}
+
+#[test]
+fn a_destination_batch_that_is_not_the_sources_leaves_the_tail_at_the_reports_offset_and_says_so() {
+    let src = source();
+    let other = data(110, 3, 99, false);
+    let destination = vec![copied_at(&src[&0][0], 100), other];
+    let fake = Fake {
+        source: Mutex::new(src),
+        destination: Mutex::new(HashMap::from([(0, destination)])),
+        source_id: Mutex::new(Some("old".into())),
+        ..Fake::default()
+    };
+    let plan =
+        block_on(recoverer().recover_over(&fake, &report_short_of_the_destination(112), true))
+            .expect("listed");
+    let listing = plan.plan.expect("a dry run's plan");
+    assert!(
+        listing
+            .warnings
+            .iter()
+            .any(|w| w.contains("is not the source's at offset 12")),
+        "{:?}",
+        listing.warnings
+    );
+    assert_eq!(listing.partitions[0].tail.from_offset, 10);
 }

@@ -263,6 +263,15 @@ impl RecoveryIo for KafkaRecoveryIo {
         self.source.batches(topic, partition, offset).await
     }
 
+    async fn destination_batches(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<Bytes, RecoveryError> {
+        self.destination.batches(topic, partition, offset).await
+    }
+
     async fn quarantine_bounds(
         &self,
         topic: &str,
@@ -281,7 +290,8 @@ impl RecoveryIo for KafkaRecoveryIo {
         partition: i32,
         offset: i64,
     ) -> Result<Bytes, RecoveryError> {
-        self.destination.batches(topic, partition, offset).await
+        // Quarantine topics are on the destination too.
+        self.destination_batches(topic, partition, offset).await
     }
 
     async fn ensure_quarantine(&self, topic: &str, partitions: i32) -> Result<(), RecoveryError> {

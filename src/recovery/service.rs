@@ -265,7 +265,9 @@ impl Recoverer {
         };
         let mut tails = Vec::new();
         for p in &report.partitions {
-            let from = match p.last_mirrored_source_offset {
+            let (last, warning) = super::start::last_mirrored(io, p).await?;
+            listing.warnings.extend(warning);
+            let from = match last {
                 Some(o) => o + 1,
                 None => io.source_bounds(&p.topic, p.partition).await?.0,
             };

@@ -101,6 +101,40 @@ fn get_json(gw: &ProcessGateway, path: &str) -> serde_json::Value {
     serde_json::from_str(&body).expect("json")
 }
 
+/// Instances `a` and `b` of mirror `mirror` (the built-in agent, from `source`) on a new state
+/// topic, session 3 s: `a` started first and running the agent, both seeing each other alive.
+fn two_instances(mirror: &str, topic: &str, source: &str) -> (ProcessGateway, ProcessGateway) {
+    let state_topic = harness::unique_topic(&format!("{mirror}-state"));
+    let cfg = |id: &str| {
+        let mut c = agent_config(mirror, &[topic], source);
+        c.instances = Some(mirrorgate::config::InstancesConfig {
+            id: id.into(),
+            state_topic: state_topic.clone(),
+            session_timeout_ms: 3_000,
+        });
+        c
+    };
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt")
+        .block_on(mirrorgate::app::peers::init_state_topic(&cfg("a")))
+        .expect("state topic created");
+    let a = ProcessGateway::start(cfg("a"), &[]);
+    wait_for("a runs the agent", Duration::from_secs(30), || {
+        super::owners::agent_status(&a.admin(), mirror)["runs_here"] == true
+    });
+    let b = ProcessGateway::start(cfg("b"), &[]);
+    wait_for("both instances alive", Duration::from_secs(60), || {
+        [&a, &b].iter().all(|g| {
+            get_json(g, "/v1/instances")["others_alive"]
+                .as_array()
+                .is_some_and(|v| v.len() == 1)
+        })
+    });
+    (a, b)
+}
+
 /// The source (`third`) SIGKILLed, the failover of `mirror` called and waited for until its
 /// report is complete, then `while_down` with its id; the source is started again before the
 /// id is returned.
@@ -181,31 +215,7 @@ fn disruptive_the_unmirrored_tail_is_listed_exactly_and_recovered_once_across_a_
     SourceWriter::start(&source, &topic, "pre", 100, 5000).finish(false);
     // Two instances on a state topic: `gw` takes the failover and the first recovery call,
     // `other` the rest.
-    let state_topic = harness::unique_topic("recover-state");
-    let cfg = |id: &str| {
-        let mut c = agent_config("rec", &[&topic], &source);
-        c.instances = Some(mirrorgate::config::InstancesConfig {
-            id: id.into(),
-            state_topic: state_topic.clone(),
-            session_timeout_ms: 3_000,
-        });
-        c
-    };
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("rt")
-        .block_on(mirrorgate::app::peers::init_state_topic(&cfg("a")))
-        .expect("state topic created");
-    let mut gw = ProcessGateway::start(cfg("a"), &[]);
-    let other = ProcessGateway::start(cfg("b"), &[]);
-    wait_for("both instances alive", Duration::from_secs(60), || {
-        [&gw, &other].iter().all(|g| {
-            get_json(g, "/v1/instances")["others_alive"]
-                .as_array()
-                .is_some_and(|a| a.len() == 1)
-        })
-    });
+    let (mut gw, other) = two_instances("rec", &topic, &source);
     wait_for("mirrored", Duration::from_secs(90), || {
         (0..2).all(|p| kv(&read_log(&source, &topic, p)) == kv(&read_log(&destination, &topic, p)))
     });
@@ -528,4 +538,84 @@ fn disruptive_a_transaction_committed_after_its_records_were_mirrored_is_recover
         .collect();
     assert_eq!(want.len(), 15);
     assert_eq!(got, want, "each owed record once, in the source's order");
+}
+
+/// R2 (the ten-minute chaos campaign, seed 112): the agent's owner `a` is SIGKILLed while it
+/// mirrors, and the source right after it, between two publications of a's offset maps. The
+/// failover goes through `b`, which takes the maps a published last and cannot match them to
+/// the destination's tail (that needs the source, which is down): its report's offsets lag
+/// what the destination holds. Once the source is back, the recovery must copy into the
+/// quarantine topic exactly the records the destination lacks — none of those a mirrored after
+/// its last publication.
+#[test]
+fn disruptive_a_recovery_after_the_owner_died_between_two_publications_copies_nothing_the_destination_has(
+) {
+    let source = harness::cluster("third");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("recover-stale");
+    let quarantine = format!("{topic}.unmirrored");
+    harness::create_topic(&source, &topic, 1, None);
+    let (mut a, b) = two_instances("stale", &topic, &source);
+    let writer = SourceWriter::start(&source, &topic, "w", 30_000, 3_000);
+    wait_for("the agent mirrors", Duration::from_secs(60), || {
+        read_log(&destination, &topic, 0).records.len() >= 6_000
+    });
+    // a dies with what it mirrored since its last publication; the source a moment later.
+    a.kill9();
+    let fid = failover_with_the_source_down(&b, "stale", |_| {});
+    let _ = writer.finish_with_errors();
+    let report = get_json(&b, &format!("/v1/mirrors/stale/failovers/{fid}"));
+    let part = &report["partitions"][0];
+    let map_dst = part["last_mirrored_destination_offset"]
+        .as_i64()
+        .unwrap_or(-1);
+    let log_dst = part["last_mirrored_offset"].as_i64().unwrap_or(-1);
+    println!(
+        "the report's map ends at destination offset {map_dst}, the destination's data at {log_dst}"
+    );
+    assert!(
+        map_dst < log_dst,
+        "a published its maps up to the end before it died: the case did not happen ({part})"
+    );
+    let path = format!("/v1/mirrors/stale/failovers/{fid}/unmirrored");
+    wait_for("the old source listed", Duration::from_secs(90), || {
+        b.call(Method::GET, &path).0 == 200
+    });
+    let (status, body) = b.call(Method::POST, &format!("{path}/recover"));
+    assert_eq!(status, 200, "{body}");
+    let on_destination: std::collections::HashSet<Option<String>> =
+        kv(&read_log(&destination, &topic, 0))
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect();
+    let copied = quarantined(&destination, &quarantine, 0);
+    let twice: Vec<&Quarantined> = copied
+        .iter()
+        .filter(|q| on_destination.contains(&q.value))
+        .collect();
+    let lacking: Vec<Option<String>> = kv(&read_log(&source, &topic, 0))
+        .into_iter()
+        .map(|(_, v)| v)
+        .filter(|v| !on_destination.contains(v))
+        .collect();
+    println!(
+        "{} records copied to the quarantine topic, {} of them on the destination too; the destination lacks {}",
+        copied.len(),
+        twice.len(),
+        lacking.len()
+    );
+    assert!(
+        twice.is_empty(),
+        "{} records of the quarantine topic are on the destination too, the first {:?}",
+        twice.len(),
+        twice.first()
+    );
+    let got: std::collections::HashSet<&Option<String>> = copied.iter().map(|q| &q.value).collect();
+    let missing: Vec<&Option<String>> = lacking.iter().filter(|v| !got.contains(v)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} records the destination lacks are not in the quarantine topic, the first {:?}",
+        missing.len(),
+        missing.first()
+    );
 }
