@@ -18,7 +18,10 @@
 // {"done":true,"distinct":D,"counted":N,"records":R,"reached":true|false,"committed":true|false,
 // "closed":true|false}.
 // Exit status: 0 after a clean close, 1 when a stream thread died of an exception (printed on
-// stderr and as {"error":...}), 3 when the close did not finish within 60 s.
+// stderr and as {"error":...}), 3 when the close did not finish within 60 s. With the environment
+// variable STREAMS_REPLACE_THREAD=1 the uncaught exception handler answers REPLACE_THREAD (what a
+// production application sets): Streams starts a new stream thread in place of one that died,
+// each such exception is printed as {"replaced_thread":...}, and it is not a failure.
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashSet;
@@ -166,8 +169,14 @@ public class StreamsCount {
             .to(output, Produced.with(Serdes.String(), Serdes.String()));
 
         AtomicReference<Throwable> failure = new AtomicReference<>();
+        List<String> replaced = java.util.Collections.synchronizedList(new ArrayList<>());
+        boolean replaceThread = "1".equals(System.getenv("STREAMS_REPLACE_THREAD"));
         KafkaStreams streams = new KafkaStreams(builder.build(), p);
         streams.setUncaughtExceptionHandler(e -> {
+            if (replaceThread) {
+                replaced.add(e.toString() + (e.getCause() != null ? " caused by " + e.getCause() : ""));
+                return StreamThreadExceptionResponse.REPLACE_THREAD;
+            }
             failure.compareAndSet(null, e);
             return StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
         });
@@ -185,6 +194,9 @@ public class StreamsCount {
         synchronized (System.out) {
             if (f != null) {
                 System.out.println("{\"error\":" + json(f.toString()) + "}");
+            }
+            for (String r : replaced) {
+                System.out.println("{\"replaced_thread\":" + json(r) + "}");
             }
             System.out.println("{\"done\":true,\"distinct\":" + DISTINCT.size() + ",\"counted\":" + COUNTED.size()
                 + ",\"records\":" + RECORDS.get()

@@ -161,9 +161,14 @@ pub fn rig(args: &[&str]) -> Output {
 /// Run a Kafka tool class with the rig's classpath (`integration/rig java CLASS ARGS`),
 /// killed (and the test panics) after [`TOOL_TIMEOUT`]. The exit status is not checked.
 pub fn rig_java(class: &str, args: &[&str]) -> Output {
+    rig_java_env(class, args, &[])
+}
+
+/// [`rig_java`] with extra environment variables for the program.
+pub fn rig_java_env(class: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut all = vec!["java", class];
     all.extend_from_slice(args);
-    rig_env(&all, &[], TOOL_TIMEOUT)
+    rig_env(&all, env, TOOL_TIMEOUT)
 }
 
 /// Panic with the output unless the command succeeded.
