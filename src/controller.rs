@@ -199,7 +199,7 @@ impl MirrorController {
     }
 
     /// Add the destination partitions of each mirror's topics that the records do not have yet
-    /// (as MIRRORING, or — for a mirror that is failing or failed over — as read-only members of
+    /// (as MIRRORING, as PAUSED while the mirror is paused, or — for a mirror that is failing or failed over — as read-only members of
     /// that failover, which completes them).
     pub fn sync_partitions(self: &Arc<Self>) {
         if !self.cluster.is_known() {
@@ -239,19 +239,24 @@ impl MirrorController {
                 };
                 for (t, p) in missing {
                     let mut rec = PartitionRecord::new(t.clone(), p, now_ms());
-                    if let Some(fid) = slot.record.failover_id.clone() {
-                        // A partition added after the failover started joins it. Refused
-                        // (a bug), it is not added: it stays read-only and fenced as a
-                        // partition of the failover without a record, and is tried again.
-                        if let Err(e) = rec.begin_failover(fid, now_ms()) {
-                            let name = slot.record.name.clone();
-                            self.records.report_illegal(&name, &rec, &e.into());
-                            continue;
-                        }
-                        // An adopted failover is followed from the state topic instead.
-                        if !slot.running && slot.record.adopted_from.is_none() {
-                            resume.push(slot.record.name.clone());
-                        }
+                    // A partition added after the failover started joins it; one added while
+                    // the mirror is paused is paused. Refused (a bug), it is not added: it stays
+                    // read-only (and fenced, as a partition of the failover without a record),
+                    // and is tried again.
+                    let joined = match slot.record.failover_id.clone() {
+                        Some(fid) => rec.begin_failover(fid, now_ms()),
+                        None if slot.record.paused => rec.pause(now_ms()),
+                        None => Ok(()),
+                    };
+                    if let Err(e) = joined {
+                        let name = slot.record.name.clone();
+                        self.records.report_illegal(&name, &rec, &e.into());
+                        continue;
+                    }
+                    // An adopted failover is followed from the state topic instead.
+                    let adopted = slot.record.adopted_from.is_some();
+                    if slot.record.failover_id.is_some() && !slot.running && !adopted {
+                        resume.push(slot.record.name.clone());
                     }
                     slot.record.partitions.push(rec);
                     changed = true;
@@ -261,8 +266,8 @@ impl MirrorController {
                         .partitions
                         .sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
                     // Memory keeps the new partitions even when they cannot be persisted yet:
-                    // they are MIRRORING (read-only on the client listener) or fenced members
-                    // of the failover either way, and the next sync or step writes them.
+                    // they are MIRRORING/PAUSED (read-only on the client listener) or fenced
+                    // members of the failover either way, and the next sync or step writes them.
                     if let Err(e) = self.records.persist(slot) {
                         tracing::error!(error = %e, "cannot persist mirror partitions");
                     }

@@ -210,6 +210,7 @@ impl<Io: FailoverIo> Failover<Io> {
         slot.record.failover_id = Some(fid.clone());
         slot.record.started_ms = Some(now);
         slot.record.completed_ms = None;
+        slot.record.paused = false;
         let begun = self.records.transition(
             slot,
             |p| {

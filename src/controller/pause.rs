@@ -54,6 +54,9 @@ impl MirrorController {
             |p| p.state == from,
             |p| Ok(if paused { p.pause(now) } else { p.resume(now) }?),
         );
+        // Partitions added later follow the pause too (`sync_partitions`); a failover, once
+        // started, ends it.
+        slot.record.paused = paused && slot.record.failover_id.is_none();
         let moved = match moved {
             Ok(n) => n,
             Err(e) => {

@@ -291,6 +291,7 @@ impl MirrorController {
         slot.record.started_ms = None;
         slot.record.completed_ms = None;
         slot.record.adopted_from = None;
+        slot.record.paused = false;
         let (fid, from) = (before.failover_id.clone(), before.adopted_from.clone());
         self.records
             .persist_or_revert(slot, before)

@@ -44,24 +44,65 @@ fn controller_in(
         crate::client::Connector::plain(),
         metrics.clone(),
     );
-    let topic = |name: &str, n: usize| {
-        (
-            name.to_string(),
-            TopicInfo {
-                id: uuid::Uuid::new_v4(),
-                leaders: vec![1; n],
-            },
-        )
-    };
-    let partitions = vec![topic("pay.us", 2), topic("orders", 3), topic("plain", 1)];
+    show_topics(&cluster, &[("pay.us", 2), ("orders", 3), ("plain", 1)]);
+    let ctl = MirrorController::new(&cfg, store, &metrics, None, cluster, FaultHooks::default());
+    ctl.sync_partitions();
+    (ctl, metrics, dir)
+}
+
+/// The destination's metadata as `cluster` shows it: `topics` with their partition counts.
+fn show_topics(cluster: &ClusterView, topics: &[(&str, usize)]) {
+    let partitions: Vec<(String, TopicInfo)> = topics
+        .iter()
+        .map(|(name, n)| {
+            let id = uuid::Uuid::new_v4();
+            let leaders = vec![1; *n];
+            (name.to_string(), TopicInfo { id, leaders })
+        })
+        .collect();
     cluster.replace(Snapshot {
         topics: partitions.iter().map(|(n, i)| (i.id, n.clone())).collect(),
         partitions,
         ..Snapshot::default()
     });
-    let ctl = MirrorController::new(&cfg, store, &metrics, None, cluster, FaultHooks::default());
+}
+
+fn states(ctl: &MirrorController, mirror: &str, topic: &str) -> Vec<PartitionState> {
+    let record = ctl.records.record(mirror).expect("mirror");
+    let parts = record.partitions.iter().filter(|p| p.topic == topic);
+    parts.map(|p| p.state).collect()
+}
+
+#[test]
+fn a_partition_added_while_its_mirror_is_paused_is_added_paused_and_resumes_with_it() {
+    let (ctl, _metrics, dir) = controller();
+    assert_eq!(ctl.set_paused("second", true).unwrap(), 3, "orders");
+    show_topics(&ctl.cluster, &[("pay.us", 2), ("orders", 3), ("new.us", 2)]);
     ctl.sync_partitions();
-    (ctl, metrics, dir)
+    assert_eq!(
+        states(&ctl, "second", "new.us"),
+        vec![PartitionState::Paused; 2]
+    );
+    // The pause is persisted with the record: after a restart a later partition is paused too.
+    drop(ctl);
+    let (ctl, _metrics, _dir) = controller_in(dir);
+    show_topics(&ctl.cluster, &[("pay.us", 2), ("orders", 4), ("new.us", 2)]);
+    ctl.sync_partitions();
+    assert_eq!(
+        states(&ctl, "second", "orders"),
+        vec![PartitionState::Paused; 4]
+    );
+    assert_eq!(ctl.set_paused("second", false).unwrap(), 6);
+    show_topics(&ctl.cluster, &[("pay.us", 2), ("orders", 4), ("new.us", 3)]);
+    ctl.sync_partitions();
+    assert_eq!(
+        states(&ctl, "second", "new.us"),
+        vec![PartitionState::Mirroring; 3]
+    );
+    assert_eq!(
+        states(&ctl, "first", "pay.us"),
+        vec![PartitionState::Mirroring; 2]
+    );
 }
 
 fn sample(metrics: &Metrics, series: &str) -> f64 {

@@ -294,6 +294,7 @@ impl<Io: FailoverIo> Failover<Io> {
             slot.record.completed_ms = None;
         }
         slot.record.adopted_from = adopted_from.map(str::to_string);
+        slot.record.paused = false;
         let begun = self.records.transition(
             slot,
             |p| match p.state {

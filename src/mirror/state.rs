@@ -56,8 +56,10 @@
 //! # Persistence
 //!
 //! [`MirrorRecord::encode`] writes JSON `{"version":1,"name":…,"failover_id":…,"started_ms":…,
-//! "completed_ms":…,"partitions":[…]}`; every field is always written and required on read
-//! (`null` for absent values), unknown fields are rejected. [`MirrorRecord::decode`] rejects
+//! "completed_ms":…,"partitions":[…]}`; these fields are always written and required on read
+//! (`null` for absent values); `adopted_from` and `"paused":true` (a pause of the whole mirror,
+//! which partitions added later join) are written only when set and default to absent and
+//! `false`; unknown fields are rejected. [`MirrorRecord::decode`] rejects
 //! corrupt JSON, a missing or unknown version, and impossible combinations (e.g. STOPPED without
 //! a barrier offset) — it never guesses and never panics.
 

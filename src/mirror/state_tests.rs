@@ -316,6 +316,21 @@ fn encode_decode_round_trip_and_format() {
 }
 
 #[test]
+fn a_mirror_s_pause_round_trips_and_files_without_it_load_unpaused() {
+    let mut m = MirrorRecord::new("m", [("t".to_owned(), 0)], 1);
+    let unpaused = String::from_utf8(m.encode()).unwrap();
+    assert!(!unpaused.contains("paused"), "{unpaused}");
+    m.paused = true;
+    m.partitions[0].pause(2).unwrap();
+    let bytes = m.encode();
+    assert!(std::str::from_utf8(&bytes)
+        .unwrap()
+        .contains("\"paused\":true"));
+    assert_eq!(MirrorRecord::decode(&bytes).unwrap(), m);
+    assert!(!MirrorRecord::decode(unpaused.as_bytes()).unwrap().paused);
+}
+
+#[test]
 fn a_control_barrier_s_identity_round_trips_and_older_files_without_it_still_load() {
     let mut m = mirror();
     let p = m.partition_mut("pay", 0).unwrap();
@@ -559,8 +574,9 @@ fn arb_mirror() -> impl Strategy<Value = MirrorRecord> {
         "[a-zA-Z0-9 ._-]{1,16}",
         proptest::option::of("[a-f0-9-]{1,36}"),
         any::<i64>(),
+        any::<bool>(),
     )
-        .prop_flat_map(|(name, failover, started)| {
+        .prop_flat_map(|(name, failover, started, paused)| {
             proptest::collection::vec(arb_partition(failover.clone()), 0..6).prop_map(
                 move |mut parts| {
                     let mut seen = HashSet::new();
@@ -571,6 +587,7 @@ fn arb_mirror() -> impl Strategy<Value = MirrorRecord> {
                         failover_id: failover.clone(),
                         completed_ms: None,
                         adopted_from: None,
+                        paused,
                         partitions: parts,
                     }
                 },

@@ -26,6 +26,10 @@ pub struct MirrorRecord {
     /// adopted from the state topic, none is written here, and a restart does not resume it
     /// as this instance's own.
     pub adopted_from: Option<String>,
+    /// A pause of the whole mirror is in force (called here or followed from the state topic):
+    /// a partition added while it is (a topic created or grown on the source) is added PAUSED.
+    /// Ended by a resume, a failover's start and a failback.
+    pub paused: bool,
 }
 
 /// Why persisted mirror state cannot be read.
@@ -52,6 +56,8 @@ struct WireOut<'a> {
     completed_ms: &'a Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     adopted_from: &'a Option<String>,
+    #[serde(skip_serializing_if = "is_false")]
+    paused: bool,
     partitions: &'a [PartitionRecord],
 }
 
@@ -69,7 +75,13 @@ struct WireInV1 {
     completed_ms: Option<i64>,
     #[serde(default)]
     adopted_from: Option<String>,
+    #[serde(default)]
+    paused: bool,
     partitions: Vec<PartitionRecord>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 #[derive(Deserialize)]
@@ -95,6 +107,7 @@ impl MirrorRecord {
             started_ms: None,
             completed_ms: None,
             adopted_from: None,
+            paused: false,
         }
     }
 
@@ -126,6 +139,7 @@ impl MirrorRecord {
             started_ms: &self.started_ms,
             completed_ms: &self.completed_ms,
             adopted_from: &self.adopted_from,
+            paused: self.paused,
             partitions: &self.partitions,
         };
         // Serialising plain structs with string keys into a Vec cannot fail.
@@ -154,6 +168,7 @@ impl MirrorRecord {
             started_ms: wire.started_ms,
             completed_ms: wire.completed_ms,
             adopted_from: wire.adopted_from,
+            paused: wire.paused,
         };
         record.validate().map_err(StateDecodeError::Inconsistent)?;
         Ok(record)
