@@ -212,91 +212,175 @@ fn a_previous_processs_heartbeat_read_late_is_not_taken_for_a_second_process() {
     }
 }
 
-/// Review G1. Instance x has two mirror writes pipelined on one connection to the leader of a
-/// partition whose follower is stalled: the first waits in the leader's purgatory for the
-/// follower, the second queues unread behind it. x is then paused, and a failover through y
-/// waits it out (it is not fenced) and writes its barrier. When the stalled follower leaves the
-/// in-sync replicas, the first write is answered and the second is appended — after the
-/// barrier. The failover re-reads every partition after its barrier when it waited an instance
-/// out, and writes a new barrier after what landed: nothing mirrored lies after the last one.
-#[test]
-fn disruptive_a_mirror_write_queued_at_a_waited_out_instance_never_lands_after_the_barrier() {
-    use std::io::Write;
-    let destination = harness::cluster("destination");
-    let topic = harness::unique_topic("peers-queued");
-    harness::create_topic_with_assignment(&destination, &topic, &[&[1, 2]]);
-    // The state topic on broker 1 alone: stalling broker 2 must not take the leases away.
-    let state_topic = harness::unique_topic("peers-queued-state");
-    harness::create_topic_with_assignment(&destination, &state_topic, &[&[1]]);
-    crate::sync::alter_topic_config(
-        &destination,
-        &state_topic,
-        "cleanup.policy",
-        Some("compact"),
-    );
-    let cfg = |id: &str| instance_config("queued", &topic, id, &state_topic);
-    let mut x = ProcessGateway::start(cfg("x"), &[]);
-    let y = TestGateway::start(cfg("y"));
-    wait_others_alive(&y.admin(), 1);
-    let pid = 8_500_000 + (std::process::id() as i64 % 1000) * 10;
-    let (code, _, msg) =
-        RawConn::connect(&x.mirror_bootstrap()).produce_msg(&topic, 0, batch(pid, 0, 0, 1, "m0"));
-    assert_eq!(code, 0, "a mirror write through x: {msg}");
-    let paused = crate::faults::Paused::pause("destination", "2");
-    let mut conn = std::net::TcpStream::connect(x.mirror_bootstrap()).expect("connect x");
-    let mut frames = Vec::new();
-    for (corr, seq) in [(1, 1), (2, 2)] {
-        let req = crate::wire::produce_request(
+/// A partition (leader broker 1, follower broker 2) of mirror `name`, instance x (a process) and
+/// y (in this test) on a state topic on broker 1 alone, and two mirror writes of x pipelined on
+/// one connection to the leader while the follower is stalled: the first waits in the leader's
+/// purgatory, the second queues unread behind it and is appended once the follower leaves the
+/// in-sync replicas — late, whatever has happened to x meanwhile.
+struct QueuedAtTheLeader {
+    name: &'static str,
+    destination: String,
+    topic: String,
+    x: ProcessGateway,
+    y: TestGateway,
+    pid: i64,
+    stalled: crate::faults::Paused,
+    _conn: std::net::TcpStream,
+}
+
+impl QueuedAtTheLeader {
+    fn start(name: &'static str, pid_base: i64) -> QueuedAtTheLeader {
+        use std::io::Write;
+        let destination = harness::cluster("destination");
+        let topic = harness::unique_topic(&format!("peers-{name}"));
+        harness::create_topic_with_assignment(&destination, &topic, &[&[1, 2]]);
+        // The state topic on broker 1 alone: stalling broker 2 must not take the leases away.
+        let state_topic = harness::unique_topic(&format!("peers-{name}-state"));
+        harness::create_topic_with_assignment(&destination, &state_topic, &[&[1]]);
+        crate::sync::alter_topic_config(
+            &destination,
+            &state_topic,
+            "cleanup.policy",
+            Some("compact"),
+        );
+        let cfg = |id: &str| instance_config(name, &topic, id, &state_topic);
+        let x = ProcessGateway::start(cfg("x"), &[]);
+        let y = TestGateway::start(cfg("y"));
+        wait_others_alive(&y.admin(), 1);
+        let pid = pid_base + (std::process::id() as i64 % 1000) * 10;
+        let (code, _, msg) = RawConn::connect(&x.mirror_bootstrap()).produce_msg(
             &topic,
             0,
-            -1,
-            batch(pid, 0, seq, 1, &format!("queued{seq}")),
+            batch(pid, 0, 0, 1, "m0"),
         );
-        frames.extend_from_slice(&crate::wire::request_frame(
-            kafka_protocol::messages::ApiKey::Produce,
-            9,
-            corr,
-            &req,
-        ));
-    }
-    conn.write_all(&frames).expect("pipelined mirror writes");
-    std::thread::sleep(Duration::from_millis(500));
-    signal(x.pid().expect("x runs"), libc::SIGSTOP);
-    failover(&y.admin(), "queued");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let m = mirror_json(&y.admin(), "queued");
-        if m["states"]["STOPPED"] == 1 {
-            break;
+        assert_eq!(code, 0, "a mirror write through x: {msg}");
+        let stalled = crate::faults::Paused::pause("destination", "2");
+        let mut conn = std::net::TcpStream::connect(x.mirror_bootstrap()).expect("connect x");
+        let mut frames = Vec::new();
+        for (corr, seq) in [(1, 1), (2, 2)] {
+            let req = crate::wire::produce_request(
+                &topic,
+                0,
+                -1,
+                batch(pid, 0, seq, 1, &format!("queued{seq}")),
+            );
+            frames.extend_from_slice(&crate::wire::request_frame(
+                kafka_protocol::messages::ApiKey::Produce,
+                9,
+                corr,
+                &req,
+            ));
         }
-        assert!(
-            Instant::now() < deadline,
-            "the failover through y did not complete: {m}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
+        conn.write_all(&frames).expect("pipelined mirror writes");
+        std::thread::sleep(Duration::from_millis(500));
+        QueuedAtTheLeader {
+            name,
+            destination,
+            topic,
+            x,
+            y,
+            pid,
+            stalled,
+            _conn: conn,
+        }
     }
-    drop(paused);
-    x.kill9();
-    // Anything of x's that could still land has landed: the follower is back in sync.
-    std::thread::sleep(Duration::from_secs(2));
-    let log = read_log(&destination, &topic, 0);
-    let last = log.barriers.iter().map(|b| b.0).max().expect("a barrier");
-    assert_eq!(
-        reported_barrier(&y.admin(), "queued", &topic),
-        last,
-        "{:?}",
-        log.barriers
-    );
-    let after: Vec<String> = log
-        .records
-        .iter()
-        .filter(|r| r.offset > last && r.producer_id == pid)
-        .map(|r| format!("{}@{}", r.value.clone().unwrap_or_default(), r.offset))
-        .collect();
-    assert!(
-        after.is_empty(),
-        "mirror writes of the waited-out instance after the last barrier at {last}: {after:?}"
-    );
+
+    /// Fail over through y, let the follower back, and check that none of x's mirror writes
+    /// lies after the last barrier (the one y reports); `queued2` landed somewhere.
+    fn fail_over_through_y_and_check(mut self) {
+        failover(&self.y.admin(), self.name);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let m = mirror_json(&self.y.admin(), self.name);
+            if m["states"]["STOPPED"] == 1 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the failover through y did not complete: {m}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        drop(self.stalled);
+        self.x.kill9();
+        // Anything of x's that could still land has landed: the follower is back in sync.
+        std::thread::sleep(Duration::from_secs(2));
+        let log = read_log(&self.destination, &self.topic, 0);
+        let last = log.barriers.iter().map(|b| b.0).max().expect("a barrier");
+        assert_eq!(
+            reported_barrier(&self.y.admin(), self.name, &self.topic),
+            last,
+            "{:?}",
+            log.barriers
+        );
+        let of_x = |after: i64| -> Vec<String> {
+            let mine = log.records.iter().filter(|r| r.producer_id == self.pid);
+            mine.filter(|r| r.offset > after)
+                .map(|r| format!("{}@{}", r.value.clone().unwrap_or_default(), r.offset))
+                .collect()
+        };
+        assert!(
+            of_x(-1).iter().any(|r| r.starts_with("queued2")),
+            "the queued write never landed: the scenario did not happen: {:?}",
+            of_x(-1)
+        );
+        let after = of_x(last);
+        assert!(
+            after.is_empty(),
+            "mirror writes of x after the last barrier at {last}: {after:?}"
+        );
+    }
+}
+
+/// Review G1. x, with two mirror writes queued at the leader ([`QueuedAtTheLeader`]), is paused,
+/// and a failover through y waits it out (it is not fenced) and writes its barrier; x's second
+/// write is appended after it. The failover re-reads every partition after its barrier when it
+/// waited an instance out, and writes a new barrier after what landed: nothing mirrored lies
+/// after the last one.
+#[test]
+fn disruptive_a_mirror_write_queued_at_a_waited_out_instance_never_lands_after_the_barrier() {
+    let q = QueuedAtTheLeader::start("queued", 8_500_000);
+    signal(q.x.pid().expect("x runs"), libc::SIGSTOP);
+    q.fail_over_through_y_and_check();
+}
+
+/// Found by the simulation (S1, seed 189): x, with two mirror writes queued at the leader, is
+/// killed and started again with its id; the new process acknowledges the failover's fence for
+/// the id, while the old one's second write is appended after the barrier. The driver settles
+/// for the previous process's lease and re-reads the log behind its barrier.
+#[test]
+fn disruptive_a_mirror_write_queued_by_a_killed_instance_never_lands_after_the_barrier_when_it_restarts(
+) {
+    let mut q = QueuedAtTheLeader::start("restarted", 8_600_000);
+    q.x.kill9();
+    q.x.restart_unready(&[]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while instances(&q.x.admin())["lease"] != "held" {
+        assert!(Instant::now() < deadline, "the new x holds no lease");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    q.fail_over_through_y_and_check();
+}
+
+/// Found by the simulation (S2, seed 1467): x, with two mirror writes queued at the leader, went
+/// silent (paused) shortly before the failover: when its wait begins x is no longer alive, so
+/// no barrier waits for it, yet its lease ended less than the settle time before. The driver
+/// settles for an instance gone lately that did not acknowledge the failover.
+#[test]
+fn disruptive_a_mirror_write_queued_by_an_instance_gone_just_before_the_failover_never_lands_after_the_barrier(
+) {
+    let q = QueuedAtTheLeader::start("gone", 8_700_000);
+    signal(q.x.pid().expect("x runs"), libc::SIGSTOP);
+    // Gone for y (a session and the margin after its last heartbeat read), within the settle.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while instances(&q.y.admin())["others_alive"]
+        .as_array()
+        .is_some_and(|a| !a.is_empty())
+    {
+        assert!(Instant::now() < deadline, "x still alive for y after 30 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    q.fail_over_through_y_and_check();
 }
 
 /// Found by the simulation with twins (S4, seed 2847): a process started while another with its
