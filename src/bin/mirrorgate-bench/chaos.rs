@@ -15,7 +15,8 @@
 //! before the failover and through the gateways once the mirror is STOPPED (`group.rs`). The
 //! nemesis (`plan.rs`, drawn from the seed): SIGSTOP/SIGCONT and SIGKILL/restart of instances,
 //! SIGKILL and restart of a destination broker, a full disk under an instance's state directory
-//! (`disk.rs`), a planned failover or one with the source killed, through a random instance
+//! (`disk.rs`), an instance cut off from the brokers or losing packets to them (`net.rs`), a
+//! planned failover or one with the source killed, through a random instance
 //! after a dry run, and a pause of another instance or a kill of the driver while it runs. At a
 //! planned failover's quiet point the agent's PSM is compared with the leaders' producer state
 //! (`psm.rs`). If the seed draws a failback (the agent's profile), the old source is realigned
@@ -40,6 +41,7 @@ mod group;
 mod lock;
 mod logs;
 mod mm2;
+mod net;
 mod output;
 mod plan;
 mod probes;
@@ -258,9 +260,11 @@ async fn run_one(
         session_ms: SESSION_MS,
         tool,
     };
+    let net = net::Net::for_brokers(destination.iter().chain([&source]));
     let mut instances = Vec::new();
     for i in 0..INSTANCES {
-        let mut inst = Instance::configure(bin, i, dir, &topology, env.clone())?;
+        let net_group = net.cgroup_procs(i);
+        let mut inst = Instance::configure(bin, i, dir, &topology, env.clone(), net_group)?;
         inst.start(bin)?;
         instances.push(inst);
     }
@@ -270,6 +274,7 @@ async fn run_one(
         instances: Mutex::new(instances),
         crashes: Mutex::default(),
         env,
+        net,
     };
     let result = drive(&world, dir, schedule, &source, &destination, tool, sabotage).await;
     world.with(|v| v.clear());
@@ -344,12 +349,12 @@ async fn drive(
         logs::wait_copying(&destination[0], Duration::from_secs(120)).await?;
     }
     let t0 = Instant::now();
-    let (faults, operations) = tokio::join!(
+    let (faults, operations, network) = tokio::join!(
         world.faults(t0, &schedule.before),
-        world.operations(t0, &schedule.operations)
+        world.operations(t0, &schedule.operations),
+        world.faults(t0, &schedule.network)
     );
-    faults?;
-    operations?;
+    faults.and(operations).and(network)?;
     tokio::time::sleep_until((t0 + Duration::from_millis(schedule.before_ms)).into()).await;
 
     // The failover.

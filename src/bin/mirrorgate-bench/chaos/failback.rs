@@ -112,7 +112,14 @@ pub async fn start(
         session_ms: SESSION_MS,
         tool: Tool::Agent,
     };
-    let mut back = Instance::configure(&world.bin, FAILBACK, dir, &topology, world.env.clone())?;
+    let mut back = Instance::configure(
+        &world.bin,
+        FAILBACK,
+        dir,
+        &topology,
+        world.env.clone(),
+        None,
+    )?;
     back.start(&world.bin)?;
     world.with(|v| v.push(back));
     gateways::wait_ready(FAILBACK, Duration::from_secs(60)).await?;

@@ -42,6 +42,8 @@ pub struct Instance {
     env: Vec<(String, String)>,
     /// The disk its state directory lives on (`disk.rs`).
     disk: Disk,
+    /// The `cgroup.procs` of its cgroup, which it joins as it starts (`net.rs`).
+    cgroup: Option<std::ffi::CString>,
 }
 
 /// The client, mirror and admin ports of instance `i`.
@@ -127,6 +129,7 @@ impl Instance {
         work: &Path,
         topology: &Topology,
         env: Vec<(String, String)>,
+        cgroup: Option<PathBuf>,
     ) -> Result<Instance, String> {
         let dir = work.join(format!("gw-{i}"));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
@@ -145,6 +148,10 @@ impl Instance {
             paused: false,
             env,
             disk,
+            cgroup: cgroup.and_then(|p| {
+                use std::os::unix::ffi::OsStringExt;
+                std::ffi::CString::new(p.into_os_string().into_vec()).ok()
+            }),
         })
     }
 
@@ -159,7 +166,11 @@ impl Instance {
             .append(true)
             .open(self.dir.join("gateway.log"))
             .map_err(|e| e.to_string())?;
-        let child = die_with_parent(&mut Command::new(bin))
+        let mut cmd = Command::new(bin);
+        if let Some(procs) = self.cgroup.clone() {
+            join_cgroup(&mut cmd, procs);
+        }
+        let child = die_with_parent(&mut cmd)
             .arg("run")
             .arg("--config")
             .arg(self.dir.join("mirrorgate.yaml"))
@@ -422,4 +433,24 @@ pub async fn call_failover(driver: usize) -> Result<(String, usize), String> {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     Err(format!("no instance took the failover call: {last}"))
+}
+
+/// Makes the process `cmd` starts write itself into the cgroup whose `cgroup.procs` is `procs`
+/// before it executes, so that every socket it opens belongs to that cgroup. A process that
+/// cannot join runs outside it (its network faults then have no effect).
+fn join_cgroup(cmd: &mut Command, procs: std::ffi::CString) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec and only calls open, write and
+    // close (async-signal-safe) on a path prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+            if fd >= 0 {
+                // "0": the writing process itself.
+                libc::write(fd, b"0".as_ptr().cast(), 1);
+                libc::close(fd);
+            }
+            Ok(())
+        });
+    }
 }

@@ -70,6 +70,13 @@ pub enum Fault {
         node: u32,
         ms: u64,
     },
+    /// Drop `loss_percent` % (100: all, a partition) of a gateway instance's packets to the
+    /// brokers, for `ms` (`net.rs`).
+    Network {
+        instance: usize,
+        loss_percent: u64,
+        ms: u64,
+    },
 }
 
 impl Fault {
@@ -79,7 +86,8 @@ impl Fault {
             Fault::PauseGateway { ms, .. }
             | Fault::KillGateway { ms, .. }
             | Fault::FullDisk { ms, .. }
-            | Fault::KillBroker { ms, .. } => ms,
+            | Fault::KillBroker { ms, .. }
+            | Fault::Network { ms, .. } => ms,
         }
     }
 }
@@ -158,6 +166,10 @@ pub struct Schedule {
     /// failbacks existed have none).
     #[serde(default)]
     pub failback: Option<Failback>,
+    /// Network faults before the failover, beside the other faults and operations (schedules
+    /// written before they existed have none).
+    #[serde(default)]
+    pub network: Vec<Timed>,
 }
 
 /// A failback: once the failover is complete the old source is realigned (after an unplanned
@@ -199,6 +211,7 @@ impl Schedule {
         let after = faults(&mut rng, after_ms, session_ms);
         let operations = operations(seed, before_ms);
         let failback = failback(seed, after_ms);
+        let network = network(seed, before_ms, session_ms);
         Schedule {
             seed,
             mode,
@@ -210,6 +223,7 @@ impl Schedule {
             after,
             operations,
             failback,
+            network,
         }
     }
 
@@ -219,6 +233,7 @@ impl Schedule {
             + self.after.len()
             + usize::from(self.at_failover != AtFailover::Nothing)
             + self.failback.as_ref().map_or(0, |f| f.faults.len())
+            + self.network.len()
     }
 }
 
@@ -282,6 +297,39 @@ fn failback(seed: u64, after_ms: u64) -> Option<Failback> {
         at += fault.ms() + rng.range(1_000, 3_000);
     }
     Some(Failback { ms, faults })
+}
+
+/// The network faults of a run before its failover, drawn from a stream of their own (the
+/// seed's other draws are the ones it drew before they existed): with even odds, one after the
+/// other (one, plus one per minute of the phase, three at most), each on a random instance and
+/// ending at least 10 s before the failover: a partition from the brokers (1 s to the session
+/// timeout plus 3 s) or, with even odds, the loss of 10–40 % of its packets to them (3–10 s).
+fn network(seed: u64, before_ms: u64, session_ms: u64) -> Vec<Timed> {
+    let mut rng = Rng::new(seed ^ 0x6E65_7477_6F72_6B73);
+    let mut out = Vec::new();
+    if before_ms < 20_000 || !rng.chance(50) {
+        return out;
+    }
+    let mut at = rng.range(2_000, 8_000);
+    for _ in 0..(1 + before_ms / 60_000).min(3) {
+        let instance = rng.range(0, INSTANCES as u64 - 1) as usize;
+        let (loss_percent, ms) = if rng.chance(50) {
+            (100, rng.range(1_000, session_ms + 3_000))
+        } else {
+            (rng.range(10, 40), rng.range(3_000, 10_000))
+        };
+        if at + ms + 10_000 > before_ms {
+            break;
+        }
+        let fault = Fault::Network {
+            instance,
+            loss_percent,
+            ms,
+        };
+        out.push(Timed { at_ms: at, fault });
+        at += ms + rng.range(2_000, 8_000);
+    }
+    out
 }
 
 /// A pause: short (1–3 s) or past the session timeout (by 2–5 s).
@@ -442,6 +490,38 @@ mod tests {
         let mut v = serde_json::to_value(&s).expect("json");
         v.as_object_mut().expect("object").remove("failback");
         s.failback = None;
+        assert_eq!(serde_json::from_value::<Schedule>(v).expect("read"), s);
+    }
+
+    #[test]
+    fn seeds_draw_partitions_and_losses_that_end_ten_seconds_before_the_failover() {
+        let all: Vec<Schedule> = (0..64)
+            .map(|s| Schedule::draw(s, 72_000, 48_000, 6_000))
+            .collect();
+        let net: Vec<Timed> = all.iter().flat_map(|s| s.network.clone()).collect();
+        assert!(all.iter().any(|s| s.network.is_empty()));
+        assert!(net.iter().any(|t| matches!(
+            t.fault,
+            Fault::Network {
+                loss_percent: 100,
+                ..
+            }
+        )));
+        assert!(net.iter().any(|t| matches!(
+            t.fault,
+            Fault::Network {
+                loss_percent: 10..=40,
+                ..
+            }
+        )));
+        for t in &net {
+            assert!(t.at_ms + t.fault.ms() + 10_000 <= 72_000, "{t:?}");
+        }
+        // A schedule written before network faults existed reads without them.
+        let mut s = Schedule::draw(3, 72_000, 48_000, 6_000);
+        let mut v = serde_json::to_value(&s).expect("json");
+        v.as_object_mut().expect("object").remove("network");
+        s.network.clear();
         assert_eq!(serde_json::from_value::<Schedule>(v).expect("read"), s);
     }
 

@@ -1,5 +1,6 @@
 //! The chaos run's processes and the nemesis acting on them: the gateway instances (pause,
-//! kill, start again) and the run's rig (a destination broker killed and started again); and
+//! kill, start again, cut off from the brokers) and the run's rig (a destination broker killed
+//! and started again); and
 //! the operator's operations (a rolling restart, a pause of the mirror).
 //!
 //! Owns: carrying out a fault and undoing it, carrying out an operation, and bringing every
@@ -11,6 +12,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::gateways::{post_through, wait_ready, Instance, MIRROR};
+use super::net::Net;
 use super::plan::{Fault, Operation, Timed, INSTANCES};
 use crate::Rig;
 
@@ -23,6 +25,8 @@ pub struct World {
     pub crashes: Mutex<Vec<String>>,
     /// The gateways' extra environment (the sabotage), for a gateway started later.
     pub env: Vec<(String, String)>,
+    /// The instances' cgroups and the network faults' rules.
+    pub net: Net,
 }
 
 impl World {
@@ -70,6 +74,15 @@ impl World {
                 self.rig(&["kill-node", super::DESTINATION, &node]).await?;
                 tokio::time::sleep(Duration::from_millis(ms)).await;
                 self.rig(&["start-node", super::DESTINATION, &node]).await?;
+            }
+            Fault::Network {
+                instance,
+                loss_percent,
+                ms,
+            } => {
+                let cut = self.net.cut(instance, loss_percent)?;
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                drop(cut);
             }
         }
         Ok(())
