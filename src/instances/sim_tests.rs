@@ -32,8 +32,12 @@
 //! the pause; what it sends or appends for the agent before its next heartbeat is acknowledged
 //! is the window the docs describe, counted and not checked. One seed in ten, the state topic
 //! is deleted and created again empty before the failover (review G6): each reader starts over
-//! at its next read. Not modelled yet: the adoption itself (partitions made writable one by
-//! one), failback, where an agent's append lands (the destination's side of review G2).
+//! at its next read. The partitions are made writable (the controller's STOPPED) by the driver
+//! once its handover is appended to the state topic, by every other process once it has read
+//! it (review G3): the checker fails a run in which a process makes them writable while the
+//! state topic holds no handover, or in which a process that can read never does. Not
+//! modelled yet: the adoption partition by partition, failback, where an agent's append lands
+//! (the destination's side of review G2).
 //!
 //! The model of a mirror write follows the gateway: admitted when [`PeerLink::mirror_write_refusal`]
 //! says nothing, sent at the process's next step only while its lease holds and before the send
@@ -51,6 +55,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::log::ReadResult;
+use super::records::{Stopped, StoppedPartition};
 use super::*;
 
 const SESSION: Duration = Duration::from_secs(10);
@@ -122,6 +127,9 @@ pub enum Sabotage {
     /// A heartbeat's broker append time is not compared with the lease clock (before G13): a
     /// process stopped with its clock resumes holding its lease.
     BrokerClockIgnored,
+    /// The driver makes the partitions writable (records them STOPPED) before its handover
+    /// naming them is on the state topic (before G3).
+    StoppedBeforeHandover,
 }
 
 /// splitmix64: a stable generator, so that a seed replays the same run on every version of
@@ -305,6 +313,9 @@ struct Proc {
     /// When this process last took a step, and the agent's turn it had then.
     last_step: i64,
     last_turn: Option<AgentTurn>,
+    /// When this process made the mirror's partitions writable (the controller's STOPPED): as
+    /// the driver, once its handover is on the state topic; otherwise once it read it.
+    writable_at: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -411,6 +422,98 @@ fn follow_hook(world: &Shared, slot: usize, generation: u32, link: &Arc<PeerLink
     })
 }
 
+/// Whether the state topic holds the handover of the failover (its current incarnation).
+fn handover_in_log(w: &World) -> bool {
+    w.records
+        .iter()
+        .any(|r| matches!(r, PeerRecord::Stopped(s) if s.failover_id == FID))
+}
+
+/// What the driver hands over: the mirror's one partition, STOPPED at its barrier.
+fn handover(now: i64) -> Stopped {
+    Stopped {
+        mirror: MIRROR.to_string(),
+        failover_id: FID.to_string(),
+        by: String::new(),
+        at_ms: EPOCH_MS + now,
+        partitions: vec![StoppedPartition {
+            topic: "t".to_string(),
+            partition: 0,
+            barrier_offset: 0,
+            kind: crate::mirror::state::BarrierKind::Control,
+            producer: None,
+            topic_id: None,
+            last_mirrored_offset: None,
+            producers_expired: None,
+        }],
+        screened: Vec::new(),
+    }
+}
+
+/// The step in which process `p` makes the mirror's partitions writable, as the controller
+/// does (review G3): a driver that wrote its barriers hands them over on the state topic
+/// ([`PeerLink::publish_stopped`], retried at its next steps while the append fails) and only
+/// then records them STOPPED; any other process adopts them once it has read the handover.
+/// The checker fails a run in which a process makes them writable while the state topic does
+/// not name them STOPPED.
+fn make_writable(
+    world: &Shared,
+    rt: &tokio::runtime::Runtime,
+    p: &mut Proc,
+    slot: usize,
+    drivers: &[(usize, u32, u32, Driver)],
+    out: &mut Outcome,
+    now: i64,
+) {
+    if p.writable_at.is_some() {
+        return;
+    }
+    let generation = p.generation;
+    let barriers_written = drivers
+        .iter()
+        .any(|(s, g, _, d)| (*s, *g) == (slot, generation) && matches!(d, Driver::Done { .. }));
+    let before_handover = lock(world).sabotage == Sabotage::StoppedBeforeHandover;
+    let writable = if barriers_written {
+        if before_handover {
+            check_named_stopped(world, slot, generation, now, out);
+        }
+        let published = rt.block_on(p.link.publish_stopped(handover(now))).is_ok();
+        if published {
+            out.history.push(format!(
+                "{now:>7} {} hands the STOPPED partitions over on the state topic",
+                name(slot, generation)
+            ));
+        }
+        published || before_handover
+    } else {
+        p.link.handover(MIRROR, FID).is_some()
+    };
+    if !writable {
+        return;
+    }
+    if !before_handover {
+        check_named_stopped(world, slot, generation, now, out);
+    }
+    let mut w = lock(world);
+    w.handed_over |= handover_in_log(&w);
+    drop(w);
+    p.writable_at = Some(now);
+    out.history.push(format!(
+        "{now:>7} {} makes the mirror's partitions writable",
+        name(slot, generation)
+    ));
+}
+
+/// No partition is writable anywhere before the state topic names it STOPPED.
+fn check_named_stopped(world: &Shared, slot: usize, generation: u32, now: i64, out: &mut Outcome) {
+    if !handover_in_log(&lock(world)) {
+        out.violations.push(format!(
+            "{} made the mirror's partitions writable at {now}, before the state topic named them STOPPED",
+            name(slot, generation)
+        ));
+    }
+}
+
 fn start(world: &Shared, slot: usize, generation: u32, now: i64, rng: &mut Rng) -> Proc {
     let log = Arc::new(SimLog {
         world: world.clone(),
@@ -441,6 +544,7 @@ fn start(world: &Shared, slot: usize, generation: u32, now: i64, rng: &mut Rng) 
         follow,
         last_step: now,
         last_turn: None,
+        writable_at: None,
     }
 }
 
@@ -516,7 +620,7 @@ fn run_with(seed: u64, sabotage: Sabotage) -> Outcome {
     // an epoch while no other process that wrote them runs: two processes with one instance
     // id (review G12) both taking the failover for theirs would write a second set after the
     // partitions were made writable. (A process started again after writing them may write
-    // them again: the model keeps no records across a restart, and handovers are not modelled.)
+    // them again: the model keeps no records across a restart.)
     let mut barriers: Vec<(u32, usize, u32, i64)> = Vec::new();
     // One seed in ten: a second process with one instance's id runs beside it for a while (an
     // operator's mistake, review G12): (slot, from, until). The twin draws from a stream of
@@ -691,13 +795,17 @@ fn run_with(seed: u64, sabotage: Sabotage) -> Outcome {
                     procs[slot].dead_until = now + d;
                     // A failover it was driving is in its records: the new process resumes it
                     // (the executor's resume at start), announcing it again.
+                    // (One that wrote its barriers resumes too until its handover is on the
+                    // state topic: the executor hands over before it records STOPPED.)
+                    let handed_over = lock(&world).handed_over;
                     let resumes = drivers.iter().any(|(s, g, _, d)| {
                         *s == slot
                             && *g == generation
-                            && !matches!(
-                                d,
-                                Driver::Done { .. } | Driver::TakenOver { .. } | Driver::Adopted
-                            )
+                            && match d {
+                                Driver::Done { .. } => !handed_over,
+                                Driver::TakenOver { .. } | Driver::Adopted => false,
+                                _ => true,
+                            }
                     });
                     if resumes {
                         drivers.push((slot, generation + 1, 1, Driver::Announcing));
@@ -987,11 +1095,11 @@ fn run_with(seed: u64, sabotage: Sabotage) -> Outcome {
                             ));
                         }
                         barriers.push((*de, slot, generation, now));
-                        lock(&world).handed_over = true;
                     }
                     *d = n;
                 }
             }
+            make_writable(&world, &rt, p, slot, &drivers, &mut out, now);
         }
         // One instance id, one lease holder (review G12): a process and its twin never both
         // hold a lease while both run.
@@ -1158,6 +1266,13 @@ fn check(
                 IDS[slot]
             )),
         }
+        if p.writable_at.is_none() {
+            out.not_converged.push(format!(
+                "{} never made the mirror's partitions writable (the handover: {:?})",
+                IDS[slot],
+                p.link.handover(MIRROR, FID).map(|h| h.by)
+            ));
+        }
     }
     clock::sim::set(None);
 }
@@ -1301,6 +1416,14 @@ fn an_instance_heartbeating_without_reading_is_caught() {
     assert_caught(
         Sabotage::HeartbeatUnread,
         "an instance that heartbeats but cannot read (review G10)",
+    );
+}
+
+#[test]
+fn a_partition_made_writable_before_the_state_topic_names_it_stopped_is_caught() {
+    assert_caught(
+        Sabotage::StoppedBeforeHandover,
+        "a driver recording STOPPED before its handover (review G3)",
     );
 }
 
