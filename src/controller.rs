@@ -198,9 +198,9 @@ impl MirrorController {
         &self.names
     }
 
-    /// Add the destination partitions of each mirror's topics that the records do not have yet
-    /// (as MIRRORING, as PAUSED while the mirror is paused, or — for a mirror that is failing or failed over — as read-only members of
-    /// that failover, which completes them).
+    /// Add the destination partitions of each mirror's topics that the records do not have yet:
+    /// MIRRORING, PAUSED while the mirror is paused, or (a mirror failing or failed over) as
+    /// read-only members of that failover, which completes them.
     pub fn sync_partitions(self: &Arc<Self>) {
         if !self.cluster.is_known() {
             return;
@@ -239,18 +239,16 @@ impl MirrorController {
                 };
                 for (t, p) in missing {
                     let mut rec = PartitionRecord::new(t.clone(), p, now_ms());
-                    // A partition added after the failover started joins it; one added while
-                    // the mirror is paused is paused. Refused (a bug), it is not added: it stays
-                    // read-only (and fenced, as a partition of the failover without a record),
-                    // and is tried again.
+                    // A new partition joins the failover or the pause. Refused (a bug), it is
+                    // not added: read-only (fenced, in a failover), it is tried again.
                     let joined = match slot.record.failover_id.clone() {
                         Some(fid) => rec.begin_failover(fid, now_ms()),
                         None if slot.record.paused => rec.pause(now_ms()),
                         None => Ok(()),
                     };
                     if let Err(e) = joined {
-                        let name = slot.record.name.clone();
-                        self.records.report_illegal(&name, &rec, &e.into());
+                        self.records
+                            .report_illegal(&slot.record.name, &rec, &e.into());
                         continue;
                     }
                     // An adopted failover is followed from the state topic instead.
