@@ -21,6 +21,8 @@ use crate::gw::{test_config, TestGateway};
 use crate::harness;
 use crate::harness::{verifiable_consume as java_consume, verifiable_produce as java_produce};
 
+mod forward;
+
 const N: usize = 200;
 
 /// The `secure` cluster: (PLAINTEXT address for test set-up, SASL_PLAINTEXT address).
