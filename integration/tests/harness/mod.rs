@@ -708,23 +708,39 @@ pub fn verifiable_produce(
     n: usize,
     props: &std::path::Path,
 ) -> (BTreeMap<(i32, i64), String>, std::process::Output) {
-    let n = n.to_string();
-    let out = rig_java(
-        "org.apache.kafka.tools.VerifiableProducer",
-        &[
-            "--bootstrap-server",
-            bootstrap,
-            "--topic",
-            topic,
-            "--max-messages",
-            &n,
-            "--acks",
-            "-1",
-            "--producer.config",
-            props.to_str().expect("utf-8 path"),
-        ],
-    );
+    let out = verifiable_producer(bootstrap, topic, n, None, props);
     (verifiable_acks(&out), out)
+}
+
+/// VerifiableProducer of `n` records (acks=all) with `props`, at most `per_second` records a
+/// second when given; its output (the acks: [`verifiable_acks`]).
+pub fn verifiable_producer(
+    bootstrap: &str,
+    topic: &str,
+    n: usize,
+    per_second: Option<u32>,
+    props: &std::path::Path,
+) -> std::process::Output {
+    let n = n.to_string();
+    let rate = per_second.map(|r| r.to_string());
+    let mut args = vec![
+        "--bootstrap-server",
+        bootstrap,
+        "--topic",
+        topic,
+        "--max-messages",
+        &n,
+    ];
+    if let Some(rate) = &rate {
+        args.extend(["--throughput", rate.as_str()]);
+    }
+    args.extend([
+        "--acks",
+        "-1",
+        "--producer.config",
+        props.to_str().expect("utf-8 path"),
+    ]);
+    rig_java("org.apache.kafka.tools.VerifiableProducer", &args)
 }
 
 /// (partition, offset) → value of every record VerifiableProducer reported acknowledged.

@@ -759,7 +759,7 @@ fn rolling_restart(gws: &mut [ProcessGateway]) {
 /// of sending, as long as a restart of three instances takes here, so it overlaps each of them
 /// (it is started first).
 const JAVA_RECORDS: usize = 600;
-const JAVA_RATE: &str = "25";
+const JAVA_RATE: u32 = 25;
 
 /// A Java idempotent producer (VerifiableProducer, acks=all, up to 60 s per record) sending
 /// [`JAVA_RECORDS`] records `0`, `1`, ... to `topic` at [`JAVA_RATE`] a second through
@@ -777,23 +777,7 @@ fn steady_java_producer(
              delivery.timeout.ms=60000\nrequest.timeout.ms=5000\nreconnect.backoff.max.ms=500\n",
         )
         .expect("props");
-        harness::rig_java(
-            "org.apache.kafka.tools.VerifiableProducer",
-            &[
-                "--bootstrap-server",
-                &bootstrap,
-                "--topic",
-                &topic,
-                "--max-messages",
-                &JAVA_RECORDS.to_string(),
-                "--throughput",
-                JAVA_RATE,
-                "--acks",
-                "-1",
-                "--producer.config",
-                props.to_str().expect("utf-8 path"),
-            ],
-        )
+        harness::verifiable_producer(&bootstrap, &topic, JAVA_RECORDS, Some(JAVA_RATE), &props)
     })
 }
 

@@ -33,33 +33,6 @@ fn own_secure() -> (harness::IsolatedRig, String, String) {
     (rig, plaintext, sasl)
 }
 
-/// VerifiableProducer of `n` records at `per_second` through `bootstrap` with `props`.
-fn produce_at(
-    bootstrap: &str,
-    topic: &str,
-    n: usize,
-    per_second: u32,
-    props: &Path,
-) -> std::process::Output {
-    harness::rig_java(
-        "org.apache.kafka.tools.VerifiableProducer",
-        &[
-            "--bootstrap-server",
-            bootstrap,
-            "--topic",
-            topic,
-            "--max-messages",
-            &n.to_string(),
-            "--throughput",
-            &per_second.to_string(),
-            "--acks",
-            "-1",
-            "--producer.config",
-            props.to_str().expect("utf-8 path"),
-        ],
-    )
-}
-
 #[test]
 fn scram_clients_on_a_forward_listener_write_across_a_switchover_authenticating_again_on_the_destination(
 ) {
@@ -119,7 +92,9 @@ fn scram_clients_on_a_forward_listener_write_across_a_switchover_authenticating_
     // Across: a producer writing while the switchover runs goes on without an error.
     let across = {
         let (forward, topic, props) = (forward.clone(), topic.clone(), props.clone());
-        std::thread::spawn(move || produce_at(&forward, &topic, 1_200, 100, &props))
+        std::thread::spawn(move || {
+            harness::verifiable_producer(&forward, &topic, 1_200, Some(100), &props)
+        })
     };
     std::thread::sleep(Duration::from_secs(4));
     crate::failover::switchover(&gw.admin(), "saslfwd");

@@ -823,24 +823,7 @@ fn clients_reauthenticate_through_the_gateway_when_sessions_expire() {
         )
     };
     let (h0, c0) = (handshakes(&gw), connections(&gw));
-    let max = n.to_string();
-    let out = harness::rig_java(
-        "org.apache.kafka.tools.VerifiableProducer",
-        &[
-            "--bootstrap-server",
-            &gw.bootstrap(),
-            "--topic",
-            &topic,
-            "--max-messages",
-            &max,
-            "--throughput",
-            "20",
-            "--acks",
-            "-1",
-            "--producer.config",
-            props.to_str().expect("utf-8 path"),
-        ],
-    );
+    let out = harness::verifiable_producer(&gw.bootstrap(), &topic, n, Some(20), &props);
     harness::expect_success("VerifiableProducer through the gateway", &out);
     for e in harness::json_lines(&out.stdout) {
         assert_ne!(e["name"], "producer_send_error", "send error: {e}");
