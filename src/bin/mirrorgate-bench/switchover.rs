@@ -45,6 +45,10 @@ const COMMIT_MS: u64 = 1000;
 /// acknowledged.
 const READ_ALL: Duration = Duration::from_secs(120);
 
+/// How long the producers may take to have a first record acknowledged (a JVM took 10 s to
+/// start in one CI run on a loaded machine).
+const STARTED: Duration = Duration::from_secs(120);
+
 /// The size of a run.
 struct Shape {
     partitions: i32,
@@ -196,6 +200,40 @@ fn run_in(
     })
 }
 
+/// Waits (`limit` at most) until each producer of `names` has had a record acknowledged, so
+/// that the steady time, and the switchover after it, begin with every producer writing. A
+/// producer whose process starts late would otherwise begin with the switchover (its first
+/// requests held, then sent to the destination): a producer starting at a switch, not the
+/// pause of one that was writing, which is what the run measures.
+fn all_writing(history: &clients::Shared, names: &[&str], limit: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let silent: Vec<&str> = clients::with(history, |h| {
+            let acked: std::collections::HashSet<&str> = h
+                .ops()
+                .iter()
+                .filter(|o| matches!(o.outcome, Outcome::Acked { .. }))
+                .map(|o| o.client.as_str())
+                .collect();
+            names
+                .iter()
+                .copied()
+                .filter(|n| !acked.contains(n))
+                .collect()
+        });
+        if silent.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "no record of producer(s) {} was acknowledged within {limit:?} of their start",
+                silent.join(", ")
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Records acknowledged a second, from the first send to the last acknowledgement.
 fn acked_rate(ops: &[Op]) -> f64 {
     let acked: Vec<&Op> = ops
@@ -285,6 +323,11 @@ fn measure(
             per_second,
         };
         producers.push(Producer::start(&spec, &history, work)?);
+    }
+    let names: Vec<&str> = specs.iter().map(|(_, name, _)| *name).collect();
+    if let Err(e) = all_writing(&history, &names, STARTED) {
+        rt.block_on(clients::stop_producers(producers));
+        return Err(e);
     }
     std::thread::sleep(shape.steady);
     let called_ms = now_ms();
@@ -555,6 +598,21 @@ mod tests {
             .map(|k| k.to_string())
             .collect();
         assert_eq!(group_figures(&ops, &reads), (1, 1));
+    }
+
+    #[test]
+    fn the_run_waits_until_every_producer_had_a_record_acknowledged() {
+        let history = clients::Shared::default();
+        clients::with(&history, |h| {
+            h.sent("java", Origin::Source, "java-0", 1);
+            h.answered("java-0", acked(), 2);
+            h.sent("librdkafka", Origin::Source, "librdkafka-0", 1);
+        });
+        let names = ["java", "librdkafka"];
+        let e = all_writing(&history, &names, Duration::from_millis(150)).unwrap_err();
+        assert!(e.contains("producer(s) librdkafka was"), "{e}");
+        clients::with(&history, |h| h.answered("librdkafka-0", acked(), 3));
+        assert_eq!(all_writing(&history, &names, Duration::ZERO), Ok(()));
     }
 
     #[test]
