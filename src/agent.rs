@@ -16,11 +16,11 @@
 //!   in the state store area `agent`), per-partition order, one request in flight, retries that
 //!   never duplicate, FAILED with a reason on what it cannot mirror.
 //! - Config and ACL sync ([`crate::sync`]) started with the agent, for the same mirrors.
-//! - Failover ([`stop_hook`]): the controller calls the stop hook first; it stops config/ACL
-//!   sync of that mirror, then the agent stops its tasks of that mirror and waits (bounded) for
-//!   their appends in flight, then the mirror's group offset sync ([`crate::sync::groups`],
-//!   started here) makes its final round (bounded, beside the failover's barriers) and stops
-//!   writing for good. An unreachable source never blocks.
+//! - Failover: the controller calls the stop hook first; it stops config/ACL sync of that
+//!   mirror, then the agent stops its tasks of that mirror and waits (bounded) for their
+//!   appends in flight, then the mirror's group offset sync ([`crate::sync::groups`], started
+//!   here) makes its final round (bounded) and stops writing for good. An unreachable source
+//!   never blocks.
 //! - Lag per partition (records and seconds, [`lag`]): `mirrorgate_mirror_lag_records` /
 //!   `mirrorgate_mirror_lag_seconds` and the admin API.
 //!
@@ -39,14 +39,13 @@ mod metrics;
 mod ownership;
 mod partition;
 pub mod report_follow;
-mod stop_hook;
 mod transactions;
 
 pub use lag::PartStats;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{watch, Notify};
@@ -60,7 +59,7 @@ use crate::metrics::Metrics;
 use crate::mirror::PartitionState;
 use crate::state::StateStore;
 use crate::sync::groups::kafka_io::KafkaGroupIo;
-use crate::sync::groups::GroupSync;
+use crate::sync::groups::{GroupSync, FINAL_SYNC_BUDGET};
 
 use crate::client::mirror_ops::ClusterMeta;
 use crate::mirror::offset_map::{self, MirrorOffsets, AGENT_AREA};
@@ -263,7 +262,23 @@ pub fn start(
         sync,
         groups,
     });
-    stop_hook::install(controller, Arc::downgrade(&agent));
+    let weak: Weak<Agent> = Arc::downgrade(&agent);
+    controller.set_agent_stop_hook(Arc::new(move |name: &str| {
+        let agent = weak.upgrade();
+        let name = name.to_string();
+        Box::pin(async move {
+            if let Some(a) = agent.as_ref() {
+                a.sync.stop(&name).await;
+            }
+            if let Some(m) = agent.as_ref().and_then(|a| a.mirror(&name)) {
+                m.stop_and_drain().await;
+                m.match_unmatched_tails().await;
+            }
+            if let Some(g) = agent.as_ref().and_then(|a| a.group_sync(&name)) {
+                g.final_sync(FINAL_SYNC_BUDGET).await;
+            }
+        })
+    }));
     match LagCollector::new(Arc::downgrade(&agent), config.metrics.per_partition) {
         Ok(c) => {
             if let Err(e) = metrics.registry().register(Box::new(c)) {

@@ -11,8 +11,6 @@
 //! barrier  DRAINED → BARRIER_WRITTEN → BARRIER_PERSISTED     (crash points barrier_written,
 //!          one barrier per partition, found again on resume;  screen_persisted, barrier_persisted)
 //!          the partitions' producers screened (durable) before
-//! settle   (the agent's final group offset sync, started when the agent stopped and run
-//!          beside fence, drain, peers and barrier, has ended)
 //! clear    BARRIER_PERSISTED → PSM_CLEARED → STOPPED         (crash point psm_cleared)
 //! handover (several instances: the STOPPED partitions handed over on the state topic; they
 //!          are recorded STOPPED — writable — only once it holds them, the commit point)
@@ -319,9 +317,6 @@ impl<Io: FailoverIo> Failover<Io> {
         }
         let waited_out = self.wait_peers(name, &fid).await?;
         self.barrier(name, &fid, resumed, waited_out).await?;
-        // The agent's final group offset sync ran beside the steps above; the applications
-        // get the partitions (STOPPED, writable) and the groups' offsets only after it.
-        self.io.agent_settled(name).await;
         self.clear_psm(name).await?;
         self.hooks.hold_before_handover().await;
         self.io.check_driving(name, &fid)?;

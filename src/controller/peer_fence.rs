@@ -46,9 +46,6 @@ impl MirrorController {
                     return Ok(());
                 }
                 this.executor.io().stop_agent(&mirror).await;
-                // The instance that drives the failover waits for this fence alone: this
-                // instance's final group offset sync ends before it says it fenced.
-                this.executor.io().agent_settled(&mirror).await;
                 let settle_ms = i64::try_from(settle.as_millis()).unwrap_or(i64::MAX);
                 let deadline = tokio::time::Instant::now() + FENCE_ATTEMPT;
                 loop {

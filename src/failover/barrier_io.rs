@@ -41,16 +41,9 @@ use crate::mirror::state::BarrierProducer;
 use tails::PerPartition;
 
 /// Stops the built-in agent of a mirror; the future ends once its appends in flight are answered.
-/// It returns the agent's work that goes on beside the failover's next steps (the final group
-/// offset sync), which must end before the mirror's partitions are handed over.
 pub type AgentStopHook = Arc<
-    dyn Fn(&str) -> std::pin::Pin<Box<dyn std::future::Future<Output = AgentSettling> + Send>>
-        + Send
-        + Sync,
+    dyn Fn(&str) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send + Sync,
 >;
-
-/// What the built-in agent still does for a mirror after it stopped (`None`: nothing).
-pub type AgentSettling = Option<tokio::task::JoinHandle<()>>;
 
 /// Why a partition without a known leader gets no barrier (yet).
 const NO_LEADER: &str = "no leader known for the partition";
@@ -72,8 +65,6 @@ pub struct KafkaFailoverIo {
     lose_marker_answers: AtomicI64,
     barrier_clock_skew_ms: i64,
     agent_stop: OnceLock<AgentStopHook>,
-    /// Per mirror, what its agent still does after it stopped (see [`AgentStopHook`]).
-    agent_settling: std::sync::Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
     /// The other instances, when several run (`instances`).
     peers: OnceLock<Arc<crate::instances::PeerLink>>,
     /// How long the drain waits (bounds the wait for the other instances' fences).
@@ -108,7 +99,6 @@ impl KafkaFailoverIo {
             lose_marker_answers: AtomicI64::new(hooks.lose_marker_answers),
             barrier_clock_skew_ms: hooks.barrier_clock_skew_ms,
             agent_stop: OnceLock::new(),
-            agent_settling: Default::default(),
             peers: OnceLock::new(),
             drain_timeout: Duration::from_secs(30),
             pid_allocator,
@@ -250,33 +240,8 @@ fn screen_entry(max_epoch: i16, last_timestamp: i64, coordinator_epoch: i32) -> 
 
 impl FailoverIo for KafkaFailoverIo {
     async fn stop_agent(&self, mirror: &str) {
-        let Some(hook) = self.agent_stop.get() else {
-            return;
-        };
-        let Some(settling) = hook(mirror).await else {
-            return;
-        };
-        let mut all = self
-            .agent_settling
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        // A pass retried while the first one's settling still runs waits for that one (the
-        // second stop has nothing left to do).
-        if all.get(mirror).is_none_or(|h| h.is_finished()) {
-            all.insert(mirror.to_string(), settling);
-        }
-    }
-
-    async fn agent_settled(&self, mirror: &str) {
-        let settling = self
-            .agent_settling
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(mirror);
-        if let Some(h) = settling {
-            if let Err(e) = h.await {
-                tracing::error!(mirror, error = %e, "the agent's work after its stop ended abnormally");
-            }
+        if let Some(hook) = self.agent_stop.get() {
+            hook(mirror).await;
         }
     }
 

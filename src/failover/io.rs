@@ -131,9 +131,6 @@ pub use crate::instances::view::NotDriving;
 pub trait FailoverIo: Send + Sync + 'static {
     /// Stop the mirror's built-in agent; ends once its appends in flight are answered.
     fn stop_agent(&self, mirror: &str) -> impl Future<Output = ()> + Send;
-    /// Ends once what the stopped agent still did for the mirror (its final group offset sync,
-    /// run beside the fence, drain and barriers) ended.
-    fn agent_settled(&self, mirror: &str) -> impl Future<Output = ()> + Send;
     /// The mirror writes of a partition (in flight, of unknown outcome).
     fn writes(&self, topic: &str, partition: i32) -> WriteCounts;
     /// This failover's last barrier in the partition's log: a data barrier carrying `fid`, or an

@@ -26,7 +26,6 @@ const PARTITIONS: i32 = 3;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Call {
     StopAgent,
-    AgentSettled,
     Writes,
     NewProducer,
     PsmProducers,
@@ -83,9 +82,6 @@ struct FakeState {
     refuse_handover: Option<String>,
     /// Where each log ended before its first barrier, as recorded.
     barrier_from: HashMap<PartitionKey, i64>,
-    /// When the failover waited for the agent's work after its stop: the barriers in the logs
-    /// then, and whether a partition was STOPPED on disk.
-    settled_at: Option<(usize, bool)>,
 }
 
 /// The fake I/O: partition logs in memory, shared by the executors of one test (a restarted
@@ -157,20 +153,6 @@ impl Fake {
 impl FailoverIo for Fake {
     async fn stop_agent(&self, _mirror: &str) {
         self.call(Call::StopAgent);
-    }
-
-    async fn agent_settled(&self, _mirror: &str) {
-        self.call(Call::AgentSettled);
-        let barriers = self.barriers().values().map(Vec::len).sum();
-        let record = std::fs::read(self.dir.join(MIRRORS_AREA).join(format!("{MIRROR}.json")))
-            .ok()
-            .and_then(|b| MirrorRecord::decode(&b).ok());
-        let stopped = record.is_some_and(|r| {
-            r.partitions
-                .iter()
-                .any(|p| p.state == PartitionState::Stopped)
-        });
-        self.state().settled_at = Some((barriers, stopped));
     }
 
     fn writes(&self, topic: &str, partition: i32) -> WriteCounts {
@@ -679,25 +661,6 @@ async fn a_failover_stops_every_partition_at_one_control_barrier_each() {
         assert_eq!(p.barrier_producer.map(|b| b.producer_id), Some(5000));
     }
     assert_eq!(rig.fake.state().cleared.len(), PARTITIONS as usize);
-}
-
-#[tokio::test]
-async fn the_agents_final_group_sync_is_waited_for_after_the_barriers_before_any_partition_is_writable(
-) {
-    let rig = rig("auto");
-    let exec = rig.executor(FaultHooks::default());
-    exec.begin(MIRROR).unwrap();
-    assert_eq!(
-        exec.run_pass(MIRROR, false).await.unwrap(),
-        PassOutcome::Complete
-    );
-    let (barriers, stopped) = rig.fake.state().settled_at.expect("waited for");
-    assert_eq!(
-        barriers, PARTITIONS as usize,
-        "every barrier written before"
-    );
-    assert!(!stopped, "no partition writable before");
-    rig.assert_stopped_with_one_barrier_each();
 }
 
 #[tokio::test]
