@@ -30,7 +30,7 @@ pub const MAX_BATCHES: usize = 500_000;
 const DUPLICATE_WINDOW: usize = 64;
 
 /// One acknowledged batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AckedBatch {
     pub producer_id: i64,
     pub producer_epoch: i16,
@@ -96,7 +96,59 @@ pub struct ForwardedLoss {
     pub inexact: Option<String>,
 }
 
+/// The ledger as a gateway that stops cleanly hands it to the next one (the forward
+/// listener's handover).
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerSnapshot {
+    /// Per topic and partition, the batches in the order acknowledged.
+    parts: Vec<(String, i32, Vec<AckedBatch>)>,
+    dropped: u64,
+    unnamed: u64,
+    uncovered: Vec<String>,
+}
+
+impl LedgerSnapshot {
+    /// The batches it holds.
+    pub fn batches(&self) -> usize {
+        self.parts.iter().map(|(_, _, q)| q.len()).sum()
+    }
+}
+
 impl ForwardedAcks {
+    /// The whole ledger, to hand to the next process.
+    pub fn snapshot(&self) -> LedgerSnapshot {
+        let l = self.lock();
+        let mut parts: Vec<(String, i32, Vec<AckedBatch>)> = l
+            .parts
+            .iter()
+            .flat_map(|(t, ps)| {
+                ps.iter()
+                    .map(|(p, q)| (t.clone(), *p, q.iter().copied().collect()))
+            })
+            .collect();
+        parts.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        LedgerSnapshot {
+            parts,
+            dropped: l.dropped,
+            unnamed: l.unnamed,
+            uncovered: l.uncovered.iter().cloned().collect(),
+        }
+    }
+
+    /// Take over the ledger an earlier process handed over (before this one noted anything:
+    /// its batches are the oldest), under the same bound, its drops and unnamed counts kept.
+    pub fn restore(&self, s: LedgerSnapshot) {
+        for (topic, partition, batches) in s.parts {
+            for b in batches {
+                self.note(&topic, partition, b);
+            }
+        }
+        let mut l = self.lock();
+        l.dropped += s.dropped;
+        l.unnamed += s.unnamed;
+        l.uncovered.extend(s.uncovered);
+    }
+
     pub fn new() -> ForwardedAcks {
         ForwardedAcks::default()
     }
@@ -308,6 +360,29 @@ mod tests {
             first_offset,
             records,
         }
+    }
+
+    #[test]
+    fn a_ledger_handed_to_the_next_process_gives_the_same_figures_there() {
+        let acks = ForwardedAcks::new();
+        acks.note("t", 0, batch(7, 0, 0, 5));
+        acks.note("t", 0, batch(8, 0, 5, 3));
+        acks.note("u", 1, batch(7, 0, 0, 2));
+        acks.note_unnamed();
+        acks.uncovered("other");
+        let next = |_: &str, _: i32| Some(1);
+        let handed = acks.snapshot();
+        assert_eq!(handed.batches(), 3);
+        let bytes = serde_json::to_vec(&handed).unwrap();
+        let taken = ForwardedAcks::new();
+        taken.restore(serde_json::from_slice(&bytes).unwrap());
+        assert_eq!(taken.snapshot(), handed);
+        assert_eq!(taken.missing(&next), acks.missing(&next));
+        assert!(
+            !taken.is_exact(),
+            "an unnamed acknowledgement stays counted"
+        );
+        assert!(taken.lacks(8, "t", 0));
     }
 
     #[test]

@@ -42,6 +42,8 @@ use kafka_protocol::messages::ApiKey;
 
 use tokio::sync::watch;
 
+pub mod handover;
+
 use super::forward_ids::{DecodeError, ForwardedIds};
 use crate::mirror::forwarded_acks::ForwardedAcks;
 use crate::mirror::PartitionState;

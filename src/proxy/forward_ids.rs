@@ -6,7 +6,8 @@
 //! from those noted by this process: the ledger of acknowledgements
 //! ([`crate::mirror::forwarded_acks`]) lives in memory, so only an id noted since this process
 //! started has all its acknowledgements in it, which the exemption after an unplanned failover
-//! needs. An id not noted for [`FORWARDED_ID_TTL_MS`] is dropped: the brokers have expired its
+//! needs. A process that stops cleanly hands its ledger and the ids it noted to the next one
+//! ([`ForwardedIds::take_over`]): those count as noted there. An id not noted for [`FORWARDED_ID_TTL_MS`] is dropped: the brokers have expired its
 //! state long before (`producer.id.expiration.ms` is a day by default).
 //!
 //! Owns: the set, its expiry and its encoding. Must not touch: the state directory (the caller
@@ -97,6 +98,41 @@ impl ForwardedIds {
         self.ids.is_empty()
     }
 
+    /// The ids this process noted: (id, when last noted, highest epoch seen). What a gateway
+    /// that stops cleanly hands to the next one with its ledger (see
+    /// `crate::proxy::forward`, the handover).
+    pub fn noted_here_entries(&self) -> Vec<(i64, i64, i16)> {
+        let mut out: Vec<(i64, i64, i16)> = self
+            .here
+            .iter()
+            .filter_map(|id| {
+                let at = *self.ids.get(id)?;
+                Some((*id, at, self.epochs.get(id).copied().unwrap_or(0)))
+            })
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// Take over ids an earlier process noted and handed over with every acknowledgement of
+    /// theirs it had not seen mirrored: they count as noted here. Expired ones are left out;
+    /// how many were taken over.
+    pub fn take_over(&mut self, entries: &[(i64, i64, i16)], now_ms: i64) -> usize {
+        let mut n = 0;
+        for &(id, at, epoch) in entries {
+            if id < 0 || now_ms - at >= FORWARDED_ID_TTL_MS {
+                continue;
+            }
+            let e = self.ids.entry(id).or_insert(at);
+            *e = (*e).max(at);
+            self.here.insert(id);
+            self.note_epoch(id, epoch);
+            self.changed = true;
+            n += 1;
+        }
+        n
+    }
+
     /// Merge the ids a previous process persisted (`bytes`), dropping the expired ones.
     pub fn restore(&mut self, bytes: &[u8], now_ms: i64) -> Result<usize, DecodeError> {
         let p: Persisted = serde_json::from_slice(bytes).map_err(|e| DecodeError(e.to_string()))?;
@@ -164,6 +200,26 @@ mod tests {
         assert!(!b.noted_here(7), "restored, not noted by this process");
         b.note(7, 0, 4_000);
         assert!(b.noted_here(7));
+    }
+
+    #[test]
+    fn ids_handed_over_by_a_clean_stop_count_as_noted_here_with_their_epochs() {
+        let mut a = ForwardedIds::default();
+        a.note(7, 0, 1_000);
+        a.note_epoch(7, 2);
+        a.note(8, 0, 0);
+        let bytes = a.take_changed(1_500).expect("changed");
+        let mut restored = ForwardedIds::default();
+        restored.restore(&bytes, 1_600).expect("readable");
+        restored.note(9, 0, 1_700);
+        // The second process hands over only what it noted itself.
+        assert_eq!(restored.noted_here_entries(), vec![(9, 1_700, 0)]);
+        let mut b = ForwardedIds::default();
+        let handed = a.noted_here_entries();
+        assert_eq!(handed, vec![(7, 1_000, 2), (8, 0, 0)]);
+        assert_eq!(b.take_over(&handed, FORWARDED_ID_TTL_MS), 1, "8 expired");
+        assert!(b.noted_here(7) && !b.contains(8));
+        assert_eq!(b.with_epochs(), vec![(7, 2)]);
     }
 
     #[test]
