@@ -445,18 +445,19 @@ impl Gateway {
         self.audit.record(event);
     }
 
-    /// Stop accepting, let in-flight requests finish (up to `limits.shutdown_grace_ms`), stop.
+    /// Stop accepting, let in-flight requests finish (up to `limits.shutdown_grace_ms`), then
+    /// hand the forward listeners' ledgers to the next process (none left open: they are whole).
     pub async fn shutdown(&self) {
         let _ = self.shutdown.send(true);
-        let rx = self
-            .drained
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let rx = match self.drained.lock() {
+            Ok(mut d) => d.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
         if let Some(mut rx) = rx {
             let grace = Duration::from_millis(self.config.limits.shutdown_grace_ms + 1000);
-            if tokio::time::timeout(grace, rx.recv()).await.is_err() {
-                tracing::warn!("connections still open after the shutdown grace period");
+            match tokio::time::timeout(grace, rx.recv()).await {
+                Err(_) => tracing::warn!("connections still open after the shutdown grace period (the forward listeners' ledgers are not handed over)"),
+                Ok(_) => forward::hand_over(&self.forwards, &self.config.state_dir),
             }
         }
     }

@@ -517,6 +517,15 @@ impl ProcessGateway {
         }
     }
 
+    /// SIGTERM, as a rolling restart stops it; its exit status (`None`: still running after
+    /// `timeout`).
+    pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let pid = self.pid()?;
+        // SAFETY: kill(2) on the pid of a child this test started.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+        self.wait_exit_status(timeout)
+    }
+
     /// kill -9.
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {

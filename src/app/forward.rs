@@ -81,6 +81,7 @@ pub(super) fn start(
         }
         let store = StateStore::open(&config.state_dir)?;
         restore_producers(&route, &store);
+        take_handover(&route, &store);
         let side = |cluster: Arc<ClusterView>, enforced: bool| {
             Arc::new(ConnContext {
                 kind: ListenerKind::Forward,
@@ -157,6 +158,69 @@ fn restore_producers(route: &ForwardRoute, store: &StateStore) {
         Ok(None) => {}
         Err(e) => {
             tracing::warn!(mirror, error = %e, "forwarded producer ids not restored: their producers bump their epoch at a switchover")
+        }
+    }
+}
+
+/// The state directory's area of the forward listeners' handovers (one file per mirror, only
+/// between a clean stop and the next start: see `crate::proxy::forward::handover`).
+pub const HANDOVER_AREA: &str = "forward-handover";
+
+/// Take over what the previous process handed over when it stopped cleanly. Its file is
+/// removed first: a process that crashes after this start must not hand the same ledger over
+/// again, short of what passed since (one that cannot be removed is not taken over).
+fn take_handover(route: &ForwardRoute, store: &StateStore) {
+    let mirror = route.mirror();
+    let bytes = match store.read(HANDOVER_AREA, mirror) {
+        Ok(Some(b)) => b,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!(mirror, error = %e, "the forward listener's handover is not readable: taken as none (after an unplanned failover its producers are refused, bumping their epoch)");
+            return;
+        }
+    };
+    if let Err(e) = store.remove(HANDOVER_AREA, mirror) {
+        tracing::warn!(mirror, error = %e, "the forward listener's handover cannot be removed: not taken over");
+        return;
+    }
+    match route.take_handover(&bytes) {
+        Ok(t) => tracing::info!(
+            mirror,
+            producers = t.producers,
+            batches = t.batches,
+            written_ms = t.written_ms,
+            "took over the forward listener's ledger of acknowledgements from the previous process"
+        ),
+        Err(e) => {
+            tracing::warn!(mirror, error = %e, "the forward listener's handover not taken over")
+        }
+    }
+}
+
+/// At a clean stop, once every connection has ended: hand each forward listener's ledger and
+/// producer ids to the next process (see `crate::proxy::forward::handover`).
+pub fn hand_over(forwards: &[RunningForward], state_dir: &std::path::Path) {
+    if forwards.is_empty() {
+        return;
+    }
+    let store = match StateStore::open(state_dir) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "the forward listeners' ledgers are not handed over");
+            return;
+        }
+    };
+    for f in forwards {
+        let mirror = f.route.mirror();
+        match store.write(HANDOVER_AREA, mirror, &f.route.handover()) {
+            Ok(()) => tracing::info!(
+                mirror,
+                batches = f.route.acks().len(),
+                "forward listener's ledger of acknowledgements handed over to the next process"
+            ),
+            Err(e) => {
+                tracing::warn!(mirror, error = %e, "the forward listener's ledger is not handed over: after an unplanned failover, producers from before the restart are refused")
+            }
         }
     }
 }

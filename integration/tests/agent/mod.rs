@@ -33,6 +33,7 @@ mod compacted;
 pub(crate) mod divergence;
 mod faults;
 pub(crate) mod forward;
+mod forward_handover;
 mod forward_instances;
 mod owners;
 mod preflight;

@@ -1,0 +1,165 @@
+//! Forward mode across a clean restart of the gateway: the process that stops hands its
+//! forward listeners' ledgers of acknowledgements and producer ids to the next one, so an
+//! unplanned failover after the restart keeps whole producers going and reports everything the
+//! destination lacks, what was acknowledged before the restart included.
+
+use std::collections::BTreeSet;
+
+use super::forward::{forward_config, keys, producer_ids, wait_lag_zero};
+use super::*;
+
+/// The side of mirror `name`'s forward listener.
+fn side(admin: &str, name: &str) -> String {
+    let (_, body) = admin_call(
+        admin,
+        Method::GET,
+        &format!("/v1/mirrors/{name}/forward"),
+        None,
+    );
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+    v["side"].as_str().unwrap_or_default().to_string()
+}
+
+/// Two mirrors with forward listeners on the source cluster, their producers writing through
+/// them. Mirror `hol` is paused, so what its producer gets acknowledged stays unmirrored;
+/// mirror `hok` is caught up and its producer holds its sends. The gateway is stopped with
+/// SIGTERM and started again; `hol`'s producer goes on writing through it. Then both mirrors
+/// fail over (not a switchover: no catch-up). Red before the handover: `hok`'s producer, whose
+/// id came before the restart, was refused after the failover (its epoch bumped), and the report
+/// of `hol` left out what was acknowledged before the restart.
+#[test]
+fn after_a_clean_restart_an_unplanned_failover_keeps_whole_forwarded_producers_and_names_all_the_others_lack(
+) {
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let lost_topic = harness::unique_topic("handover-lost");
+    let kept_topic = harness::unique_topic("handover-kept");
+    harness::create_topic(&source, &lost_topic, 2, None);
+    harness::create_topic(&source, &kept_topic, 2, None);
+    let (mut cfg, lost_forward) = forward_config("hol", &[&lost_topic], &source);
+    let (kept_cfg, kept_forward) = forward_config("hok", &[&kept_topic], &source);
+    cfg.mirrors.push(kept_cfg.mirrors[0].clone());
+    let mut gw = crate::gw::ProcessGateway::start(cfg, &[]);
+    let admin = gw.admin();
+    let lossy = SourceWriter::start(&lost_forward, &lost_topic, "lost", 1_000_000, 200);
+    let whole = SourceWriter::start(&kept_forward, &kept_topic, "kept", 1_000_000, 200);
+    wait_for(
+        "records through the forward listeners",
+        Duration::from_secs(60),
+        || lossy.acked() >= 200 && whole.acked() >= 200,
+    );
+    wait_lag_zero(&admin, "hol", 2);
+    let (status, body) = admin_call(&admin, Method::POST, "/v1/mirrors/hol/pause", None);
+    assert_eq!(status, 200, "pause: {body}");
+    let at_pause = lossy.acked();
+    wait_for(
+        "records acknowledged by the source after the pause",
+        Duration::from_secs(60),
+        || lossy.acked() >= at_pause + 300,
+    );
+    whole.hold(true);
+    std::thread::sleep(Duration::from_millis(500));
+    wait_caught_up(&admin, "hok", &source, &kept_topic, 2);
+    let kept_ids: Vec<(i64, i32)> = (0..2)
+        .flat_map(|p| producer_ids(&source, &kept_topic, p))
+        .collect();
+
+    let status = gw.terminate(Duration::from_secs(30));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "stopped cleanly: {status:?}; log:\n{}",
+        gw.log()
+    );
+    assert!(
+        gw.log().contains("ledger of acknowledgements handed over"),
+        "handed over; log:\n{}",
+        gw.log()
+    );
+    gw.restart(&[]);
+    assert!(
+        gw.log().contains("took over the forward listener's ledger"),
+        "taken over; log:\n{}",
+        gw.log()
+    );
+    let at_restart = lossy.acked();
+    wait_for(
+        "records through the restarted gateway",
+        Duration::from_secs(60),
+        || lossy.acked() >= at_restart + 100,
+    );
+
+    failover(&admin, "hol");
+    failover(&admin, "hok");
+    wait_stopped(&admin, "hol");
+    wait_stopped(&admin, "hok");
+    wait_for(
+        "the routes on the destination",
+        Duration::from_secs(10),
+        || side(&admin, "hol") == "destination" && side(&admin, "hok") == "destination",
+    );
+    let at_failover = whole.acked();
+    whole.hold(false);
+    wait_for(
+        "the whole producer's records on the destination after the failover",
+        Duration::from_secs(60),
+        || whole.acked() >= at_failover + 200,
+    );
+    // No error reached the whole producer's application, and every record was acknowledged.
+    let whole_acked = whole.finish(true);
+    let lossy_keys = lossy.acked_keys();
+    let _ = lossy.finish_with_errors();
+
+    // The whole producer went on under the id and epoch the source gave it before the restart.
+    for p in 0..2 {
+        let ids = producer_ids(&destination, &kept_topic, p);
+        assert!(
+            kept_ids.iter().any(|k| ids.contains(k)),
+            "partition {p}: the destination goes on with the source's producer: {ids:?} (source: {kept_ids:?})"
+        );
+        assert!(
+            ids.iter()
+                .filter(|id| kept_ids.iter().any(|k| k.0 == id.0))
+                .all(|id| kept_ids.contains(id)),
+            "partition {p}: the producer kept its epoch: {ids:?} (source: {kept_ids:?})"
+        );
+    }
+    let on_destination: usize = (0..2)
+        .map(|p| keys(&destination, &kept_topic, p).len())
+        .sum();
+    assert_eq!(
+        on_destination, whole_acked,
+        "every acknowledged record, once"
+    );
+
+    // The lossy producer: the report names exactly what the destination lacks, what was
+    // acknowledged before the restart included.
+    let report = completed_report(&admin, "hol");
+    let fwd = &report["forwarded"];
+    assert!(fwd["inexact"].is_null(), "{fwd}");
+    let gaps = fwd["producers"].as_array().cloned().unwrap_or_default();
+    let mut lacking_total = 0;
+    for p in 0..2 {
+        let present: BTreeSet<String> = keys(&destination, &lost_topic, p).into_iter().collect();
+        let lacking = lossy_keys
+            .iter()
+            .filter(|(part, k)| *part == p && !present.contains(k))
+            .count() as i64;
+        let reported: i64 = gaps
+            .iter()
+            .filter(|g| g["partition"] == p)
+            .map(|g| g["records"].as_i64().unwrap_or(-1))
+            .sum();
+        eprintln!(
+            "handover: partition {p}: {lacking} acknowledged records lacking, {reported} reported"
+        );
+        assert_eq!(
+            reported, lacking,
+            "partition {p}: the report names exactly the acknowledged records the destination lacks: {fwd}"
+        );
+        lacking_total += lacking;
+    }
+    assert!(
+        lacking_total >= 400,
+        "acknowledged after the pause, before and after the restart ({lacking_total})"
+    );
+}
