@@ -1051,9 +1051,38 @@ fn disruptive_an_unplanned_failover_keeps_whole_forwarded_producers_and_names_wh
         lossy_errors.iter().take(3).collect::<Vec<_>>()
     );
 
-    // The whole producer went on under its producer id and epoch, exactly once, in order.
+    assert_whole_producer_went_on(&destination, &kept_topic, "kept", &kept_ids, whole_acked);
+    let lacking_total = assert_report_names_what_is_lacking(
+        &gw.admin(),
+        "fwdk",
+        &destination,
+        &lost_topic,
+        &lossy_keys,
+    );
+    assert!(
+        lacking_total >= 300,
+        "the paused agent left the records acknowledged after the pause unmirrored ({lacking_total})"
+    );
+    let whole_report = completed_report(&gw.admin(), "fwdc");
+    assert_eq!(
+        whole_report["forwarded"]["records"].as_i64(),
+        Some(0),
+        "the whole producer's mirror lacks nothing: {whole_report}"
+    );
+}
+
+/// After an unplanned failover: the producer whose records were all mirrored went on on the
+/// destination under the ids and epochs the source gave it (`kept_ids`, its 2 partitions), each
+/// record (`{prefix}-N`) once and in its order, and every record acknowledged to it is there.
+pub(super) fn assert_whole_producer_went_on(
+    destination: &str,
+    topic: &str,
+    prefix: &str,
+    kept_ids: &[(i64, i32)],
+    acked: usize,
+) {
     for p in 0..2 {
-        let ids = producer_ids(&destination, &kept_topic, p);
+        let ids = producer_ids(destination, topic, p);
         // (The failover's barrier adds a producer of its own.)
         assert!(
             kept_ids.iter().any(|k| ids.contains(k)),
@@ -1065,25 +1094,34 @@ fn disruptive_an_unplanned_failover_keeps_whole_forwarded_producers_and_names_wh
                 .all(|id| kept_ids.contains(id)),
             "partition {p}: the producer kept its epoch: {ids:?} (source: {kept_ids:?})"
         );
-        let numbers: Vec<usize> = keys(&destination, &kept_topic, p)
+        let numbers: Vec<usize> = keys(destination, topic, p)
             .iter()
-            .map(|k| k.trim_start_matches("kept-").parse().expect("key"))
+            .map(|k| {
+                k.trim_start_matches(&format!("{prefix}-"))
+                    .parse()
+                    .expect("key")
+            })
             .collect();
         assert!(
             numbers.windows(2).all(|w| w[0] < w[1]),
             "partition {p}: the whole producer's records once each, in its order"
         );
     }
-    let on_destination: usize = (0..2)
-        .map(|p| keys(&destination, &kept_topic, p).len())
-        .sum();
-    assert_eq!(
-        on_destination, whole_acked,
-        "every acknowledged record, once"
-    );
+    let on_destination: usize = (0..2).map(|p| keys(destination, topic, p).len()).sum();
+    assert_eq!(on_destination, acked, "every acknowledged record, once");
+}
 
-    // The lossy producer: the report names exactly what the destination lacks.
-    let report = completed_report(&gw.admin(), "fwdk");
+/// After an unplanned failover of mirror `name`: its report's `forwarded` figures are exact and
+/// name, in each of `topic`'s 2 partitions, exactly the records of `acked` (partition, key) that
+/// the destination lacks, under one producer id; no record is there twice. Their total.
+pub(super) fn assert_report_names_what_is_lacking(
+    admin: &str,
+    name: &str,
+    destination: &str,
+    topic: &str,
+    acked: &[(i32, String)],
+) -> i64 {
+    let report = completed_report(admin, name);
     let fwd = &report["forwarded"];
     assert!(
         fwd.is_object(),
@@ -1102,14 +1140,14 @@ fn disruptive_an_unplanned_failover_keeps_whole_forwarded_producers_and_names_wh
     );
     let mut lacking_total = 0;
     for p in 0..2 {
-        let on_destination = keys(&destination, &lost_topic, p);
+        let on_destination = keys(destination, topic, p);
         let present: BTreeSet<&String> = on_destination.iter().collect();
         assert_eq!(
             present.len(),
             on_destination.len(),
             "partition {p}: no record twice on the destination"
         );
-        let lacking = lossy_keys
+        let lacking = acked
             .iter()
             .filter(|(part, k)| *part == p && !present.contains(k))
             .count() as i64;
@@ -1118,24 +1156,17 @@ fn disruptive_an_unplanned_failover_keeps_whole_forwarded_producers_and_names_wh
             .filter(|g| g["partition"] == p)
             .map(|g| g["records"].as_i64().unwrap_or(-1))
             .sum();
-        eprintln!("forward kill: partition {p}: {lacking} acknowledged records lacking, {reported} reported");
+        eprintln!(
+            "{name}: partition {p}: {lacking} acknowledged records lacking, {reported} reported"
+        );
         assert_eq!(
             reported, lacking,
             "partition {p}: the report names exactly the acknowledged records the destination lacks: {fwd}"
         );
         lacking_total += lacking;
     }
-    assert!(
-        lacking_total >= 300,
-        "the paused agent left the records acknowledged after the pause unmirrored ({lacking_total})"
-    );
     assert_eq!(fwd["records"].as_i64(), Some(lacking_total), "{fwd}");
-    let whole_report = completed_report(&gw.admin(), "fwdc");
-    assert_eq!(
-        whole_report["forwarded"]["records"].as_i64(),
-        Some(0),
-        "the whole producer's mirror lacks nothing: {whole_report}"
-    );
+    lacking_total
 }
 
 /// The gateway is killed and restarted between the producer's start and the switchover: the

@@ -3,9 +3,10 @@
 //! unplanned failover after the restart keeps whole producers going and reports everything the
 //! destination lacks, what was acknowledged before the restart included.
 
-use std::collections::BTreeSet;
-
-use super::forward::{forward_config, keys, producer_ids, wait_lag_zero};
+use super::forward::{
+    assert_report_names_what_is_lacking, assert_whole_producer_went_on, forward_config,
+    producer_ids, wait_lag_zero,
+};
 use super::*;
 
 /// The side of mirror `name`'s forward listener.
@@ -109,55 +110,12 @@ fn after_a_clean_restart_an_unplanned_failover_keeps_whole_forwarded_producers_a
     let lossy_keys = lossy.acked_keys();
     let _ = lossy.finish_with_errors();
 
-    // The whole producer went on under the id and epoch the source gave it before the restart.
-    for p in 0..2 {
-        let ids = producer_ids(&destination, &kept_topic, p);
-        assert!(
-            kept_ids.iter().any(|k| ids.contains(k)),
-            "partition {p}: the destination goes on with the source's producer: {ids:?} (source: {kept_ids:?})"
-        );
-        assert!(
-            ids.iter()
-                .filter(|id| kept_ids.iter().any(|k| k.0 == id.0))
-                .all(|id| kept_ids.contains(id)),
-            "partition {p}: the producer kept its epoch: {ids:?} (source: {kept_ids:?})"
-        );
-    }
-    let on_destination: usize = (0..2)
-        .map(|p| keys(&destination, &kept_topic, p).len())
-        .sum();
-    assert_eq!(
-        on_destination, whole_acked,
-        "every acknowledged record, once"
-    );
-
-    // The lossy producer: the report names exactly what the destination lacks, what was
-    // acknowledged before the restart included.
-    let report = completed_report(&admin, "hol");
-    let fwd = &report["forwarded"];
-    assert!(fwd["inexact"].is_null(), "{fwd}");
-    let gaps = fwd["producers"].as_array().cloned().unwrap_or_default();
-    let mut lacking_total = 0;
-    for p in 0..2 {
-        let present: BTreeSet<String> = keys(&destination, &lost_topic, p).into_iter().collect();
-        let lacking = lossy_keys
-            .iter()
-            .filter(|(part, k)| *part == p && !present.contains(k))
-            .count() as i64;
-        let reported: i64 = gaps
-            .iter()
-            .filter(|g| g["partition"] == p)
-            .map(|g| g["records"].as_i64().unwrap_or(-1))
-            .sum();
-        eprintln!(
-            "handover: partition {p}: {lacking} acknowledged records lacking, {reported} reported"
-        );
-        assert_eq!(
-            reported, lacking,
-            "partition {p}: the report names exactly the acknowledged records the destination lacks: {fwd}"
-        );
-        lacking_total += lacking;
-    }
+    // The whole producer went on under the id and epoch the source gave it before the restart;
+    // the report names everything the lossy one lacks, what was acknowledged before the
+    // restart included.
+    assert_whole_producer_went_on(&destination, &kept_topic, "kept", &kept_ids, whole_acked);
+    let lacking_total =
+        assert_report_names_what_is_lacking(&admin, "hol", &destination, &lost_topic, &lossy_keys);
     assert!(
         lacking_total >= 400,
         "acknowledged after the pause, before and after the restart ({lacking_total})"
