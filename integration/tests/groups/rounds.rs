@@ -5,7 +5,9 @@
 //!   instead of reporting an error and waiting a whole interval;
 //! - a source lost before the failover: the final round cannot read it, and says so in its log,
 //!   in the groups API and in the failover report (which groups it did not sync, and why),
-//!   instead of "done".
+//!   instead of "done";
+//! - and, on the shared clusters, what the final round is for: a commit made after the last
+//!   periodic round (here: before the first) reaches the destination at the failover.
 
 use super::*;
 use crate::failover::{failover, wait_stopped};
@@ -126,4 +128,39 @@ fn a_final_round_that_cannot_reach_the_lost_source_says_which_groups_it_did_not_
         final_line.contains("WARN") && final_line.contains(&group),
         "the final round's log line must say it did not sync {group}: {final_line}"
     );
+}
+
+/// The failover's final round syncs what a group committed after the last periodic round (none
+/// runs here: the first comes after the interval, an hour), and says it synced one group. Red
+/// on the code that ran the final round beside the fence (2026-12-07, reverted): it found every
+/// partition fenced already and synced no group.
+#[test]
+fn the_final_round_syncs_what_a_group_committed_after_the_last_periodic_round() {
+    let source = harness::cluster("source");
+    let topic = harness::unique_topic("groups-final");
+    harness::create_topic(&source, &topic, 2, None);
+    produce(&source, &topic, "a", 100, 2);
+    let name = "final";
+    let mut cfg = groups_config(name, &[&topic], &source);
+    cfg.mirrors[0].groups.sync_interval_ms = 3_600_000;
+    let gw = TestGateway::start(cfg);
+    wait_mirrored(&gw, name, &source, &topic, 2);
+    let group = harness::unique_topic("groups-final-app");
+    let read = rdkafka_consume(&source, &topic, &group, 60);
+    assert!(
+        group_json(&gw.admin(), name, &group).is_none(),
+        "no periodic round saw the group before the failover"
+    );
+
+    failover(&gw.admin(), name);
+    wait_stopped(&gw.admin(), name);
+    assert_eq!(
+        destination_committed(&group, &topic, 2),
+        positions(&read),
+        "the group's last commit on the destination"
+    );
+    let status = groups_json(&gw.admin(), name);
+    let fin = &status["final_round"];
+    assert_eq!(fin["outcome"], "complete", "{status}");
+    assert_eq!(fin["groups_synced"], 1, "{status}");
 }
