@@ -88,7 +88,7 @@ pub(super) fn start(
                 psm: client.psm.clone().filter(|_| enforced),
                 mirrors: client.mirrors.clone().filter(|_| enforced),
                 verify_crc: client.verify_crc,
-                address_map: ListenerAddressMap::forward(&f.listener, route.cluster_id()),
+                address_map: ListenerAddressMap::forward(&f.listener, route.cluster_id(), enforced),
                 cluster,
                 metrics: client.metrics.clone(),
                 handles: client.metrics.api_handles(ListenerKind::Forward),

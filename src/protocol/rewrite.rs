@@ -48,6 +48,13 @@ pub trait AddressMap {
     fn virtual_cluster(&self) -> Option<StrBytes> {
         None
     }
+
+    /// Whether the leader hints of Produce answers keep their leader epochs: always outside a
+    /// virtual cluster; inside one, only where the map says so (a forward listener on the
+    /// destination, see [`hide_produce_leader_epochs`]).
+    fn produce_hint_epochs(&self) -> bool {
+        self.virtual_cluster().is_none()
+    }
 }
 
 /// A broker as the upstream cluster described it.
@@ -123,10 +130,18 @@ pub fn map_produce_endpoints(resp: &mut ProduceResponse, map: &dyn AddressMap) -
     retain_mapped!(resp.node_endpoints, node_id, map)
 }
 
-/// A virtual cluster's Produce response carries no leader epoch; whether one was hidden.
+/// A virtual cluster's Produce response carries no leader epoch, unless the map keeps them
+/// ([`AddressMap::produce_hint_epochs`]); whether one was hidden.
+///
+/// The Java client (3.7 and later) follows a hint (retries at once at the leader it names, with
+/// no backoff) only when it carries an epoch, and only one higher than the epoch it cached. A
+/// forward listener shows no epoch in Metadata, so a client caches one only from such hints.
+/// On the source side they stay hidden: a source epoch cached there would make the client
+/// ignore the destination's lower ones after a switch. On the destination side they pass: the
+/// destination's epochs only grow, and the next Metadata answer makes the client forget them.
 fn hide_produce_leader_epochs(resp: &mut ProduceResponse, map: &dyn AddressMap) -> bool {
     let mut hidden = false;
-    if map.virtual_cluster().is_some() {
+    if !map.produce_hint_epochs() {
         let leaders = resp
             .responses
             .iter_mut()

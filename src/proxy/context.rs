@@ -20,6 +20,8 @@ pub struct ListenerAddressMap {
     listener: ListenerConfig,
     /// A forward listener's cluster id (see [`AddressMap::virtual_cluster`]).
     virtual_cluster: Option<StrBytes>,
+    /// See [`AddressMap::produce_hint_epochs`].
+    produce_hint_epochs: bool,
 }
 
 impl ListenerAddressMap {
@@ -28,13 +30,17 @@ impl ListenerAddressMap {
             host: StrBytes::from_string(listener.advertised().to_string()),
             listener: listener.clone(),
             virtual_cluster: None,
+            produce_hint_epochs: true,
         }
     }
 
-    /// The map of a forward listener presenting one cluster with id `cluster_id`.
-    pub fn forward(listener: &ListenerConfig, cluster_id: &str) -> Self {
+    /// The map of a forward listener presenting one cluster with id `cluster_id`, on its
+    /// `destination` side or its source side (Produce leader hints keep their epochs on the
+    /// destination side only: see [`AddressMap::produce_hint_epochs`]).
+    pub fn forward(listener: &ListenerConfig, cluster_id: &str, destination: bool) -> Self {
         ListenerAddressMap {
             virtual_cluster: Some(StrBytes::from_string(cluster_id.to_string())),
+            produce_hint_epochs: destination,
             ..ListenerAddressMap::new(listener)
         }
     }
@@ -49,6 +55,10 @@ impl AddressMap for ListenerAddressMap {
 
     fn virtual_cluster(&self) -> Option<StrBytes> {
         self.virtual_cluster.clone()
+    }
+
+    fn produce_hint_epochs(&self) -> bool {
+        self.produce_hint_epochs
     }
 }
 

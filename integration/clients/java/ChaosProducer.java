@@ -2,7 +2,8 @@
 // `integration/rig java integration/clients/java/ChaosProducer.java ARGS` (the rig puts the
 // Kafka client jars on the classpath).
 //
-// Args: BOOTSTRAP TOPIC NAME PER_SECOND
+// Args: BOOTSTRAP TOPIC NAME PER_SECOND [KEY=VALUE...]
+//   KEY=VALUE pairs set (or override) the producer's properties.
 //   Sends records keyed and valued NAME-N (N = 0, 1, ...) at about PER_SECOND, acks=all,
 //   idempotence on, until a line "stop" (or end of input) on stdin; then flushes, waits at most
 //   10 s for outstanding answers and exits. A producer whose state turns fatal is closed and a new
@@ -46,7 +47,7 @@ public class ChaosProducer {
         return System.currentTimeMillis();
     }
 
-    static KafkaProducer<String, String> producer(String bootstrap) {
+    static KafkaProducer<String, String> producer(String bootstrap, String[] extra) {
         Properties p = new Properties();
         p.put("bootstrap.servers", bootstrap);
         p.put("enable.idempotence", "true");
@@ -60,18 +61,27 @@ public class ChaosProducer {
         p.put("reconnect.backoff.max.ms", "500");
         p.put("key.serializer", StringSerializer.class.getName());
         p.put("value.serializer", StringSerializer.class.getName());
+        for (String kv : extra) {
+            int eq = kv.indexOf('=');
+            if (eq <= 0) {
+                System.err.println("not KEY=VALUE: " + kv);
+                System.exit(2);
+            }
+            p.put(kv.substring(0, eq), kv.substring(eq + 1));
+        }
         return new KafkaProducer<>(p);
     }
 
     public static void main(String[] args) throws Exception {
-        if (args.length != 4) {
-            System.err.println("usage: ChaosProducer BOOTSTRAP TOPIC NAME PER_SECOND");
+        if (args.length < 4) {
+            System.err.println("usage: ChaosProducer BOOTSTRAP TOPIC NAME PER_SECOND [KEY=VALUE...]");
             System.exit(2);
         }
         String bootstrap = args[0];
         String topic = args[1];
         String name = args[2];
         double perSecond = Double.parseDouble(args[3]);
+        String[] extra = java.util.Arrays.copyOfRange(args, 4, args.length);
         long gapNanos = (long) (1e9 / Math.max(perSecond, 0.1));
 
         AtomicBoolean stop = new AtomicBoolean(false);
@@ -91,7 +101,7 @@ public class ChaosProducer {
         stdin.setDaemon(true);
         stdin.start();
 
-        KafkaProducer<String, String> producer = producer(bootstrap);
+        KafkaProducer<String, String> producer = producer(bootstrap, extra);
         long n = 0;
         long next = System.nanoTime();
         while (!stop.get()) {
@@ -124,7 +134,7 @@ public class ChaosProducer {
                 } catch (Exception ignored) {
                     // closing a failed producer
                 }
-                producer = producer(bootstrap);
+                producer = producer(bootstrap, extra);
             }
             n++;
         }

@@ -22,7 +22,7 @@ fn wait_mirroring(gw: &TestGateway, name: &str, topic: &str, partitions: i32) {
 }
 
 /// Switch mirror `name` over once the agent mirrors its partitions; wait until it is through.
-fn switch_over(gw: &TestGateway, name: &str, topic: &str, partitions: i32) {
+pub(super) fn switch_over(gw: &TestGateway, name: &str, topic: &str, partitions: i32) {
     wait_mirroring(gw, name, topic, partitions);
     crate::failover::switchover(&gw.admin(), name);
 }
@@ -395,6 +395,21 @@ impl JsonClient {
     /// A producer of the chaos run's clients (Java, librdkafka or kafka-python), idempotent with
     /// acks=all, sending `NAME-N` at 100 records a second until told to stop.
     pub(crate) fn producer(library: &str, python: &str, bootstrap: &str, topic: &str) -> Self {
+        Self::producer_with(library, python, bootstrap, topic, &[])
+    }
+
+    /// [`Self::producer`] with the Java producer's `KEY=VALUE` properties set (`java` only).
+    pub(crate) fn producer_with(
+        library: &str,
+        python: &str,
+        bootstrap: &str,
+        topic: &str,
+        java_props: &[&str],
+    ) -> Self {
+        assert!(
+            java_props.is_empty() || library == "java",
+            "properties for {library}"
+        );
         let mut cmd = if library == "java" {
             let mut c = std::process::Command::new(harness::rig_path());
             c.arg("java")
@@ -406,7 +421,8 @@ impl JsonClient {
                 .arg(library);
             c
         };
-        cmd.args([bootstrap, topic, library, "100"]);
+        cmd.args([bootstrap, topic, library, "100"])
+            .args(java_props);
         Self::spawn(library, cmd)
     }
 
@@ -682,7 +698,7 @@ fn three_producers_across(
 /// No error reached the producers of `runs`; every record acknowledged to them is on the
 /// destination once, in each producer's order per partition, under the producer ids and epochs
 /// the source gave them.
-fn assert_crossed_without_error(
+pub(super) fn assert_crossed_without_error(
     runs: &[(String, Vec<serde_json::Value>)],
     source: &str,
     destination: &str,

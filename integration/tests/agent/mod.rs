@@ -35,6 +35,7 @@ mod faults;
 pub(crate) mod forward;
 mod forward_handover;
 mod forward_instances;
+mod forward_leaders;
 mod owners;
 mod preflight;
 mod recovery;

@@ -164,6 +164,20 @@ impl RawConn {
         (p.error_code, p.base_offset)
     }
 
+    /// Produce one batch with acks=all at `version` (10 and later carry KIP-951 leader hints);
+    /// the whole answer.
+    pub fn produce_at(
+        &mut self,
+        version: i16,
+        topic: &str,
+        partition: i32,
+        records: Bytes,
+    ) -> ProduceResponse {
+        let req = Self::produce_request(topic, partition, records);
+        let mut b = self.exchange(ApiKey::Produce, version, &req);
+        ProduceResponse::decode(&mut b, version).expect("produce response")
+    }
+
     /// Produce one batch with acks=0: the broker sends no answer.
     pub fn produce_acks_0(&mut self, topic: &str, partition: i32, records: Bytes) {
         self.send(

@@ -179,7 +179,7 @@ fn run_in(
         &rt,
         &admin_addr,
         &format!("127.0.0.1:{forward_port}"),
-        &destination[0],
+        (&source, &destination[0]),
         &topic,
         shape,
         rate,
@@ -285,7 +285,7 @@ fn measure(
     rt: &tokio::runtime::Runtime,
     admin_addr: &str,
     forward: &str,
-    destination: &str,
+    (source, destination): (&str, &str),
     topic: &str,
     shape: &Shape,
     rate: u32,
@@ -385,6 +385,11 @@ fn measure(
     ))?;
     let log = rt.block_on(destination_log(destination, topic, shape.partitions))?;
     let mut out = figures(&ops, &log, called_ms, released_ms);
+    // Where the time after the release goes: the partitions whose destination leader has
+    // another node id than their source leader are answered NOT_LEADER_OR_FOLLOWER first by the
+    // broker a client's connection reaches after the switch.
+    let moved = rt.block_on(leader_moved(source, destination, topic))?;
+    out["after_release_ms"] = after_release(&ops, &moved, called_ms, released_ms);
     if let Some(reads) = &reads {
         let (skipped, reread) = group_figures(&ops, reads);
         out["skipped"] = json!(skipped);
@@ -424,6 +429,51 @@ fn percentile(v: &[i64], q: f64) -> Option<i64> {
     }
     let i = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
     Some(v[i])
+}
+
+/// Per partition of `topic`: whether its destination leader has another node id than its
+/// source leader.
+async fn leader_moved(source: &str, destination: &str, topic: &str) -> Result<Vec<bool>, String> {
+    let names = [topic.to_string()];
+    let of = |v: Vec<(String, Vec<i32>)>| v.into_iter().next().map(|(_, l)| l).unwrap_or_default();
+    let s = of(crate::failover_fixture::leaders(&[source.to_string()], &names).await?);
+    let d = of(crate::failover_fixture::leaders(&[destination.to_string()], &names).await?);
+    Ok(d.iter().zip(&s).map(|(d, s)| d != s).collect())
+}
+
+/// The latency from the release to the acknowledgement of the records sent while the listener
+/// was held, apart for the partitions whose leader kept its node id across the switch and those
+/// whose leader moved (`moved`, by partition): for all producers, and per producer.
+fn after_release(ops: &[Op], moved: &[bool], called_ms: i64, released_ms: i64) -> Value {
+    type Split = (Vec<i64>, Vec<i64>);
+    let mut all: Split = Default::default();
+    let mut per: BTreeMap<&str, Split> = BTreeMap::new();
+    for op in ops
+        .iter()
+        .filter(|o| o.sent_ms >= called_ms && o.sent_ms <= released_ms)
+    {
+        if let (Outcome::Acked { partition, .. }, Some(at)) = (&op.outcome, op.answered_ms) {
+            let other = moved.get(*partition as usize) == Some(&true);
+            for (kept, away) in [&mut all, per.entry(op.client.as_str()).or_default()] {
+                match other {
+                    true => away.push(at - released_ms),
+                    false => kept.push(at - released_ms),
+                }
+            }
+        }
+    }
+    let part = |v: &mut Vec<i64>| {
+        v.sort_unstable();
+        json!({"records": v.len(), "p50": percentile(v, 0.5), "p99": percentile(v, 0.99), "max": v.last()})
+    };
+    let split =
+        |(kept, away): &mut Split| json!({"leader_kept": part(kept), "leader_moved": part(away)});
+    let mut out = split(&mut all);
+    out["per_producer"] = per
+        .iter_mut()
+        .map(|(c, s)| (c.to_string(), split(s)))
+        .collect();
+    out
 }
 
 /// The run's figures from the producers' history and the destination's log.
@@ -598,6 +648,25 @@ mod tests {
             .map(|k| k.to_string())
             .collect();
         assert_eq!(group_figures(&ops, &reads), (1, 1));
+    }
+
+    #[test]
+    fn the_time_after_the_release_is_split_by_whether_the_partition_leader_moved() {
+        let at = |p: i32, sent: i64| Op {
+            outcome: Outcome::Acked {
+                partition: p,
+                offset: 0,
+            },
+            ..op("java", sent as u64, sent, acked())
+        };
+        // Called at 100, released at 200; answered 5 ms after sending.
+        let ops = [at(0, 150), at(1, 190), at(1, 50), at(0, 250)];
+        let v = after_release(&ops, &[false, true], 100, 200);
+        assert_eq!(v["leader_kept"]["records"], 1);
+        assert_eq!(v["leader_kept"]["p99"], -45);
+        assert_eq!(v["leader_moved"]["records"], 1);
+        assert_eq!(v["leader_moved"]["max"], -5);
+        assert_eq!(v["per_producer"]["java"]["leader_moved"]["records"], 1);
     }
 
     #[test]

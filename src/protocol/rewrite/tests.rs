@@ -2080,8 +2080,28 @@ impl AddressMap for ForwardMap {
     }
 }
 
+/// [`ForwardMap`] on a forward listener's destination side: Produce leader hints keep their
+/// epochs.
+struct ForwardDestinationMap;
+
+impl AddressMap for ForwardDestinationMap {
+    fn endpoint(&self, node_id: i32) -> Option<(StrBytes, i32)> {
+        TestMap.endpoint(node_id)
+    }
+    fn virtual_cluster(&self) -> Option<StrBytes> {
+        Some(s("fwd-cluster"))
+    }
+    fn produce_hint_epochs(&self) -> bool {
+        true
+    }
+}
+
 fn rewrite_forward<M: Decodable>(key: ApiKey, version: i16, frame: &Bytes) -> M {
-    let out = rewrite_response(key, version, frame, &ForwardMap)
+    rewrite_with::<M>(&ForwardMap, key, version, frame)
+}
+
+fn rewrite_with<M: Decodable>(map: &dyn AddressMap, key: ApiKey, version: i16, frame: &Bytes) -> M {
+    let out = rewrite_response(key, version, frame, map)
         .unwrap_or_else(|e| panic!("rewrite of {key:?} v{version} failed: {e}"));
     let new = out
         .frame
@@ -2176,6 +2196,54 @@ fn produce_and_fetch_leader_hints_of_a_virtual_cluster_carry_no_leader_epoch() {
             p.records,
             Some(records_payload()),
             "fetch v{v}: records untouched"
+        );
+    }
+}
+
+/// The Java client follows a Produce hint only when it names an epoch: on the destination side
+/// the hint keeps the destination's epoch, at the gateway's address; Metadata and Fetch hints
+/// still show none there.
+#[test]
+fn produce_leader_hints_on_the_destination_side_of_a_virtual_cluster_keep_their_epoch() {
+    for v in versions(ApiKey::Produce).filter(|v| *v >= 10) {
+        let frame = frame_of(
+            ApiKey::Produce,
+            v,
+            1,
+            &produce_response(v, vec![produce_node(2, "kafka-2.internal", 19093)]),
+        );
+        let r: ProduceResponse = rewrite_with(&ForwardDestinationMap, ApiKey::Produce, v, &frame);
+        let p = &r.responses[0].partition_responses[0];
+        assert_eq!(p.current_leader.leader_epoch, 7, "produce v{v}");
+        assert_eq!(p.current_leader.leader_id, BrokerId(2), "produce v{v}");
+        assert_eq!(
+            gateway(2),
+            Some((r.node_endpoints[0].host.clone(), r.node_endpoints[0].port)),
+            "produce v{v}: the leader at the gateway's address"
+        );
+    }
+    for v in versions(ApiKey::Metadata) {
+        let frame = frame_of(ApiKey::Metadata, v, 1, &metadata_with_leader_epochs(v));
+        let m: MetadataResponse = rewrite_with(&ForwardDestinationMap, ApiKey::Metadata, v, &frame);
+        assert!(
+            m.topics
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .all(|p| p.leader_epoch == -1),
+            "metadata v{v}"
+        );
+    }
+    for v in versions(ApiKey::Fetch).filter(|v| *v >= 16) {
+        let frame = frame_of(
+            ApiKey::Fetch,
+            v,
+            1,
+            &fetch_response(v, vec![fetch_node(1, "kafka-1.internal", 19092)]),
+        );
+        let r: FetchResponse = rewrite_with(&ForwardDestinationMap, ApiKey::Fetch, v, &frame);
+        assert_eq!(
+            r.responses[0].partitions[0].current_leader.leader_epoch, -1,
+            "fetch v{v}"
         );
     }
 }

@@ -475,7 +475,7 @@ impl Pending {
 }
 
 /// The KIP-951 hints of a Produce answer (v10+) mapped to this listener's ports, and a virtual
-/// cluster's leader epochs hidden: edited, so encoded again, only when the answer carries some.
+/// cluster's leader epochs hidden where its map says so: edited, so encoded again, only when the answer carries some.
 pub(super) fn rewrite_hints(
     ctx: &ConnContext,
     version: i16,
@@ -486,7 +486,7 @@ pub(super) fn rewrite_hints(
         return Ok(());
     }
     let d = resp.get().map_err(ExchangeError::Rewrite)?;
-    let epochs = ctx.address_map.virtual_cluster().is_some()
+    let epochs = !ctx.address_map.produce_hint_epochs()
         && d.body
             .responses
             .iter()

@@ -350,7 +350,7 @@ fn forward_source(f: &Fixture, route: Arc<crate::proxy::forward::ForwardRoute>) 
         psm: None,
         mirrors: None,
         verify_crc: false,
-        address_map: ListenerAddressMap::forward(&listener, route.cluster_id()),
+        address_map: ListenerAddressMap::forward(&listener, route.cluster_id(), false),
         cluster: c.cluster.clone(),
         metrics: c.metrics.clone(),
         handles: c.metrics.api_handles(ListenerKind::Forward),
