@@ -199,7 +199,7 @@ fn take_handover(route: &ForwardRoute, store: &StateStore) {
 
 /// At a clean stop, once every connection has ended: hand each forward listener's ledger and
 /// producer ids to the next process (see `crate::proxy::forward::handover`).
-pub fn hand_over(forwards: &[RunningForward], state_dir: &std::path::Path) {
+pub(super) fn hand_over(forwards: &[RunningForward], state_dir: &std::path::Path) {
     if forwards.is_empty() {
         return;
     }

@@ -120,11 +120,9 @@ impl ForwardedIds {
     pub fn take_over(&mut self, entries: &[(i64, i64, i16)], now_ms: i64) -> usize {
         let mut n = 0;
         for &(id, at, epoch) in entries {
-            if id < 0 || now_ms - at >= FORWARDED_ID_TTL_MS {
+            if !self.merge_live(id, at, now_ms) {
                 continue;
             }
-            let e = self.ids.entry(id).or_insert(at);
-            *e = (*e).max(at);
             self.here.insert(id);
             self.note_epoch(id, epoch);
             self.changed = true;
@@ -141,12 +139,20 @@ impl ForwardedIds {
         }
         let before = self.ids.len();
         for (id, at) in p.producers {
-            if id >= 0 && now_ms - at < FORWARDED_ID_TTL_MS {
-                let e = self.ids.entry(id).or_insert(at);
-                *e = (*e).max(at);
-            }
+            self.merge_live(id, at, now_ms);
         }
         Ok(self.ids.len() - before)
+    }
+
+    /// Note `id`, last handed out at `at`, unless it is not an id or has expired by `now_ms`
+    /// (the later of two times kept); whether it was noted.
+    fn merge_live(&mut self, id: i64, at: i64, now_ms: i64) -> bool {
+        if id < 0 || now_ms - at >= FORWARDED_ID_TTL_MS {
+            return false;
+        }
+        let e = self.ids.entry(id).or_insert(at);
+        *e = (*e).max(at);
+        true
     }
 
     /// Hands the set to `write` when it changed since the last write that succeeded (expired
