@@ -28,6 +28,8 @@ use super::{RunningListener, StartError};
 const FOLLOW_EVERY: Duration = Duration::from_millis(100);
 /// How often (in those rounds) the ledger of acknowledgements drops what the agent mirrored.
 const PRUNE_EVERY_ROUNDS: u64 = 5;
+/// The ledger's journal is written every this many rounds (about a second) when it changed.
+const JOURNAL_EVERY_ROUNDS: u64 = 10;
 
 /// A running forward listener.
 pub struct RunningForward {
@@ -81,7 +83,9 @@ pub(super) fn start(
         }
         let store = StateStore::open(&config.state_dir)?;
         restore_producers(&route, &store);
-        take_handover(&route, &store);
+        if !take_handover(&route, &store) {
+            restore_journal(&route, &store);
+        }
         let side = |cluster: Arc<ClusterView>, enforced: bool| {
             Arc::new(ConnContext {
                 kind: ListenerKind::Forward,
@@ -166,33 +170,79 @@ fn restore_producers(route: &ForwardRoute, store: &StateStore) {
 /// between a clean stop and the next start: see `crate::proxy::forward::handover`).
 pub const HANDOVER_AREA: &str = "forward-handover";
 
-/// Take over what the previous process handed over when it stopped cleanly. Its file is
-/// removed first: a process that crashes after this start must not hand the same ledger over
-/// again, short of what passed since (one that cannot be removed is not taken over).
-fn take_handover(route: &ForwardRoute, store: &StateStore) {
+/// Take over what the previous process handed over when it stopped cleanly; whether it was.
+/// Its file is removed first: a process that crashes after this start must not hand the same
+/// ledger over again, short of what passed since (one that cannot be removed is not taken over).
+fn take_handover(route: &ForwardRoute, store: &StateStore) -> bool {
     let mirror = route.mirror();
     let bytes = match store.read(HANDOVER_AREA, mirror) {
         Ok(Some(b)) => b,
-        Ok(None) => return,
+        Ok(None) => return false,
         Err(e) => {
             tracing::warn!(mirror, error = %e, "the forward listener's handover is not readable: taken as none (after an unplanned failover its producers are refused, bumping their epoch)");
-            return;
+            return false;
         }
     };
     if let Err(e) = store.remove(HANDOVER_AREA, mirror) {
         tracing::warn!(mirror, error = %e, "the forward listener's handover cannot be removed: not taken over");
-        return;
+        return false;
     }
     match route.take_handover(&bytes) {
-        Ok(t) => tracing::info!(
+        Ok(t) => {
+            tracing::info!(
+                mirror,
+                producers = t.producers,
+                batches = t.batches,
+                written_ms = t.written_ms,
+                "took over the forward listener's ledger of acknowledgements from the previous process"
+            );
+            true
+        }
+        Err(e) => {
+            tracing::warn!(mirror, error = %e, "the forward listener's handover not taken over");
+            false
+        }
+    }
+}
+
+/// The state directory's area of the forward listeners' journals (one file per mirror: the
+/// ledger about once a second, for the next process after a crash; see
+/// `crate::proxy::forward::handover`).
+pub const JOURNAL_AREA: &str = "forward-journal";
+
+/// After a start with no handover (the previous process crashed, or this is the first): restore
+/// the ledger from the journal the previous process left, for the report.
+fn restore_journal(route: &ForwardRoute, store: &StateStore) {
+    let mirror = route.mirror();
+    let restored = match store.read(JOURNAL_AREA, mirror) {
+        Ok(Some(b)) => route.restore_journal(&b).map_err(|e| e.to_string()),
+        Ok(None) => return,
+        Err(e) => Err(e.to_string()),
+    };
+    match restored {
+        Ok(t) => tracing::warn!(
             mirror,
-            producers = t.producers,
             batches = t.batches,
             written_ms = t.written_ms,
-            "took over the forward listener's ledger of acknowledgements from the previous process"
+            "the previous process stopped without handing its forward listener over: the ledger of acknowledgements is restored from its journal, without what passed after the journal's last write (a failover report says so); its producers are refused after an unplanned failover"
         ),
         Err(e) => {
-            tracing::warn!(mirror, error = %e, "the forward listener's handover not taken over")
+            tracing::warn!(mirror, error = %e, "the forward listener's journal is not readable: the ledger starts empty")
+        }
+    }
+}
+
+/// Write the route's ledger to its journal when it changed since the last write (`written`:
+/// the change count then); a failed write is tried again at the next call.
+fn journal_acks(route: &ForwardRoute, store: &StateStore, written: &mut Option<u64>) {
+    let changes = route.acks().changes();
+    if *written == Some(changes) {
+        return;
+    }
+    match store.write(JOURNAL_AREA, route.mirror(), &route.handover()) {
+        Ok(()) => *written = Some(changes),
+        Err(e) => {
+            tracing::warn!(mirror = route.mirror(), error = %e, "the forward listener's journal is not written: tried again in a moment")
         }
     }
 }
@@ -293,6 +343,8 @@ async fn follow(
 ) {
     // The last hold of another instance this one acknowledged.
     let mut acknowledged: Option<String> = None;
+    // The ledger's change count the journal was last written at.
+    let mut journaled: Option<u64> = None;
     for round in 0u64.. {
         // Pruned before every look while held: the switch to the destination finds the ledger
         // at the agent's final position (what forwarded producers lack decides their refusal).
@@ -317,6 +369,9 @@ async fn follow(
         gauges.show(&route);
         if round % PRUNE_EVERY_ROUNDS == 0 {
             persist_producers(&route, &store);
+        }
+        if round % JOURNAL_EVERY_ROUNDS == 0 {
+            journal_acks(&route, &store, &mut journaled);
         }
         tokio::select! {
             _ = tokio::time::sleep(FOLLOW_EVERY) => {}

@@ -56,6 +56,11 @@ struct Ledger {
     unnamed: u64,
     /// Topics written through the listener that the mirror does not cover.
     uncovered: BTreeSet<String>,
+    /// Bumped by every change (what the journal's writer compares).
+    changes: u64,
+    /// When the journal a crashed process left was written, per crash since: what passed after
+    /// it is not known.
+    crashes: Vec<i64>,
 }
 
 /// The acknowledgements of one mirror's forward listener (see the module doc).
@@ -105,6 +110,9 @@ pub struct LedgerSnapshot {
     dropped: u64,
     unnamed: u64,
     uncovered: Vec<String>,
+    /// See `Ledger::crashes`.
+    #[serde(default)]
+    crashes: Vec<i64>,
 }
 
 impl LedgerSnapshot {
@@ -132,6 +140,7 @@ impl ForwardedAcks {
             dropped: l.dropped,
             unnamed: l.unnamed,
             uncovered: l.uncovered.iter().cloned().collect(),
+            crashes: l.crashes.clone(),
         }
     }
 
@@ -147,6 +156,22 @@ impl ForwardedAcks {
         l.dropped += s.dropped;
         l.unnamed += s.unnamed;
         l.uncovered.extend(s.uncovered);
+        l.crashes.extend(s.crashes);
+        l.changes += 1;
+    }
+
+    /// Take over the journal a process that crashed left (`s`, written at `written_ms`): as
+    /// [`Self::restore`], and the figures say from then on that what passed after `written_ms`
+    /// before the crash is not counted. Unlike a lost batch it does not make the ledger inexact
+    /// for the producers noted since ([`Self::is_exact`]): their batches all came after it.
+    pub fn restore_after_crash(&self, s: LedgerSnapshot, written_ms: i64) {
+        self.restore(s);
+        self.lock().crashes.push(written_ms);
+    }
+
+    /// A count that changes whenever the ledger does.
+    pub fn changes(&self) -> u64 {
+        self.lock().changes
     }
 
     pub fn new() -> ForwardedAcks {
@@ -178,6 +203,7 @@ impl ForwardedAcks {
         }
         let dropped = full && q.pop_front().is_some();
         q.push_back(batch);
+        l.changes += 1;
         if dropped {
             l.dropped += 1;
         } else {
@@ -187,7 +213,9 @@ impl ForwardedAcks {
 
     /// An acknowledgement whose topic id the listener could not name.
     pub fn note_unnamed(&self) {
-        self.lock().unnamed += 1;
+        let mut l = self.lock();
+        l.unnamed += 1;
+        l.changes += 1;
     }
 
     /// `topic` is not the mirror's: its batches are dropped and its name kept (see
@@ -197,9 +225,11 @@ impl ForwardedAcks {
         if let Some(parts) = l.parts.remove(topic) {
             let gone: usize = parts.values().map(|q| q.len()).sum();
             l.batches -= gone;
+            l.changes += 1;
         }
         if !l.uncovered.contains(topic) {
             l.uncovered.insert(topic.to_string());
+            l.changes += 1;
         }
     }
 
@@ -262,6 +292,9 @@ impl ForwardedAcks {
             }
         }
         l.batches -= gone;
+        if gone > 0 {
+            l.changes += 1;
+        }
     }
 
     /// What the destination lacks, given each partition's next source offset to mirror
@@ -343,6 +376,12 @@ impl ForwardedAcks {
                 l.unnamed
             ));
         }
+        if let Some(last) = l.crashes.last() {
+            why.push(format!(
+                "the gateway restarted after {} crash(es): the acknowledgements that passed after its last journal write before a crash (the last at {last} ms since the epoch, about a second before it) are not counted",
+                l.crashes.len()
+            ));
+        }
         out.inexact = (!why.is_empty()).then(|| why.join("; "));
         out
     }
@@ -360,6 +399,50 @@ mod tests {
             first_offset,
             records,
         }
+    }
+
+    #[test]
+    fn a_journal_left_by_a_crash_gives_its_figures_and_says_what_passed_after_it_is_not_counted() {
+        let acks = ForwardedAcks::new();
+        acks.note("t", 0, batch(7, 0, 0, 5));
+        let next = ForwardedAcks::new();
+        next.restore_after_crash(acks.snapshot(), 1_234);
+        next.note("t", 0, batch(8, 0, 5, 3));
+        let loss = next.missing(&|_, _| Some(0));
+        assert_eq!(loss.records, 8, "the journal's batches and the new one");
+        let why = loss.inexact.expect("the figures say what they miss");
+        assert!(why.contains("1 crash") && why.contains("1234"), "{why}");
+        assert!(
+            next.is_exact(),
+            "producers noted since the restart have all their batches in it"
+        );
+        // Handed on (a clean stop, or the next journal), the crash is still told.
+        let third = ForwardedAcks::new();
+        third.restore(next.snapshot());
+        assert!(third.missing(&|_, _| Some(0)).inexact.is_some());
+    }
+
+    #[test]
+    fn every_change_to_the_ledger_moves_its_change_count_and_a_look_does_not() {
+        let acks = ForwardedAcks::new();
+        let mut seen = acks.changes();
+        let mut changed = |acks: &ForwardedAcks| {
+            let now = acks.changes();
+            let moved = now != seen;
+            seen = now;
+            moved
+        };
+        acks.note("t", 0, batch(7, 0, 0, 5));
+        assert!(changed(&acks), "noted");
+        acks.missing(&|_, _| Some(0));
+        acks.mirrored_to("t", 0, 0);
+        assert!(!changed(&acks), "a look, and a position below every batch");
+        acks.mirrored_to("t", 0, 5);
+        assert!(changed(&acks), "mirrored");
+        acks.note_unnamed();
+        assert!(changed(&acks), "unnamed");
+        acks.uncovered("u");
+        assert!(changed(&acks), "uncovered");
     }
 
     #[test]

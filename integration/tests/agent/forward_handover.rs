@@ -1,7 +1,8 @@
-//! Forward mode across a clean restart of the gateway: the process that stops hands its
+//! Forward mode across a restart of the gateway. A process that stops cleanly hands its
 //! forward listeners' ledgers of acknowledgements and producer ids to the next one, so an
 //! unplanned failover after the restart keeps whole producers going and reports everything the
-//! destination lacks, what was acknowledged before the restart included.
+//! destination lacks, what was acknowledged before the restart included. After a crash the next
+//! process restores the ledger from the journal the crashed one wrote, for the report.
 
 use super::forward::{
     assert_report_names_what_is_lacking, assert_whole_producer_went_on, forward_config,
@@ -114,10 +115,80 @@ fn after_a_clean_restart_an_unplanned_failover_keeps_whole_forwarded_producers_a
     // the report names everything the lossy one lacks, what was acknowledged before the
     // restart included.
     assert_whole_producer_went_on(&destination, &kept_topic, "kept", &kept_ids, whole_acked);
-    let lacking_total =
-        assert_report_names_what_is_lacking(&admin, "hol", &destination, &lost_topic, &lossy_keys);
+    let lacking_total = assert_report_names_what_is_lacking(
+        &admin,
+        "hol",
+        &destination,
+        (&lost_topic, None),
+        &lossy_keys,
+    );
     assert!(
         lacking_total >= 400,
         "acknowledged after the pause, before and after the restart ({lacking_total})"
+    );
+}
+
+/// A crash: the gateway is killed (SIGKILL) while mirror `jol` is paused, after its producer had
+/// at least 300 records acknowledged and then sent nothing for 3 s (the journal is written
+/// about once a second). The next process restores the ledger from the journal, and the
+/// producer writes on through it. The report of an unplanned failover names exactly the
+/// acknowledged records the destination lacks, those from before the crash included, and says
+/// that what passed after the journal's last write before a crash is not counted. Red without
+/// the journal: the report named only what passed after the restart.
+#[test]
+fn after_a_crash_the_report_of_an_unplanned_failover_names_what_the_journal_kept_and_says_so() {
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("journal-lost");
+    harness::create_topic(&source, &topic, 2, None);
+    let (cfg, forward) = forward_config("jol", &[&topic], &source);
+    let mut gw = crate::gw::ProcessGateway::start(cfg, &[]);
+    let admin = gw.admin();
+    let writer = SourceWriter::start(&forward, &topic, "lost", 1_000_000, 200);
+    wait_for(
+        "records through the forward listener",
+        Duration::from_secs(60),
+        || writer.acked() >= 200,
+    );
+    wait_lag_zero(&admin, "jol", 2);
+    let (status, body) = admin_call(&admin, Method::POST, "/v1/mirrors/jol/pause", None);
+    assert_eq!(status, 200, "pause: {body}");
+    let at_pause = writer.acked();
+    wait_for(
+        "records acknowledged by the source after the pause",
+        Duration::from_secs(60),
+        || writer.acked() >= at_pause + 300,
+    );
+    writer.hold(true);
+    std::thread::sleep(Duration::from_secs(3));
+
+    gw.kill9();
+    gw.restart(&[]);
+    assert!(
+        gw.log().contains("restored from its journal"),
+        "the ledger restored; log:\n{}",
+        gw.log()
+    );
+    let at_restart = writer.acked();
+    writer.hold(false);
+    wait_for(
+        "records through the restarted gateway",
+        Duration::from_secs(60),
+        || writer.acked() >= at_restart + 100,
+    );
+    failover(&admin, "jol");
+    wait_stopped(&admin, "jol");
+    let keys = writer.acked_keys();
+    let _ = writer.finish_with_errors();
+    let lacking_total = assert_report_names_what_is_lacking(
+        &admin,
+        "jol",
+        &destination,
+        (&topic, Some("crash")),
+        &keys,
+    );
+    assert!(
+        lacking_total >= 400,
+        "acknowledged after the pause, before and after the crash ({lacking_total})"
     );
 }

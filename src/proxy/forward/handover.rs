@@ -6,8 +6,14 @@
 //! refused (their epoch bumped) and their acknowledgements left out of the report. A clean stop
 //! (SIGTERM, a rolling restart) knows its ledger is whole once every connection has ended, and
 //! hands it over; the next process takes it over before its listener accepts anything, and its
-//! producers count as noted there. A process that crashes hands nothing over: its producers are
-//! then refused after an unplanned failover, as before.
+//! producers count as noted there.
+//!
+//! A running gateway also writes the same form as its **journal**, about once a second while the
+//! ledger changes. A process that crashed handed nothing over; the next one restores the
+//! journal's ledger ([`ForwardRoute::restore_journal`]) for the report, which then says that
+//! what passed after the journal's last write is not counted. Its producers do not count as
+//! noted there: the journal may lack their last acknowledgements, so after an unplanned
+//! failover they are refused (their epoch bumped), as without it.
 //!
 //! Owns: the handover's encoding and what taking it over changes in the route. Must not touch:
 //! the state directory (the caller reads, removes and writes the file), the sockets.
@@ -60,6 +66,32 @@ impl ForwardRoute {
     /// Take over what an earlier process handed over (`bytes`), before the listener accepts
     /// anything.
     pub fn take_handover(&self, bytes: &[u8]) -> Result<TakenOver, HandoverError> {
+        let h = self.decode(bytes)?;
+        let batches = h.acks.batches();
+        self.acks.restore(h.acks);
+        let producers = self.ids().take_over(&h.producers, now_ms());
+        Ok(TakenOver {
+            producers,
+            batches,
+            written_ms: h.written_ms,
+        })
+    }
+
+    /// Restore the ledger of the journal (`bytes`, the form [`Self::handover`] writes) that a
+    /// process which crashed left, before the listener accepts anything: for the report only
+    /// (see the module doc; no producer is taken over).
+    pub fn restore_journal(&self, bytes: &[u8]) -> Result<TakenOver, HandoverError> {
+        let h = self.decode(bytes)?;
+        let batches = h.acks.batches();
+        self.acks.restore_after_crash(h.acks, h.written_ms);
+        Ok(TakenOver {
+            producers: 0,
+            batches,
+            written_ms: h.written_ms,
+        })
+    }
+
+    fn decode(&self, bytes: &[u8]) -> Result<Handover, HandoverError> {
         let h: Handover =
             serde_json::from_slice(bytes).map_err(|e| HandoverError(e.to_string()))?;
         if h.version != 1 {
@@ -71,14 +103,7 @@ impl ForwardRoute {
                 h.mirror, self.mirror
             )));
         }
-        let batches = h.acks.batches();
-        self.acks.restore(h.acks);
-        let producers = self.ids().take_over(&h.producers, now_ms());
-        Ok(TakenOver {
-            producers,
-            batches,
-            written_ms: h.written_ms,
-        })
+        Ok(h)
     }
 }
 
@@ -161,6 +186,32 @@ mod tests {
     }
 
     #[test]
+    fn after_a_crash_the_journal_gives_the_report_its_batches_but_lets_no_producer_of_it_go_on() {
+        let first = route();
+        first.note_producer(7, 0);
+        first.acks().note("t", 0, batch(7, 0));
+        let (ids, journal) = (ids_file(&first), first.handover());
+
+        let next = route();
+        next.restore_producers(&ids).unwrap();
+        let restored = next.restore_journal(&journal).unwrap();
+        assert_eq!((restored.producers, restored.batches), (0, 1));
+        next.note_producer(9, 0);
+        failed_over(&next);
+        let loss = next.acks().missing(&|_, _| Some(0));
+        assert_eq!(loss.records, 5, "the report names the journal's batch");
+        assert!(loss.inexact.is_some_and(|w| w.contains("crash")));
+        assert!(
+            !next.is_forwarded(7, "t", 0),
+            "its last acknowledgements may be missing from the journal: refused"
+        );
+        assert!(
+            next.is_forwarded(9, "t", 0),
+            "a producer noted since the restart goes on"
+        );
+    }
+
+    #[test]
     fn a_handover_of_another_mirror_or_an_unknown_form_is_refused_and_changes_nothing() {
         let other = ForwardRoute::new("other", "c", Arc::default(), true);
         other.note_producer(7, 0);
@@ -169,6 +220,8 @@ mod tests {
         assert!(e.to_string().contains("\"other\""), "{e}");
         assert!(r.take_handover(b"{\"version\":2}").is_err());
         assert!(r.take_handover(b"not json").is_err());
+        assert!(r.restore_journal(&other.handover()).is_err());
+        assert!(r.restore_journal(b"not json").is_err());
         assert!(!r.came_through(7));
     }
 }
