@@ -7,7 +7,7 @@
 //! steps (`crate::admin::switchover`), the mirror states (read only).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 
@@ -30,6 +30,8 @@ const FOLLOW_EVERY: Duration = Duration::from_millis(100);
 const PRUNE_EVERY_ROUNDS: u64 = 5;
 /// The ledger's journal is written every this many rounds (about a second) when it changed.
 const JOURNAL_EVERY_ROUNDS: u64 = 10;
+/// A journal write that took `d` is followed by none for `JOURNAL_PACE × d`.
+const JOURNAL_PACE: u32 = 10;
 
 /// A running forward listener.
 pub struct RunningForward {
@@ -232,17 +234,36 @@ fn restore_journal(route: &ForwardRoute, store: &StateStore) {
     }
 }
 
-/// Write the route's ledger to its journal when it changed since the last write (`written`:
-/// the change count then); a failed write is tried again at the next call.
-fn journal_acks(route: &ForwardRoute, store: &StateStore, written: &mut Option<u64>) {
+/// When the journal was last written, at which change count of the ledger, and when it may
+/// be written next.
+#[derive(Default)]
+struct Journaled {
+    changes: Option<u64>,
+    next: Option<Instant>,
+}
+
+/// Write the route's ledger to its journal when it changed since the last write, off the
+/// runtime's threads; a failed write is tried again at the next call. A large ledger (a mirror
+/// paused while its producers write on) takes long to encode: the next write waits at least
+/// [`JOURNAL_PACE`] times as long as this one took, so the journal never takes more than about a
+/// tenth of a processor.
+async fn journal_acks(route: &Arc<ForwardRoute>, store: &StateStore, j: &mut Journaled) {
     let changes = route.acks().changes();
-    if *written == Some(changes) {
+    if j.changes == Some(changes) || j.next.is_some_and(|t| Instant::now() < t) {
         return;
     }
-    match store.write(JOURNAL_AREA, route.mirror(), &route.handover()) {
-        Ok(()) => *written = Some(changes),
-        Err(e) => {
+    let started = Instant::now();
+    let (r, s) = (route.clone(), store.clone());
+    let written =
+        tokio::task::spawn_blocking(move || s.write(JOURNAL_AREA, r.mirror(), &r.handover())).await;
+    j.next = Some(Instant::now() + started.elapsed() * JOURNAL_PACE);
+    match written {
+        Ok(Ok(())) => j.changes = Some(changes),
+        Ok(Err(e)) => {
             tracing::warn!(mirror = route.mirror(), error = %e, "the forward listener's journal is not written: tried again in a moment")
+        }
+        Err(e) => {
+            tracing::warn!(mirror = route.mirror(), error = %e, "the forward listener's journal write did not finish: tried again in a moment")
         }
     }
 }
@@ -343,8 +364,7 @@ async fn follow(
 ) {
     // The last hold of another instance this one acknowledged.
     let mut acknowledged: Option<String> = None;
-    // The ledger's change count the journal was last written at.
-    let mut journaled: Option<u64> = None;
+    let mut journaled = Journaled::default();
     for round in 0u64.. {
         // Pruned before every look while held: the switch to the destination finds the ledger
         // at the agent's final position (what forwarded producers lack decides their refusal).
@@ -371,7 +391,7 @@ async fn follow(
             persist_producers(&route, &store);
         }
         if round % JOURNAL_EVERY_ROUNDS == 0 {
-            journal_acks(&route, &store, &mut journaled);
+            journal_acks(&route, &store, &mut journaled).await;
         }
         tokio::select! {
             _ = tokio::time::sleep(FOLLOW_EVERY) => {}
