@@ -22,6 +22,25 @@ fn side(admin: &str, name: &str) -> String {
     v["side"].as_str().unwrap_or_default().to_string()
 }
 
+/// Once mirror `name` (2 partitions) has mirrored everything, pause it and wait until `writer`
+/// had `n` more records acknowledged by the source: they stay unmirrored.
+fn pause_leaving_unmirrored(admin: &str, name: &str, writer: &SourceWriter, n: usize) {
+    wait_lag_zero(admin, name, 2);
+    let (status, body) = admin_call(
+        admin,
+        Method::POST,
+        &format!("/v1/mirrors/{name}/pause"),
+        None,
+    );
+    assert_eq!(status, 200, "pause: {body}");
+    let at_pause = writer.acked();
+    wait_for(
+        "records acknowledged by the source after the pause",
+        Duration::from_secs(60),
+        || writer.acked() >= at_pause + n,
+    );
+}
+
 /// Two mirrors with forward listeners on the source cluster, their producers writing through
 /// them. Mirror `hol` is paused, so what its producer gets acknowledged stays unmirrored;
 /// mirror `hok` is caught up and its producer holds its sends. The gateway is stopped with
@@ -50,15 +69,7 @@ fn after_a_clean_restart_an_unplanned_failover_keeps_whole_forwarded_producers_a
         Duration::from_secs(60),
         || lossy.acked() >= 200 && whole.acked() >= 200,
     );
-    wait_lag_zero(&admin, "hol", 2);
-    let (status, body) = admin_call(&admin, Method::POST, "/v1/mirrors/hol/pause", None);
-    assert_eq!(status, 200, "pause: {body}");
-    let at_pause = lossy.acked();
-    wait_for(
-        "records acknowledged by the source after the pause",
-        Duration::from_secs(60),
-        || lossy.acked() >= at_pause + 300,
-    );
+    pause_leaving_unmirrored(&admin, "hol", &lossy, 300);
     whole.hold(true);
     std::thread::sleep(Duration::from_millis(500));
     wait_caught_up(&admin, "hok", &source, &kept_topic, 2);
@@ -150,15 +161,7 @@ fn after_a_crash_the_report_of_an_unplanned_failover_names_what_the_journal_kept
         Duration::from_secs(60),
         || writer.acked() >= 200,
     );
-    wait_lag_zero(&admin, "jol", 2);
-    let (status, body) = admin_call(&admin, Method::POST, "/v1/mirrors/jol/pause", None);
-    assert_eq!(status, 200, "pause: {body}");
-    let at_pause = writer.acked();
-    wait_for(
-        "records acknowledged by the source after the pause",
-        Duration::from_secs(60),
-        || writer.acked() >= at_pause + 300,
-    );
+    pause_leaving_unmirrored(&admin, "jol", &writer, 300);
     writer.hold(true);
     std::thread::sleep(Duration::from_secs(3));
 
