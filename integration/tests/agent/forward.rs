@@ -563,6 +563,18 @@ fn the_forward_listener_offers_produce_and_fetch_in_the_versions_that_name_topic
     );
 }
 
+/// The side of mirror `name`'s forward listener (`source`, `holding`, `destination`).
+pub(crate) fn forward_side(admin: &str, name: &str) -> String {
+    let (_, body) = crate::gw::admin_call(
+        admin,
+        hyper::Method::GET,
+        &format!("/v1/mirrors/{name}/forward"),
+        None,
+    );
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+    v["side"].as_str().unwrap_or_default().to_string()
+}
+
 /// Wait until the switchover's dry run of mirror `name` at `admin` shows its `partitions`
 /// partitions all mirrored to the source's end.
 pub(crate) fn wait_lag_zero(admin: &str, name: &str, partitions: usize) {
@@ -632,12 +644,7 @@ fn a_request_whose_client_closed_its_connection_during_the_hold_never_reaches_th
     wait_for(
         "the forward listener on the destination",
         Duration::from_secs(30),
-        || {
-            let (_, body) =
-                crate::gw::admin_call(&admin, hyper::Method::GET, "/v1/mirrors/fwdx/forward", None);
-            serde_json::from_str::<serde_json::Value>(&body)
-                .is_ok_and(|v| v["side"] == "destination")
-        },
+        || forward_side(&admin, "fwdx") == "destination",
     );
     let (code, _) =
         RawConn::connect(&leader_port).produce(&topic, 0, batch(-1, -1, -1, 1, "after"));

@@ -6,33 +6,15 @@
 
 use super::forward::{
     assert_report_names_what_is_lacking, assert_whole_producer_went_on, forward_config,
-    producer_ids, wait_lag_zero,
+    forward_side as side, producer_ids, wait_lag_zero,
 };
 use super::*;
-
-/// The side of mirror `name`'s forward listener.
-fn side(admin: &str, name: &str) -> String {
-    let (_, body) = admin_call(
-        admin,
-        Method::GET,
-        &format!("/v1/mirrors/{name}/forward"),
-        None,
-    );
-    let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-    v["side"].as_str().unwrap_or_default().to_string()
-}
 
 /// Once mirror `name` (2 partitions) has mirrored everything, pause it and wait until `writer`
 /// had `n` more records acknowledged by the source: they stay unmirrored.
 fn pause_leaving_unmirrored(admin: &str, name: &str, writer: &SourceWriter, n: usize) {
     wait_lag_zero(admin, name, 2);
-    let (status, body) = admin_call(
-        admin,
-        Method::POST,
-        &format!("/v1/mirrors/{name}/pause"),
-        None,
-    );
-    assert_eq!(status, 200, "pause: {body}");
+    crate::groups::mirror_op(admin, name, "pause");
     let at_pause = writer.acked();
     wait_for(
         "records acknowledged by the source after the pause",

@@ -148,7 +148,7 @@ fn wait_mirrored(gw: &TestGateway, name: &str, source: &str, topic: &str, partit
 }
 
 /// `POST /v1/mirrors/{name}/{op}` (`pause`, `resume`), which must answer 200.
-fn mirror_op(admin: &str, name: &str, op: &str) {
+pub(crate) fn mirror_op(admin: &str, name: &str, op: &str) {
     let (status, body) = admin_call(
         admin,
         Method::POST,

@@ -2068,8 +2068,11 @@ fn huge_array_count_is_an_error_not_an_abort() {
 // A forward listener's virtual cluster
 // ---------------------------------------------------------------------------------------------
 
-/// [`TestMap`]'s ports, presenting the virtual cluster `fwd-cluster`.
-struct ForwardMap;
+/// [`TestMap`]'s ports, presenting the virtual cluster `fwd-cluster`, on a forward listener's
+/// source side or its `destination` side (where Produce leader hints keep their epochs).
+struct ForwardMap {
+    destination: bool,
+}
 
 impl AddressMap for ForwardMap {
     fn endpoint(&self, node_id: i32) -> Option<(StrBytes, i32)> {
@@ -2078,26 +2081,15 @@ impl AddressMap for ForwardMap {
     fn virtual_cluster(&self) -> Option<StrBytes> {
         Some(s("fwd-cluster"))
     }
-}
-
-/// [`ForwardMap`] on a forward listener's destination side: Produce leader hints keep their
-/// epochs.
-struct ForwardDestinationMap;
-
-impl AddressMap for ForwardDestinationMap {
-    fn endpoint(&self, node_id: i32) -> Option<(StrBytes, i32)> {
-        TestMap.endpoint(node_id)
-    }
-    fn virtual_cluster(&self) -> Option<StrBytes> {
-        Some(s("fwd-cluster"))
-    }
     fn produce_hint_epochs(&self) -> bool {
-        true
+        self.destination
     }
 }
+
+const FORWARD_DESTINATION: ForwardMap = ForwardMap { destination: true };
 
 fn rewrite_forward<M: Decodable>(key: ApiKey, version: i16, frame: &Bytes) -> M {
-    rewrite_with::<M>(&ForwardMap, key, version, frame)
+    rewrite_with::<M>(&ForwardMap { destination: false }, key, version, frame)
 }
 
 fn rewrite_with<M: Decodable>(map: &dyn AddressMap, key: ApiKey, version: i16, frame: &Bytes) -> M {
@@ -2212,7 +2204,7 @@ fn produce_leader_hints_on_the_destination_side_of_a_virtual_cluster_keep_their_
             1,
             &produce_response(v, vec![produce_node(2, "kafka-2.internal", 19093)]),
         );
-        let r: ProduceResponse = rewrite_with(&ForwardDestinationMap, ApiKey::Produce, v, &frame);
+        let r: ProduceResponse = rewrite_with(&FORWARD_DESTINATION, ApiKey::Produce, v, &frame);
         let p = &r.responses[0].partition_responses[0];
         assert_eq!(p.current_leader.leader_epoch, 7, "produce v{v}");
         assert_eq!(p.current_leader.leader_id, BrokerId(2), "produce v{v}");
@@ -2224,7 +2216,7 @@ fn produce_leader_hints_on_the_destination_side_of_a_virtual_cluster_keep_their_
     }
     for v in versions(ApiKey::Metadata) {
         let frame = frame_of(ApiKey::Metadata, v, 1, &metadata_with_leader_epochs(v));
-        let m: MetadataResponse = rewrite_with(&ForwardDestinationMap, ApiKey::Metadata, v, &frame);
+        let m: MetadataResponse = rewrite_with(&FORWARD_DESTINATION, ApiKey::Metadata, v, &frame);
         assert!(
             m.topics
                 .iter()
@@ -2240,7 +2232,7 @@ fn produce_leader_hints_on_the_destination_side_of_a_virtual_cluster_keep_their_
             1,
             &fetch_response(v, vec![fetch_node(1, "kafka-1.internal", 19092)]),
         );
-        let r: FetchResponse = rewrite_with(&ForwardDestinationMap, ApiKey::Fetch, v, &frame);
+        let r: FetchResponse = rewrite_with(&FORWARD_DESTINATION, ApiKey::Fetch, v, &frame);
         assert_eq!(
             r.responses[0].partitions[0].current_leader.leader_epoch, -1,
             "fetch v{v}"

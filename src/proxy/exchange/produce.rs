@@ -475,7 +475,8 @@ impl Pending {
 }
 
 /// The KIP-951 hints of a Produce answer (v10+) mapped to this listener's ports, and a virtual
-/// cluster's leader epochs hidden where its map says so: edited, so encoded again, only when the answer carries some.
+/// cluster's leader epochs hidden where its map says so: edited, so encoded again, only when
+/// the answer carries some.
 pub(super) fn rewrite_hints(
     ctx: &ConnContext,
     version: i16,

@@ -66,26 +66,29 @@ impl ForwardRoute {
     /// Take over what an earlier process handed over (`bytes`), before the listener accepts
     /// anything.
     pub fn take_handover(&self, bytes: &[u8]) -> Result<TakenOver, HandoverError> {
-        let h = self.decode(bytes)?;
-        let batches = h.acks.batches();
-        self.acks.restore(h.acks);
-        let producers = self.ids().take_over(&h.producers, now_ms());
-        Ok(TakenOver {
-            producers,
-            batches,
-            written_ms: h.written_ms,
-        })
+        self.restore_from(bytes, false)
     }
 
     /// Restore the ledger of the journal (`bytes`, the form [`Self::handover`] writes) that a
     /// process which crashed left, before the listener accepts anything: for the report only
     /// (see the module doc; no producer is taken over).
     pub fn restore_journal(&self, bytes: &[u8]) -> Result<TakenOver, HandoverError> {
+        self.restore_from(bytes, true)
+    }
+
+    /// A handover (its producers taken over), or after a `crash` a journal (the ledger only).
+    fn restore_from(&self, bytes: &[u8], crash: bool) -> Result<TakenOver, HandoverError> {
         let h = self.decode(bytes)?;
         let batches = h.acks.batches();
-        self.acks.restore_after_crash(h.acks, h.written_ms);
+        let producers = if crash {
+            self.acks.restore_after_crash(h.acks, h.written_ms);
+            0
+        } else {
+            self.acks.restore(h.acks);
+            self.ids().take_over(&h.producers, now_ms())
+        };
         Ok(TakenOver {
-            producers: 0,
+            producers,
             batches,
             written_ms: h.written_ms,
         })
