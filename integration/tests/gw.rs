@@ -4,7 +4,9 @@
 //! Failures the gateway hides from its clients fail the test instead:
 //! - a panic on a [`TestGateway`]'s runtime threads (named `test-gateway-<id>`) is counted by a
 //!   process-wide panic hook, and dropping that gateway fails the test;
-//! - a [`ProcessGateway`] whose log says `panicked at` fails the test when it is dropped.
+//! - a [`ProcessGateway`] whose log says `panicked at` fails the test when it is dropped;
+//! - every panic of the test process (a test's failed assertion too) is written at once on its
+//!   standard error, in one line: libtest prints a failed test's message only at the end.
 //!
 //! Scratch directories (state directories, the process gateway's config and log) are removed
 //! when the test process exits, and kept (their path printed) when a test using them failed.
@@ -174,12 +176,13 @@ fn gateway_panics() -> &'static Mutex<HashMap<u64, usize>> {
 
 /// Install (once per process) a panic hook that counts panics on `test-gateway-<id>` threads
 /// per gateway id, then runs the previous hook (which prints the message as before).
-fn install_panic_hook() {
+pub(crate) fn install_panic_hook() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            let id = std::thread::current()
+            let thread = std::thread::current();
+            let id = thread
                 .name()
                 .and_then(|n| n.strip_prefix(THREAD_PREFIX))
                 .and_then(|n| n.parse::<u64>().ok());
@@ -190,9 +193,35 @@ fn install_panic_hook() {
                     .entry(id)
                     .or_default() += 1;
             }
+            report_at_once(thread.name().unwrap_or("unnamed"), info);
             previous(info);
         }));
     });
+}
+
+/// A panic's first line, written at once on the process's standard error, past libtest's
+/// capture: a failed test's message is otherwise printed only in the summary at the end of the
+/// run, far from its `FAILED` line (and after whatever a CI system keeps of the output).
+fn report_at_once(thread: &str, info: &std::panic::PanicHookInfo<'_>) {
+    use std::io::Write;
+    let message = info
+        .payload()
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| info.payload().downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    let first: String = message
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .take(400)
+        .collect();
+    let at = info
+        .location()
+        .map(|l| format!("{}:{}", l.file(), l.line()))
+        .unwrap_or_default();
+    let _ = writeln!(std::io::stderr(), "PANIC [{thread}] at {at}: {first}");
 }
 
 /// Panics counted so far on the runtime threads of gateway `id`.

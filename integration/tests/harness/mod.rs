@@ -203,6 +203,7 @@ fn slot(name: &str) -> Arc<OnceLock<String>> {
 /// Bootstrap string of a running cluster (`source`, `destination`, `third`, `secure` or `authz`); see
 /// module doc.
 pub fn cluster(name: &str) -> String {
+    crate::gw::install_panic_hook();
     assert!(
         matches!(
             name,
