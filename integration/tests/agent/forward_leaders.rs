@@ -95,6 +95,14 @@ fn after_a_switchover_a_produce_to_the_wrong_broker_names_the_leader_with_its_ep
 /// brokers: it follows the leader hints at once, so no record expires and none is lost,
 /// doubled or reordered (red before: the hints carried no epoch, the batches for the other
 /// broker's partitions waited out the backoff and expired).
+///
+/// One request in flight per connection: the Java client marks a retried batch as bound for a
+/// new leader only while the batch is first in its partition's queue and the hint's epoch is
+/// still in its metadata. The metadata it asks for after the error carries −1 again, so a
+/// batch that was queued behind another one of its partition when that answer came waits out
+/// its backoff (with five in flight, the likely cause of this test's one failure in CI, whose
+/// message was not kept). With one in flight, every
+/// batch refused at the switch is the first of its partition.
 #[test]
 fn a_java_producer_follows_the_destinations_leaders_at_once_after_a_switchover() {
     let source = harness::cluster("source");
@@ -110,6 +118,7 @@ fn a_java_producer_follows_the_destinations_leaders_at_once_after_a_switchover()
         &forward,
         &topic,
         &[
+            "max.in.flight.requests.per.connection=1",
             "retry.backoff.ms=120000",
             "retry.backoff.max.ms=120000",
             "delivery.timeout.ms=30000",
