@@ -30,13 +30,13 @@ pub struct MirrorSummary {
 
 impl MirrorController {
     /// The recorded state of each partition of mirror `name`: what a failover changes, without
-    /// the agent's own errors that [`MirrorController::records`] shows as FAILED.
+    /// the agent's own errors that [`MirrorController::records`] shows as FAILED. Read from
+    /// admission's snapshot, not the records: a failover step changes the records, persists them
+    /// and then refreshes the snapshot, and a forward listener's route that switched on a state
+    /// admission did not have yet sent its clients' writes to partitions still refused as
+    /// read-only.
     pub fn recorded_states(&self, name: &str) -> Vec<PartitionState> {
-        let records = self.records.lock();
-        let mirror = records.iter().filter(|s| s.record.name == name);
-        mirror
-            .flat_map(|s| s.record.partitions.iter().map(|p| p.state))
-            .collect()
+        self.admission.recorded_states(name)
     }
 
     /// Every mirror's partition counts per state (as [`Self::records`] reports the states),

@@ -625,3 +625,40 @@ fn a_partition_the_agent_failed_keeps_its_recorded_state() {
         "{recorded:?}"
     );
 }
+
+/// A forward listener's route switches its clients to the destination once every partition it
+/// follows is STOPPED; its writes are then admitted only where admission's snapshot says
+/// STOPPED too. A failover step changes the records in memory, persists them and only then
+/// refreshes that snapshot: a route that read the records in between switched while the
+/// partitions were still refused as read-only (POLICY_VIOLATION reached forwarded producers
+/// after a switchover). The route follows the snapshot.
+#[test]
+fn a_forward_route_sees_a_state_only_once_admission_decides_by_it() {
+    let (ctl, _metrics, _dir) = controller();
+    {
+        let mut slots = ctl.records.lock();
+        let slot = slots
+            .iter_mut()
+            .find(|s| s.record.name == "second")
+            .expect("mirror second");
+        for p in &mut slot.record.partitions {
+            p.state = PartitionState::Stopped;
+        }
+    }
+    let followed = ctl.recorded_states("second");
+    assert!(!followed.is_empty());
+    assert!(
+        ctl.admit(ListenerKind::Forward, "orders", 0).is_err(),
+        "admission still refuses: its snapshot was not refreshed"
+    );
+    assert!(
+        followed.iter().all(|s| *s == PartitionState::Mirroring),
+        "the route follows admission's snapshot, not the records being changed: {followed:?}"
+    );
+    ctl.records.refresh();
+    assert!(ctl.admit(ListenerKind::Forward, "orders", 0).is_ok());
+    assert!(ctl
+        .recorded_states("second")
+        .iter()
+        .all(|s| *s == PartitionState::Stopped));
+}

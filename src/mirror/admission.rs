@@ -134,6 +134,8 @@ struct Lookup {
     unreadable: Vec<Option<String>>,
     /// Per mirror (config order): a failover has started.
     failover_started: Vec<bool>,
+    /// Per mirror (config order): its partitions' recorded states, in record order.
+    mirror_states: Vec<Vec<PartitionState>>,
 }
 
 /// The admission decisions of every configured mirror.
@@ -236,6 +238,8 @@ impl Admission {
         for (record, unreadable) in mirrors {
             l.unreadable.push(unreadable.map(str::to_string));
             l.failover_started.push(record.failover_id.is_some());
+            l.mirror_states
+                .push(record.partitions.iter().map(|p| p.state).collect());
             for p in &record.partitions {
                 let i = p.partition.max(0) as usize;
                 let v = l.states.entry(p.topic.clone()).or_default();
@@ -306,6 +310,20 @@ impl Admission {
             .get(idx)
             .copied()
             .unwrap_or(false)
+    }
+
+    /// The recorded state of each partition of mirror `name` as the decisions above take it
+    /// (without the agent's own errors): what follows them, as a forward listener's route does,
+    /// never sees a state before the decisions do (a change persisted but not yet refreshed).
+    pub fn recorded_states(&self, name: &str) -> Vec<PartitionState> {
+        let Some(idx) = self.names.iter().position(|n| n == name) else {
+            return Vec::new();
+        };
+        self.read()
+            .mirror_states
+            .get(idx)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// The state of a partition (FAILED when the built-in agent failed a MIRRORING partition).
