@@ -100,9 +100,8 @@ fn after_a_switchover_a_produce_to_the_wrong_broker_names_the_leader_with_its_ep
 /// new leader only while the batch is first in its partition's queue and the hint's epoch is
 /// still in its metadata. The metadata it asks for after the error carries −1 again, so a
 /// batch that was queued behind another one of its partition when that answer came waits out
-/// its backoff (with five in flight, the likely cause of this test's one failure in CI, whose
-/// message was not kept). With one in flight, every
-/// batch refused at the switch is the first of its partition.
+/// its backoff, and with two minutes of it here, expires. With one in flight, every batch
+/// refused at the switch is the first of its partition.
 #[test]
 fn a_java_producer_follows_the_destinations_leaders_at_once_after_a_switchover() {
     let source = harness::cluster("source");
