@@ -563,16 +563,19 @@ fn the_forward_listener_offers_produce_and_fetch_in_the_versions_that_name_topic
     );
 }
 
+/// `GET /v1/mirrors/{name}/forward` at `admin` (an empty value when it does not answer JSON).
+pub(crate) fn forward_route(admin: &str, name: &str) -> serde_json::Value {
+    let path = format!("/v1/mirrors/{name}/forward");
+    let (_, body) = crate::gw::admin_call(admin, hyper::Method::GET, &path, None);
+    serde_json::from_str(&body).unwrap_or_default()
+}
+
 /// The side of mirror `name`'s forward listener (`source`, `holding`, `destination`).
 pub(crate) fn forward_side(admin: &str, name: &str) -> String {
-    let (_, body) = crate::gw::admin_call(
-        admin,
-        hyper::Method::GET,
-        &format!("/v1/mirrors/{name}/forward"),
-        None,
-    );
-    let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-    v["side"].as_str().unwrap_or_default().to_string()
+    forward_route(admin, name)["side"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// Wait until the switchover's dry run of mirror `name` at `admin` shows its `partitions`
@@ -1293,10 +1296,7 @@ fn a_transaction_open_at_the_switchover_commits_on_the_source_and_the_switchover
     let call = std::thread::spawn(move || {
         admin_call(&admin, Method::POST, "/v1/mirrors/fwde/switchover", None)
     });
-    let route = || -> serde_json::Value {
-        let (_, body) = admin_call(&gw.admin(), Method::GET, "/v1/mirrors/fwde/forward", None);
-        serde_json::from_str(&body).unwrap_or_default()
-    };
+    let route = || forward_route(&gw.admin(), "fwde");
     wait_for("the listener held", Duration::from_secs(10), || {
         route()["side"] == "holding"
     });

@@ -75,10 +75,8 @@ fn a_switchover_through_one_instance_holds_the_forward_listener_of_another_whose
         "b's forward listener on the destination, caught up",
         Duration::from_secs(30),
         || {
-            let (status, body) =
-                admin_call(&b.admin(), Method::GET, "/v1/mirrors/fwdi/forward", None);
-            let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-            status == 200 && v["side"] == "destination" && v["caught_up"] == true
+            let v = super::forward::forward_route(&b.admin(), "fwdi");
+            v["side"] == "destination" && v["caught_up"] == true
         },
     );
     wait_for(
