@@ -109,23 +109,44 @@ impl Agent {
         self.mirror(mirror)?.forwarded.clone()
     }
 
+    /// Whether mirror `mirror`'s built-in agent runs on this instance now.
+    pub fn runs_here(&self, mirror: &str) -> bool {
+        self.mirror(mirror)
+            .is_some_and(|m| lock(&m.owner_epoch).is_some())
+    }
+
     /// Drop from mirror `mirror`'s ledger of forwarded acknowledgements what the agent has
-    /// mirrored (its offset map's next source offset per partition), and the topics the mirror does not
-    /// cover (their names kept).
+    /// mirrored (its offset map's next source offset per partition), and the topics the mirror
+    /// does not cover (their names kept). Where the agent runs on another instance, its maps as
+    /// that instance last published them on the state topic count too (they lag what it
+    /// mirrored: the ledger keeps more, never less).
     pub fn prune_forwarded(&self, mirror: &str) {
         let (Some(m), Some(acks)) = (self.mirror(mirror), self.forwarded_acks(mirror)) else {
             return;
         };
+        let published: Option<crate::mirror::offset_map::MirrorOffsets> =
+            match lock(&m.owner_epoch).is_some() {
+                true => None,
+                false => m
+                    .controller
+                    .published_agent_offsets(mirror)
+                    .and_then(|v| serde_json::from_value(v).ok())
+                    .filter(|o: &crate::mirror::offset_map::MirrorOffsets| o.mirror == mirror),
+            };
         for (topic, partition) in acks.partitions() {
             if !m.owns(&topic) {
                 acks.uncovered(&topic);
                 continue;
             }
             // The offset map: it stays after a failover stopped the partition's task.
-            let next = lock(&m.offsets)
+            let own = lock(&m.offsets)
                 .get(&topic, partition)
                 .and_then(|map| map.next());
-            if let Some((next, _)) = next {
+            let theirs = published
+                .as_ref()
+                .and_then(|o| o.get(&topic, partition))
+                .and_then(|map| map.next());
+            if let Some(next) = own.max(theirs).map(|(next, _)| next) {
                 acks.mirrored_to(&topic, partition, next);
             }
         }

@@ -184,9 +184,15 @@ async fn follow(
                 None => Default::default(),
             };
             let mut done = complete(report, &record, &read, now_ms());
+            // Several instances: named as this instance's, the others' are added when read.
+            let me = ctl.peer_link().map(|l| l.me());
             done.forwarded = agent
                 .as_ref()
-                .and_then(|a| a.forwarded_loss(&done.mirror, &read));
+                .and_then(|a| a.forwarded_loss(&done.mirror, &read))
+                .map(|f| match &me {
+                    Some(me) => f.of_instance(me),
+                    None => f,
+                });
             // The final round this instance ran for this failover (not one of an earlier one).
             done.final_group_sync = agent
                 .as_ref()

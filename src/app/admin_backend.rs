@@ -95,13 +95,18 @@ impl crate::admin::AdminBackend for Gateway {
             .as_ref()
             .map(|ctl| ctl.published_reports(mirror))
             .unwrap_or_default();
-        match &self.reports {
-            Some(store) => Ok(crate::mirror::report::merged(
-                store.list(mirror)?,
-                published,
-            )),
-            None => Ok(published),
+        let mut reports = match &self.reports {
+            Some(store) => crate::mirror::report::merged(store.list(mirror)?, published),
+            None => published,
+        };
+        // Several instances: what the other instances' forward listeners passed.
+        if let Some(ctl) = &self.mirrors {
+            for r in reports.iter_mut().filter(|r| r.is_complete()) {
+                let losses = ctl.published_forwarded_losses(mirror, &r.failover_id);
+                crate::mirror::report::add_forwarded_losses(r, losses);
+            }
         }
+        Ok(reports)
     }
     fn recovery(&self) -> Option<&Arc<crate::recovery::service::Recoverer>> {
         self.recovery.as_ref()

@@ -1,7 +1,8 @@
 //! Starting the forward listeners of the mirrors that have one (`mirrors[].forward`): the
 //! source's cluster view and its refresh, the route (with the agent's ledger of the
 //! acknowledgements it passes), the task that keeps the route following the mirror's partition
-//! states and its ledger pruned, and the listener with its two contexts.
+//! states and its ledger pruned (settled to a failover's report with several instances:
+//! [`settle`]), and the listener with its two contexts.
 //!
 //! Owns: that wiring. Must not touch: what a connection does (`crate::proxy`), the switchover's
 //! steps (`crate::admin::switchover`), the mirror states (read only).
@@ -17,12 +18,16 @@ use crate::config::Config;
 use crate::controller::MirrorController;
 use crate::instances::PeerLink;
 use crate::metrics::{ListenerKind, Metrics};
+use crate::mirror::state::PartitionState;
 use crate::proxy::forward::{all_stopped, ForwardRoute, Side};
 use crate::proxy::listener::{ForwardTarget, Target};
 use crate::proxy::{BoundPorts, ConnContext, ListenerAddressMap};
 use crate::state::StateStore;
 
 use super::{RunningListener, StartError};
+
+mod settle;
+use settle::{Completed, Settle, SettleView, Verdict};
 
 /// How often a route looks at its mirror's partition states.
 const FOLLOW_EVERY: Duration = Duration::from_millis(100);
@@ -368,11 +373,18 @@ async fn follow(
     // The last hold of another instance this one acknowledged.
     let mut acknowledged: Option<String> = None;
     let mut journaled = Journaled::default();
+    let mut settle = (Settle::default(), Verdict::Follow);
     for round in 0u64.. {
-        // Pruned before every look while held: the switch to the destination finds the ledger
-        // at the agent's final position (what forwarded producers lack decides their refusal).
+        // Pruned before every look while held where the agent runs: the switch to the
+        // destination finds the ledger at the agent's final position (what forwarded producers
+        // lack decides their refusal). Elsewhere the published maps are read less often.
         let held = route.side() == Side::Holding;
-        if held || round % PRUNE_EVERY_ROUNDS == 0 {
+        let agent = match &pruner {
+            Pruner::Agent(a) => a.as_deref(),
+            Pruner::Topics(..) => None,
+        };
+        let current = agent.is_none_or(|a| a.runs_here(route.mirror()));
+        if held && current || round % PRUNE_EVERY_ROUNDS == 0 {
             match &pruner {
                 Pruner::Agent(Some(a)) => a.prune_forwarded(route.mirror()),
                 Pruner::Agent(None) => {}
@@ -382,7 +394,20 @@ async fn follow(
         if let Some(link) = controller.peer_link() {
             follow_peers(&route, link, &mut acknowledged).await;
         }
-        let states = controller.recorded_states(route.mirror());
+        let mut states = controller.recorded_states(route.mirror());
+        if let Some(link) = controller.peer_link() {
+            // At every round from the partitions' STOPPED to the switch, or the route would
+            // switch before the settling says whether it may.
+            let deciding = all_stopped(&states) && route.side() != Side::Destination;
+            if route.owns_state() && (deciding || round % PRUNE_EVERY_ROUNDS == 0) {
+                settle.1 =
+                    settle_round(&mut settle.0, &route, &controller, agent, link, &states).await;
+            }
+            if settle.1 == Verdict::Hold {
+                // As while the failover runs: held, until the report settles the ledger.
+                states = vec![PartitionState::Stopping; states.len()];
+            }
+        }
         if !route.owns_state() && route.side() != Side::Destination && all_stopped(&states) {
             // Another tool mirrors: the forwarded ids are screened before any of their batches
             // can reach the destination.
@@ -400,6 +425,86 @@ async fn follow(
             _ = tokio::time::sleep(if held { FOLLOW_EVERY_HELD } else { FOLLOW_EVERY }) => {}
             _ = shutdown.changed() => return,
         }
+    }
+}
+
+/// One round of [`Settle`] for `route` (several instances): the loss it gives is published
+/// on the state topic as this instance's.
+async fn settle_round(
+    settle: &mut Settle,
+    route: &ForwardRoute,
+    controller: &MirrorController,
+    agent: Option<&Agent>,
+    link: &PeerLink,
+    states: &[PartitionState],
+) -> Verdict {
+    let mirror = route.mirror();
+    let view = SettleFrom {
+        controller,
+        agent,
+        mirror,
+        me: link.me(),
+    };
+    let caught_up = route.caught_up() || link.forward_hold(mirror).is_some_and(|o| o.caught_up);
+    let flags = (
+        all_stopped(states),
+        route.side() == Side::Destination,
+        caught_up,
+    );
+    let (verdict, loss) = settle.round(&view, route.acks(), Instant::now(), flags);
+    if let Some((fid, loss)) = loss {
+        let records = loss.records;
+        match link
+            .publish_forwarded_loss(mirror, &fid, loss.of_instance(&view.me))
+            .await
+        {
+            Ok(()) => {
+                tracing::info!(mirror, failover_id = %fid, records, "the forward listener's ledger settled to the failover's report; what it lacks is published for the report");
+                settle.published(fid);
+            }
+            Err(e) => {
+                tracing::warn!(mirror, failover_id = %fid, error = %e, "the forward listener's loss is not published (tried again)")
+            }
+        }
+    }
+    verdict
+}
+
+/// What [`Settle`] reads: the mirror's record and the reports on the state topic.
+struct SettleFrom<'a> {
+    controller: &'a MirrorController,
+    agent: Option<&'a Agent>,
+    mirror: &'a str,
+    me: String,
+}
+
+impl SettleView for SettleFrom<'_> {
+    fn failover_id(&self) -> Option<String> {
+        let records = self.controller.records();
+        let (record, _) = records.into_iter().find(|(r, _)| r.name == self.mirror)?;
+        record.failover_id
+    }
+
+    fn completed(&self, fid: &str) -> Option<Completed> {
+        let report = self
+            .controller
+            .published_reports(self.mirror)
+            .into_iter()
+            .find(|r| r.failover_id == fid && r.is_complete())?;
+        let next = report
+            .partitions
+            .iter()
+            .filter_map(|p| Some(((p.topic.clone(), p.partition), p.next_source_offset?)));
+        Some(Completed {
+            next: next.collect(),
+            counts_here: report
+                .forwarded
+                .is_some_and(|f| f.instances.contains(&self.me)),
+        })
+    }
+
+    fn runs_agent_here(&self) -> bool {
+        self.agent.is_some_and(|a| a.runs_here(self.mirror))
     }
 }
 

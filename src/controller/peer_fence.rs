@@ -114,6 +114,19 @@ impl MirrorController {
             .unwrap_or_default()
     }
 
+    /// What the instances' forward listeners of `mirror` passed that the destination lacks
+    /// after failover `fid`, as each published it (none when this is the only instance).
+    pub fn published_forwarded_losses(
+        &self,
+        mirror: &str,
+        fid: &str,
+    ) -> Vec<crate::mirror::forwarded_acks::ForwardedLoss> {
+        self.peers
+            .get()
+            .map(|p| p.forwarded_losses(mirror, fid))
+            .unwrap_or_default()
+    }
+
     /// Several instances: each completed failover in this instance's state directory that the
     /// state topic (read to its end) never named: the other instances do not know it, so an
     /// instance without it would take the mirror for one still mirroring. Not ready until

@@ -112,6 +112,19 @@ fn record() -> impl Strategy<Value = PeerRecord> {
                 at_ms: 0,
             }
         }),
+        (m(), f(), i(), 0..3i64).prop_map(|(mirror, failover_id, instance, records)| {
+            PeerRecord::ForwardedLoss {
+                mirror,
+                failover_id,
+                instance: instance.clone(),
+                loss: crate::mirror::forwarded_acks::ForwardedLoss {
+                    records,
+                    ..Default::default()
+                }
+                .of_instance(&instance),
+                at_ms: 0,
+            }
+        }),
         (m(), i(), 1..4u32).prop_map(|(mirror, owner, epoch)| PeerRecord::AgentOwner {
             mirror,
             owner,
@@ -232,7 +245,8 @@ fn at(mut r: PeerRecord, t: i64) -> PeerRecord {
         | PeerRecord::Adopted { at_ms, .. }
         | PeerRecord::Paused { at_ms, .. }
         | PeerRecord::ForwardHold { at_ms, .. }
-        | PeerRecord::ForwardHeld { at_ms, .. } => *at_ms = t,
+        | PeerRecord::ForwardHeld { at_ms, .. }
+        | PeerRecord::ForwardedLoss { at_ms, .. } => *at_ms = t,
         PeerRecord::Stopped(s) => s.at_ms = t,
         PeerRecord::Heartbeat { .. }
         | PeerRecord::AgentOffsets { .. }

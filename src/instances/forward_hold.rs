@@ -1,6 +1,7 @@
 //! The forward listeners' side of the state topic: which mirrors this instance has a forward
 //! listener for (announced in its heartbeats), a switchover's hold recorded for every instance,
-//! its release, and the acknowledgements (see [`super::view`]'s `forward_holds`).
+//! its release, and the acknowledgements (see [`super::view`]'s `forward_holds`); and what each
+//! instance's forward listener passed that the destination lacks after a failover.
 //!
 //! Owns: writing those records and waiting for the acknowledgements. Must not touch: the
 //! forward listener (the caller holds and releases it), the switchover's other steps.
@@ -80,6 +81,39 @@ impl PeerLink {
                 self.topic
             )
         })
+    }
+
+    /// Publish what this instance's forward listener of `mirror` passed that the destination
+    /// lacks after failover `fid` (`loss`, at its completed report's positions).
+    pub async fn publish_forwarded_loss(
+        &self,
+        mirror: &str,
+        fid: &str,
+        loss: crate::mirror::forwarded_acks::ForwardedLoss,
+    ) -> Result<(), String> {
+        let r = PeerRecord::ForwardedLoss {
+            mirror: mirror.to_string(),
+            failover_id: fid.to_string(),
+            instance: self.me(),
+            loss,
+            at_ms: self.now_ms(),
+        };
+        self.log.append(&r).await.map_err(|e| {
+            format!(
+                "cannot publish the forward listener's loss on the state topic {}: {e}",
+                self.topic
+            )
+        })
+    }
+
+    /// What the instances' forward listeners of `mirror` passed that the destination lacks
+    /// after failover `fid`, as each published it.
+    pub fn forwarded_losses(
+        &self,
+        mirror: &str,
+        fid: &str,
+    ) -> Vec<crate::mirror::forwarded_acks::ForwardedLoss> {
+        self.view().forwarded_losses(mirror, fid)
     }
 
     /// The hold another instance's switchover keeps on this instance's forward listener of

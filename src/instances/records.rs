@@ -126,6 +126,16 @@ pub enum PeerRecord {
         instance: String,
         at_ms: i64,
     },
+    /// What `instance`'s forward listener of `mirror` passed of the source's acknowledgements
+    /// that the destination lacks after failover `failover_id`, at the positions its completed
+    /// report names: the report read through any instance adds it.
+    ForwardedLoss {
+        mirror: String,
+        failover_id: String,
+        instance: String,
+        loss: crate::mirror::forwarded_acks::ForwardedLoss,
+        at_ms: i64,
+    },
     /// `mirror` was paused (`paused`) or resumed through instance `by`: every instance's
     /// MIRRORING partitions of it follow. A later failover or failback of the mirror ends it.
     Paused {
@@ -257,6 +267,12 @@ impl PeerRecord {
             PeerRecord::ForwardHeld {
                 mirror, instance, ..
             } => format!("forward_held/{mirror}/{instance}"),
+            PeerRecord::ForwardedLoss {
+                mirror,
+                failover_id,
+                instance,
+                ..
+            } => format!("forwarded_loss/{mirror}/{failover_id}/{instance}"),
             // Per status: a completed report wins over an open one, whichever compaction
             // keeps last.
             PeerRecord::Report(r) => format!("report/{}/{}/{}", r.mirror, r.failover_id, r.status),

@@ -166,6 +166,10 @@ pub struct PeerView {
     known: std::collections::BTreeSet<(String, String)>,
     /// The switchovers' holds of the forward listeners.
     forward: forward_holds::ForwardHolds,
+    /// (mirror, failover id, instance) → what that instance's forward listener passed that the
+    /// destination lacks.
+    forwarded_losses:
+        BTreeMap<(String, String, String), crate::mirror::forwarded_acks::ForwardedLoss>,
 }
 
 impl PeerView {
@@ -211,6 +215,7 @@ impl PeerView {
             known: Default::default(),
             drivers: HashMap::new(),
             forward: Default::default(),
+            forwarded_losses: BTreeMap::new(),
         }
     }
 
@@ -399,6 +404,16 @@ impl PeerView {
                 instance,
                 ..
             } => self.forward.acknowledge(mirror, instance, hold_id),
+            PeerRecord::ForwardedLoss {
+                mirror,
+                failover_id,
+                instance,
+                loss,
+                ..
+            } => {
+                self.forwarded_losses
+                    .insert((mirror, failover_id, instance), loss);
+            }
             PeerRecord::Report(r) => {
                 // The caller's open report, retried, can land after the completed one of the
                 // instance that took the failover over (review G15): it changes nothing.
@@ -470,6 +485,20 @@ impl PeerView {
             .iter()
             .filter(|((m, _), _)| m == mirror)
             .map(|(_, r)| r.as_ref().clone())
+            .collect()
+    }
+
+    /// What the instances' forward listeners of `mirror` passed that the destination lacks
+    /// after failover `fid`, as each published it.
+    pub fn forwarded_losses(
+        &self,
+        mirror: &str,
+        fid: &str,
+    ) -> Vec<crate::mirror::forwarded_acks::ForwardedLoss> {
+        self.forwarded_losses
+            .iter()
+            .filter(|((m, f, _), _)| m == mirror && f == fid)
+            .map(|(_, l)| l.clone())
             .collect()
     }
 

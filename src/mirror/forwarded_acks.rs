@@ -83,6 +83,9 @@ pub struct ForwardedProducerGap {
     pub last_offset: i64,
     pub first_sequence: i32,
     pub last_sequence: i32,
+    /// Several instances: the instance whose forward listener passed the acknowledgements.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
 }
 
 /// What a failover report says of a forward listener's acknowledgements.
@@ -99,6 +102,20 @@ pub struct ForwardedLoss {
     pub uncovered_topics: Vec<String>,
     /// Why the figures may be short (batches dropped to the bound, topics not named), if so.
     pub inexact: Option<String>,
+    /// Several instances: the instances whose forward listeners' ledgers the figures count.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instances: Vec<String>,
+}
+
+impl ForwardedLoss {
+    /// These figures as instance `id`'s (several instances): every entry names it.
+    pub fn of_instance(mut self, id: &str) -> ForwardedLoss {
+        for g in &mut self.producers {
+            g.instance = Some(id.to_string());
+        }
+        self.instances = vec![id.to_string()];
+        self
+    }
 }
 
 /// The ledger as a gateway that stops cleanly hands it to the next one (the forward
@@ -349,6 +366,7 @@ impl ForwardedAcks {
                     last_offset: b.last_offset(),
                     first_sequence,
                     last_sequence,
+                    instance: None,
                 });
                 g.records += records;
                 if first_offset < g.first_offset {
@@ -502,6 +520,7 @@ mod tests {
                     last_offset: 11,
                     first_sequence: 5,
                     last_sequence: 8,
+                    instance: None,
                 },
                 ForwardedProducerGap {
                     producer_id: 8,
@@ -513,6 +532,7 @@ mod tests {
                     last_offset: 7,
                     first_sequence: 0,
                     last_sequence: 2,
+                    instance: None,
                 },
             ]
         );

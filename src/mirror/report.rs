@@ -21,6 +21,7 @@ use crate::state::StateStore;
 
 pub mod group_sync;
 
+use super::forwarded_acks::ForwardedLoss;
 use super::state::{AbortedTransaction, MirrorRecord, PartitionState};
 use group_sync::FinalGroupSync;
 
@@ -72,7 +73,7 @@ pub struct FailoverReport {
     /// acknowledged through the listener that the destination lacks
     /// ([`super::forwarded_acks`]); absent without a forward listener.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub forwarded: Option<super::forwarded_acks::ForwardedLoss>,
+    pub forwarded: Option<ForwardedLoss>,
 }
 
 /// What was done with a failover's un-mirrored tail.
@@ -175,6 +176,11 @@ pub struct PartitionReport {
     /// `None` when nothing was mirrored or without an agent).
     pub last_mirrored_source_offset: Option<i64>,
     pub last_mirrored_destination_offset: Option<i64>,
+    /// The next source offset the agent would have mirrored: everything acknowledged below it
+    /// is on the destination (built-in agent; `None` when not known, and in reports of older
+    /// versions). Other instances prune their forward listeners' ledgers to it.
+    #[serde(default)]
+    pub next_source_offset: Option<i64>,
     pub barrier_offset: Option<i64>,
     /// The last mirrored destination offset, read from the log at the barrier step: the last
     /// data batch before the (final) barrier, whoever mirrored it (review G15). `None` when it
@@ -341,6 +347,7 @@ pub fn complete(
                 last_error,
                 last_mirrored_source_offset: last_src,
                 last_mirrored_destination_offset: last_dst,
+                next_source_offset: r.next.map(|(src, _)| src),
                 barrier_offset: p.barrier_offset,
                 last_mirrored_offset: p.last_mirrored_offset,
                 rpo_records,
@@ -395,6 +402,34 @@ pub fn merged(local: Vec<FailoverReport>, published: Vec<FailoverReport>) -> Vec
     let mut v: Vec<FailoverReport> = by_id.into_values().collect();
     v.sort_by(|a, b| (a.called_ms, &a.failover_id).cmp(&(b.called_ms, &b.failover_id)));
     v
+}
+
+/// Add to a completed report what other instances' forward listeners passed of the source's
+/// acknowledgements that the destination lacks (`losses`, each instance's figures as it
+/// published them; several instances). An instance the report counts already is skipped.
+pub fn add_forwarded_losses(report: &mut FailoverReport, losses: Vec<ForwardedLoss>) {
+    for loss in losses {
+        let f = report.forwarded.get_or_insert_with(ForwardedLoss::default);
+        if loss.instances.is_empty() || loss.instances.iter().any(|i| f.instances.contains(i)) {
+            continue;
+        }
+        f.records += loss.records;
+        f.producers.extend(loss.producers);
+        f.unknown_partitions.extend(loss.unknown_partitions);
+        f.unknown_partitions.sort();
+        f.unknown_partitions.dedup();
+        f.uncovered_topics.extend(loss.uncovered_topics);
+        f.uncovered_topics.sort();
+        f.uncovered_topics.dedup();
+        if let Some(why) = loss.inexact {
+            let why = format!("{}: {why}", loss.instances.join(", "));
+            f.inexact = Some(match f.inexact.take() {
+                Some(kept) => format!("{kept}; {why}"),
+                None => why,
+            });
+        }
+        f.instances.extend(loss.instances);
+    }
 }
 
 /// The reports' files.

@@ -72,6 +72,7 @@ fn a_completed_failover_reports_rto_rpo_and_offsets_per_partition() {
     );
     assert_eq!((p0.rpo_records, p0.rpo_seconds), (Some(3), Some(1.5)));
     assert_eq!(p0.barrier_offset, Some(100));
+    assert_eq!(p0.next_source_offset, Some(100));
     let p1 = &r.partitions[1];
     assert_eq!((p1.rpo_records, p1.rpo_seconds), (Some(0), Some(0.0)));
     assert_eq!(p1.last_mirrored_destination_offset, Some(80));
@@ -181,4 +182,53 @@ fn the_reports_of_every_instance_merge_to_one_per_failover_the_completed_one_win
         "a published report in progress does not hide a completed one"
     );
     assert_eq!(merged(vec![], vec![other.clone()]), vec![other]);
+}
+
+#[test]
+fn the_forwarded_losses_other_instances_published_are_added_once_each_to_the_report() {
+    use crate::mirror::forwarded_acks::{ForwardedLoss, ForwardedProducerGap};
+    let gap = |producer_id: i64, records: i64| ForwardedProducerGap {
+        producer_id,
+        producer_epoch: 0,
+        topic: "orders".into(),
+        partition: 0,
+        records,
+        first_offset: 10,
+        last_offset: 9 + records,
+        first_sequence: 0,
+        last_sequence: records as i32 - 1,
+        instance: None,
+    };
+    let loss = |records: i64, producer_id: i64, inexact: Option<&str>| ForwardedLoss {
+        records,
+        producers: vec![gap(producer_id, records)],
+        inexact: inexact.map(str::to_string),
+        ..ForwardedLoss::default()
+    };
+    let mut r = complete(opened(), &record(), &HashMap::new(), 20_000);
+    r.forwarded = Some(loss(3, 7, None).of_instance("a"));
+    add_forwarded_losses(
+        &mut r,
+        vec![
+            // The completer's own figures, published too: counted once.
+            loss(3, 7, None).of_instance("a"),
+            loss(5, 8, Some("1 crash(es)")).of_instance("b"),
+            loss(2, 9, None).of_instance("c"),
+        ],
+    );
+    let f = r.forwarded.expect("forwarded");
+    assert_eq!(f.records, 10);
+    assert_eq!(f.instances, ["a", "b", "c"]);
+    let by: Vec<(i64, Option<&str>)> = f
+        .producers
+        .iter()
+        .map(|g| (g.producer_id, g.instance.as_deref()))
+        .collect();
+    assert_eq!(by, [(7, Some("a")), (8, Some("b")), (9, Some("c"))]);
+    assert_eq!(f.inexact.as_deref(), Some("b: 1 crash(es)"));
+
+    // A completer without a forward listener: the others' figures are the whole section.
+    let mut r = complete(opened(), &record(), &HashMap::new(), 20_000);
+    add_forwarded_losses(&mut r, vec![loss(5, 8, None).of_instance("b")]);
+    assert_eq!(r.forwarded.map(|f| f.records), Some(5));
 }

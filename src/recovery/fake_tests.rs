@@ -296,6 +296,7 @@ fn report(last: &[Option<i64>]) -> FailoverReport {
             last_error: None,
             last_mirrored_source_offset: *l,
             last_mirrored_destination_offset: *l,
+            next_source_offset: l.map(|o| o + 1),
             barrier_offset: None,
             last_mirrored_offset: None,
             rpo_records: None,

@@ -4,7 +4,8 @@
 //! mirrors to; the producers of every instance keep their sessions.
 
 use super::forward::{
-    assert_acknowledged_once_in_order, forward_config, keys, producer_ids, wait_lag_zero,
+    assert_acknowledged_once_in_order, assert_report_names_what_is_lacking,
+    assert_whole_producer_went_on, forward_config, keys, producer_ids, wait_lag_zero,
 };
 use super::owners::{agent_status, instance_configs};
 use super::*;
@@ -182,6 +183,117 @@ fn a_request_to_an_instance_paused_through_a_switchover_reaches_the_destination_
         on_destination.iter().any(|k| k == "paused-0"),
         "the request written during b's pause is on the destination: {on_destination:?}"
     );
+}
+
+/// Several instances, an unplanned failover: the agent runs on a, the applications write
+/// through b's forward listeners. Mirror `ifl` is paused, so what its producer gets acknowledged
+/// through b stays unmirrored; mirror `ifk` is caught up and its producer holds its sends.
+/// `ifl` fails over through a, `ifk` through b (no switchover: no catch-up; b drives the
+/// failover and completes its report without the agent). b's producer of `ifk` goes on with its
+/// id and epoch, and the report, read through either instance, names what `ifl`'s producer
+/// lacks. Red before b settled its ledger to the report: b never pruned it (the agent does not
+/// run there), so `ifk`'s producer was refused, and the report counted a's ledger only.
+#[test]
+fn after_an_unplanned_failover_the_producers_of_an_instance_without_the_agent_go_on_and_the_report_names_its_losses(
+) {
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let lost_topic = harness::unique_topic("fwdi-lost");
+    let kept_topic = harness::unique_topic("fwdi-kept");
+    harness::create_topic(&source, &lost_topic, 2, None);
+    harness::create_topic(&source, &kept_topic, 2, None);
+    let kept_mirror = agent_config("ifk", &[&kept_topic], &source).mirrors[0].clone();
+    let configs = instance_configs("ifl", &[&lost_topic], &source, |cfg| {
+        cfg.mirrors.push(kept_mirror.clone())
+    });
+    // Forward listeners of both mirrors on each instance; the applications use b's.
+    let with_listeners = |id: &str| {
+        let mut cfg = configs(id);
+        let mut bootstraps = Vec::new();
+        for m in &mut cfg.mirrors {
+            let (forward, bootstrap) = crate::gw::forward_listener(10_000);
+            m.forward = Some(forward);
+            bootstraps.push(bootstrap);
+        }
+        (cfg, bootstraps)
+    };
+    let (cfg_a, _) = with_listeners("a");
+    let (cfg_b, forward_b) = with_listeners("b");
+    let a = ProcessGateway::start(cfg_a, &[]);
+    let b = TestGateway::start(cfg_b);
+    wait_for("a runs both agents", Duration::from_secs(30), || {
+        ["ifl", "ifk"].iter().all(|m| {
+            let s = agent_status(&b.admin(), m);
+            s["owner"] == "a" && s["runs_here"] == false
+        })
+    });
+    let lossy = SourceWriter::start(&forward_b[0], &lost_topic, "lost", 1_000_000, 200);
+    let whole = SourceWriter::start(&forward_b[1], &kept_topic, "kept", 1_000_000, 200);
+    wait_for(
+        "records through b's forward listeners",
+        Duration::from_secs(60),
+        || lossy.acked() >= 200 && whole.acked() >= 200,
+    );
+    wait_lag_zero(&a.admin(), "ifl", 2);
+    crate::groups::mirror_op(&a.admin(), "ifl", "pause");
+    let at_pause = lossy.acked();
+    wait_for(
+        "records acknowledged by the source after the pause",
+        Duration::from_secs(60),
+        || lossy.acked() >= at_pause + 300,
+    );
+    whole.hold(true);
+    std::thread::sleep(Duration::from_millis(500));
+    super::wait_caught_up(&a.admin(), "ifk", &source, &kept_topic, 2);
+    let kept_ids: Vec<(i64, i32)> = (0..2)
+        .flat_map(|p| producer_ids(&source, &kept_topic, p))
+        .collect();
+
+    // `ifk` through b: the instance that completes the report need not run the agent.
+    failover(&a.admin(), "ifl");
+    failover(&b.admin(), "ifk");
+    for m in ["ifl", "ifk"] {
+        wait_stopped(&a.admin(), m);
+        wait_for(
+            "b's forward listener on the destination",
+            Duration::from_secs(30),
+            || super::forward::forward_side(&b.admin(), m) == "destination",
+        );
+    }
+    let at_failover = whole.acked();
+    whole.hold(false);
+    wait_for(
+        "the whole producer's records on the destination after the failover",
+        Duration::from_secs(60),
+        || whole.acked() >= at_failover + 200,
+    );
+    // No error reached the whole producer's application, and every record was acknowledged.
+    let whole_acked = whole.finish(true);
+    let lossy_keys = lossy.acked_keys();
+    let _ = lossy.finish_with_errors();
+    assert_whole_producer_went_on(&destination, &kept_topic, "kept", &kept_ids, whole_acked);
+    // The report counts b's ledger once b has read it and published what b's listener lacks.
+    for admin in [a.admin(), b.admin()] {
+        wait_for(
+            "the report counts b's forward listener",
+            Duration::from_secs(30),
+            || {
+                let instances = &super::completed_report(&admin, "ifl")["forwarded"]["instances"];
+                instances
+                    .as_array()
+                    .is_some_and(|v| v.iter().any(|i| i == "b"))
+            },
+        );
+        let lacking = assert_report_names_what_is_lacking(
+            &admin,
+            "ifl",
+            &destination,
+            (&lost_topic, None),
+            &lossy_keys,
+        );
+        assert!(lacking >= 300, "acknowledged after the pause ({lacking})");
+    }
+    drop(a);
 }
 
 /// Kafka's error code for a broker that does not lead the partition (retriable).

@@ -26,12 +26,13 @@ impl PeerView {
             sorted(self.agent_offsets.iter()),
             sorted(self.barrier_from.iter().map(|(m, (f, p))| (m, f, sorted(p.iter())))),
         ) + &format!(
-            "\npaused {:?}\nreports {:?}\nknown {:?}\nadopted {:?}\nforward {}",
+            "\npaused {:?}\nreports {:?}\nknown {:?}\nadopted {:?}\nforward {}\nforwarded losses {:?}",
             sorted(self.paused.iter()),
             self.reports,
             self.known,
             sorted(self.adopted.iter()),
             self.forward.conclusions(),
+            self.forwarded_losses,
         )
     }
 }
