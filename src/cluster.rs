@@ -111,6 +111,49 @@ impl ClusterView {
         KafkaClient::connect_with(&self.connector, addr, timeout).await
     }
 
+    /// `parts` grouped by the address of their leader, from the last metadata fetch.
+    pub fn by_leader(
+        &self,
+        parts: &[(String, i32)],
+    ) -> Result<std::collections::BTreeMap<String, Vec<(String, i32)>>, String> {
+        let mut by_leader: std::collections::BTreeMap<String, Vec<(String, i32)>> =
+            Default::default();
+        for (t, p) in parts {
+            let leader = self
+                .topic(t)
+                .and_then(|i| i.leaders.get(*p as usize).copied())
+                .filter(|l| *l >= 0)
+                .ok_or_else(|| format!("{t}-{p} has no leader"))?;
+            let addr = self
+                .broker_addr(leader)
+                .ok_or_else(|| format!("broker {leader} (leader of {t}-{p}) is not known"))?;
+            by_leader.entry(addr).or_default().push((t.clone(), *p));
+        }
+        Ok(by_leader)
+    }
+
+    /// The log end (the next offset a record would get) of each of `parts`, read from their
+    /// leaders, one ListOffsets request per leader; `timeout` bounds connecting and each request.
+    pub async fn log_ends(
+        &self,
+        parts: &[(String, i32)],
+        timeout: Duration,
+    ) -> Result<std::collections::BTreeMap<(String, i32), i64>, String> {
+        let mut ends = std::collections::BTreeMap::new();
+        for (addr, parts) in self.by_leader(parts)? {
+            let mut c = self
+                .client(&addr, timeout)
+                .await
+                .map_err(|e| format!("cannot reach broker {addr}: {e}"))?;
+            let read = c
+                .list_offsets(&parts, crate::client::LATEST)
+                .await
+                .map_err(|e| format!("the log ends could not be read on broker {addr}: {e}"))?;
+            ends.extend(read);
+        }
+        Ok(ends)
+    }
+
     /// Real address (`host:port`) of broker `node_id`.
     pub fn broker_addr(&self, node_id: i32) -> Option<String> {
         self.read().brokers.get(&node_id).cloned()

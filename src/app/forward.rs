@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
+use tracing::Instrument;
 
 use crate::agent::Agent;
 use crate::cluster::ClusterView;
@@ -26,6 +27,7 @@ use crate::state::StateStore;
 
 use super::{RunningListener, StartError};
 
+mod restart_ends;
 mod settle;
 use settle::{Completed, Settle, SettleView, Verdict};
 
@@ -95,6 +97,19 @@ pub(super) fn start(
         restore_producers(&route, &store);
         if !take_handover(&route, &store) {
             restore_journal(&route, &store);
+            if route.forwarded_producers() > 0 {
+                // Their last acknowledgements may be in no journal: see `restart_ends`.
+                route.acks().restarted_without_handover();
+            }
+        }
+        if owns_state && route.acks().wants_restart_ends() {
+            tokio::spawn(restart_ends::read(
+                route.clone(),
+                source.clone(),
+                config.topic_router(),
+                idx,
+                shutdown.clone(),
+            ));
         }
         let side = |cluster: Arc<ClusterView>, enforced: bool| {
             Arc::new(ConnContext {
@@ -134,14 +149,18 @@ pub(super) fn start(
             true => Pruner::Agent(agent.cloned()),
             false => Pruner::Topics(config.topic_router(), idx),
         };
-        tokio::spawn(follow(
-            route.clone(),
-            ctl.clone(),
-            pruner,
-            store,
-            gauges.clone(),
-            shutdown.clone(),
-        ));
+        let span = tracing::info_span!("forward", mirror = %m.name);
+        tokio::spawn(
+            follow(
+                route.clone(),
+                ctl.clone(),
+                pruner,
+                store,
+                gauges.clone(),
+                shutdown.clone(),
+            )
+            .instrument(span),
+        );
         out.push(RunningForward {
             route,
             source,
@@ -234,7 +253,7 @@ fn restore_journal(route: &ForwardRoute, store: &StateStore) {
             mirror,
             batches = t.batches,
             written_ms = t.written_ms,
-            "the previous process stopped without handing its forward listener over: the ledger of acknowledgements is restored from its journal, without what passed after the journal's last write (a failover report says so); its producers are refused after an unplanned failover"
+            "the previous process stopped without handing its forward listener over: the ledger of acknowledgements is restored from its journal, without what passed after the journal's last write (a failover report says so); its producers are refused after an unplanned failover until the agent has mirrored past the source's log ends read after this start"
         ),
         Err(e) => {
             tracing::warn!(mirror, error = %e, "the forward listener's journal is not readable: the ledger starts empty")

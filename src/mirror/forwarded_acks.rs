@@ -22,6 +22,9 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
+mod restart;
+pub use restart::{NotAskedFor, RestartHorizon};
+
 /// The most batches kept across the partitions of one mirror (about 40 bytes each).
 pub const MAX_BATCHES: usize = 500_000;
 
@@ -61,6 +64,8 @@ struct Ledger {
     /// When the journal a crashed process left was written, per crash since: what passed after
     /// it is not known.
     crashes: Vec<i64>,
+    /// What is known of the acknowledgements a previous process did not hand over.
+    restart: RestartHorizon,
 }
 
 /// The acknowledgements of one mirror's forward listener (see the module doc).
@@ -130,6 +135,9 @@ pub struct LedgerSnapshot {
     /// See `Ledger::crashes`.
     #[serde(default)]
     crashes: Vec<i64>,
+    /// See `Ledger::restart`.
+    #[serde(default)]
+    restart: RestartHorizon,
 }
 
 impl LedgerSnapshot {
@@ -158,6 +166,7 @@ impl ForwardedAcks {
             unnamed: l.unnamed,
             uncovered: l.uncovered.iter().cloned().collect(),
             crashes: l.crashes.clone(),
+            restart: l.restart.clone(),
         }
     }
 
@@ -173,6 +182,11 @@ impl ForwardedAcks {
         l.dropped += s.dropped;
         l.unnamed += s.unnamed;
         l.uncovered.extend(s.uncovered);
+        // A snapshot of an earlier version names its crashes without their horizon.
+        l.restart = match s.restart {
+            RestartHorizon::Clean if !s.crashes.is_empty() => RestartHorizon::Unknown,
+            r => r,
+        };
         l.crashes.extend(s.crashes);
         l.changes += 1;
     }
@@ -183,7 +197,58 @@ impl ForwardedAcks {
     /// for the producers noted since ([`Self::is_exact`]): their batches all came after it.
     pub fn restore_after_crash(&self, s: LedgerSnapshot, written_ms: i64) {
         self.restore(s);
-        self.lock().crashes.push(written_ms);
+        let mut l = self.lock();
+        l.crashes.push(written_ms);
+        l.restart.restarted();
+    }
+
+    /// This process started without a handover from one that passed acknowledgements (it
+    /// crashed): its producers go on after an unplanned failover only where the agent has
+    /// mirrored past the source's log ends read after the restart ([`Self::read_restart_ends`]).
+    pub fn restarted_without_handover(&self) {
+        let mut l = self.lock();
+        l.restart.restarted();
+        l.changes += 1;
+    }
+
+    /// Whether the source's log ends are to be read for a restart.
+    pub fn wants_restart_ends(&self) -> bool {
+        self.lock().restart.wants_ends()
+    }
+
+    /// The source's log ends (`ends`, every partition of the mirror), read after a restart
+    /// without handover.
+    pub fn read_restart_ends(
+        &self,
+        ends: std::collections::BTreeMap<(String, i32), i64>,
+    ) -> Result<(), NotAskedFor> {
+        let mut l = self.lock();
+        l.restart.read(ends)?;
+        if l.restart == RestartHorizon::Covered {
+            l.crashes.clear();
+        }
+        l.changes += 1;
+        Ok(())
+    }
+
+    /// What is known of a restart without handover, for the route's status: `clean`,
+    /// `waiting for the log ends`, `horizon` (with the partitions not mirrored past their end
+    /// yet) or `covered`.
+    pub fn restart_status(&self) -> serde_json::Value {
+        let l = self.lock();
+        match &l.restart {
+            r @ RestartHorizon::Horizon(_) => serde_json::json!({
+                "state": r.name(),
+                "partitions_not_covered": r.uncovered().len(),
+            }),
+            r => serde_json::json!({ "state": r.name() }),
+        }
+    }
+
+    /// Whether everything acknowledged before a restart without handover in `topic`-`partition`
+    /// is on the destination (then the producers from before it go on there).
+    pub fn covers_restart(&self, topic: &str, partition: i32) -> bool {
+        self.lock().restart.covers(topic, partition)
     }
 
     /// A count that changes whenever the ledger does.
@@ -279,20 +344,33 @@ impl ForwardedAcks {
         self.len() == 0
     }
 
-    /// The partitions with batches kept.
+    /// The partitions with batches kept, and those whose position a restart waits for
+    /// ([`RestartHorizon::uncovered`]): the pruners give the agent's position of each.
     pub fn partitions(&self) -> Vec<(String, i32)> {
         let l = self.lock();
         let each = l
             .parts
             .iter()
             .flat_map(|(t, ps)| ps.keys().map(|p| (t.clone(), *p)));
-        each.collect()
+        let mut v: Vec<(String, i32)> = each.chain(l.restart.uncovered()).collect();
+        v.sort();
+        v.dedup();
+        v
     }
 
     /// The agent mirrored `topic`-`partition` up to `next` (its next source offset): the
     /// batches wholly below it are on the destination.
     pub fn mirrored_to(&self, topic: &str, partition: i32, next: i64) {
         let mut l = self.lock();
+        if l.restart.mirrored(topic, partition, next) {
+            // Everything acknowledged before the restart is on the destination: the figures
+            // are whole again.
+            l.crashes.clear();
+            l.changes += 1;
+            tracing::info!(
+                "the agent has mirrored past the source's log ends read after the restart: the producers from before it go on after an unplanned failover, and the figures count everything"
+            );
+        }
         let Some(parts) = l.parts.get_mut(topic) else {
             return;
         };
@@ -394,7 +472,7 @@ impl ForwardedAcks {
                 l.unnamed
             ));
         }
-        if let Some(last) = l.crashes.last() {
+        if let Some(last) = l.crashes.last().filter(|_| !l.restart.covered_at(next)) {
             why.push(format!(
                 "the gateway restarted after {} crash(es): the acknowledgements that passed after its last journal write before a crash (the last at {last} ms since the epoch, about a second before it) are not counted",
                 l.crashes.len()
@@ -438,6 +516,47 @@ mod tests {
         let third = ForwardedAcks::new();
         third.restore(next.snapshot());
         assert!(third.missing(&|_, _| Some(0)).inexact.is_some());
+    }
+
+    #[test]
+    fn once_the_agent_mirrored_past_the_log_ends_read_after_a_crash_the_crash_is_whole_again() {
+        let acks = ForwardedAcks::new();
+        acks.note("t", 0, batch(7, 0, 0, 5));
+        let next = ForwardedAcks::new();
+        next.restore_after_crash(acks.snapshot(), 1_234);
+        assert!(next.wants_restart_ends() && !next.covers_restart("t", 0));
+        let ends = BTreeMap::from([(("t".to_string(), 0), 8), (("t".to_string(), 1), 3)]);
+        next.read_restart_ends(ends).unwrap();
+        assert!(
+            next.partitions().contains(&("t".to_string(), 1)),
+            "a partition without batches still wants its position"
+        );
+        // Final positions past every end: the figures count everything.
+        let loss = next.missing(&|_, p| Some(if p == 0 { 8 } else { 3 }));
+        assert_eq!((loss.records, loss.inexact), (0, None));
+        // Short of one: the crash is still told.
+        assert!(next
+            .missing(&|_, p| Some(if p == 0 { 7 } else { 3 }))
+            .inexact
+            .is_some());
+        next.mirrored_to("t", 0, 8);
+        assert!(next.covers_restart("t", 0) && !next.covers_restart("t", 1));
+        next.mirrored_to("t", 1, 3);
+        assert!(next.covers_restart("t", 5), "covered");
+        assert!(
+            next.missing(&|_, _| Some(0)).inexact.is_none(),
+            "the mark goes"
+        );
+        // Handed on, it stays covered; a snapshot of an earlier version with a crash is not.
+        let third = ForwardedAcks::new();
+        third.restore(next.snapshot());
+        assert!(third.covers_restart("t", 0));
+        let mut old: serde_json::Value = serde_json::to_value(acks.snapshot()).unwrap();
+        old["crashes"] = serde_json::json!([1_234]);
+        old.as_object_mut().unwrap().remove("restart");
+        let fourth = ForwardedAcks::new();
+        fourth.restore(serde_json::from_value(old).unwrap());
+        assert!(fourth.wants_restart_ends());
     }
 
     #[test]

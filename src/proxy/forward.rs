@@ -356,6 +356,7 @@ impl ForwardRoute {
             "forwarded_transactions_open": self.open_transactions(),
             "finishing_transactions": self.finishing(),
             "uncovered_topics": self.acks.uncovered_topics(),
+            "restart": self.acks.restart_status(),
         })
     }
 
@@ -447,10 +448,11 @@ impl ForwardRoute {
         if !came || !self.owns_state {
             return false;
         }
-        // After an unplanned failover only an id this process noted: the ledger (in memory)
-        // holds all its acknowledgements.
+        // After an unplanned failover an id this process noted (the ledger, in memory, holds
+        // all its acknowledgements), or one from before a crash where the agent mirrored past
+        // what the source held after it.
         self.caught_up()
-            || here
+            || (here || self.acks.covers_restart(topic, partition))
                 && self.side() == Side::Destination
                 && self.acks.is_exact()
                 && !self.acks.lacks(producer_id, topic, partition)
@@ -778,6 +780,33 @@ mod tests {
             "an acknowledged batch lacking there"
         );
         assert!(!r.is_forwarded(8, "t", 0), "not a forwarded producer");
+    }
+
+    #[test]
+    fn a_producer_from_before_a_crash_goes_on_after_a_failover_only_where_the_agent_mirrored_past_the_ends_read_after_it(
+    ) {
+        let before = route();
+        before.note_producer(7, 0);
+        let mut ids = Vec::new();
+        before
+            .persist_producers(|b| {
+                ids = b.to_vec();
+                Ok::<_, ()>(())
+            })
+            .unwrap();
+        let r = route();
+        r.restore_producers(&ids).unwrap();
+        r.acks().restarted_without_handover();
+        r.follow(&[Stopped]);
+        assert!(
+            !r.is_forwarded(7, "t", 0),
+            "its last acknowledgements unknown"
+        );
+        let ends = std::collections::BTreeMap::from([(("t".to_string(), 0), 10)]);
+        r.acks().read_restart_ends(ends).unwrap();
+        assert!(!r.is_forwarded(7, "t", 0), "not mirrored past the end yet");
+        r.acks().mirrored_to("t", 0, 10);
+        assert!(r.is_forwarded(7, "t", 0));
     }
 
     #[test]

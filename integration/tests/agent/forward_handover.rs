@@ -128,20 +128,31 @@ fn after_a_clean_restart_an_unplanned_failover_keeps_whole_forwarded_producers_a
 /// acknowledged records the destination lacks, those from before the crash included, and says
 /// that what passed after the journal's last write before a crash is not counted. Red without
 /// the journal: the report named only what passed after the restart.
+///
+/// Mirror `jok`'s producer got its id before the crash and writes on after it; its mirror
+/// catches up. The agent mirrors past the source's log ends read after the restart, so after
+/// the unplanned failover that producer goes on with its id and epoch, and `jok`'s report says
+/// its figures are whole. Red before the restart's log ends were read: it was refused and
+/// bumped its epoch, as every producer from before a crash.
 #[test]
 fn after_a_crash_the_report_of_an_unplanned_failover_names_what_the_journal_kept_and_says_so() {
     let source = harness::cluster("source");
     let destination = harness::cluster("destination");
     let topic = harness::unique_topic("journal-lost");
+    let kept_topic = harness::unique_topic("journal-kept");
     harness::create_topic(&source, &topic, 2, None);
-    let (cfg, forward) = forward_config("jol", &[&topic], &source);
+    harness::create_topic(&source, &kept_topic, 2, None);
+    let (mut cfg, forward) = forward_config("jol", &[&topic], &source);
+    let (kept_cfg, kept_forward) = forward_config("jok", &[&kept_topic], &source);
+    cfg.mirrors.push(kept_cfg.mirrors[0].clone());
     let mut gw = crate::gw::ProcessGateway::start(cfg, &[]);
     let admin = gw.admin();
     let writer = SourceWriter::start(&forward, &topic, "lost", 1_000_000, 200);
+    let whole = SourceWriter::start(&kept_forward, &kept_topic, "kept", 1_000_000, 200);
     wait_for(
-        "records through the forward listener",
+        "records through the forward listeners",
         Duration::from_secs(60),
-        || writer.acked() >= 200,
+        || writer.acked() >= 200 && whole.acked() >= 200,
     );
     pause_leaving_unmirrored(&admin, "jol", &writer, 300);
     writer.hold(true);
@@ -154,15 +165,49 @@ fn after_a_crash_the_report_of_an_unplanned_failover_names_what_the_journal_kept
         "the ledger restored; log:\n{}",
         gw.log()
     );
-    let at_restart = writer.acked();
+    let at_restart = (writer.acked(), whole.acked());
     writer.hold(false);
     wait_for(
         "records through the restarted gateway",
         Duration::from_secs(60),
-        || writer.acked() >= at_restart + 100,
+        || writer.acked() >= at_restart.0 + 100 && whole.acked() >= at_restart.1 + 100,
     );
+    whole.hold(true);
+    std::thread::sleep(Duration::from_millis(500));
+    wait_caught_up(&admin, "jok", &source, &kept_topic, 2);
+    wait_for(
+        "jok's ledger past the source's log ends read after the restart",
+        Duration::from_secs(30),
+        || super::forward::forward_route(&admin, "jok")["restart"]["state"] == "covered",
+    );
+    let kept_ids: Vec<(i64, i32)> = (0..2)
+        .flat_map(|p| producer_ids(&source, &kept_topic, p))
+        .collect();
     failover(&admin, "jol");
+    failover(&admin, "jok");
     wait_stopped(&admin, "jol");
+    wait_stopped(&admin, "jok");
+    wait_for(
+        "jok's route on the destination",
+        Duration::from_secs(10),
+        || side(&admin, "jok") == "destination",
+    );
+    let at_failover = whole.acked();
+    whole.hold(false);
+    wait_for(
+        "the whole producer's records on the destination after the failover",
+        Duration::from_secs(60),
+        || whole.acked() >= at_failover + 200,
+    );
+    let whole_acked = whole.finish(true);
+    assert_whole_producer_went_on(&destination, &kept_topic, "kept", &kept_ids, whole_acked);
+    let kept_report = crate::agent::completed_report(&admin, "jok");
+    assert!(
+        kept_report["forwarded"]["inexact"].is_null() && kept_report["forwarded"]["records"] == 0,
+        "jok's figures are whole: {}",
+        kept_report["forwarded"]
+    );
+
     let keys = writer.acked_keys();
     let _ = writer.finish_with_errors();
     let lacking_total = assert_report_names_what_is_lacking(

@@ -50,18 +50,9 @@ pub(super) async fn source_facts(
         .refresh()
         .await
         .map_err(|e| format!("the source's metadata could not be read: {e}"))?;
-    let mut by_leader: BTreeMap<String, Vec<(String, i32)>> = BTreeMap::new();
-    for (t, p) in partitions {
-        let leader = source
-            .topic(t)
-            .and_then(|i| i.leaders.get(*p as usize).copied())
-            .filter(|l| *l >= 0)
-            .ok_or_else(|| format!("{t}-{p} has no leader on the source"))?;
-        let addr = source
-            .broker_addr(leader)
-            .ok_or_else(|| format!("source broker {leader} (leader of {t}-{p}) is not known"))?;
-        by_leader.entry(addr).or_default().push((t.clone(), *p));
-    }
+    let by_leader = source
+        .by_leader(partitions)
+        .map_err(|e| format!("on the source: {e}"))?;
     let mut facts = SourceFacts {
         ends: BTreeMap::new(),
         open: Vec::new(),
