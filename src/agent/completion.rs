@@ -6,10 +6,11 @@
 //!
 //! Owns: those reads. Must not touch: the partition tasks (stopped by then), the report's shape.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::client::{KafkaClient, LATEST};
+use crate::client::{KafkaClient, PartitionRequestError, LATEST};
 use crate::mirror::report::SourceAtCompletion;
 use crate::protocol::batch::BatchWalker;
 
@@ -51,6 +52,11 @@ impl Agent {
         // leaders are first.
         m.know_source_leaders(parts, timeout).await;
         m.match_tails(todo).await;
+        // One connection per source broker for all the partitions it leads: a broker that
+        // cannot be reached, or stops answering, costs one `timeout`, not one per partition (a
+        // source data centre cut off with thousands of partitions would hold the report for
+        // hours, and the forward listeners of other instances wait for it).
+        let mut brokers: HashMap<String, Option<KafkaClient>> = HashMap::new();
         for (topic, partition) in parts {
             let next = lock(&m.offsets)
                 .get(topic, *partition)
@@ -70,20 +76,33 @@ impl Agent {
                 .as_ref()
                 .and_then(|meta| meta.leader_addr(topic, *partition));
             let source = match (leader, next) {
-                (Some(addr), Some((next_src, _))) => tokio::time::timeout(
-                    timeout,
-                    read_source(
-                        &m.source_connector,
-                        &addr,
-                        topic,
-                        *partition,
-                        next_src,
-                        timeout,
-                    ),
-                )
-                .await
-                .ok()
-                .flatten(),
+                (Some(addr), Some((next_src, _))) => {
+                    let broker = match brokers.entry(addr) {
+                        Entry::Occupied(e) => e.into_mut(),
+                        Entry::Vacant(e) => {
+                            let c =
+                                KafkaClient::connect_with(&m.source_connector, e.key(), timeout);
+                            let c = tokio::time::timeout(timeout, c).await;
+                            e.insert(c.ok().and_then(Result::ok))
+                        }
+                    };
+                    match broker {
+                        Some(c) => {
+                            let read = read_source(c, topic, *partition, next_src);
+                            match tokio::time::timeout(timeout, read).await {
+                                Ok(Ok(r)) => Some(r),
+                                Ok(Err(PartitionRequestError::Client(_))) | Err(_) => {
+                                    // The broker (or the connection): its other partitions
+                                    // are not read either.
+                                    *broker = None;
+                                    None
+                                }
+                                Ok(Err(_)) => None,
+                            }
+                        }
+                        None => None,
+                    }
+                }
                 _ => None,
             };
             out.insert(
@@ -196,29 +215,21 @@ impl super::MirrorAgent {
 }
 
 /// The source's log end of a partition and the timestamp of its first record at or after
-/// `next` (-1 when there is none); `None` when the source cannot be read.
+/// `next` (-1 when there is none), read through `c`, a connection to its leader.
 async fn read_source(
-    connector: &crate::client::Connector,
-    addr: &str,
+    c: &mut KafkaClient,
     topic: &str,
     partition: i32,
     next: i64,
-    timeout: Duration,
-) -> Option<(i64, i64)> {
-    let mut c = KafkaClient::connect_with(connector, addr, timeout)
-        .await
-        .ok()?;
-    let end = c.list_offset(topic, partition, LATEST).await.ok()?;
+) -> Result<(i64, i64), PartitionRequestError> {
+    let end = c.list_offset(topic, partition, LATEST).await?;
     if end <= next {
-        return Some((end, -1));
+        return Ok((end, -1));
     }
-    let f = c
-        .fetch_partition(topic, partition, next, 1 << 20)
-        .await
-        .ok()?;
+    let f = c.fetch_partition(topic, partition, next, 1 << 20).await?;
     let first_ts = BatchWalker::fetched(&f.records)
         .filter_map(Result::ok)
         .find(|(h, _)| h.last_offset() >= next)
         .map_or(-1, |(h, _)| h.base_timestamp);
-    Some((end, first_ts))
+    Ok((end, first_ts))
 }

@@ -41,6 +41,37 @@ fn disruptive_the_source_killed_before_the_failover_does_not_block_it() {
     assert_local_producers_lose_nothing(&gw, &topic, &barriers);
 }
 
+/// Runs alone: the source stops answering (its only broker paused: sockets open, no answers)
+/// before the mirror of its 24 partitions fails over. The report completes after one read
+/// timeout for that broker, its RPO figures unknown, each partition with the position the agent
+/// mirrored to. Red before the report's reads shared a connection per broker: each partition waited
+/// out its own 3 s, and the report was not complete within 30 s.
+#[test]
+fn disruptive_a_stalled_source_holds_the_failover_report_one_timeout_per_broker_not_per_partition()
+{
+    let third = harness::cluster("third");
+    let topic = harness::unique_topic("agent-stall");
+    harness::create_topic(&third, &topic, 24, None);
+    SourceWriter::start(&third, &topic, "pre", 480, 5000).finish(false);
+    let gw = TestGateway::start(agent_config("stalled", &[&topic], &third));
+    wait_caught_up(&gw.admin(), "stalled", &third, &topic, 24);
+    let paused = crate::faults::Paused::pause("third", "1");
+    std::thread::sleep(Duration::from_secs(1));
+    failover(&gw.admin(), "stalled");
+    wait_stopped(&gw.admin(), "stalled");
+    let report = completed_report(&gw.admin(), "stalled");
+    drop(paused);
+    let parts = report["partitions"].as_array().cloned().unwrap_or_default();
+    assert_eq!(parts.len(), 24, "{report}");
+    for p in &parts {
+        assert!(p["rpo_records"].is_null(), "the source unread: {p}");
+        assert!(
+            p["next_source_offset"].as_i64().is_some_and(|n| n > 0),
+            "{p}"
+        );
+    }
+}
+
 /// Runs alone: destination broker 2 (leader of partition 1, replication factor 1) is killed while
 /// the agent mirrors a steady stream, then restarted. The agent waits and resumes; the
 /// destination ends up with exactly the source's records: nothing lost, nothing doubled.
