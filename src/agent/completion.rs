@@ -6,7 +6,6 @@
 //!
 //! Owns: those reads. Must not touch: the partition tasks (stopped by then), the report's shape.
 
-use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -52,11 +51,13 @@ impl Agent {
         // leaders are first.
         m.know_source_leaders(parts, timeout).await;
         m.match_tails(todo).await;
-        // One connection per source broker for all the partitions it leads: a broker that
-        // cannot be reached, or stops answering, costs one `timeout`, not one per partition (a
-        // source data centre cut off with thousands of partitions would hold the report for
-        // hours, and the forward listeners of other instances wait for it).
-        let mut brokers: HashMap<String, Option<KafkaClient>> = HashMap::new();
+        // One connection per source broker for all the partitions it leads, every broker read
+        // at once: a broker that cannot be reached, or stops answering, costs one `timeout`,
+        // not one per partition (a source data centre cut off with thousands of partitions
+        // would hold the report for hours, and the forward listeners of other instances wait
+        // for it).
+        let mut by_broker: HashMap<String, Vec<((String, i32), i64)>> = HashMap::new();
+        let mut known = Vec::with_capacity(parts.len());
         for (topic, partition) in parts {
             let next = lock(&m.offsets)
                 .get(topic, *partition)
@@ -75,38 +76,25 @@ impl Agent {
                 .unwrap_or_else(|e| e.into_inner())
                 .as_ref()
                 .and_then(|meta| meta.leader_addr(topic, *partition));
-            let source = match (leader, next) {
-                (Some(addr), Some((next_src, _))) => {
-                    let broker = match brokers.entry(addr) {
-                        Entry::Occupied(e) => e.into_mut(),
-                        Entry::Vacant(e) => {
-                            let c =
-                                KafkaClient::connect_with(&m.source_connector, e.key(), timeout);
-                            let c = tokio::time::timeout(timeout, c).await;
-                            e.insert(c.ok().and_then(Result::ok))
-                        }
-                    };
-                    match broker {
-                        Some(c) => {
-                            let read = read_source(c, topic, *partition, next_src);
-                            match tokio::time::timeout(timeout, read).await {
-                                Ok(Ok(r)) => Some(r),
-                                Ok(Err(PartitionRequestError::Client(_))) | Err(_) => {
-                                    // The broker (or the connection): its other partitions
-                                    // are not read either.
-                                    *broker = None;
-                                    None
-                                }
-                                Ok(Err(_)) => None,
-                            }
-                        }
-                        None => None,
-                    }
-                }
-                _ => None,
-            };
+            if let (Some(addr), Some((next_src, _))) = (leader, next) {
+                let k = (topic.clone(), *partition);
+                by_broker.entry(addr).or_default().push((k, next_src));
+            }
+            known.push(((topic.clone(), *partition), next, last_known));
+        }
+        let mut reads = tokio::task::JoinSet::new();
+        for (addr, parts) in by_broker {
+            let connector = m.source_connector.clone();
+            reads.spawn(read_broker(connector, addr, parts, timeout));
+        }
+        let mut read: HashMap<(String, i32), (i64, i64)> = HashMap::new();
+        while let Some(done) = reads.join_next().await {
+            read.extend(done.unwrap_or_default());
+        }
+        for (k, next, last_known) in known {
+            let source = read.get(&k).copied();
             out.insert(
-                (topic.clone(), *partition),
+                k,
                 SourceAtCompletion {
                     next,
                     source,
@@ -212,6 +200,31 @@ impl super::MirrorAgent {
             }
         }
     }
+}
+
+/// What [`read_source`] reads of each of `parts` (with its next source offset), through one
+/// connection to their leader `addr`; each step bounded by `timeout`. A connection that fails
+/// (or a read that times out) ends the broker's reads: its other partitions stay unread.
+async fn read_broker(
+    connector: crate::client::Connector,
+    addr: String,
+    parts: Vec<((String, i32), i64)>,
+    timeout: Duration,
+) -> Vec<((String, i32), (i64, i64))> {
+    let mut out = Vec::with_capacity(parts.len());
+    let connect = KafkaClient::connect_with(&connector, &addr, timeout);
+    let Ok(Ok(mut c)) = tokio::time::timeout(timeout, connect).await else {
+        return out;
+    };
+    for ((topic, partition), next) in parts {
+        let read = read_source(&mut c, &topic, partition, next);
+        match tokio::time::timeout(timeout, read).await {
+            Ok(Ok(r)) => out.push(((topic, partition), r)),
+            Ok(Err(PartitionRequestError::Client(_))) | Err(_) => break,
+            Ok(Err(_)) => {}
+        }
+    }
+    out
 }
 
 /// The source's log end of a partition and the timestamp of its first record at or after

@@ -22,7 +22,7 @@ use crate::mirror::forwarded_acks::{ForwardedAcks, ForwardedLoss};
 
 /// How long a listener waits for the failover's completed report before it switches with its
 /// ledger as it is (its producers with batches the ledger still holds are then refused).
-pub const SETTLE_WAIT: Duration = Duration::from_secs(10);
+pub const SETTLE_WAIT: Duration = Duration::from_secs(15);
 
 /// How often a waiting listener looks for the report.
 const LOOK_EVERY: Duration = Duration::from_millis(20);
