@@ -56,7 +56,7 @@ impl Agent {
         // not one per partition (a source data centre cut off with thousands of partitions
         // would hold the report for hours, and the forward listeners of other instances wait
         // for it).
-        let mut by_broker: HashMap<String, Vec<((String, i32), i64)>> = HashMap::new();
+        let mut by_broker: HashMap<String, Vec<PartitionFrom>> = HashMap::new();
         let mut known = Vec::with_capacity(parts.len());
         for (topic, partition) in parts {
             let next = lock(&m.offsets)
@@ -202,13 +202,16 @@ impl super::MirrorAgent {
     }
 }
 
+/// A partition and the next source offset the agent would mirror there.
+type PartitionFrom = ((String, i32), i64);
+
 /// What [`read_source`] reads of each of `parts` (with its next source offset), through one
 /// connection to their leader `addr`; each step bounded by `timeout`. A connection that fails
 /// (or a read that times out) ends the broker's reads: its other partitions stay unread.
 async fn read_broker(
     connector: crate::client::Connector,
     addr: String,
-    parts: Vec<((String, i32), i64)>,
+    parts: Vec<PartitionFrom>,
     timeout: Duration,
 ) -> Vec<((String, i32), (i64, i64))> {
     let mut out = Vec::with_capacity(parts.len());
