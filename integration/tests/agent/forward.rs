@@ -1060,15 +1060,7 @@ fn disruptive_an_unplanned_failover_keeps_whole_forwarded_producers_and_names_wh
             })
         },
     );
-    let at_failover = whole.acked();
-    whole.hold(false);
-    wait_for(
-        "the whole producer's records on the destination after the failover",
-        Duration::from_secs(60),
-        || whole.acked() >= at_failover + 200,
-    );
-    // No error reached the whole producer's application, and every record sent was acknowledged.
-    let whole_acked = whole.finish(true);
+    let whole_acked = writes_on_after_the_failover(whole);
     let lossy_keys = lossy.acked_keys();
     let (lossy_acked, lossy_errors) = lossy.finish_with_errors();
     drop(restart);
@@ -1095,6 +1087,19 @@ fn disruptive_an_unplanned_failover_keeps_whole_forwarded_producers_and_names_wh
         Some(0),
         "the whole producer's mirror lacks nothing: {whole_report}"
     );
+}
+
+/// After a failover: `whole`, holding its sends, writes on until 200 more of its records are
+/// acknowledged; ended with no error reaching its application. How many were acknowledged.
+pub(super) fn writes_on_after_the_failover(whole: SourceWriter) -> usize {
+    let at_failover = whole.acked();
+    whole.hold(false);
+    wait_for(
+        "the whole producer's records on the destination after the failover",
+        Duration::from_secs(60),
+        || whole.acked() >= at_failover + 200,
+    );
+    whole.finish(true)
 }
 
 /// After an unplanned failover: the producer whose records were all mirrored went on on the

@@ -6,7 +6,7 @@
 
 use super::forward::{
     assert_report_names_what_is_lacking, assert_whole_producer_went_on, forward_config,
-    forward_side as side, producer_ids, wait_lag_zero,
+    forward_side as side, producer_ids, wait_lag_zero, writes_on_after_the_failover,
 };
 use super::*;
 
@@ -92,15 +92,7 @@ fn after_a_clean_restart_an_unplanned_failover_keeps_whole_forwarded_producers_a
         Duration::from_secs(10),
         || side(&admin, "hol") == "destination" && side(&admin, "hok") == "destination",
     );
-    let at_failover = whole.acked();
-    whole.hold(false);
-    wait_for(
-        "the whole producer's records on the destination after the failover",
-        Duration::from_secs(60),
-        || whole.acked() >= at_failover + 200,
-    );
-    // No error reached the whole producer's application, and every record was acknowledged.
-    let whole_acked = whole.finish(true);
+    let whole_acked = writes_on_after_the_failover(whole);
     let lossy_keys = lossy.acked_keys();
     let _ = lossy.finish_with_errors();
 
@@ -192,14 +184,7 @@ fn after_a_crash_the_report_of_an_unplanned_failover_names_what_the_journal_kept
         Duration::from_secs(10),
         || side(&admin, "jok") == "destination",
     );
-    let at_failover = whole.acked();
-    whole.hold(false);
-    wait_for(
-        "the whole producer's records on the destination after the failover",
-        Duration::from_secs(60),
-        || whole.acked() >= at_failover + 200,
-    );
-    let whole_acked = whole.finish(true);
+    let whole_acked = writes_on_after_the_failover(whole);
     assert_whole_producer_went_on(&destination, &kept_topic, "kept", &kept_ids, whole_acked);
     let kept_report = crate::agent::completed_report(&admin, "jok");
     assert!(

@@ -6,6 +6,7 @@
 use super::forward::{
     assert_acknowledged_once_in_order, assert_report_names_what_is_lacking,
     assert_whole_producer_went_on, forward_config, keys, producer_ids, wait_lag_zero,
+    writes_on_after_the_failover,
 };
 use super::owners::{agent_status, instance_configs};
 use super::*;
@@ -260,15 +261,7 @@ fn after_an_unplanned_failover_the_producers_of_an_instance_without_the_agent_go
             || super::forward::forward_side(&b.admin(), m) == "destination",
         );
     }
-    let at_failover = whole.acked();
-    whole.hold(false);
-    wait_for(
-        "the whole producer's records on the destination after the failover",
-        Duration::from_secs(60),
-        || whole.acked() >= at_failover + 200,
-    );
-    // No error reached the whole producer's application, and every record was acknowledged.
-    let whole_acked = whole.finish(true);
+    let whole_acked = writes_on_after_the_failover(whole);
     let lossy_keys = lossy.acked_keys();
     let _ = lossy.finish_with_errors();
     assert_whole_producer_went_on(&destination, &kept_topic, "kept", &kept_ids, whole_acked);
