@@ -135,6 +135,9 @@ pub struct MirrorAgent {
     unmatched: Mutex<HashSet<(String, i32)>>,
     /// What a forward listener of the mirror passed of the source's acknowledgements.
     forwarded: Option<Arc<crate::mirror::forwarded_acks::ForwardedAcks>>,
+    /// Per partition, the lag its task last knew when a failover stopped it
+    /// ([`PartStats::last_known`]), for the report when the source cannot be read.
+    last_known: Mutex<HashMap<(String, i32), (i64, Option<i64>)>>,
 }
 
 /// The group offset sync of one mirror, over the clusters.
@@ -251,6 +254,7 @@ pub fn start(
             lose_append_answers: AtomicI64::new(lose_append_answers),
             owner_epoch: Mutex::new(None),
             forwarded: m.forward.as_ref().map(|_| Arc::default()),
+            last_known: Mutex::new(HashMap::new()),
             published: Mutex::new(None),
             unmatched: Mutex::new(HashSet::new()),
         }));
@@ -525,8 +529,13 @@ impl MirrorAgent {
         let handles = self.stop_tasks(|_| true);
         {
             let mut tasks = lock(&self.tasks);
-            for ((t, p), _) in tasks.drain() {
+            let mut last_known = lock(&self.last_known);
+            last_known.clear();
+            for ((t, p), slot) in tasks.drain() {
                 self.controller.set_agent_failed(&t, p, None);
+                if let Some(lag) = slot.stats.last_known() {
+                    last_known.insert((t, p), lag);
+                }
             }
         }
         for (t, p) in lock(&self.marked).drain() {

@@ -62,14 +62,13 @@ impl Agent {
             let next = lock(&m.offsets)
                 .get(topic, *partition)
                 .and_then(|map| map.next());
-            let last_known = {
-                let tasks = lock(&m.tasks);
-                tasks.get(&(topic.clone(), *partition)).and_then(|slot| {
-                    slot.stats
-                        .lag()
-                        .map(|(records, _)| (records, slot.stats.source_end_moved_ms()))
-                })
-            };
+            // A task still there (this instance drove no stop), or the lag kept when the
+            // failover stopped it.
+            let k = (topic.clone(), *partition);
+            let last_known = lock(&m.tasks)
+                .get(&k)
+                .and_then(|slot| slot.stats.last_known())
+                .or_else(|| lock(&m.last_known).get(&k).copied());
             let leader = m
                 .source_meta
                 .read()
@@ -77,10 +76,12 @@ impl Agent {
                 .as_ref()
                 .and_then(|meta| meta.leader_addr(topic, *partition));
             if let (Some(addr), Some((next_src, _))) = (leader, next) {
-                let k = (topic.clone(), *partition);
-                by_broker.entry(addr).or_default().push((k, next_src));
+                by_broker
+                    .entry(addr)
+                    .or_default()
+                    .push((k.clone(), next_src));
             }
-            known.push(((topic.clone(), *partition), next, last_known));
+            known.push((k, next, last_known));
         }
         let mut reads = tokio::task::JoinSet::new();
         for (addr, parts) in by_broker {

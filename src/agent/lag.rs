@@ -120,6 +120,13 @@ impl PartStats {
     }
 
     /// When the source's log end last moved, as far as the agent saw.
+    /// The lag in records and when the source's end last moved (what a failover report shows
+    /// when the source cannot be read); `None` before the lag is known.
+    pub fn last_known(&self) -> Option<(i64, Option<i64>)> {
+        self.lag()
+            .map(|(records, _)| (records, self.source_end_moved_ms()))
+    }
+
     pub fn source_end_moved_ms(&self) -> Option<i64> {
         Some(self.hw_moved_ms.load(Ordering::Relaxed)).filter(|t| *t >= 0)
     }

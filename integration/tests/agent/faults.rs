@@ -44,8 +44,10 @@ fn disruptive_the_source_killed_before_the_failover_does_not_block_it() {
 /// Runs alone: the source stops answering (its only broker paused: sockets open, no answers)
 /// before the mirror of its 24 partitions fails over. The report completes after one read
 /// timeout for that broker, its RPO figures unknown, each partition with the position the agent
-/// mirrored to. Red before the report's reads shared a connection per broker: each partition waited
-/// out its own 3 s, and the report was not complete within 30 s.
+/// mirrored to and the lag it last knew (0: caught up). Red before the report's reads shared a
+/// connection per broker: each partition waited out its own 3 s, and the report was not
+/// complete within 30 s. Red too before the lag was kept when the failover stopped the
+/// agent's tasks: the report had no last known lag at all.
 #[test]
 fn disruptive_a_stalled_source_holds_the_failover_report_one_timeout_per_broker_not_per_partition()
 {
@@ -64,7 +66,10 @@ fn disruptive_a_stalled_source_holds_the_failover_report_one_timeout_per_broker_
     let parts = report["partitions"].as_array().cloned().unwrap_or_default();
     assert_eq!(parts.len(), 24, "{report}");
     for p in &parts {
-        assert!(p["rpo_records"].is_null(), "the source unread: {p}");
+        assert!(
+            p["rpo_records"].is_null() && p["last_known_lag_records"] == 0,
+            "the source unread, the agent's last known lag instead: {p}"
+        );
         assert!(
             p["next_source_offset"].as_i64().is_some_and(|n| n > 0),
             "{p}"
