@@ -137,7 +137,7 @@ pub struct MirrorAgent {
     forwarded: Option<Arc<crate::mirror::forwarded_acks::ForwardedAcks>>,
     /// Per partition, the lag its task last knew when a failover stopped it
     /// ([`PartStats::last_known`]), for the report when the source cannot be read.
-    last_known: Mutex<HashMap<(String, i32), (i64, Option<i64>)>>,
+    last_known: Mutex<HashMap<(String, i32), lag::LastKnownLag>>,
 }
 
 /// The group offset sync of one mirror, over the clusters.

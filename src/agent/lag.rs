@@ -57,6 +57,8 @@ impl MirrorAgent {
         }
     }
 }
+/// A partition's lag in records and when the source's end last moved (ms since the epoch).
+pub type LastKnownLag = (i64, Option<i64>);
 
 /// Live figures of one partition task (lag).
 #[derive(Debug)]
@@ -122,7 +124,7 @@ impl PartStats {
     /// When the source's log end last moved, as far as the agent saw.
     /// The lag in records and when the source's end last moved (what a failover report shows
     /// when the source cannot be read); `None` before the lag is known.
-    pub fn last_known(&self) -> Option<(i64, Option<i64>)> {
+    pub fn last_known(&self) -> Option<LastKnownLag> {
         self.lag()
             .map(|(records, _)| (records, self.source_end_moved_ms()))
     }
