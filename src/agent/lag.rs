@@ -57,6 +57,7 @@ impl MirrorAgent {
         }
     }
 }
+
 /// A partition's lag in records and when the source's end last moved (ms since the epoch).
 pub type LastKnownLag = (i64, Option<i64>);
 
@@ -121,7 +122,6 @@ impl PartStats {
         Some((records as f64 * bytes / offsets as f64).round() as i64)
     }
 
-    /// When the source's log end last moved, as far as the agent saw.
     /// The lag in records and when the source's end last moved (what a failover report shows
     /// when the source cannot be read); `None` before the lag is known.
     pub fn last_known(&self) -> Option<LastKnownLag> {
@@ -129,6 +129,7 @@ impl PartStats {
             .map(|(records, _)| (records, self.source_end_moved_ms()))
     }
 
+    /// When the source's log end last moved, as far as the agent saw.
     pub fn source_end_moved_ms(&self) -> Option<i64> {
         Some(self.hw_moved_ms.load(Ordering::Relaxed)).filter(|t| *t >= 0)
     }
