@@ -39,6 +39,7 @@ mod metrics;
 mod ownership;
 mod partition;
 pub mod report_follow;
+mod stopping;
 mod transactions;
 
 pub use lag::PartStats;
@@ -402,7 +403,7 @@ impl MirrorAgent {
             }
         }
         let handles = self.stop_tasks(|_| true);
-        let _ = tokio::time::timeout(STOP_WAIT, futures_join(handles)).await;
+        let _ = tokio::time::timeout(STOP_WAIT, stopping::join(handles)).await;
         self.flush();
     }
 
@@ -508,50 +509,6 @@ impl MirrorAgent {
         }
     }
 
-    /// Signal the tasks matching `which` to stop; returns their handles.
-    fn stop_tasks(&self, which: impl Fn(&(String, i32)) -> bool) -> Vec<JoinHandle<()>> {
-        let mut tasks = lock(&self.tasks);
-        let mut handles = Vec::new();
-        for (k, slot) in tasks.iter_mut() {
-            if which(k) {
-                let _ = slot.stop.send(true);
-                if let Some(h) = slot.handle.take() {
-                    handles.push(h);
-                }
-            }
-        }
-        handles
-    }
-
-    /// The failover hook: stop every task of this mirror, clear the FAILED marks the agent set,
-    /// wait (bounded) until the tasks finished their appends in flight, persist the offset map.
-    async fn stop_and_drain(&self) {
-        let handles = self.stop_tasks(|_| true);
-        {
-            let mut tasks = lock(&self.tasks);
-            let mut last_known = lock(&self.last_known);
-            last_known.clear();
-            for ((t, p), slot) in tasks.drain() {
-                self.controller.set_agent_failed(&t, p, None);
-                if let Some(lag) = slot.stats.last_known() {
-                    last_known.insert((t, p), lag);
-                }
-            }
-        }
-        for (t, p) in lock(&self.marked).drain() {
-            self.controller.set_agent_failed(&t, p, None);
-        }
-        let n = handles.len();
-        if tokio::time::timeout(STOP_WAIT, futures_join(handles))
-            .await
-            .is_err()
-        {
-            tracing::warn!(mirror = %self.name, "agent tasks still busy after {STOP_WAIT:?}; the failover goes on (fencing refuses their appends)");
-        }
-        self.flush();
-        tracing::info!(mirror = %self.name, tasks = n, "mirror agent stopped for the failover");
-    }
-
     /// Persist the offset map if it changed.
     fn flush(&self) {
         if !self.offsets_dirty.swap(false, Ordering::SeqCst) {
@@ -597,11 +554,5 @@ impl MirrorAgent {
             .bytes
             .with_label_values(&[&self.name])
             .inc_by(bytes as u64);
-    }
-}
-
-async fn futures_join(handles: Vec<JoinHandle<()>>) {
-    for h in handles {
-        let _ = h.await;
     }
 }
