@@ -418,7 +418,8 @@ async fn follow(
             // At every round from the partitions' STOPPED to the switch, or the route would
             // switch before the settling says whether it may.
             let deciding = all_stopped(&states) && route.side() != Side::Destination;
-            if route.owns_state() && (deciding || round % PRUNE_EVERY_ROUNDS == 0) {
+            let waiting = settle.1 == Verdict::Hold;
+            if route.owns_state() && (deciding || waiting || round % PRUNE_EVERY_ROUNDS == 0) {
                 settle.1 =
                     settle_round(&mut settle.0, &route, &controller, agent, link, &states).await;
             }
