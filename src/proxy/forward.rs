@@ -448,9 +448,7 @@ impl ForwardRoute {
         if !came || !self.owns_state {
             return false;
         }
-        // After an unplanned failover an id this process noted (the ledger, in memory, holds
-        // all its acknowledgements), or one from before a crash where the agent mirrored past
-        // what the source held after it.
+        // Noted by this process (its ledger is whole), or covered by the restart's horizon.
         self.caught_up()
             || (here || self.acks.covers_restart(topic, partition))
                 && self.side() == Side::Destination
