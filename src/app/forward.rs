@@ -345,7 +345,7 @@ impl RouteGauges {
         let side = prometheus::IntGaugeVec::new(
             prometheus::Opts::new(
                 "mirrorgate_forward_side",
-                "Where a mirror's forward listener sends its clients: 1 for the current side (source, holding, destination)",
+                "Where a mirror's forward listener sends its clients: 1 for the current side (source, holding, destination, returning)",
             ),
             &["mirror", "side"],
         )
@@ -366,7 +366,12 @@ impl RouteGauges {
 
     fn show(&self, route: &ForwardRoute) {
         let now = route.side();
-        for side in [Side::Source, Side::Holding, Side::Destination] {
+        for side in [
+            Side::Source,
+            Side::Holding,
+            Side::Destination,
+            Side::Returning,
+        ] {
             self.side
                 .with_label_values(&[route.mirror(), side.as_str()])
                 .set(i64::from(side == now));
@@ -417,7 +422,7 @@ async fn follow(
         if let Some(link) = controller.peer_link() {
             // At every round from the partitions' STOPPED to the switch, or the route would
             // switch before the settling says whether it may.
-            let deciding = all_stopped(&states) && route.side() != Side::Destination;
+            let deciding = all_stopped(&states) && !route.left_the_source();
             let waiting = settle.1 == Verdict::Hold;
             if route.owns_state() && (deciding || waiting || round % PRUNE_EVERY_ROUNDS == 0) {
                 settle.1 =
@@ -428,7 +433,7 @@ async fn follow(
                 states = vec![PartitionState::Stopping; states.len()];
             }
         }
-        if !route.owns_state() && route.side() != Side::Destination && all_stopped(&states) {
+        if !route.owns_state() && !route.left_the_source() && all_stopped(&states) {
             // Another tool mirrors: the forwarded ids are screened before any of their batches
             // can reach the destination.
             controller.screen_forwarded(route.mirror(), &route.screen_entries());

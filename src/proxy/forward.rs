@@ -4,16 +4,19 @@
 //! Applications connect to the forward listener from day one. While the mirror is mirrored the
 //! upstream is the **source**; once every partition of the mirror is STOPPED (its barrier
 //! durable) it is the **destination**; in between the listener is **held**: no connection
-//! forwards a new request, connections accepted meanwhile wait for the switch.
+//! forwards a new request, connections accepted meanwhile wait for the switch. A switch back
+//! (`POST /v1/mirrors/NAME/switchback`: the old source caught up through a failback gateway, which
+//! failed over, and the mirror started again) holds it on the way back (**returning**).
 //!
-//! | side \ event | `hold` (switchover) | failover seen | all STOPPED | `release` |
-//! |---|---|---|---|---|
-//! | Source | Holding | Holding | Destination | error |
-//! | Holding | error (already held) | Holding | Destination | Source |
-//! | Destination | error | — (stays) | — (stays) | error |
+//! | side \ event | `hold` (switchover) | failover seen | all STOPPED | `release` | `hold_back` | `give_back` | `returned` |
+//! |---|---|---|---|---|---|---|---|
+//! | Source | Holding | Holding | Destination | error | error | error | error |
+//! | Holding | error (already held) | Holding | Destination | Source | error | error | error |
+//! | Destination | error | — (stays) | — (stays) | error | Returning | error | error |
+//! | Returning | error | — (stays) | — (stays) | error | error | Destination | Source |
 //!
-//! Destination is final: going back (a failback switchover) is not built; a forward listener
-//! never returns its clients to the source behind a failover.
+//! The partition states never move the route back to the source: only a switch back does, once
+//! the mirror's partitions mirror again.
 //!
 //! A producer id handed out through the forward listener by the source (its InitProducerId
 //! answer) is *forwarded*. After a **switchover** (the listener held, drained, and the agent
@@ -37,11 +40,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use kafka_protocol::messages::ApiKey;
-
 use tokio::sync::watch;
 
+mod finishing;
 pub mod handover;
 
 use super::forward_ids::{DecodeError, ForwardedIds};
@@ -54,6 +55,8 @@ pub enum Side {
     Source,
     Holding,
     Destination,
+    /// Held on the way back to the source (a switch back).
+    Returning,
 }
 
 impl Side {
@@ -62,6 +65,7 @@ impl Side {
             Side::Source => "source",
             Side::Holding => "holding",
             Side::Destination => "destination",
+            Side::Returning => "returning",
         }
     }
 }
@@ -86,8 +90,10 @@ pub struct ForwardRoute {
     side: watch::Sender<Side>,
     /// Producer ids the source handed out through this listener (persisted by the caller).
     forwarded: Mutex<ForwardedIds>,
-    /// Connections to the source still open (a switchover waits for none).
+    /// Connections to the source still open (a switchover waits for none), and to the
+    /// destination (a switch back waits for none).
     source_connections: AtomicUsize,
+    destination_connections: AtomicUsize,
     /// The destination holds everything the source acknowledged through this listener.
     caught_up: std::sync::atomic::AtomicBool,
     /// When the route last left the source, and how long its switch held the clients (ms;
@@ -136,12 +142,14 @@ pub fn put_back(buf: &mut bytes::BytesMut, frame: &[u8]) {
     *buf = back;
 }
 
-/// Counts one source connection while it lives.
-pub struct SourceConnection(Arc<ForwardRoute>);
+/// Counts one connection to a side's cluster while it lives.
+pub struct SideConnection(Arc<ForwardRoute>, Side);
 
-impl Drop for SourceConnection {
+impl Drop for SideConnection {
     fn drop(&mut self) {
-        self.0.source_connections.fetch_sub(1, Ordering::AcqRel);
+        if let Some(n) = self.0.connections_to(self.1) {
+            n.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 
@@ -162,6 +170,7 @@ impl ForwardRoute {
             side: watch::channel(Side::Source).0,
             forwarded: Mutex::new(ForwardedIds::default()),
             source_connections: AtomicUsize::new(0),
+            destination_connections: AtomicUsize::new(0),
             caught_up: std::sync::atomic::AtomicBool::new(false),
             held_at: Mutex::new(None),
             last_pause_ms: std::sync::atomic::AtomicI64::new(-1),
@@ -183,6 +192,11 @@ impl ForwardRoute {
 
     pub fn side(&self) -> Side {
         *self.side.borrow()
+    }
+
+    /// Whether the route went to the destination, whether or not it is on its way back.
+    pub fn left_the_source(&self) -> bool {
+        matches!(self.side(), Side::Destination | Side::Returning)
     }
 
     /// Follow the side.
@@ -210,6 +224,35 @@ impl ForwardRoute {
         }
         self.note_held();
         tracing::info!(mirror = %self.mirror, transactions_open = open, "forward listener held: no new request goes to the source but those of the transactions open");
+        Ok(())
+    }
+
+    /// Destination → Returning (a switch back begins): no new request goes to the destination.
+    pub fn hold_back(&self) -> Result<(), RouteError> {
+        self.step(Side::Destination, Side::Returning, "hold for a switch back")?;
+        self.note_held();
+        tracing::info!(mirror = %self.mirror, "forward listener held for a switch back to the source: no new request goes to the destination");
+        Ok(())
+    }
+
+    /// Returning → Destination (a switch back gave up before the old source failed over).
+    pub fn give_back(&self) -> Result<(), RouteError> {
+        self.step(
+            Side::Returning,
+            Side::Destination,
+            "go back to the destination",
+        )?;
+        tracing::info!(mirror = %self.mirror, "forward listener back on the destination: the switch back gave up");
+        Ok(())
+    }
+
+    /// Returning → Source (the old source failed over and the mirror mirrors it again): a
+    /// later switchover catches up anew.
+    pub fn returned(&self) -> Result<(), RouteError> {
+        self.step(Side::Returning, Side::Source, "return to the source")?;
+        self.forget_caught_up();
+        let held = self.note_switched();
+        tracing::info!(mirror = %self.mirror, held_ms = held, "forward listener switched back to the source");
         Ok(())
     }
 
@@ -254,6 +297,7 @@ impl ForwardRoute {
         self.side.send_if_modified(|s| {
             let next = match *s {
                 Side::Destination => Side::Destination,
+                Side::Returning => Side::Returning,
                 _ if all_stopped => Side::Destination,
                 Side::Source if failing_over => Side::Holding,
                 other => other,
@@ -268,12 +312,7 @@ impl ForwardRoute {
                 if self.peer_hold().is_some_and(|h| h.caught_up) {
                     self.mark_caught_up();
                 }
-                let held = self
-                    .held_at
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .map_or(0, |t| t.elapsed().as_millis() as i64);
-                self.last_pause_ms.store(held, Ordering::Release);
+                let held = self.note_switched();
                 tracing::info!(mirror = %self.mirror, from = s.as_str(), held_ms = held, "forward listener switched to the destination");
             } else {
                 tracing::info!(mirror = %self.mirror, from = s.as_str(), to = next.as_str(), "forward listener switched");
@@ -331,6 +370,17 @@ impl ForwardRoute {
         *self.held_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now());
     }
 
+    /// A switch ends the hold: how long it held the clients (ms), kept as the last pause.
+    fn note_switched(&self) -> i64 {
+        let held = self
+            .held_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .map_or(0, |t| t.elapsed().as_millis() as i64);
+        self.last_pause_ms.store(held, Ordering::Release);
+        held
+    }
+
     /// How long the last switch to the destination held the clients, from the hold to the
     /// switch (`None`: no switch yet).
     pub fn last_pause_ms(&self) -> Option<i64> {
@@ -350,6 +400,7 @@ impl ForwardRoute {
             "cluster_id": self.cluster_id,
             "forwarded_producers": self.forwarded_producers(),
             "source_connections": self.source_connections(),
+            "destination_connections": self.destination_connections(),
             "caught_up": self.caught_up(),
             "last_pause_ms": self.last_pause_ms(),
             "acknowledged_batches_not_mirrored": self.acks.len(),
@@ -387,7 +438,7 @@ impl ForwardRoute {
     pub fn source_refusal(&self) -> Option<String> {
         let peers = self.peers.get()?;
         match self.side() {
-            Side::Destination => None,
+            Side::Destination | Side::Returning => None,
             side => peers.forward_source_refusal(&self.mirror, side == Side::Holding),
         }
     }
@@ -471,10 +522,19 @@ impl ForwardRoute {
         &self.acks
     }
 
-    /// Count a connection to the source while the returned guard lives.
-    pub fn source_connection(self: &Arc<Self>) -> SourceConnection {
-        self.source_connections.fetch_add(1, Ordering::AcqRel);
-        SourceConnection(self.clone())
+    /// Count a connection to `side`'s cluster (source or destination) while the returned
+    /// guard lives.
+    pub fn connection_to(self: &Arc<Self>, side: Side) -> Option<SideConnection> {
+        self.connections_to(side)?.fetch_add(1, Ordering::AcqRel);
+        Some(SideConnection(self.clone(), side))
+    }
+
+    fn connections_to(&self, side: Side) -> Option<&AtomicUsize> {
+        match side {
+            Side::Source => Some(&self.source_connections),
+            Side::Destination => Some(&self.destination_connections),
+            Side::Holding | Side::Returning => None,
+        }
     }
 
     /// Connections to the source still open.
@@ -482,112 +542,10 @@ impl ForwardRoute {
         self.source_connections.load(Ordering::Acquire)
     }
 
-    fn open(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Instant>> {
-        self.transactions.lock().unwrap_or_else(|e| e.into_inner())
+    /// Connections to the destination still open.
+    pub fn destination_connections(&self) -> usize {
+        self.destination_connections.load(Ordering::Acquire)
     }
-
-    /// A request of `producer_id`'s transaction passed to the source: it is open.
-    pub fn note_transaction(&self, producer_id: i64) {
-        self.open().insert(producer_id, Instant::now());
-    }
-
-    /// `producer_id`'s transaction ended (its EndTxn answered for good); the last one open ends
-    /// a hold's finishing.
-    pub fn end_transaction(&self, producer_id: i64) {
-        let none_left = {
-            let mut open = self.open();
-            open.remove(&producer_id);
-            open.is_empty()
-        };
-        if none_left {
-            self.stop_finishing();
-        }
-    }
-
-    /// The producer ids of the transactions open through this listener (sorted; those not
-    /// heard of for [`TRANSACTION_FORGOTTEN`] dropped).
-    pub fn open_transactions(&self) -> Vec<i64> {
-        let mut open = self.open();
-        open.retain(|_, seen| seen.elapsed() < TRANSACTION_FORGOTTEN);
-        let mut ids: Vec<i64> = open.keys().copied().collect();
-        ids.sort_unstable();
-        ids
-    }
-
-    /// A hold begins: its open transactions may finish. How many are open.
-    fn start_finishing(&self) -> usize {
-        let open = self.open_transactions().len();
-        self.finishing.send_replace(open > 0);
-        open
-    }
-
-    /// Nothing more goes to the source, open transactions or not.
-    pub fn stop_finishing(&self) {
-        self.finishing
-            .send_if_modified(|f| std::mem::replace(f, false));
-    }
-
-    /// Whether the route is held while the transactions open at the hold finish on the source.
-    pub fn finishing(&self) -> bool {
-        *self.finishing.borrow()
-    }
-
-    /// Follow [`ForwardRoute::finishing`].
-    pub fn subscribe_finishing(&self) -> watch::Receiver<bool> {
-        self.finishing.subscribe()
-    }
-
-    /// Whether a connection may be served on the source now: on the source side, or held while
-    /// open transactions finish.
-    pub fn serves_source(&self) -> bool {
-        match self.side() {
-            Side::Source => true,
-            Side::Holding => self.finishing(),
-            Side::Destination => false,
-        }
-    }
-
-    /// Whether a connection to the source may send request `api` (`version`, `body`: after its
-    /// header) now. On the source side, any. Held while the open transactions finish, only
-    /// what they need: their own requests (Produce of transactional batches, AddPartitionsToTxn,
-    /// AddOffsetsToTxn, TxnOffsetCommit, EndTxn of an open transaction's producer id), and
-    /// ApiVersions, Metadata and FindCoordinator, which change nothing. Otherwise nothing: the
-    /// request waits for the switch.
-    pub fn admits_to_source(&self, api: ApiKey, version: i16, body: &Bytes) -> bool {
-        if self.side() == Side::Source {
-            return true;
-        }
-        if !self.finishing() {
-            return false;
-        }
-        let of_open = |id: i64| self.open().contains_key(&id);
-        match api {
-            ApiKey::ApiVersions | ApiKey::Metadata | ApiKey::FindCoordinator => true,
-            ApiKey::Produce => transactional_batches_of(version, body)
-                .is_some_and(|ids| !ids.is_empty() && ids.into_iter().all(of_open)),
-            _ => {
-                crate::protocol::transactions::producer_of(api, version, body).is_some_and(of_open)
-            }
-        }
-    }
-}
-
-/// The producer ids of a Produce request's batches when every one is transactional (`None`: a
-/// batch is not, or the request is not readable).
-fn transactional_batches_of(version: i16, body: &Bytes) -> Option<Vec<i64>> {
-    use crate::protocol::batch::BatchHeader;
-    use crate::protocol::produce::{BatchQuestions, ProduceView};
-    let view = ProduceView::build(version, body, &mut |_| (None, false), &|_| {
-        BatchQuestions::default()
-    })
-    .ok()?;
-    view.partitions
-        .iter()
-        .map(|p| {
-            let b = BatchHeader::parse(p.records?)?;
-            b.is_transactional().then_some(b.producer_id)
-        })
-        .collect()
 }
 
 fn now_ms() -> i64 {
@@ -599,6 +557,8 @@ fn now_ms() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
+    use kafka_protocol::messages::ApiKey;
     use PartitionState::*;
 
     fn route() -> Arc<ForwardRoute> {
@@ -626,6 +586,64 @@ mod tests {
         assert_eq!(r.follow(&[Mirroring]), Side::Destination);
         assert!(r.hold().is_err());
         assert!(r.release().is_err());
+    }
+
+    fn on_the_destination() -> Arc<ForwardRoute> {
+        let r = route();
+        r.hold().expect("hold");
+        r.mark_caught_up();
+        assert_eq!(r.follow(&[Stopped, Stopped]), Side::Destination);
+        r
+    }
+
+    #[test]
+    fn a_switch_back_holds_the_listener_whatever_the_partitions_say_until_it_returns() {
+        let r = on_the_destination();
+        r.hold_back().expect("hold back");
+        assert_eq!(r.follow(&[Stopped, Stopped]), Side::Returning);
+        assert_eq!(r.follow(&[Mirroring, Mirroring]), Side::Returning);
+        assert!(!r.serves_source());
+        r.returned().expect("returned");
+        assert_eq!(r.side(), Side::Source);
+        assert_eq!(r.follow(&[Mirroring, Mirroring]), Side::Source);
+        assert!(!r.caught_up(), "a later switchover catches up anew");
+        assert!(r.last_pause_ms().is_some());
+    }
+
+    #[test]
+    fn a_switch_back_that_gives_up_leaves_the_listener_on_the_destination() {
+        let r = on_the_destination();
+        r.hold_back().expect("hold back");
+        r.give_back().expect("give back");
+        assert_eq!(r.side(), Side::Destination);
+        assert_eq!(r.follow(&[Stopped, Stopped]), Side::Destination);
+    }
+
+    #[test]
+    fn only_a_listener_on_the_destination_is_held_back_and_only_a_returning_one_returns() {
+        let r = route();
+        assert!(r.hold_back().is_err(), "on the source");
+        assert!(r.returned().is_err());
+        assert!(r.give_back().is_err());
+        r.hold().expect("hold");
+        assert!(r.hold_back().is_err(), "held for a switchover");
+        let r = on_the_destination();
+        assert!(r.returned().is_err(), "not held back");
+        r.hold_back().expect("hold back");
+        assert!(r.hold_back().is_err(), "already held back");
+        assert!(r.hold().is_err());
+        assert!(r.release().is_err());
+    }
+
+    #[test]
+    fn connections_to_the_destination_are_counted_while_they_live() {
+        let r = on_the_destination();
+        let a = r.connection_to(Side::Destination).expect("counted");
+        assert_eq!(r.destination_connections(), 1);
+        assert!(r.connection_to(Side::Returning).is_none());
+        drop(a);
+        assert_eq!(r.destination_connections(), 0);
+        assert_eq!(r.source_connections(), 0);
     }
 
     #[test]
@@ -820,7 +838,7 @@ mod tests {
     fn another_instances_hold_holds_the_route_and_is_acknowledged_once_no_source_connection_is_left(
     ) {
         let r = route();
-        let conn = r.source_connection();
+        let conn = r.connection_to(Side::Source).expect("counted");
         assert_eq!(
             r.follow_peer_hold(Some(("h1", false))),
             None,
@@ -953,8 +971,8 @@ mod tests {
     #[test]
     fn source_connections_are_counted_while_they_live() {
         let r = route();
-        let a = r.source_connection();
-        let b = r.source_connection();
+        let a = r.connection_to(Side::Source).expect("counted");
+        let b = r.connection_to(Side::Source).expect("counted");
         assert_eq!(r.source_connections(), 2);
         drop(a);
         drop(b);

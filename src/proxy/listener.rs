@@ -15,7 +15,7 @@ use crate::config::ListenerConfig;
 
 use super::connection::{serve, serve_until_switch, ClientConn, GaugeGuard, Served};
 use super::context::ConnContext;
-use super::forward::{ForwardRoute, Side, SourceConnection};
+use super::forward::{ForwardRoute, Side, SideConnection};
 
 /// Ports bound so far, per node id.
 #[derive(Default)]
@@ -100,11 +100,11 @@ impl Target {
 }
 
 /// A forward connection's context for the side the route is on, a signal that fires when the
-/// route leaves that side, and (source side) its count in the route.
+/// route leaves that side, and its count in the route.
 type Picked = (
     Arc<ConnContext>,
     watch::Receiver<bool>,
-    Option<SourceConnection>,
+    Option<SideConnection>,
 );
 
 impl ForwardTarget {
@@ -123,7 +123,7 @@ impl ForwardTarget {
             let open = *finishing.borrow_and_update();
             let picked = match side {
                 Side::Holding if open && !parked => Some(Side::Source),
-                Side::Holding => None,
+                Side::Holding | Side::Returning => None,
                 other => Some(other),
             };
             // Several instances: the source waits too while the state topic's view refuses it
@@ -151,10 +151,11 @@ impl ForwardTarget {
                 _ = stop.changed() => return None,
             }
         };
-        let (ctx, counted) = match side {
-            Side::Source => (self.source.clone(), Some(self.route.source_connection())),
-            _ => (self.destination.clone(), None),
+        let ctx = match side {
+            Side::Source => self.source.clone(),
+            _ => self.destination.clone(),
         };
+        let counted = self.route.connection_to(side);
         let (left_tx, left_rx) = watch::channel(false);
         let route = self.route.clone();
         tokio::spawn(async move {

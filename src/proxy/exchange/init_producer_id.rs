@@ -2,8 +2,9 @@
 //! while the screening set is active, so that no local producer gets a producer id mirrored
 //! traffic left in the brokers.
 //!
-//! On a forward listener's source side the producer id the source hands out is noted as
-//! forwarded ([`crate::proxy::forward`]).
+//! On a forward listener the producer id handed out is noted as forwarded
+//! ([`crate::proxy::forward`]): on its source side the source's, on its destination side the
+//! screened answer (a switch back takes it to the source, where it goes on).
 //!
 //! Owns: remembering the request for the screening. Must not touch: the screening policy
 //! (`proxy::exchange::screen`), the screening set (the mirror controller's).
@@ -40,10 +41,29 @@ impl Pending {
         correlation_id: i32,
         frame: Bytes,
     ) -> Result<Bytes, ExchangeError> {
-        if let Some(route) = ctx.forward_to_source() {
-            if let Some((id, epoch)) = handed_out(version, &frame) {
+        let answer = self
+            .answer(ctx, upstream, version, correlation_id, frame)
+            .await?;
+        // Forward listener, either side: the producer's id came through it (on the destination
+        // side too, so that it goes on across a switch back and a later switchover).
+        if let Some(route) = &ctx.forward {
+            if let Some((id, epoch)) = handed_out(version, &answer) {
                 route.note_producer(id, epoch);
             }
+        }
+        Ok(answer)
+    }
+
+    /// The answer for the client: the broker's, screened where the screening is active.
+    async fn answer(
+        self,
+        ctx: &ConnContext,
+        upstream: &str,
+        version: i16,
+        correlation_id: i32,
+        frame: Bytes,
+    ) -> Result<Bytes, ExchangeError> {
+        if ctx.forward_to_source().is_some() {
             return Ok(frame);
         }
         let (Some(ctl), Some(init)) = (&ctx.mirrors, self.init) else {
