@@ -83,6 +83,10 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Switch mirror NAME's forward listener back to the old source, after a switchover,
+    /// through the failback gateway in front of it. Its clients keep their sessions
+    /// (docs/forward-mode.md).
+    Switchback(mirrorgate::admin::cli::SwitchbackArgs),
     /// A completed failover's un-mirrored tail on the old source (via the admin API): list
     /// it, or copy its recoverable records into the quarantine topics exactly once (--recover).
     Unmirrored {
@@ -345,6 +349,10 @@ fn main() -> ExitCode {
         }
         Command::Switchover { call, dry_run } => {
             call.run(serde_json::json!({ "dry_run": dry_run }), true, true)
+        }
+        Command::Switchback(args) => {
+            init_logging(None);
+            runtime().block_on(args.run())
         }
         Command::Unmirrored {
             name,

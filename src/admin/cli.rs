@@ -1,5 +1,5 @@
 //! The command line's admin calls that do more than one request or print more than an answer
-//! (`mirrorgate failover`, `switchover`, `status`, `unmirrored`).
+//! (`mirrorgate failover`, `switchover`, `switchback`, `status`, `unmirrored`).
 //!
 //! Owns: the sequence of calls and the exit codes. Must not touch: the gateway (only its admin
 //! API, through [`super::client`]).
@@ -111,6 +111,73 @@ pub async fn failover(
             return ExitCode::from(3);
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// `mirrorgate switchback`: hold the forward listener, let the destination connections
+/// finish, wait until the failback gateway in front of the old source mirrored the
+/// destination's log end, fail that gateway's mirror over, start this mirror again.
+#[derive(clap::Args)]
+pub struct SwitchbackArgs {
+    /// The mirror's name.
+    name: String,
+    /// Admin API address.
+    #[arg(long, default_value = "127.0.0.1:9180")]
+    admin: String,
+    /// Environment variable holding the admin token (when the gateway requires one).
+    #[arg(long, default_value = "MIRRORGATE_ADMIN_TOKEN")]
+    token_env: String,
+    /// The failback gateway's admin API (HOST:PORT): the gateway in front of the old source.
+    #[arg(long)]
+    via: String,
+    /// The failback gateway's mirror whose source is this gateway's destination.
+    #[arg(long)]
+    via_mirror: String,
+    /// Environment variable holding the failback gateway's admin token, when it needs one.
+    #[arg(long)]
+    via_token_env: Option<String>,
+    /// Change nothing: print what a switch back would find now, as JSON.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+impl SwitchbackArgs {
+    /// One call (it answers once the listener is back on the source, or why not). Exit 0 when
+    /// it is; 2 when refused with nothing changed; 3 when it stopped with the listener held
+    /// (call again to resume); 1 when the admin API cannot be reached.
+    pub async fn run(self) -> ExitCode {
+        let token = std::env::var(&self.token_env).ok();
+        let via_token = self.via_token_env.and_then(|v| std::env::var(v).ok());
+        let body = serde_json::json!({
+            "gateway": self.via, "mirror": self.via_mirror, "token": via_token,
+            "dry_run": self.dry_run,
+        });
+        let (name, path) = (&self.name, format!("/v1/mirrors/{}/switchback", self.name));
+        let answer = super::client::call(
+            &self.admin,
+            hyper::Method::POST,
+            &path,
+            token.as_deref(),
+            Some(body.to_string()),
+        );
+        let (status, body) = match answer.await {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(1);
+            }
+        };
+        if status == 200 {
+            println!("{}", body.trim());
+            return ExitCode::SUCCESS;
+        }
+        eprintln!("switch back of {name} ({status}): {}", body.trim());
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        if v["side"] == "returning" {
+            ExitCode::from(3)
+        } else {
+            ExitCode::from(2)
+        }
     }
 }
 

@@ -201,6 +201,9 @@ pub(super) async fn mirrors(
             };
             super::switchover::switchover(gw, ctl, name, caller, &options, note).await
         }
+        (&Method::POST, [name, "switchback"]) => {
+            super::switchback::switchback(gw, ctl, name, req, note).await
+        }
         (&Method::GET, [name, "failovers"]) => match gw.failover_reports(name) {
             Ok(list) if find(name).is_some() => json_reply(
                 StatusCode::OK,

@@ -15,6 +15,7 @@ mod mirrors;
 mod preflight;
 mod recovery;
 pub mod render;
+mod switchback;
 mod switchover;
 
 use std::convert::Infallible;

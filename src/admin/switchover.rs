@@ -45,7 +45,7 @@ use crate::controller::MirrorController;
 use crate::instances::agent_owner::AgentTurn;
 use crate::instances::{HoldStep, PeerLink};
 
-mod source;
+pub(super) mod source;
 mod tail;
 
 use source::source_facts;

@@ -197,7 +197,7 @@ fn aborted_by_failover(admin: &str, name: &str) -> Vec<serde_json::Value> {
 
 /// A consumer group member polling the forward listener in a thread, committing after every
 /// batch it polled, until stopped: the keys it got (re-reads included) and the errors it saw.
-struct GroupReader {
+pub(super) struct GroupReader {
     stop: Arc<AtomicBool>,
     /// The distinct keys read so far.
     distinct: Arc<std::sync::Mutex<BTreeSet<String>>>,
@@ -205,7 +205,7 @@ struct GroupReader {
 }
 
 impl GroupReader {
-    fn start(bootstrap: &str, topic: &str, group: &str) -> GroupReader {
+    pub(super) fn start(bootstrap: &str, topic: &str, group: &str) -> GroupReader {
         use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", bootstrap)
@@ -244,11 +244,11 @@ impl GroupReader {
     }
 
     /// How many distinct keys it has read so far.
-    fn read(&self) -> usize {
+    pub(super) fn read(&self) -> usize {
         self.distinct.lock().expect("keys").len()
     }
 
-    fn finish(mut self) -> (Vec<String>, Vec<String>) {
+    pub(super) fn finish(mut self) -> (Vec<String>, Vec<String>) {
         self.stop.store(true, Ordering::SeqCst);
         self.thread.take().expect("thread").join().expect("reader")
     }

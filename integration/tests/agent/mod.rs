@@ -36,6 +36,7 @@ pub(crate) mod forward;
 mod forward_handover;
 mod forward_instances;
 mod forward_leaders;
+mod forward_switchback;
 mod owners;
 mod preflight;
 mod recovery;

@@ -21,7 +21,7 @@ use crate::client::{KafkaClient, LATEST};
 use crate::cluster::ClusterView;
 
 /// What a switchover reads of the source under its hold.
-pub(super) struct SourceFacts {
+pub(in crate::admin) struct SourceFacts {
     /// The log end of every partition.
     pub ends: BTreeMap<(String, i32), i64>,
     /// The transactions open in them, described for the refusal.
@@ -46,13 +46,23 @@ pub(super) async fn source_facts(
     source: &ClusterView,
     partitions: &[(String, i32)],
 ) -> Result<SourceFacts, String> {
+    facts_of_cluster(source, partitions, "source").await
+}
+
+/// The same reads of the cluster `side` names in errors (a switch back reads the destination,
+/// which is then where the clients write).
+pub(in crate::admin) async fn facts_of_cluster(
+    source: &ClusterView,
+    partitions: &[(String, i32)],
+    side: &'static str,
+) -> Result<SourceFacts, String> {
     source
         .refresh()
         .await
-        .map_err(|e| format!("the source's metadata could not be read: {e}"))?;
+        .map_err(|e| format!("the {side}'s metadata could not be read: {e}"))?;
     let by_leader = source
         .by_leader(partitions)
-        .map_err(|e| format!("on the source: {e}"))?;
+        .map_err(|e| format!("on the {side}: {e}"))?;
     let mut facts = SourceFacts {
         ends: BTreeMap::new(),
         open: Vec::new(),
@@ -61,8 +71,8 @@ pub(super) async fn source_facts(
         let client = source
             .client(&addr, Duration::from_secs(5))
             .await
-            .map_err(|e| format!("cannot reach source broker {addr}: {e}"))?;
-        read_leader(&mut Leader { client, addr }, &parts, &mut facts).await?;
+            .map_err(|e| format!("cannot reach {side} broker {addr}: {e}"))?;
+        read_leader(&mut Leader { client, addr, side }, &parts, &mut facts).await?;
     }
     Ok(facts)
 }
@@ -100,10 +110,11 @@ async fn hold_between_reads_while_the_test_says_so() {
     }
 }
 
-/// A source broker's connection.
+/// A broker's connection (`side`: which cluster, for errors).
 struct Leader {
     client: KafkaClient,
     addr: String,
+    side: &'static str,
 }
 
 impl LeaderReads for Leader {
@@ -111,7 +122,7 @@ impl LeaderReads for Leader {
         use kafka_protocol::messages::describe_producers_request::TopicRequest;
         use kafka_protocol::messages::DescribeProducersRequest;
         use kafka_protocol::protocol::StrBytes;
-        let addr = &self.addr;
+        let (addr, side) = (&self.addr, self.side);
         let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
         for (t, p) in parts {
             topics.entry(t.as_str()).or_default().push(*p);
@@ -128,7 +139,7 @@ impl LeaderReads for Leader {
         );
         let resp =
             self.client.send(&req, 0).await.map_err(|e| {
-                format!("the producers could not be read on source broker {addr}: {e}")
+                format!("the producers could not be read on {side} broker {addr}: {e}")
             })?;
         let mut open = Vec::new();
         for topic in &resp.topics {
@@ -136,7 +147,7 @@ impl LeaderReads for Leader {
                 let (t, p) = (topic.name.0.as_str(), part.partition_index);
                 if part.error_code != 0 {
                     return Err(format!(
-                        "the source answered DescribeProducers of {t}-{p} with error {}",
+                        "the {side} answered DescribeProducers of {t}-{p} with error {}",
                         part.error_code
                     ));
                 }
@@ -159,11 +170,11 @@ impl LeaderReads for Leader {
         &mut self,
         parts: &[(String, i32)],
     ) -> Result<BTreeMap<(String, i32), i64>, String> {
-        let addr = &self.addr;
+        let (addr, side) = (&self.addr, self.side);
         self.client
             .list_offsets(parts, LATEST)
             .await
-            .map_err(|e| format!("the log ends could not be read on source broker {addr}: {e}"))
+            .map_err(|e| format!("the log ends could not be read on {side} broker {addr}: {e}"))
     }
 }
 
