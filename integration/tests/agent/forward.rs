@@ -662,7 +662,7 @@ fn a_request_whose_client_closed_its_connection_during_the_hold_never_reaches_th
 
 /// Java, librdkafka and kafka-python idempotent producers through `forward` at 100 records/s
 /// each: 100 acknowledged each, then `switch`, then 100 more each; their events.
-fn three_producers_across(
+pub(super) fn three_producers_across(
     forward: &str,
     topic: &str,
     switch: impl FnOnce(),

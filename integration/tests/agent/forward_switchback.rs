@@ -4,8 +4,8 @@
 //! source again, so that a later switchover carries them once more.
 
 use super::forward::{
-    assert_acknowledged_once_in_order, forward_config, forward_side, keys, producer_ids,
-    switch_over, GroupReader,
+    assert_acknowledged_once_in_order, assert_crossed_without_error, forward_config, forward_side,
+    keys, producer_ids, switch_over, three_producers_across, GroupReader,
 };
 use std::collections::BTreeSet;
 
@@ -272,4 +272,43 @@ fn a_switch_back_is_refused_and_changes_nothing_while_the_old_source_holds_recor
     // The clients go on writing on the destination.
     let after = harness::produce_keyed(&forward, &topic, 10, &[]);
     assert_eq!(after.len(), 10);
+}
+
+#[test]
+fn java_librdkafka_and_kafka_python_producers_that_began_on_the_destination_see_no_error_across_a_switch_back(
+) {
+    let a = harness::cluster("source");
+    let b = harness::cluster("destination");
+    let topic = harness::unique_topic("switchback-clients");
+    harness::create_topic(&a, &topic, 2, None);
+    let (cfg, forward) = forward_config("backc", &[&topic], &a);
+    let g1 = TestGateway::start(cfg);
+    harness::produce_keyed(&forward, &topic, 20, &[]);
+    switch_over(&g1, "backc", &topic, 2);
+    wait_for(
+        "the route on the destination",
+        Duration::from_secs(10),
+        || forward_side(&g1.admin(), "backc") == "destination",
+    );
+    let mut cfg = agent_config("backc-onto-a", &[&topic], &b);
+    cfg.destination.bootstrap = a.split(',').map(|s| s.trim().to_string()).collect();
+    let g2 = TestGateway::start(cfg);
+    let failback = g2.admin();
+    // The clients start on the destination (their producer ids are the destination's), and
+    // cross the switch back to A.
+    let runs = three_producers_across(&forward, &topic, || {
+        wait_for(
+            "the failback gateway mirroring",
+            Duration::from_secs(60),
+            || {
+                let parts = partitions_json(&failback, "backc-onto-a");
+                parts.len() == 2 && parts.iter().all(|p| p["state"] == "MIRRORING")
+            },
+        );
+        let (status, body) = switch_back(&g1, "backc", (&failback, "backc-onto-a"), "");
+        assert_eq!(status, 200, "switch back: {body}");
+    });
+    assert_eq!(forward_side(&g1.admin(), "backc"), "source");
+    // Every acknowledged record on A once and in order, under the ids and epochs B gave.
+    assert_crossed_without_error(&runs, &b, &a, &topic, 2);
 }
