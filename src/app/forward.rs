@@ -27,8 +27,10 @@ use crate::state::StateStore;
 
 use super::{RunningListener, StartError};
 
+mod peer_holds;
 mod restart_ends;
 mod settle;
+use peer_holds::follow_peers;
 use settle::{Completed, Settle, SettleView, Verdict};
 
 /// How often a route looks at its mirror's partition states.
@@ -415,10 +417,10 @@ async fn follow(
                 Pruner::Topics(router, idx) => prune_without_agent(&route, router, *idx),
             }
         }
-        if let Some(link) = controller.peer_link() {
-            follow_peers(&route, link, &mut acknowledged).await;
-        }
         let mut states = controller.recorded_states(route.mirror());
+        if let Some(link) = controller.peer_link() {
+            follow_peers(&route, link, &states, &mut acknowledged).await;
+        }
         if let Some(link) = controller.peer_link() {
             // At every round from the partitions' STOPPED to the switch, or the route would
             // switch before the settling says whether it may.
@@ -552,36 +554,6 @@ fn prune_without_agent(route: &ForwardRoute, router: &crate::config::TopicRouter
             acks.mirrored_to(&topic, partition, i64::MAX);
         } else {
             acks.uncovered(&topic);
-        }
-    }
-}
-
-/// Keep `route` held while another instance's switchover holds it (several instances), and
-/// acknowledge the hold on the state topic once no connection to the source is left; released
-/// when that hold ends without a failover.
-async fn follow_peers(route: &ForwardRoute, link: &PeerLink, acknowledged: &mut Option<String>) {
-    let order = link.forward_hold(route.mirror());
-    let hold = order.as_ref().map(|o| (o.hold_id.as_str(), o.caught_up));
-    let Some(hold_id) = route.follow_peer_hold(hold) else {
-        return;
-    };
-    if order.is_some_and(|o| o.acknowledged) || acknowledged.as_deref() == Some(&hold_id) {
-        return;
-    }
-    match link
-        .acknowledge_forward_hold(route.mirror(), &hold_id)
-        .await
-    {
-        Ok(()) => {
-            tracing::info!(
-                mirror = route.mirror(),
-                hold_id,
-                "forward listener held and drained for another instance's switchover"
-            );
-            *acknowledged = Some(hold_id);
-        }
-        Err(e) => {
-            tracing::warn!(mirror = route.mirror(), hold_id, error = %e, "forward hold not acknowledged (tried again)")
         }
     }
 }

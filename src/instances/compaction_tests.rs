@@ -93,17 +93,25 @@ fn record() -> impl Strategy<Value = PeerRecord> {
                     forward,
                 }
             }),
-        (m(), pick(&["h1", "h2"]), i(), any::<bool>(), any::<bool>()).prop_map(
-            |(mirror, hold_id, by, held, caught_up)| PeerRecord::ForwardHold {
-                mirror,
-                hold_id,
-                by,
-                held,
-                hold_ms: 1_000,
-                caught_up,
-                at_ms: 0,
-            }
-        ),
+        (
+            m(),
+            pick(&["h1", "h2"]),
+            i(),
+            any::<bool>(),
+            any::<(bool, bool)>()
+        )
+            .prop_map(|(mirror, hold_id, by, held, (caught_up, back))| {
+                PeerRecord::ForwardHold {
+                    mirror,
+                    hold_id,
+                    by,
+                    held,
+                    hold_ms: 1_000,
+                    caught_up,
+                    back,
+                    at_ms: 0,
+                }
+            }),
         (m(), pick(&["h1", "h2"]), i()).prop_map(|(mirror, hold_id, instance)| {
             PeerRecord::ForwardHeld {
                 mirror,

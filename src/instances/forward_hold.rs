@@ -12,15 +12,20 @@ use super::records::PeerRecord;
 use super::view::HoldOrder;
 use super::{clock, PeerLink};
 
-/// A step of a switchover's hold recorded on the state topic.
+/// A step of a switchover's hold (or a switch back's) recorded on the state topic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HoldStep {
     /// Every instance holds its forward listener.
     Hold,
-    /// The agent mirrored the source's log end under the hold (the failover follows).
+    /// The agent mirrored the source's log end under the hold (the failover follows); a
+    /// switch back: the old source reached the destination's ends (its failover follows).
     CaughtUp,
-    /// The switchover gave up before its failover: every instance releases its listener.
+    /// The switchover gave up before its failover: every instance releases its listener; a
+    /// switch back gave up before the old source's failover: back to the destination.
     Release,
+    /// A switch back is through: every instance's listener goes on to the source once the
+    /// mirror mirrors again there.
+    Returned,
 }
 
 /// How often a switchover looks for the other instances' acknowledgements.
@@ -42,15 +47,17 @@ impl PeerLink {
         hold_id: &str,
         hold: Duration,
         step: HoldStep,
+        back: bool,
     ) -> Result<(), String> {
-        let held = step != HoldStep::Release;
+        let held = !matches!(step, HoldStep::Release | HoldStep::Returned);
         let r = PeerRecord::ForwardHold {
             mirror: mirror.to_string(),
             hold_id: hold_id.to_string(),
             by: self.me(),
             held,
             hold_ms: hold.as_millis() as u64,
-            caught_up: step == HoldStep::CaughtUp,
+            caught_up: matches!(step, HoldStep::CaughtUp | HoldStep::Returned),
+            back,
             at_ms: self.now_ms(),
         };
         self.log.append(&r).await.map_err(|e| {
@@ -114,6 +121,12 @@ impl PeerLink {
         fid: &str,
     ) -> Vec<crate::mirror::forwarded_acks::ForwardedLoss> {
         self.view().forwarded_losses(mirror, fid)
+    }
+
+    /// Whether the latest hold of `mirror` is a switch back that is through (see
+    /// [`HoldStep::Returned`]), and its id.
+    pub fn switched_back(&self, mirror: &str) -> Option<String> {
+        self.view().switched_back(mirror)
     }
 
     /// The hold another instance's switchover keeps on this instance's forward listener of

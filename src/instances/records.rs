@@ -104,7 +104,8 @@ pub enum PeerRecord {
     /// completed once every partition is STOPPED): readable through every instance.
     Report(Box<FailoverReport>),
     /// A switchover of `mirror` through instance `by` holds the forward listener of every
-    /// instance (`held`), or gave up before its failover and releases them (`!held`).
+    /// instance (`held`), or gave up before its failover and releases them (`!held`); with
+    /// `back`, a switch back to the old source does (its release also ends it once through).
     ForwardHold {
         mirror: String,
         hold_id: String,
@@ -116,6 +117,11 @@ pub enum PeerRecord {
         /// every batch any instance forwarded (recorded just before the failover).
         #[serde(default)]
         caught_up: bool,
+        /// A switch back's hold: the listeners are held on their way back to the source, and
+        /// `caught_up` says the old source reached the destination's ends (its failover
+        /// follows: the hold then stands until released).
+        #[serde(default)]
+        back: bool,
         at_ms: i64,
     },
     /// `instance` holds its forward listener of `mirror` for hold `hold_id`, none of its

@@ -44,6 +44,10 @@ use tokio::sync::watch;
 
 mod finishing;
 pub mod handover;
+mod peer_hold;
+
+use peer_hold::PeerHold;
+pub use peer_hold::PeerHoldOrder;
 
 use super::forward_ids::{DecodeError, ForwardedIds};
 use crate::mirror::forwarded_acks::ForwardedAcks;
@@ -117,15 +121,6 @@ pub struct ForwardRoute {
 /// mistake only refuses a switchover: a transaction still open on the source is read there
 /// before the failover (DescribeProducers), and one remembered too long keeps the hold waiting.
 const TRANSACTION_FORGOTTEN: Duration = Duration::from_secs(120);
-
-/// A hold of another instance's switchover, as this route keeps it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct PeerHold {
-    hold_id: String,
-    /// The switchover recorded that the agent mirrored the source's log end under this hold:
-    /// the destination holds every batch forwarded here.
-    caught_up: bool,
-}
 
 /// Whether a mirror whose partitions are in `states` has failed over: every partition STOPPED
 /// (the route then moves to the destination).
@@ -309,7 +304,7 @@ impl ForwardRoute {
                 self.note_held();
             }
             if next == Side::Destination {
-                if self.peer_hold().is_some_and(|h| h.caught_up) {
+                if self.peer_hold().is_some_and(|h| h.caught_up && !h.back) {
                     self.mark_caught_up();
                 }
                 let held = self.note_switched();
@@ -321,49 +316,6 @@ impl ForwardRoute {
             true
         });
         self.side()
-    }
-
-    /// Apply the hold another instance's switchover keeps on this listener (several
-    /// instances): `Some((hold_id, caught_up))` holds it (Source → Holding, its open
-    /// transactions finishing as at a hold here), `None` releases a listener held for such a
-    /// hold (Holding → Source; a failover in progress holds it again at the next
-    /// [`ForwardRoute::follow`]). Returns the hold to acknowledge on the state topic: held here,
-    /// no transaction left to finish and no connection to the source left.
-    pub fn follow_peer_hold(&self, hold: Option<(&str, bool)>) -> Option<String> {
-        let kept = hold.map(|(hold_id, caught_up)| PeerHold {
-            hold_id: hold_id.to_string(),
-            caught_up,
-        });
-        let had = std::mem::replace(
-            &mut *self.peer_hold.lock().unwrap_or_else(|e| e.into_inner()),
-            kept,
-        );
-        let Some((hold_id, _)) = hold else {
-            if had.is_some() && self.step(Side::Holding, Side::Source, "release").is_ok() {
-                self.stop_finishing();
-                self.forget_caught_up();
-                tracing::info!(mirror = %self.mirror, "forward listener released: the other instance's switchover ended without a failover");
-            }
-            return None;
-        };
-        if self.side() == Side::Source {
-            let open = self.start_finishing();
-            if self.step(Side::Source, Side::Holding, "hold").is_err() {
-                self.stop_finishing();
-                return None;
-            }
-            self.note_held();
-            tracing::info!(mirror = %self.mirror, hold_id, transactions_open = open, "forward listener held for another instance's switchover");
-        }
-        (self.side() == Side::Holding && !self.finishing() && self.source_connections() == 0)
-            .then(|| hold_id.to_string())
-    }
-
-    fn peer_hold(&self) -> Option<PeerHold> {
-        self.peer_hold
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
     }
 
     fn note_held(&self) {
@@ -610,6 +562,60 @@ mod tests {
         assert!(r.last_pause_ms().is_some());
     }
 
+    fn order(hold_id: &str, caught_up: bool, back: bool) -> Option<PeerHoldOrder<'_>> {
+        Some(PeerHoldOrder {
+            hold_id,
+            caught_up,
+            back,
+        })
+    }
+
+    #[test]
+    fn another_instances_switch_back_holds_the_listener_and_its_end_takes_it_to_the_source_once_the_mirror_mirrors_here(
+    ) {
+        let r = on_the_destination();
+        let conn = r.connection_to(Side::Destination).expect("counted");
+        assert_eq!(
+            r.follow_peer_hold(order("h2", false, true), false),
+            None,
+            "not drained"
+        );
+        assert_eq!(r.side(), Side::Returning);
+        drop(conn);
+        let ack = r.follow_peer_hold(order("h2", false, true), false);
+        assert_eq!(ack.as_deref(), Some("h2"));
+        r.follow_peer_hold(order("h2", true, true), false);
+        r.follow_peer_hold(None, false);
+        assert_eq!(
+            r.side(),
+            Side::Returning,
+            "through, but the start not applied here yet"
+        );
+        r.follow_peer_hold(None, false);
+        assert_eq!(r.side(), Side::Returning);
+        r.follow_peer_hold(None, true);
+        assert_eq!(r.side(), Side::Source);
+    }
+
+    #[test]
+    fn another_instances_switch_back_that_gives_up_leaves_the_listener_on_the_destination() {
+        let r = on_the_destination();
+        r.follow_peer_hold(order("h2", false, true), false);
+        assert_eq!(r.side(), Side::Returning);
+        r.follow_peer_hold(None, false);
+        assert_eq!(r.side(), Side::Destination);
+    }
+
+    #[test]
+    fn a_listener_that_missed_a_switch_back_goes_to_the_source_once_it_is_through_and_the_mirror_mirrors_here(
+    ) {
+        let r = on_the_destination();
+        assert!(!r.follow_switched_back(false));
+        assert_eq!(r.side(), Side::Destination);
+        assert!(r.follow_switched_back(true));
+        assert_eq!(r.side(), Side::Source);
+    }
+
     #[test]
     fn a_switch_back_that_gives_up_leaves_the_listener_on_the_destination() {
         let r = on_the_destination();
@@ -840,14 +846,15 @@ mod tests {
         let r = route();
         let conn = r.connection_to(Side::Source).expect("counted");
         assert_eq!(
-            r.follow_peer_hold(Some(("h1", false))),
+            r.follow_peer_hold(order("h1", false, false), false),
             None,
             "still one in flight"
         );
         assert_eq!(r.side(), Side::Holding);
         drop(conn);
         assert_eq!(
-            r.follow_peer_hold(Some(("h1", false))).as_deref(),
+            r.follow_peer_hold(order("h1", false, false), false)
+                .as_deref(),
             Some("h1")
         );
     }
@@ -855,8 +862,8 @@ mod tests {
     #[test]
     fn another_instances_hold_that_ends_without_a_failover_releases_the_route() {
         let r = route();
-        r.follow_peer_hold(Some(("h1", false)));
-        assert_eq!(r.follow_peer_hold(None), None);
+        r.follow_peer_hold(order("h1", false, false), false);
+        assert_eq!(r.follow_peer_hold(None, false), None);
         assert_eq!(r.side(), Side::Source);
         assert_eq!(r.follow(&[Mirroring]), Side::Source);
     }
@@ -864,8 +871,8 @@ mod tests {
     #[test]
     fn a_failover_in_progress_keeps_the_route_held_when_the_other_instances_hold_ends() {
         let r = route();
-        r.follow_peer_hold(Some(("h1", false)));
-        r.follow_peer_hold(None);
+        r.follow_peer_hold(order("h1", false, false), false);
+        r.follow_peer_hold(None, false);
         assert_eq!(r.follow(&[Stopping]), Side::Holding);
     }
 
@@ -873,9 +880,9 @@ mod tests {
     fn producers_forwarded_here_go_on_after_another_instances_switchover_only_once_it_caught_up() {
         let r = route();
         r.note_producer(7, 0);
-        r.follow_peer_hold(Some(("h1", false)));
+        r.follow_peer_hold(order("h1", false, false), false);
         r.follow(&[Stopping]);
-        r.follow_peer_hold(Some(("h1", true)));
+        r.follow_peer_hold(order("h1", true, false), false);
         assert!(!r.is_forwarded(7, "t", 0), "not before the switch");
         assert_eq!(r.follow(&[Stopped]), Side::Destination);
         assert!(r.caught_up());
@@ -883,7 +890,7 @@ mod tests {
 
         let other = route();
         other.note_producer(7, 0);
-        other.follow_peer_hold(Some(("h1", false)));
+        other.follow_peer_hold(order("h1", false, false), false);
         other.follow(&[Stopped]);
         assert!(
             !other.caught_up(),

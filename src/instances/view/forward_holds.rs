@@ -12,6 +12,8 @@
 //! |---|---|---|---|
 //! | held (driver alive) | stands until the failover ends it | ends | ends |
 //! | held, failover after | — | — (no release is written after a failover) | stands |
+//! | a switch back's, held | — | ends (the listeners go back to the destination) | ends (likewise) |
+//! | a switch back's, caught up (the old source's failover follows) | — | ends (the listeners go on to the source once the mirror mirrors again) | stands |
 //!
 //! Owns: those records' meaning. Must not touch: the forward listener itself (its instance's
 //! follow task holds and releases it), the failover's records.
@@ -43,8 +45,11 @@ struct Hold {
     read_at: Instant,
     /// A failover of the mirror was announced after it: the hold is the failover's now.
     failover_after: bool,
-    /// The switchover recorded that the agent mirrored the source's log end under it.
+    /// The switchover recorded that the agent mirrored the source's log end under it (a
+    /// switch back: that the old source reached the destination's ends).
     caught_up: bool,
+    /// A switch back's hold.
+    back: bool,
 }
 
 /// A hold by another instance that this instance's forward listener of a mirror keeps.
@@ -56,6 +61,8 @@ pub struct HoldOrder {
     pub acknowledged: bool,
     /// The agent mirrored the source's log end under it (see [`PeerRecord::ForwardHold`]).
     pub caught_up: bool,
+    /// A switch back's hold (see [`PeerRecord::ForwardHold`]).
+    pub back: bool,
 }
 
 impl ForwardHolds {
@@ -72,6 +79,7 @@ impl ForwardHolds {
             held,
             hold_ms,
             caught_up,
+            back,
             ..
         } = r
         {
@@ -83,6 +91,7 @@ impl ForwardHolds {
                 read_at: now,
                 failover_after: false,
                 caught_up,
+                back,
             };
             self.holds.insert(mirror, h);
         }
@@ -101,7 +110,10 @@ impl ForwardHolds {
         let mut holds: Vec<_> = self
             .holds
             .iter()
-            .map(|(m, h)| (m, &h.hold_id, &h.by, h.held, h.caught_up, h.failover_after))
+            .map(|(m, h)| {
+                let flags = (h.held, h.caught_up, h.back, h.failover_after);
+                (m, &h.hold_id, &h.by, flags)
+            })
             .collect();
         holds.sort();
         let mut held: Vec<_> = self.held.iter().collect();
@@ -127,8 +139,10 @@ impl PeerView {
         }
         let driver_alive = self.alive(now).iter().any(|(i, _)| *i == h.by);
         let within = now < h.read_at + h.hold + self.session + MARGIN;
-        // A hold followed by a failover stands; otherwise while its driver may still proceed.
-        let stands = h.failover_after || driver_alive && within;
+        // A hold followed by a failover stands, and so does a switch back's once the old
+        // source's failover follows; otherwise while its driver may still proceed.
+        let committed = h.failover_after || h.back && h.caught_up;
+        let stands = committed || driver_alive && within;
         if !stands {
             return None;
         }
@@ -137,7 +151,15 @@ impl PeerView {
             by: h.by.clone(),
             acknowledged: self.forward_acknowledged(mirror, &self.me, &h.hold_id),
             caught_up: h.caught_up,
+            back: h.back,
         })
+    }
+
+    /// The id of `mirror`'s latest hold when it is a switch back that is through (released
+    /// with its catch-up: the old source failed over) and no failover of the mirror came after.
+    pub fn switched_back(&self, mirror: &str) -> Option<String> {
+        let h = self.forward.holds.get(mirror)?;
+        (h.back && !h.held && h.caught_up && !h.failover_after).then(|| h.hold_id.clone())
     }
 
     fn forward_acknowledged(&self, mirror: &str, instance: &str, hold_id: &str) -> bool {
@@ -201,6 +223,22 @@ mod tests {
             held,
             hold_ms: 1_000,
             caught_up: false,
+            back: false,
+            at_ms: 0,
+        }
+    }
+
+    /// A switch back's hold: held, caught up (the old source's failover follows), or
+    /// released (`caught_up`: through).
+    fn back(by: &str, id: &str, held: bool, caught_up: bool) -> PeerRecord {
+        PeerRecord::ForwardHold {
+            mirror: "m".into(),
+            hold_id: id.into(),
+            by: by.into(),
+            held,
+            hold_ms: 1_000,
+            caught_up,
+            back: true,
             at_ms: 0,
         }
     }
@@ -281,6 +319,48 @@ mod tests {
         assert!(v.forward_hold("m", now).expect("held").acknowledged);
         v.apply(hold("a", "h1", false), now, 0);
         assert_eq!(v.forward_hold("m", now), None);
+    }
+
+    #[test]
+    fn a_switch_back_caught_up_stands_past_its_bound_until_it_says_it_is_through() {
+        let then = Instant::now();
+        let past = then + Duration::from_secs(1) + SESSION + Duration::from_secs(3);
+        let held = vec![heartbeat("a", &["m"]), back("a", "h2", true, false)];
+        let v = view("b", held.clone(), then);
+        assert!(v.forward_hold("m", then).expect("held").back);
+        assert_eq!(
+            v.forward_hold("m", past),
+            None,
+            "not caught up: ends at its bound"
+        );
+        let mut v = view("b", held, then);
+        v.apply(back("a", "h2", true, true), then, 0);
+        assert!(v.forward_hold("m", past).is_some(), "caught up: stands");
+        assert_eq!(v.switched_back("m"), None);
+        v.apply(back("a", "h2", false, true), then, 0);
+        assert_eq!(v.forward_hold("m", then), None);
+        assert_eq!(v.switched_back("m").as_deref(), Some("h2"));
+    }
+
+    #[test]
+    fn a_switch_back_given_up_or_followed_by_a_failover_is_not_through() {
+        let now = Instant::now();
+        let v = view(
+            "b",
+            vec![heartbeat("a", &["m"]), back("a", "h2", false, false)],
+            now,
+        );
+        assert_eq!(v.switched_back("m"), None, "given up");
+        let v = view(
+            "b",
+            vec![
+                heartbeat("a", &["m"]),
+                back("a", "h2", false, true),
+                failover(),
+            ],
+            now,
+        );
+        assert_eq!(v.switched_back("m"), None, "a later failover of the mirror");
     }
 
     #[test]
