@@ -25,8 +25,15 @@
 //!
 //! From step 6 on the call cannot give the listener back to the destination (the old source
 //! takes writes): if step 6 or 7 does not finish, the listener stays held and the call answers
-//! with the reason; calling again resumes where it stopped. With several instances a switch
-//! back is refused (not built: the hold would have to cover every instance's listener).
+//! with the reason; calling again resumes where it stopped.
+//!
+//! With several instances the hold covers every instance's forward listener through the state
+//! topic, as a switchover's does (a switch back's hold, `back`): step 3 waits until every other
+//! instance acknowledged it drained its connections to the destination; the catch-up is
+//! recorded before the old source's failover (from then on the others' holds stand whatever
+//! their bound), and the end after this mirror started again: each instance's listener goes on
+//! to the source once the start applied there ([`crate::proxy::forward`]'s peer holds). A
+//! switch back that gives up before the old source's failover releases them to the destination.
 //!
 //! Owns: those steps and their bounds. Must not touch: the failovers (the failback gateway's,
 //! through its admin API), the mirror states (the controller's start), the connections (the
@@ -41,6 +48,7 @@ use serde_json::json;
 
 use crate::audit::AuditNote;
 use crate::controller::{MirrorController, StartError};
+use crate::instances::HoldStep;
 use crate::proxy::forward::{all_stopped, Side};
 
 pub mod failback_gateway;
@@ -48,6 +56,7 @@ pub mod failback_gateway;
 use failback_gateway::{stage, FailbackGateway, FailbackTarget, Http, Stage};
 
 use super::switchover::source::facts_of_cluster;
+use super::switchover::PeerHold;
 use super::{check_token, error_reply, json_reply, AdminBackend, ForwardHandle};
 
 /// How long the switch back waits for the failback gateway's failover to complete.
@@ -130,9 +139,6 @@ pub(super) async fn switchback(
     if !fwd.route.owns_state() {
         return refuse(note, StatusCode::CONFLICT, "a switch back starts the mirror again, which needs the built-in agent (mirroring: external): start the other tool and move the applications yourself".into());
     }
-    if ctl.peer_link().is_some() {
-        return refuse(note, StatusCode::CONFLICT, "a switch back with several instances is not built yet (the hold would have to cover every instance's forward listener)".into());
-    }
     let resumed = fwd.route.side() == Side::Returning;
     if !resumed && fwd.route.side() != Side::Destination {
         let side = fwd.route.side().as_str();
@@ -155,7 +161,14 @@ pub(super) async fn switchback(
         return json_reply(StatusCode::OK, &dry_run(gw, &fwd, &parts, &failback).await);
     }
     let started = Instant::now();
-    match switch_back(gw, ctl, &fwd, name, &parts, &failback, resumed).await {
+    let peers = PeerHold::new(ctl, true);
+    let steps = Steps {
+        fwd: &fwd,
+        name,
+        parts: &parts,
+        peers: peers.as_ref(),
+    };
+    match steps.run(gw, ctl, &failback, resumed).await {
         Ok(mut v) => {
             v["mirror"] = json!(name);
             v["call_ms"] = json!(started.elapsed().as_millis() as u64);
@@ -164,6 +177,7 @@ pub(super) async fn switchback(
         Err(stop) => {
             if stop.gave_back {
                 let _ = fwd.route.give_back();
+                steps.record(HoldStep::Release).await;
                 tracing::warn!(mirror = %name, reason = %stop.why, "switch back refused; the forward listener is back on the destination");
             } else {
                 tracing::warn!(mirror = %name, reason = %stop.why, "switch back stopped after the failback gateway's failover; the forward listener stays held: call again");
@@ -202,69 +216,112 @@ async fn read_call(req: Request<Incoming>) -> Result<Call, String> {
     Ok(call)
 }
 
-/// Steps 1 to 7 (see the module's comment); the answer's fields.
-async fn switch_back(
-    gw: &dyn AdminBackend,
-    ctl: &MirrorController,
-    fwd: &ForwardHandle,
-    name: &str,
-    parts: &[(String, i32)],
-    failback: &impl FailbackGateway,
-    resumed: bool,
-) -> Result<serde_json::Value, Stop> {
-    let first = stage(
-        parts,
-        &failback.partitions().await.map_err(Stop::before_failover)?,
-    )
-    .map_err(Stop::before_failover)?;
-    if first != Stage::Mirroring && !resumed {
-        // Failed over before the clients left the destination: the old source may lack what
-        // they wrote since (checked below, under the hold).
-        tracing::warn!(mirror = %name, "switch back: the failback gateway's mirror failed over already");
-    }
-    if !resumed {
-        fwd.route
-            .hold_back()
-            .map_err(|e| Stop::before_failover(e.to_string()))?;
-    }
-    let held = Instant::now();
-    let deadline = held + fwd.hold;
-    let hold = fwd.hold;
-    while fwd.route.destination_connections() > 0 {
-        if Instant::now() >= deadline {
-            return Err(Stop::before_failover(format!(
-                "{} connections to the destination still had requests in flight after {hold:?}",
-                fwd.route.destination_connections()
-            )));
+/// A switch back's mirror, its forward listener and partitions, and its hold of the other
+/// instances' listeners (several instances).
+struct Steps<'a> {
+    fwd: &'a ForwardHandle,
+    name: &'a str,
+    parts: &'a [(String, i32)],
+    peers: Option<&'a PeerHold>,
+}
+
+impl Steps<'_> {
+    /// Record `step` of the hold for the other instances; a failure is logged (a hold that
+    /// is not caught up ends at its bound there; one caught up stands until recorded through:
+    /// call again).
+    async fn record(&self, step: HoldStep) {
+        if let Err(e) = self.try_record(step).await {
+            tracing::warn!(mirror = %self.name, error = %e, ?step, "switch back: the other instances' hold not recorded");
         }
-        tokio::time::sleep(POLL).await;
     }
-    let ends = destination_ends(gw, parts, deadline, hold).await?;
-    let failed_over_here = match first {
-        Stage::Mirroring => {
-            old_source_reaches(fwd, &ends, deadline).await?;
-            let started = match failback.fail_over().await {
-                Ok(started) => started,
-                // An answer lost on the way (a timeout, say) may hide a failover that started:
-                // the listener goes back to the destination only while none did.
-                Err(e) => match failback.partitions().await.and_then(|p| stage(parts, &p)) {
-                    Ok(Stage::FailingOver | Stage::FailedOver) => true,
-                    _ => return Err(Stop::before_failover(e)),
-                },
-            };
-            tracing::info!(mirror = %name, started, "switch back: the old source reached the destination's ends; the failback gateway fails over");
-            true
+
+    async fn try_record(&self, step: HoldStep) -> Result<(), String> {
+        match self.peers {
+            Some(p) => p.record(self.name, self.fwd.hold, step).await,
+            None => Ok(()),
         }
-        Stage::FailingOver | Stage::FailedOver => {
-            // Its failover ran before the hold: the old source must hold everything now.
-            old_source_reaches(fwd, &ends, Instant::now()).await?;
-            false
+    }
+
+    /// Steps 1 to 7 (see the module's comment); the answer's fields.
+    async fn run(
+        &self,
+        gw: &dyn AdminBackend,
+        ctl: &MirrorController,
+        failback: &impl FailbackGateway,
+        resumed: bool,
+    ) -> Result<serde_json::Value, Stop> {
+        let (fwd, name, parts) = (self.fwd, self.name, self.parts);
+        let first = stage(
+            parts,
+            &failback.partitions().await.map_err(Stop::before_failover)?,
+        )
+        .map_err(Stop::before_failover)?;
+        if first != Stage::Mirroring && !resumed {
+            // Failed over before the clients left the destination: the old source may lack what
+            // they wrote since (checked below, under the hold).
+            tracing::warn!(mirror = %name, "switch back: the failback gateway's mirror failed over already");
         }
-    };
-    let wait_until = Instant::now() + FAILBACK_FAILOVER_WAIT;
-    loop {
-        let now = failback.partitions().await.and_then(|p| stage(parts, &p));
-        match now {
+        if !resumed {
+            fwd.route
+                .hold_back()
+                .map_err(|e| Stop::before_failover(e.to_string()))?;
+        }
+        let held = Instant::now();
+        let deadline = held + fwd.hold;
+        let hold = fwd.hold;
+        self.try_record(HoldStep::Hold)
+            .await
+            .map_err(Stop::before_failover)?;
+        while fwd.route.destination_connections() > 0 {
+            if Instant::now() >= deadline {
+                return Err(Stop::before_failover(format!(
+                    "{} connections to the destination still had requests in flight after {hold:?}",
+                    fwd.route.destination_connections()
+                )));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        // Every other instance's forward listener held and drained too: nothing reaches the
+        // destination any more, so its log ends now are the ends to reach.
+        if let Some(p) = self.peers {
+            p.link
+                .wait_forward_held(name, &p.hold_id, deadline)
+                .await
+                .map_err(Stop::before_failover)?;
+        }
+        let ends = destination_ends(gw, parts, deadline, hold).await?;
+        let failed_over_here = match first {
+            Stage::Mirroring => {
+                old_source_reaches(fwd, &ends, deadline).await?;
+                // Recorded before the failover: the other instances' holds stand from here on.
+                self.try_record(HoldStep::CaughtUp)
+                    .await
+                    .map_err(Stop::before_failover)?;
+                let started = match failback.fail_over().await {
+                    Ok(started) => started,
+                    // An answer lost on the way (a timeout, say) may hide a failover that started:
+                    // the listener goes back to the destination only while none did.
+                    Err(e) => match failback.partitions().await.and_then(|p| stage(parts, &p)) {
+                        Ok(Stage::FailingOver | Stage::FailedOver) => true,
+                        _ => return Err(Stop::before_failover(e)),
+                    },
+                };
+                tracing::info!(mirror = %name, started, "switch back: the old source reached the destination's ends; the failback gateway fails over");
+                true
+            }
+            Stage::FailingOver | Stage::FailedOver => {
+                // Its failover ran before the hold: the old source must hold everything now.
+                old_source_reaches(fwd, &ends, Instant::now()).await?;
+                self.try_record(HoldStep::CaughtUp)
+                    .await
+                    .map_err(Stop::before_failover)?;
+                false
+            }
+        };
+        let wait_until = Instant::now() + FAILBACK_FAILOVER_WAIT;
+        loop {
+            let now = failback.partitions().await.and_then(|p| stage(parts, &p));
+            match now {
             Ok(Stage::FailedOver) => break,
             Ok(_) | Err(_) if Instant::now() < wait_until => tokio::time::sleep(POLL * 5).await,
             Ok(s) => {
@@ -275,27 +332,35 @@ async fn switch_back(
             }
             Err(e) => return Err(Stop::held(StatusCode::SERVICE_UNAVAILABLE, e)),
         }
-    }
-    let started = match ctl.start_mirroring(name).await {
-        Ok(n) => n,
-        Err(StartError::NothingStopped(_)) if resumed => 0,
-        Err(e) => {
-            return Err(Stop::held(
-                StatusCode::CONFLICT,
-                format!("the old source failed over, but this mirror did not start again: {e}"),
-            ))
         }
-    };
-    fwd.route
-        .returned()
-        .map_err(|e| Stop::held(StatusCode::CONFLICT, e.to_string()))?;
-    Ok(json!({
-        "side": fwd.route.side().as_str(),
-        "held_ms": fwd.route.last_pause_ms(),
-        "failback_failed_over_by_this_call": failed_over_here,
-        "partitions_started": started,
-        "note": "this mirror's agent verifies each partition is aligned with the old source before mirroring it again",
-    }))
+        let started = match ctl.start_mirroring(name).await {
+            Ok(n) => n,
+            Err(StartError::NothingStopped(_)) if resumed => 0,
+            Err(e) => {
+                return Err(Stop::held(
+                    StatusCode::CONFLICT,
+                    format!("the old source failed over, but this mirror did not start again: {e}"),
+                ))
+            }
+        };
+        fwd.route
+            .returned()
+            .map_err(|e| Stop::held(StatusCode::CONFLICT, e.to_string()))?;
+        // The others go on to the source once the start applied there. Not recorded, their
+        // listeners stay held: the answer says so (a call through one of them finishes it).
+        let others_released = self.try_record(HoldStep::Returned).await;
+        if let Err(e) = &others_released {
+            tracing::warn!(mirror = %name, error = %e, "switch back through here; the other instances' listeners stay held until it is recorded");
+        }
+        Ok(json!({
+            "others_release_error": others_released.err(),
+            "side": fwd.route.side().as_str(),
+            "held_ms": fwd.route.last_pause_ms(),
+            "failback_failed_over_by_this_call": failed_over_here,
+            "partitions_started": started,
+            "note": "this mirror's agent verifies each partition is aligned with the old source before mirroring it again",
+        }))
+    }
 }
 
 /// Step 4: the destination's log ends under the hold, once no transaction is open in them.
@@ -356,7 +421,7 @@ async fn old_source_reaches(
                     .collect();
                 if !past.is_empty() {
                     return Err(Stop::before_failover(format!(
-                        "the old source holds records the destination never had: {}; it is not aligned (realign it and mirror the destination back first)",
+                        "the old source is past the destination's log ends read under the hold: {}; it holds records the destination never had (realign it and mirror the destination back first), or clients that do not use the forward listener wrote to the destination since (stop them, then switch back again)",
                         past.join(", ")
                     )));
                 }

@@ -146,10 +146,7 @@ pub(super) async fn switchover(
         return error_reply(StatusCode::CONFLICT, &e.to_string());
     }
     let held = Instant::now();
-    let peers = ctl.peer_link().map(|link| PeerHold {
-        link: link.clone(),
-        hold_id: uuid::Uuid::new_v4().simple().to_string(),
-    });
+    let peers = PeerHold::new(ctl, false);
     let caught_up = async {
         if let Some(p) = &peers {
             p.record(name, fwd.hold, HoldStep::Hold).await?;
@@ -218,16 +215,27 @@ fn expected_pause(
     })
 }
 
-/// A switchover's hold of the other instances' forward listeners (several instances).
-struct PeerHold {
-    link: std::sync::Arc<PeerLink>,
-    hold_id: String,
+/// A switchover's hold of the other instances' forward listeners (several instances), or a
+/// switch back's (`back`).
+pub(super) struct PeerHold {
+    pub link: std::sync::Arc<PeerLink>,
+    pub hold_id: String,
+    pub back: bool,
 }
 
 impl PeerHold {
-    async fn record(&self, mirror: &str, hold: Duration, step: HoldStep) -> Result<(), String> {
+    /// A new hold of the other instances' listeners, when there are other instances.
+    pub fn new(ctl: &MirrorController, back: bool) -> Option<PeerHold> {
+        ctl.peer_link().map(|link| PeerHold {
+            link: link.clone(),
+            hold_id: uuid::Uuid::new_v4().simple().to_string(),
+            back,
+        })
+    }
+
+    pub async fn record(&self, mirror: &str, hold: Duration, step: HoldStep) -> Result<(), String> {
         self.link
-            .record_forward_hold(mirror, &self.hold_id, hold, step)
+            .record_forward_hold(mirror, &self.hold_id, hold, step, self.back)
             .await
     }
 }
