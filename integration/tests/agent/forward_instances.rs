@@ -8,6 +8,7 @@ use super::forward::{
     assert_whole_producer_went_on, forward_config, keys, producer_ids, wait_lag_zero,
     writes_on_after_the_failover,
 };
+use super::forward_switchback::{failback_gateway, wait_failback_mirroring};
 use super::owners::{agent_status, instance_configs};
 use super::*;
 use crate::gw::ProcessGateway;
@@ -27,33 +28,81 @@ fn with_forward(
     (cfg, bootstrap)
 }
 
-#[test]
-fn a_switchover_through_one_instance_holds_the_forward_listener_of_another_whose_producers_go_on() {
-    let source = harness::cluster("source");
-    let destination = harness::cluster("destination");
-    let topic = harness::unique_topic("forward-instances");
-    harness::create_topic(&source, &topic, 2, None);
-    let configs = instance_configs("fwdi", &[&topic], &source, |_| {});
-    let (cfg_a, forward_a) = with_forward(&configs, "a", "fwdi", &topic, &source);
-    let (cfg_b, forward_b) = with_forward(&configs, "b", "fwdi", &topic, &source);
+/// Instances a (a process, running the agent of mirror `name`) and b on one state topic, each
+/// with a forward listener of `topic` from `source`, and an idempotent writer through each
+/// (`via-a`, `via-b`) once both wrote 300 records mirrored to `destination`.
+fn writing_through_two_instances(
+    name: &str,
+    topic: &str,
+    source: &str,
+    destination: &str,
+) -> (ProcessGateway, TestGateway, SourceWriter, SourceWriter) {
+    let configs = instance_configs(name, &[topic], source, |_| {});
+    let (cfg_a, forward_a) = with_forward(&configs, "a", name, topic, source);
+    let (cfg_b, forward_b) = with_forward(&configs, "b", name, topic, source);
     let a = ProcessGateway::start(cfg_a, &[]);
     let b = TestGateway::start(cfg_b);
     wait_for("a runs the agent", Duration::from_secs(30), || {
-        let s = agent_status(&b.admin(), "fwdi");
+        let s = agent_status(&b.admin(), name);
         s["owner"] == "a" && s["runs_here"] == false
     });
-    // Applications on both instances' forward listeners.
-    let via_a = SourceWriter::start(&forward_a, &topic, "via-a", 1_000_000, 300);
-    let via_b = SourceWriter::start(&forward_b, &topic, "via-b", 1_000_000, 300);
+    let via_a = SourceWriter::start(&forward_a, topic, "via-a", 1_000_000, 300);
+    let via_b = SourceWriter::start(&forward_b, topic, "via-b", 1_000_000, 300);
     wait_for(
         "records through both forward listeners, mirrored",
         Duration::from_secs(60),
         || {
             via_a.acked() >= 300
                 && via_b.acked() >= 300
-                && (0..2).all(|p| log_end(&destination, &topic, p) > 0)
+                && (0..2).all(|p| log_end(destination, topic, p) > 0)
         },
     );
+    (a, b, via_a, via_b)
+}
+
+/// Wait until both writers acknowledged `more` records past `at`, stop them (no error reached
+/// either: `finish` asserts it) and check every record they had acknowledged is on `cluster`
+/// once and in order; how many each had acknowledged.
+fn both_go_on_to(
+    cluster: &str,
+    topic: &str,
+    (via_a, via_b): (SourceWriter, SourceWriter),
+    at: (usize, usize),
+    more: usize,
+) -> (usize, usize) {
+    wait_for(
+        "records through both listeners after the switch",
+        Duration::from_secs(60),
+        || via_a.acked() >= at.0 + more && via_b.acked() >= at.1 + more,
+    );
+    let acked = (via_a.finish(true), via_b.finish(true));
+    assert_acknowledged_once_in_order(cluster, topic, "via-a", acked.0);
+    assert_acknowledged_once_in_order(cluster, topic, "via-b", acked.1);
+    acked
+}
+
+/// Every producer of `before` (per partition: id, epoch) goes on on `cluster` with its epoch.
+fn assert_producers_went_on(before: &[Vec<(i64, i32)>], cluster: &str, topic: &str) {
+    for (p, ids) in before.iter().enumerate() {
+        let now = producer_ids(cluster, topic, p as i32);
+        for (id, epoch) in ids {
+            assert!(
+                now.iter().any(|r| r == &(*id, *epoch))
+                    && now.iter().all(|r| r.0 != *id || r.1 == *epoch),
+                "partition {p}: producer {id} goes on with epoch {epoch}: {now:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_switchover_through_one_instance_holds_the_forward_listener_of_another_whose_producers_go_on() {
+    let source = harness::cluster("source");
+    let destination = harness::cluster("destination");
+    let topic = harness::unique_topic("forward-instances");
+    harness::create_topic(&source, &topic, 2, None);
+    // Applications on both instances' forward listeners.
+    let (a, b, via_a, via_b) = writing_through_two_instances("fwdi", &topic, &source, &destination);
 
     // Not where the agent stands by: it could not mirror the source's end.
     let (status, body) = a.call(Method::POST, "/v1/mirrors/fwdi/switchover?dry_run=true");
@@ -81,29 +130,16 @@ fn a_switchover_through_one_instance_holds_the_forward_listener_of_another_whose
             v["side"] == "destination" && v["caught_up"] == true
         },
     );
-    wait_for(
-        "records through both listeners after the switchover",
-        Duration::from_secs(60),
-        || via_a.acked() >= at_switch.0 + 300 && via_b.acked() >= at_switch.1 + 300,
+    let on_source: Vec<Vec<(i64, i32)>> =
+        (0..2).map(|p| producer_ids(&source, &topic, p)).collect();
+    assert!(
+        on_source.iter().all(|ids| ids.len() == 2),
+        "two producers wrote each partition of the source: {on_source:?}"
     );
-    // No error reached either application, and every record sent was acknowledged.
-    let acked = (via_a.finish(true), via_b.finish(true));
+    let acked = both_go_on_to(&destination, &topic, (via_a, via_b), at_switch, 300);
     eprintln!("forward instances: {acked:?} acknowledged, {at_switch:?} at the switchover");
-    assert_acknowledged_once_in_order(&destination, &topic, "via-a", acked.0);
-    assert_acknowledged_once_in_order(&destination, &topic, "via-b", acked.1);
     // Both producers went on under the id and epoch the source gave them.
-    for p in 0..2 {
-        let on_source = producer_ids(&source, &topic, p);
-        assert_eq!(on_source.len(), 2, "partition {p}: {on_source:?}");
-        let after = producer_ids(&destination, &topic, p);
-        for (id, epoch) in &on_source {
-            assert!(
-                after.iter().any(|r| r == &(*id, *epoch))
-                    && after.iter().all(|r| r.0 != *id || r.1 == *epoch),
-                "partition {p}: producer {id} goes on with epoch {epoch} on the destination: {after:?}"
-            );
-        }
-    }
+    assert_producers_went_on(&on_source, &destination, &topic);
     drop(a);
 }
 
@@ -322,25 +358,9 @@ fn a_switch_back_through_one_instance_takes_the_producers_of_every_instance_to_t
     let b_cluster = harness::cluster("destination");
     let topic = harness::unique_topic("switchback-instances");
     harness::create_topic(&a_cluster, &topic, 2, None);
-    let configs = instance_configs("fwdsb", &[&topic], &a_cluster, |_| {});
-    let (cfg_a, forward_a) = with_forward(&configs, "a", "fwdsb", &topic, &a_cluster);
-    let (cfg_b, forward_b) = with_forward(&configs, "b", "fwdsb", &topic, &a_cluster);
-    let a = ProcessGateway::start(cfg_a, &[]);
-    let b = TestGateway::start(cfg_b);
-    wait_for("a runs the agent", Duration::from_secs(30), || {
-        agent_status(&b.admin(), "fwdsb")["owner"] == "a"
-    });
-    let via_a = SourceWriter::start(&forward_a, &topic, "via-a", 1_000_000, 300);
-    let via_b = SourceWriter::start(&forward_b, &topic, "via-b", 1_000_000, 300);
-    wait_for(
-        "records through both forward listeners, mirrored",
-        Duration::from_secs(60),
-        || {
-            via_a.acked() >= 300
-                && via_b.acked() >= 300
-                && (0..2).all(|p| log_end(&b_cluster, &topic, p) > 0)
-        },
-    );
+    // Applications on both instances' forward listeners.
+    let (a, b, via_a, via_b) =
+        writing_through_two_instances("fwdsb", &topic, &a_cluster, &b_cluster);
     let on_a: Vec<Vec<(i64, i32)>> = (0..2)
         .map(|p| producer_ids(&a_cluster, &topic, p))
         .collect();
@@ -363,17 +383,8 @@ fn a_switch_back_through_one_instance_takes_the_producers_of_every_instance_to_t
 
     // The failback gateway in front of A mirrors B back; the switch back goes through b,
     // where the agent does not run.
-    let mut cfg = agent_config("fwdsb-onto-a", &[&topic], &b_cluster);
-    cfg.destination.bootstrap = a_cluster.split(',').map(|s| s.trim().to_string()).collect();
-    let g2 = TestGateway::start(cfg);
-    wait_for(
-        "the failback gateway mirroring",
-        Duration::from_secs(60),
-        || {
-            let parts = partitions_json(&g2.admin(), "fwdsb-onto-a");
-            parts.len() == 2 && parts.iter().all(|p| p["state"] == "MIRRORING")
-        },
-    );
+    let g2 = failback_gateway("fwdsb-onto-a", &topic, &a_cluster, &b_cluster);
+    wait_failback_mirroring(&g2.admin(), "fwdsb-onto-a", 2);
     let at_back = (via_a.acked(), via_b.acked());
     let body = serde_json::json!({ "gateway": g2.admin(), "mirror": "fwdsb-onto-a" }).to_string();
     let (status, answer) = crate::gw::admin_call_body(
@@ -392,27 +403,10 @@ fn a_switch_back_through_one_instance_takes_the_producers_of_every_instance_to_t
             || super::forward::forward_route(&admin, "fwdsb")["side"] == "source",
         );
     }
-    wait_for(
-        "records through both listeners after the switch back",
-        Duration::from_secs(60),
-        || via_a.acked() >= at_back.0 + 200 && via_b.acked() >= at_back.1 + 200,
-    );
-    let acked = (via_a.finish(true), via_b.finish(true));
+    let acked = both_go_on_to(&a_cluster, &topic, (via_a, via_b), at_back, 200);
     eprintln!("switchback instances: {acked:?} acknowledged, {at_back:?} at the switch back");
-    // No error reached either application (finish asserts it); every acknowledged record is
-    // on A once and in order, the producers under the ids and epochs A first gave them.
-    assert_acknowledged_once_in_order(&a_cluster, &topic, "via-a", acked.0);
-    assert_acknowledged_once_in_order(&a_cluster, &topic, "via-b", acked.1);
-    for p in 0..2 {
-        let now = producer_ids(&a_cluster, &topic, p);
-        for (id, epoch) in &on_a[p as usize] {
-            assert!(
-                now.iter().any(|r| r == &(*id, *epoch))
-                    && now.iter().all(|r| r.0 != *id || r.1 == *epoch),
-                "partition {p}: producer {id} goes on with epoch {epoch} on A: {now:?}"
-            );
-        }
-    }
+    // The producers went on under the ids and epochs A first gave them.
+    assert_producers_went_on(&on_a, &a_cluster, &topic);
     // The mirror follows A again on both instances.
     for admin in [a.admin(), b.admin()] {
         wait_for(

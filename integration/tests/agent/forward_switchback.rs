@@ -24,6 +24,52 @@ fn switch_back(gw: &TestGateway, name: &str, failback: (&str, &str), query: &str
     )
 }
 
+/// A failback gateway: in front of `old_source`, mirror `name` copying `topic` back from
+/// `destination`.
+pub(super) fn failback_gateway(
+    name: &str,
+    topic: &str,
+    old_source: &str,
+    destination: &str,
+) -> TestGateway {
+    let mut cfg = agent_config(name, &[topic], destination);
+    cfg.destination.bootstrap = old_source
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .collect();
+    TestGateway::start(cfg)
+}
+
+/// The states of mirror `name`'s partitions at `admin`, in its order.
+fn states(admin: &str, name: &str) -> Vec<String> {
+    partitions_json(admin, name)
+        .iter()
+        .map(|p| p["state"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+/// Wait until the failback gateway at `admin` mirrors its `partitions` partitions.
+pub(super) fn wait_failback_mirroring(admin: &str, name: &str, partitions: usize) {
+    wait_for(
+        "the failback gateway mirroring every partition",
+        Duration::from_secs(60),
+        || {
+            let s = states(admin, name);
+            s.len() == partitions && s.iter().all(|s| s == "MIRRORING")
+        },
+    );
+}
+
+/// Switch mirror `name` of `gw` over and wait until its forward listener is on the destination.
+fn switched_over(gw: &TestGateway, name: &str, topic: &str, partitions: i32) {
+    switch_over(gw, name, topic, partitions);
+    wait_for(
+        "the route on the destination",
+        Duration::from_secs(10),
+        || forward_side(&gw.admin(), name) == "destination",
+    );
+}
+
 /// Wait until `writer` acknowledged `more` records past `from`.
 fn writes_on(writer: &SourceWriter, from: usize, more: usize, what: &str) {
     wait_for(what, Duration::from_secs(60), || {
@@ -47,12 +93,7 @@ fn a_switch_back_takes_forwarded_producers_to_the_old_source_with_their_sessions
     let reader = GroupReader::start(&forward, &topic, &group);
     writes_on(&app, 0, 300, "records through the forward listener");
     let on_a: Vec<Vec<(i64, i32)>> = (0..2).map(|p| producer_ids(&a, &topic, p)).collect();
-    switch_over(&g1, "back", &topic, 2);
-    wait_for(
-        "the route on the destination",
-        Duration::from_secs(10),
-        || forward_side(&g1.admin(), "back") == "destination",
-    );
+    switched_over(&g1, "back", &topic, 2);
     // A producer that starts after the switchover gets its id from B.
     let late = SourceWriter::start(&forward, &topic, "late", 1_000_000, 200);
     writes_on(
@@ -68,19 +109,10 @@ fn a_switch_back_takes_forwarded_producers_to_the_old_source_with_their_sessions
     assert_eq!(forward_side(&g1.admin(), "back"), "destination", "{body}");
 
     // The failback gateway in front of A mirrors B back: A's log is B's prefix (aligned).
-    let mut cfg = agent_config("onto-a", &[&topic], &b);
-    cfg.destination.bootstrap = a.split(',').map(|s| s.trim().to_string()).collect();
-    let g2 = TestGateway::start(cfg);
+    let g2 = failback_gateway("onto-a", &topic, &a, &b);
     let failback = (g2.admin(), "onto-a".to_string());
     let failback = (failback.0.as_str(), failback.1.as_str());
-    wait_for(
-        "the failback gateway mirroring both partitions",
-        Duration::from_secs(60),
-        || {
-            let parts = partitions_json(failback.0, "onto-a");
-            parts.len() == 2 && parts.iter().all(|p| p["state"] == "MIRRORING")
-        },
-    );
+    wait_failback_mirroring(failback.0, "onto-a", 2);
     let (status, body) = switch_back(&g1, "back", failback, "?dry_run=true");
     assert_eq!(status, 200, "dry run: {body}");
     let dry: serde_json::Value = serde_json::from_str(&body).expect("json");
@@ -119,12 +151,8 @@ fn a_switch_back_takes_forwarded_producers_to_the_old_source_with_their_sessions
     eprintln!("switchback: {body}");
     assert_eq!(answer["side"], "source", "{body}");
     assert_eq!(answer["failback_failed_over_by_this_call"], true, "{body}");
-    let states: Vec<String> = partitions_json(&g2.admin(), "onto-a")
-        .iter()
-        .map(|p| p["state"].as_str().unwrap_or("").to_string())
-        .collect();
     assert_eq!(
-        states,
+        states(&g2.admin(), "onto-a"),
         vec!["STOPPED", "STOPPED"],
         "the failback gateway failed over"
     );
@@ -238,16 +266,9 @@ fn a_switch_back_is_refused_and_changes_nothing_while_the_old_source_holds_recor
     let (cfg, forward) = forward_config("diverged", &[&topic], &a);
     let g1 = TestGateway::start(cfg);
     harness::produce_keyed(&forward, &topic, 50, &[]);
-    switch_over(&g1, "diverged", &topic, 1);
-    wait_for(
-        "the route on the destination",
-        Duration::from_secs(10),
-        || forward_side(&g1.admin(), "diverged") == "destination",
-    );
+    switched_over(&g1, "diverged", &topic, 1);
     harness::produce_keyed(&forward, &topic, 50, &[]);
-    let mut cfg = agent_config("onto-a", &[&topic], &b);
-    cfg.destination.bootstrap = a.split(',').map(|s| s.trim().to_string()).collect();
-    let g2 = TestGateway::start(cfg);
+    let g2 = failback_gateway("onto-a", &topic, &a, &b);
     wait_for("A equal to B", Duration::from_secs(60), || {
         keys(&a, &topic, 0) == keys(&b, &topic, 0)
     });
@@ -260,12 +281,8 @@ fn a_switch_back_is_refused_and_changes_nothing_while_the_old_source_holds_recor
         "the reason names the divergence: {body}"
     );
     assert_eq!(forward_side(&g1.admin(), "diverged"), "destination");
-    let states: Vec<String> = partitions_json(&g2.admin(), "onto-a")
-        .iter()
-        .map(|p| p["state"].as_str().unwrap_or("").to_string())
-        .collect();
     assert_eq!(
-        states,
+        states(&g2.admin(), "onto-a"),
         vec!["MIRRORING"],
         "the failback gateway did not fail over"
     );
@@ -284,27 +301,13 @@ fn java_librdkafka_and_kafka_python_producers_that_began_on_the_destination_see_
     let (cfg, forward) = forward_config("backc", &[&topic], &a);
     let g1 = TestGateway::start(cfg);
     harness::produce_keyed(&forward, &topic, 20, &[]);
-    switch_over(&g1, "backc", &topic, 2);
-    wait_for(
-        "the route on the destination",
-        Duration::from_secs(10),
-        || forward_side(&g1.admin(), "backc") == "destination",
-    );
-    let mut cfg = agent_config("backc-onto-a", &[&topic], &b);
-    cfg.destination.bootstrap = a.split(',').map(|s| s.trim().to_string()).collect();
-    let g2 = TestGateway::start(cfg);
+    switched_over(&g1, "backc", &topic, 2);
+    let g2 = failback_gateway("backc-onto-a", &topic, &a, &b);
     let failback = g2.admin();
     // The clients start on the destination (their producer ids are the destination's), and
     // cross the switch back to A.
     let runs = three_producers_across(&forward, &topic, || {
-        wait_for(
-            "the failback gateway mirroring",
-            Duration::from_secs(60),
-            || {
-                let parts = partitions_json(&failback, "backc-onto-a");
-                parts.len() == 2 && parts.iter().all(|p| p["state"] == "MIRRORING")
-            },
-        );
+        wait_failback_mirroring(&failback, "backc-onto-a", 2);
         let (status, body) = switch_back(&g1, "backc", (&failback, "backc-onto-a"), "");
         assert_eq!(status, 200, "switch back: {body}");
     });

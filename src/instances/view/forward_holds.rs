@@ -216,21 +216,16 @@ mod tests {
     }
 
     fn hold(by: &str, id: &str, held: bool) -> PeerRecord {
-        PeerRecord::ForwardHold {
-            mirror: "m".into(),
-            hold_id: id.into(),
-            by: by.into(),
-            held,
-            hold_ms: 1_000,
-            caught_up: false,
-            back: false,
-            at_ms: 0,
-        }
+        hold_record(by, id, held, false, false)
     }
 
     /// A switch back's hold: held, caught up (the old source's failover follows), or
     /// released (`caught_up`: through).
     fn back(by: &str, id: &str, held: bool, caught_up: bool) -> PeerRecord {
+        hold_record(by, id, held, caught_up, true)
+    }
+
+    fn hold_record(by: &str, id: &str, held: bool, caught_up: bool, back: bool) -> PeerRecord {
         PeerRecord::ForwardHold {
             mirror: "m".into(),
             hold_id: id.into(),
@@ -238,7 +233,7 @@ mod tests {
             held,
             hold_ms: 1_000,
             caught_up,
-            back: true,
+            back,
             at_ms: 0,
         }
     }
