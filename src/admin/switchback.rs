@@ -144,6 +144,9 @@ pub(super) async fn switchback(
         let side = fwd.route.side().as_str();
         return refuse(note, StatusCode::CONFLICT, format!("the forward listener is at {side}: only a listener on the destination switches back"));
     }
+    if resumed && fwd.route.peer_switch_back() == Some(false) {
+        return refuse(note, StatusCode::CONFLICT, "another instance's switch back holds this forward listener (GET /v1/instances); wait until it is through or gives up".into());
+    }
     if !resumed && !all_stopped(&ctl.recorded_states(name)) {
         return refuse(
             note,

@@ -97,6 +97,12 @@ impl ForwardRoute {
         self.returned().is_ok()
     }
 
+    /// Whether another instance's switch back holds this listener now: `Some(caught_up)`
+    /// (caught up: the old source's failover follows, so only going on is left).
+    pub fn peer_switch_back(&self) -> Option<bool> {
+        self.peer_hold().filter(|h| h.back).map(|h| h.caught_up)
+    }
+
     pub(super) fn peer_hold(&self) -> Option<PeerHold> {
         self.peer_holds().clone()
     }
