@@ -404,7 +404,7 @@ async fn follow(
         // Pruned before every look while held where the agent runs: the switch to the
         // destination finds the ledger at the agent's final position (what forwarded producers
         // lack decides their refusal). Elsewhere the published maps are read less often.
-        let held = route.side() == Side::Holding;
+        let held = matches!(route.side(), Side::Holding | Side::Returning);
         let agent = match &pruner {
             Pruner::Agent(a) => a.as_deref(),
             Pruner::Topics(..) => None,

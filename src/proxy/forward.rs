@@ -584,7 +584,11 @@ mod tests {
         drop(conn);
         let ack = r.follow_peer_hold(order("h2", false, true), false);
         assert_eq!(ack.as_deref(), Some("h2"));
-        assert_eq!(r.peer_switch_back(), Some(false), "a switch back may still give up");
+        assert_eq!(
+            r.peer_switch_back(),
+            Some(false),
+            "a switch back may still give up"
+        );
         r.follow_peer_hold(order("h2", true, true), false);
         assert_eq!(r.peer_switch_back(), Some(true));
         r.follow_peer_hold(None, false);
