@@ -55,7 +55,7 @@ pub mod failback_gateway;
 
 use failback_gateway::{stage, FailbackGateway, FailbackTarget, Http, Stage};
 
-use super::switchover::source::facts_of_cluster;
+use super::switchover::source::{facts_of_cluster, facts_once_closed, NotClosed};
 use super::switchover::PeerHold;
 use super::{check_token, error_reply, json_reply, AdminBackend, ForwardHandle};
 
@@ -373,29 +373,17 @@ async fn destination_ends(
     deadline: Instant,
     hold: Duration,
 ) -> Result<std::collections::BTreeMap<(String, i32), i64>, Stop> {
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let facts =
-            match tokio::time::timeout(left, facts_of_cluster(gw.cluster(), parts, "destination"))
-                .await
-            {
-                Ok(f) => f.map_err(Stop::before_failover)?,
-                Err(_) => {
-                    return Err(Stop::before_failover(format!(
-                        "the destination's log ends were not read within {hold:?}"
-                    )))
-                }
-            };
-        if facts.open.is_empty() {
-            return Ok(facts.ends);
-        }
-        if Instant::now() + POLL * 5 >= deadline {
-            return Err(Stop::before_failover(format!(
-                "transactions are open on the destination, which the failback's failover would abort: {}; let them end, then switch back again",
-                facts.open.join(", ")
-            )));
-        }
-        tokio::time::sleep(POLL * 5).await;
+    let read = facts_once_closed(gw.cluster(), parts, "destination", deadline.into()).await;
+    match read {
+        Ok(facts) => Ok(facts.ends),
+        Err(NotClosed::Read(e)) => Err(Stop::before_failover(e)),
+        Err(NotClosed::Deadline(open)) if !open.is_empty() => Err(Stop::before_failover(format!(
+            "transactions are open on the destination, which the failback's failover would abort: {}; let them end, then switch back again",
+            open.join(", ")
+        ))),
+        Err(NotClosed::Deadline(_)) => Err(Stop::before_failover(format!(
+            "the destination's log ends were not read within {hold:?}"
+        ))),
     }
 }
 

@@ -48,7 +48,7 @@ use crate::instances::{HoldStep, PeerLink};
 pub(super) mod source;
 mod tail;
 
-use source::source_facts;
+use source::{facts_once_closed, source_facts, NotClosed};
 
 use super::failover_call::{refresh_destination, start_failover};
 use super::{error_reply, json_reply, preflight, AdminBackend, ForwardHandle};
@@ -314,26 +314,15 @@ async fn mirror_to_the_end(
             open.join(", ")
         )
     };
-    let mut open = Vec::new();
-    let facts = loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let facts = match tokio::time::timeout(left, source_facts(&fwd.source, partitions)).await {
-            Ok(facts) => facts?,
-            Err(_) if !open.is_empty() => return Err(transactions_open(&open)),
-            Err(_) => {
-                return Err(format!(
-                    "the source's log ends were not read within {hold:?}"
-                ))
-            }
-        };
-        if facts.open.is_empty() {
-            break facts;
+    let facts = match facts_once_closed(&fwd.source, partitions, "source", deadline.into()).await {
+        Ok(facts) => facts,
+        Err(NotClosed::Read(e)) => return Err(e),
+        Err(NotClosed::Deadline(open)) if !open.is_empty() => return Err(transactions_open(&open)),
+        Err(NotClosed::Deadline(_)) => {
+            return Err(format!(
+                "the source's log ends were not read within {hold:?}"
+            ))
         }
-        open = facts.open;
-        if Instant::now() + POLL * 10 >= deadline {
-            return Err(transactions_open(&open));
-        }
-        tokio::time::sleep(POLL * 10).await;
     };
     if !fwd.route.owns_state() {
         // Another tool mirrors: the destination's last records are compared with the source's.

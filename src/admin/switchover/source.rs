@@ -77,6 +77,44 @@ pub(in crate::admin) async fn facts_of_cluster(
     Ok(facts)
 }
 
+/// Why [`facts_once_closed`] gave up.
+pub(in crate::admin) enum NotClosed {
+    /// A read failed.
+    Read(String),
+    /// `deadline` passed: with the transactions still open at the last read (none: the read
+    /// itself did not finish in time).
+    Deadline(Vec<String>),
+}
+
+/// How often [`facts_once_closed`] reads again while transactions are open.
+const CLOSED_EVERY: Duration = Duration::from_millis(100);
+
+/// The facts of `cluster` (`side`, for errors) once no transaction is open in `partitions`,
+/// read again every [`CLOSED_EVERY`] until `deadline`.
+pub(in crate::admin) async fn facts_once_closed(
+    cluster: &ClusterView,
+    partitions: &[(String, i32)],
+    side: &'static str,
+    deadline: tokio::time::Instant,
+) -> Result<SourceFacts, NotClosed> {
+    let mut open = Vec::new();
+    loop {
+        let read = tokio::time::timeout_at(deadline, facts_of_cluster(cluster, partitions, side));
+        let facts = match read.await {
+            Ok(facts) => facts.map_err(NotClosed::Read)?,
+            Err(_) => return Err(NotClosed::Deadline(open)),
+        };
+        if facts.open.is_empty() {
+            return Ok(facts);
+        }
+        open = facts.open;
+        if tokio::time::Instant::now() + CLOSED_EVERY >= deadline {
+            return Err(NotClosed::Deadline(open));
+        }
+        tokio::time::sleep(CLOSED_EVERY).await;
+    }
+}
+
 /// One leader's part of the facts, in the order the module's comment gives.
 async fn read_leader(
     leader: &mut impl LeaderReads,
